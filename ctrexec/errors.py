@@ -1,0 +1,131 @@
+"""One error hierarchy for everything ctrexec raises.
+
+Callers test errors by class, never by message text. gRPC statuses are mapped
+onto these classes in :mod:`ctrexec._rpc`; netlink and CNI failures in their own
+seams. Every translated error chains the original with ``raise ... from``.
+
+::
+
+    CtrexecError                     exit code 125 in the CLI
+    ├── InvalidArgument              bad input, rejected before any side effect
+    ├── NotFound
+    ├── AlreadyExists
+    ├── FailedPrecondition
+    │   ├── Conflict                 containerd's "...: conflict" suffix
+    │   └── NotModified              containerd's "...: not modified" suffix
+    ├── Unavailable                  containerd not reachable
+    │   └── ConnectError             socket missing, not a socket, denied, not containerd
+    ├── DeadlineExceeded
+    ├── PermissionDenied
+    ├── Unimplemented
+    ├── Canceled
+    ├── ResourceExhausted
+    ├── Internal                     containerd's unknown/internal/data-loss
+    ├── DaemonError                  the embedded containerd failed to start or stop
+    ├── NetworkError                 netns, netlink and CNI failures
+    │   └── CNIError                 a CNI plugin returned an error result
+    └── TaskError                    a task could not be run as asked
+        ├── CommandNotFound          exit code 127, like docker
+        └── CommandNotExecutable     exit code 126, like docker
+"""
+
+from __future__ import annotations
+
+
+class CtrexecError(Exception):
+    """Root of every error ctrexec raises on purpose."""
+
+    #: Exit code the CLI uses when this error ends a command.
+    exit_code: int = 125
+
+
+class InvalidArgument(CtrexecError):
+    """The caller asked for something malformed; nothing was changed."""
+
+
+class NotFound(CtrexecError):
+    """The named object does not exist."""
+
+
+class AlreadyExists(CtrexecError):
+    """An object with that name already exists."""
+
+
+class FailedPrecondition(CtrexecError):
+    """The object is not in a state that allows the operation."""
+
+
+class Conflict(FailedPrecondition):
+    """A concurrent change or a state conflict (containerd's ``ErrConflict``)."""
+
+
+class NotModified(FailedPrecondition):
+    """Nothing changed (containerd's ``ErrNotModified``)."""
+
+
+class Unavailable(CtrexecError):
+    """containerd or a dependency is not reachable right now."""
+
+
+class ConnectError(Unavailable):
+    """The containerd socket cannot be used at all: missing, wrong type, denied."""
+
+
+class DeadlineExceeded(CtrexecError):
+    """A call did not finish before its deadline."""
+
+
+class PermissionDenied(CtrexecError):
+    """The operation is not allowed for this caller."""
+
+
+class Unimplemented(CtrexecError):
+    """The server does not implement the call."""
+
+
+class Canceled(CtrexecError):
+    """The call was cancelled."""
+
+
+class ResourceExhausted(CtrexecError):
+    """A limit was hit (message size, quota)."""
+
+
+class Internal(CtrexecError):
+    """containerd reported an internal or unknown failure."""
+
+
+class DaemonError(CtrexecError):
+    """The embedded containerd could not be started or stopped cleanly."""
+
+
+class NetworkError(CtrexecError):
+    """A network namespace, netlink or CNI operation failed."""
+
+
+class CNIError(NetworkError):
+    """A CNI plugin answered with an error result.
+
+    ``code`` and ``details`` come straight from the plugin's error JSON.
+    """
+
+    def __init__(self, message: str, *, code: int = 0, details: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.details = details
+
+
+class TaskError(CtrexecError):
+    """A task could not be created or started as asked."""
+
+
+class CommandNotFound(TaskError):
+    """The task's command does not exist in the image."""
+
+    exit_code = 127
+
+
+class CommandNotExecutable(TaskError):
+    """The task's command exists but cannot be executed."""
+
+    exit_code = 126
