@@ -1,0 +1,268 @@
+"""The gRPC seam: the only module in ctrexec that imports :mod:`grpc`.
+
+Everything above this module speaks protobuf messages and ctrexec errors. This
+module owns the channel to containerd's unix socket, attaches the namespace and
+lease headers, sets a deadline, and translates every gRPC status into the error
+hierarchy of :mod:`ctrexec.errors` (chained with ``raise ... from``).
+
+Calls are made by method path with the response type given explicitly, so no
+generated ``*_pb2_grpc`` module (which would import grpc) is needed anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+from google.protobuf.message import Message
+
+from ctrexec import errors
+
+M = TypeVar("M", bound=Message)
+
+DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
+ADDRESS_ENV = "CONTAINERD_ADDRESS"
+NAMESPACE_HEADER = "containerd-namespace"
+LEASE_HEADER = "containerd-lease"
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+DEFAULT_TIMEOUT = 30.0
+
+#: Service names, as they appear in method paths on the wire.
+CONTAINERS = "containerd.services.containers.v1.Containers"
+CONTENT = "containerd.services.content.v1.Content"
+DIFF = "containerd.services.diff.v1.Diff"
+EVENTS = "containerd.services.events.v1.Events"
+IMAGES = "containerd.services.images.v1.Images"
+INTROSPECTION = "containerd.services.introspection.v1.Introspection"
+LEASES = "containerd.services.leases.v1.Leases"
+NAMESPACES = "containerd.services.namespaces.v1.Namespaces"
+SNAPSHOTS = "containerd.services.snapshots.v1.Snapshots"
+TASKS = "containerd.services.tasks.v1.Tasks"
+VERSION = "containerd.services.version.v1.Version"
+
+
+class _NoDeadline:
+    """Marker for the few calls that legitimately block forever (Wait, Subscribe)."""
+
+
+NO_DEADLINE = _NoDeadline()
+Timeout = float | _NoDeadline | None
+
+
+def resolve_address(address: str | None = None) -> str:
+    """Pick the socket path: explicit argument, then ``$CONTAINERD_ADDRESS``, then default."""
+    chosen = address or os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS
+    return chosen.removeprefix("unix://")
+
+
+def check_socket(path: str) -> None:
+    """Fail early, with a one-line reason, when ``path`` cannot be containerd's socket.
+
+    gRPC itself only reports "failed to connect" after retrying; these checks turn
+    the common mistakes into precise errors before a channel is built.
+    """
+    try:
+        st = Path(path).stat()
+    except FileNotFoundError as exc:
+        raise errors.ConnectError(f"containerd socket {path} does not exist") from exc
+    except PermissionError as exc:
+        raise errors.ConnectError(f"permission denied reading containerd socket {path}") from exc
+    except OSError as exc:
+        raise errors.ConnectError(f"cannot use containerd socket {path}: {exc.strerror}") from exc
+    if not stat.S_ISSOCK(st.st_mode):
+        raise errors.ConnectError(f"{path} is not a unix socket")
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise errors.ConnectError(f"permission denied on containerd socket {path}")
+
+
+_CODE_TO_ERROR: dict[grpc.StatusCode, type[errors.CtrexecError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
+    grpc.StatusCode.OUT_OF_RANGE: errors.InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: errors.NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: errors.AlreadyExists,
+    grpc.StatusCode.ABORTED: errors.Conflict,
+    grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceeded,
+    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
+    grpc.StatusCode.UNAUTHENTICATED: errors.PermissionDenied,
+    grpc.StatusCode.UNIMPLEMENTED: errors.Unimplemented,
+    grpc.StatusCode.CANCELLED: errors.Canceled,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
+}
+
+
+def error_class(code: grpc.StatusCode, message: str) -> type[errors.CtrexecError]:
+    """Map a status to ctrexec's class, keeping containerd's FailedPrecondition split.
+
+    containerd sends both ErrConflict and ErrNotModified as FailedPrecondition and
+    tells them apart only by the message suffix; its Go client does the same split.
+    """
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        if message.endswith(": not modified") or message == "not modified":
+            return errors.NotModified
+        if message.endswith(": conflict") or message == "conflict":
+            return errors.Conflict
+        return errors.FailedPrecondition
+    return _CODE_TO_ERROR.get(code, errors.Internal)
+
+
+def translate(exc: grpc.RpcError, what: str) -> errors.CtrexecError:
+    """Build the ctrexec error for a failed call; the caller raises it ``from exc``."""
+    code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = (exc.details() if isinstance(exc, grpc.Call) else None) or str(exc)
+    cls = error_class(code, details)
+    return cls(f"{what}: {details}")
+
+
+class Stream(Iterator[M]):
+    """A server stream whose iteration raises ctrexec errors and that can be cancelled."""
+
+    def __init__(self, call: grpc.Call, it: Iterator[M], what: str) -> None:
+        self._call = call
+        self._it = it
+        self._what = what
+
+    def __iter__(self) -> Stream[M]:
+        return self
+
+    def __next__(self) -> M:
+        try:
+            return next(self._it)
+        except grpc.RpcError as exc:
+            raise translate(exc, self._what) from exc
+
+    def cancel(self) -> None:
+        """Stop the stream from any thread; a blocked iteration then raises Canceled."""
+        self._call.cancel()
+
+
+class Connection:
+    """One gRPC channel to one containerd socket, shared by every thread.
+
+    grpc channels are thread-safe; a Connection adds no locking of its own beyond
+    guarding close().
+    """
+
+    def __init__(self, address: str, *, default_timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.address = address
+        self.default_timeout = default_timeout
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = grpc.insecure_channel(
+            f"unix://{address}",
+            options=[
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                # containerd's socket is local; one shared subchannel is enough.
+                ("grpc.enable_retries", 0),
+            ],
+        )
+
+    def _chan(self) -> grpc.Channel:
+        channel = self._channel
+        if channel is None:
+            raise errors.Unavailable(f"connection to {self.address} is closed")
+        return channel
+
+    def _timeout(self, timeout: Timeout) -> float | None:
+        if isinstance(timeout, _NoDeadline):
+            return None
+        return self.default_timeout if timeout is None else timeout
+
+    @staticmethod
+    def metadata(namespace: str | None, lease: str | None) -> list[tuple[str, str]]:
+        md: list[tuple[str, str]] = []
+        if namespace:
+            md.append((NAMESPACE_HEADER, namespace))
+        if lease:
+            md.append((LEASE_HEADER, lease))
+        return md
+
+    def unary(
+        self,
+        service: str,
+        method: str,
+        request: Message,
+        response_type: type[M],
+        *,
+        namespace: str | None = None,
+        lease: str | None = None,
+        timeout: Timeout = None,
+    ) -> M:
+        """Call one unary method and return its typed response."""
+        rpc = self._chan().unary_unary(
+            f"/{service}/{method}",
+            request_serializer=_serialize,
+            response_deserializer=response_type.FromString,
+        )
+        try:
+            response: M = rpc(
+                request,
+                metadata=self.metadata(namespace, lease),
+                timeout=self._timeout(timeout),
+            )
+        except grpc.RpcError as exc:
+            raise translate(exc, f"{_short(service)}.{method}") from exc
+        return response
+
+    def server_stream(
+        self,
+        service: str,
+        method: str,
+        request: Message,
+        response_type: type[M],
+        *,
+        namespace: str | None = None,
+        lease: str | None = None,
+        timeout: Timeout = None,
+    ) -> Stream[M]:
+        """Open a server-streaming call; iterate the result, cancel it to stop."""
+        rpc = self._chan().unary_stream(
+            f"/{service}/{method}",
+            request_serializer=_serialize,
+            response_deserializer=response_type.FromString,
+        )
+        call = rpc(
+            request, metadata=self.metadata(namespace, lease), timeout=self._timeout(timeout)
+        )
+        return Stream(call, call, f"{_short(service)}.{method}")
+
+    def bidi_stream(
+        self,
+        service: str,
+        method: str,
+        requests: Iterable[Message],
+        response_type: type[M],
+        *,
+        namespace: str | None = None,
+        lease: str | None = None,
+        timeout: Timeout = None,
+    ) -> Stream[M]:
+        """Open a bidirectional stream fed by ``requests`` (used by Content.Write)."""
+        rpc = self._chan().stream_stream(
+            f"/{service}/{method}",
+            request_serializer=_serialize,
+            response_deserializer=response_type.FromString,
+        )
+        call = rpc(
+            iter(requests), metadata=self.metadata(namespace, lease), timeout=self._timeout(timeout)
+        )
+        return Stream(call, call, f"{_short(service)}.{method}")
+
+    def close(self) -> None:
+        with self._lock:
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
+
+
+def _short(service: str) -> str:
+    return service.rsplit(".", 1)[-1]

@@ -1,0 +1,1 @@
+"""The ctrexec command line: flags in, one library call, output out."""

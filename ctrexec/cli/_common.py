@@ -1,0 +1,88 @@
+"""What every command shares: connection flags, output, and the exit-code contract.
+
+Exit codes follow docker's: 125 when ctrexec itself fails (bad flags included), 126
+when the command cannot be executed, 127 when it is not found, else the task's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ctrexec.client import ADDRESS_ENV, DEFAULT_ADDRESS, Client
+from ctrexec.daemon import EmbeddedContainerd
+from ctrexec.errors import CtrexecError, InvalidArgument
+
+EXIT_ERROR = 125
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports bad flags as one line and exit 125, like docker."""
+
+    def error(self, message: str) -> NoReturn:
+        where = self.prog.removeprefix("ctrexec").strip()
+        raise InvalidArgument(f"{where}: {message}" if where else message)
+
+
+def connection_flags() -> ArgumentParser:
+    """Flags every command that talks to containerd accepts, after the subcommand."""
+    p = ArgumentParser(add_help=False)
+    p.add_argument(
+        "--address",
+        help="containerd socket (default: $CONTAINERD_ADDRESS, the system socket, "
+        "else ctrexec's embedded containerd)",
+    )
+    p.add_argument("--namespace", "-n", help="containerd namespace (default: ctrexec)")
+    return p
+
+
+def json_flag() -> ArgumentParser:
+    p = ArgumentParser(add_help=False)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def connect(args: argparse.Namespace) -> Client:
+    """Connect as the flags say; with no address anywhere, use the embedded daemon.
+
+    An explicit ``--address`` or ``$CONTAINERD_ADDRESS`` is used strictly, so a typo
+    gives an error naming the socket rather than a silently started private daemon.
+    """
+    address = getattr(args, "address", None) or os.environ.get(ADDRESS_ENV)
+    namespace = getattr(args, "namespace", None)
+    if address:
+        return Client.connect(address, namespace=namespace)
+    if Path(DEFAULT_ADDRESS).exists():
+        return Client.connect(DEFAULT_ADDRESS, namespace=namespace)
+    daemon = EmbeddedContainerd()
+    if not daemon.is_running():
+        print(f"ctrexec: starting embedded containerd at {daemon.address}", file=sys.stderr)
+    daemon.start()
+    return Client.connect(daemon.address, namespace=namespace)
+
+
+def print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Left-aligned columns, like docker's listings."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for r in cells:
+        print("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def fail(err: CtrexecError) -> int:
+    """Print one line for a ctrexec error and return its exit code."""
+    msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    print(f"ctrexec: {msg}", file=sys.stderr)
+    return err.exit_code

@@ -1,0 +1,62 @@
+"""``ctrexec version`` and ``ctrexec info``."""
+
+from __future__ import annotations
+
+import argparse
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as dist_version
+
+import attrs
+
+from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
+
+
+def _own_version() -> str:
+    try:
+        return dist_version("ctrexec")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        server = client.version()
+    out = {
+        "client": {"version": _own_version()},
+        "server": {
+            "version": server.version,
+            "revision": server.revision,
+            "address": client.address,
+        },
+    }
+    if args.json:
+        print_json(out)
+    else:
+        print(f"ctrexec:    {out['client']['version']}")
+        print(f"containerd: {server.version} ({server.revision})")
+        print(f"address:    {client.address}")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        info = client.info()
+    if args.json:
+        print_json(attrs.asdict(info))
+        return 0
+    print(f"address:       {info.address}")
+    print(f"namespace:     {info.namespace}")
+    print(f"containerd:    {info.version.version} ({info.version.revision})")
+    print(f"namespaces:    {', '.join(info.namespaces) or '-'}")
+    print(f"snapshotters:  {', '.join(info.snapshotters) or '-'}")
+    print(f"runtimes:      {', '.join(info.runtimes) or '-'}")
+    print(f"oci runtimes:  {', '.join(info.oci_runtimes) or '-'}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
+    parents = [connection_flags(), json_flag()]
+    p = sub.add_parser("version", parents=parents, help="show ctrexec and containerd versions")
+    p.set_defaults(func=cmd_version)
+    p = sub.add_parser("info", parents=parents, help="show what containerd offers")
+    p.set_defaults(func=cmd_info)

@@ -1,0 +1,290 @@
+"""The containerd client: one connection, a namespace, leases.
+
+A :class:`Client` is cheap to share between threads (gRPC channels are thread-safe),
+and :meth:`Client.with_namespace` gives a view onto another namespace over the same
+channel. Domain modules reach containerd through :attr:`Client.rpc`; nothing above
+``_rpc`` sees a gRPC type.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Self, TypeVar
+
+import attrs
+from google.protobuf import empty_pb2
+from google.protobuf.message import Message
+
+from ctrexec import _rpc, errors
+from ctrexec._api.containerd.services.introspection.v1 import introspection_pb2
+from ctrexec._api.containerd.services.leases.v1 import leases_pb2
+from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
+from ctrexec._api.containerd.services.version.v1 import version_pb2
+from ctrexec.ids import validate_id
+
+M = TypeVar("M", bound=Message)
+
+DEFAULT_ADDRESS = _rpc.DEFAULT_ADDRESS
+ADDRESS_ENV = _rpc.ADDRESS_ENV
+
+DEFAULT_NAMESPACE = "ctrexec"
+NAMESPACE_ENV = "CTREXEC_NAMESPACE"
+#: containerd deletes a lease carrying this label once the time has passed, so a
+#: lease left by a crashed ctrexec does not pin content forever.
+LEASE_EXPIRE_LABEL = "containerd.io/gc.expire"
+DEFAULT_LEASE_TTL = timedelta(hours=1)
+
+#: Shim binaries that ``info`` reports as usable runtimes when found on PATH.
+KNOWN_RUNTIMES = {
+    "io.containerd.runc.v2": "containerd-shim-runc-v2",
+    "io.containerd.runsc.v1": "containerd-shim-runsc-v1",
+}
+KNOWN_OCI_BINARIES = ("runc", "crun", "runsc", "youki")
+
+
+@attrs.frozen
+class ServerVersion:
+    """containerd's own version and git revision."""
+
+    version: str
+    revision: str
+
+
+@attrs.frozen
+class Lease:
+    """A containerd lease: content and snapshots made under it are safe from GC."""
+
+    id: str
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Plugin:
+    """One containerd plugin as reported by the introspection service."""
+
+    type: str
+    id: str
+    ok: bool
+    error: str = ""
+
+
+@attrs.frozen
+class ServerInfo:
+    """What ``ctrexec info`` shows: where we talk, to what, and what it can run."""
+
+    address: str
+    namespace: str
+    version: ServerVersion
+    namespaces: tuple[str, ...]
+    snapshotters: tuple[str, ...]
+    runtimes: tuple[str, ...]
+    oci_runtimes: tuple[str, ...]
+
+
+class Client:
+    """A connection to containerd bound to one namespace.
+
+    Build it with :meth:`connect`, which checks the socket and that containerd answers.
+    """
+
+    def __init__(
+        self,
+        conn: _rpc.Connection,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        owns_connection: bool = True,
+    ) -> None:
+        self._conn = conn
+        self.namespace = validate_id(namespace, kind="namespace")
+        self._owns = owns_connection
+
+    @classmethod
+    def connect(
+        cls,
+        address: str | None = None,
+        *,
+        namespace: str | None = None,
+        timeout: float = _rpc.DEFAULT_TIMEOUT,
+    ) -> Self:
+        """Open a checked connection; raise ConnectError with a one-line reason if unusable."""
+        ns = (
+            namespace if namespace is not None else os.environ.get(NAMESPACE_ENV, DEFAULT_NAMESPACE)
+        )
+        validate_id(ns, kind="namespace")
+        path = _rpc.resolve_address(address)
+        _rpc.check_socket(path)
+        conn = _rpc.Connection(path, default_timeout=timeout)
+        client = cls(conn, namespace=ns)
+        try:
+            client.version(timeout=min(timeout, 10.0))
+        except errors.Unimplemented as exc:
+            conn.close()
+            raise errors.ConnectError(f"{path} does not serve containerd's API") from exc
+        except errors.CtrexecError as exc:
+            conn.close()
+            raise errors.ConnectError(f"cannot reach containerd at {path}: {exc}") from exc
+        return client
+
+    # -- plumbing -----------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        return self._conn.address
+
+    @property
+    def rpc(self) -> _rpc.Connection:
+        """The raw connection, for domain modules only."""
+        return self._conn
+
+    def call(
+        self,
+        service: str,
+        method: str,
+        request: Message,
+        response_type: type[M],
+        *,
+        lease: str | None = None,
+        timeout: _rpc.Timeout = None,
+    ) -> M:
+        """A unary call in this client's namespace."""
+        return self._conn.unary(
+            service,
+            method,
+            request,
+            response_type,
+            namespace=self.namespace,
+            lease=lease,
+            timeout=timeout,
+        )
+
+    def with_namespace(self, namespace: str) -> Client:
+        """A client for another namespace sharing this one's channel."""
+        return Client(self._conn, namespace=namespace, owns_connection=False)
+
+    def close(self) -> None:
+        if self._owns:
+            self._conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- server ---------------------------------------------------------------------
+
+    def version(self, *, timeout: float | None = None) -> ServerVersion:
+        resp = self._conn.unary(
+            _rpc.VERSION, "Version", empty_pb2.Empty(), version_pb2.VersionResponse, timeout=timeout
+        )
+        return ServerVersion(version=resp.version, revision=resp.revision)
+
+    def namespaces(self) -> list[str]:
+        resp = self._conn.unary(
+            _rpc.NAMESPACES,
+            "List",
+            namespace_pb2.ListNamespacesRequest(),
+            namespace_pb2.ListNamespacesResponse,
+        )
+        return sorted(ns.name for ns in resp.namespaces)
+
+    def ensure_namespace(self, labels: Mapping[str, str] | None = None) -> None:
+        """Create this client's namespace if missing (containerd also creates it lazily)."""
+        req = namespace_pb2.CreateNamespaceRequest(
+            namespace=namespace_pb2.Namespace(name=self.namespace, labels=dict(labels or {}))
+        )
+        # containerd publishes an event for the create, which needs the namespace header.
+        with contextlib.suppress(errors.AlreadyExists):
+            self.call(_rpc.NAMESPACES, "Create", req, namespace_pb2.CreateNamespaceResponse)
+
+    def plugins(self, *filters: str) -> list[Plugin]:
+        resp = self._conn.unary(
+            _rpc.INTROSPECTION,
+            "Plugins",
+            introspection_pb2.PluginsRequest(filters=list(filters)),
+            introspection_pb2.PluginsResponse,
+        )
+        return [
+            Plugin(
+                type=p.type,
+                id=p.id,
+                ok=not p.HasField("init_err"),
+                error=p.init_err.message if p.HasField("init_err") else "",
+            )
+            for p in resp.plugins
+        ]
+
+    def info(self) -> ServerInfo:
+        plugins = self.plugins()
+        snapshotters = tuple(
+            sorted(p.id for p in plugins if p.type == "io.containerd.snapshotter.v1" and p.ok)
+        )
+        runtimes = tuple(
+            sorted(name for name, shim in KNOWN_RUNTIMES.items() if shutil.which(shim))
+        )
+        oci = tuple(b for b in KNOWN_OCI_BINARIES if shutil.which(b))
+        return ServerInfo(
+            address=self.address,
+            namespace=self.namespace,
+            version=self.version(),
+            namespaces=tuple(self.namespaces()),
+            snapshotters=snapshotters,
+            runtimes=runtimes,
+            oci_runtimes=oci,
+        )
+
+    # -- leases -----------------------------------------------------------------------
+
+    def create_lease(
+        self,
+        *,
+        lease_id: str | None = None,
+        ttl: timedelta | None = DEFAULT_LEASE_TTL,
+        labels: Mapping[str, str] | None = None,
+    ) -> Lease:
+        """Create a lease; with a ``ttl`` containerd expires it if we never delete it."""
+        lid = (
+            validate_id(lease_id, kind="lease id")
+            if lease_id
+            else f"ctrexec-{secrets.token_hex(8)}"
+        )
+        all_labels = dict(labels or {})
+        if ttl is not None:
+            expire = datetime.now(UTC) + ttl
+            all_labels[LEASE_EXPIRE_LABEL] = expire.strftime("%Y-%m-%dT%H:%M:%SZ")
+        resp = self.call(
+            _rpc.LEASES,
+            "Create",
+            leases_pb2.CreateRequest(id=lid, labels=all_labels),
+            leases_pb2.CreateResponse,
+        )
+        return Lease(id=resp.lease.id, labels=dict(resp.lease.labels))
+
+    def delete_lease(self, lease_id: str, *, sync: bool = False) -> None:
+        self.call(
+            _rpc.LEASES,
+            "Delete",
+            leases_pb2.DeleteRequest(id=lease_id, sync=sync),
+            empty_pb2.Empty,
+        )
+
+    def leases(self) -> list[Lease]:
+        resp = self.call(_rpc.LEASES, "List", leases_pb2.ListRequest(), leases_pb2.ListResponse)
+        return [Lease(id=le.id, labels=dict(le.labels)) for le in resp.leases]
+
+    @contextlib.contextmanager
+    def lease(
+        self, *, ttl: timedelta | None = DEFAULT_LEASE_TTL, labels: Mapping[str, str] | None = None
+    ) -> Iterator[Lease]:
+        """A lease for the duration of the block, deleted on exit even after an error."""
+        lease = self.create_lease(ttl=ttl, labels=labels)
+        try:
+            yield lease
+        finally:
+            with contextlib.suppress(errors.NotFound):
+                self.delete_lease(lease.id)

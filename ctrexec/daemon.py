@@ -1,0 +1,251 @@
+"""The embedded containerd: a private daemon ctrexec starts when none is running.
+
+It has its own root, state directory and socket under directories ctrexec owns, so it
+never touches a system containerd. Starting waits until the daemon answers; stopping
+kills and deletes its tasks first (so no shim outlives it), terminates the daemon by
+pid, and detaches any mount left under its directories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import attrs
+from google.protobuf import empty_pb2
+
+from ctrexec import _rpc, errors
+from ctrexec._api.containerd.services.tasks.v1 import tasks_pb2
+from ctrexec.client import Client
+from ctrexec.mounts_table import mounts_under, unmount_all
+
+DEFAULT_STATE_DIR = Path("/run/ctrexec/containerd")
+DEFAULT_ROOT_DIR = Path("/var/lib/ctrexec/containerd")
+
+#: Plugins the embedded daemon never needs. Leaving CRI out saves memory and time;
+#: the exotic snapshotters would only log errors on a plain ext4/xfs host.
+DISABLED_PLUGINS = (
+    "io.containerd.grpc.v1.cri",
+    "io.containerd.snapshotter.v1.aufs",
+    "io.containerd.snapshotter.v1.btrfs",
+    "io.containerd.snapshotter.v1.zfs",
+    "io.containerd.snapshotter.v1.devmapper",
+    "io.containerd.tracing.processor.v1.otlp",
+    "io.containerd.internal.v1.tracing",
+)
+
+
+@attrs.frozen
+class DaemonPaths:
+    """Where one embedded containerd keeps everything."""
+
+    root: Path
+    state: Path
+
+    @property
+    def address(self) -> str:
+        return str(self.state / "containerd.sock")
+
+    @property
+    def config(self) -> Path:
+        return self.state / "config.toml"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.state / "containerd.pid"
+
+    @property
+    def log(self) -> Path:
+        return self.state / "containerd.log"
+
+    @classmethod
+    def under(cls, base: Path) -> DaemonPaths:
+        """Root and state side by side under one directory (tests, throwaway daemons)."""
+        return cls(root=base / "root", state=base / "state")
+
+
+def default_paths() -> DaemonPaths:
+    return DaemonPaths(root=DEFAULT_ROOT_DIR, state=DEFAULT_STATE_DIR)
+
+
+def render_config(paths: DaemonPaths) -> str:
+    """containerd's version-2 TOML config for a private daemon."""
+    disabled = ", ".join(f'"{p}"' for p in DISABLED_PLUGINS)
+    return (
+        "version = 2\n"
+        f'root = "{paths.root}"\n'
+        f'state = "{paths.state}"\n'
+        f"disabled_plugins = [{disabled}]\n"
+        "oom_score = -999\n\n"
+        "[grpc]\n"
+        f'  address = "{paths.address}"\n\n'
+        "[ttrpc]\n"
+        f'  address = "{paths.address}.ttrpc"\n\n'
+        "[debug]\n"
+        '  level = "info"\n\n'
+        "[metrics]\n"
+        '  address = ""\n'
+    )
+
+
+class EmbeddedContainerd:
+    """Start, find and stop one private containerd, identified by its directories."""
+
+    def __init__(self, paths: DaemonPaths | None = None, *, binary: str = "containerd") -> None:
+        self.paths = paths or default_paths()
+        self.binary = binary
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return self.paths.address
+
+    def pid(self) -> int | None:
+        """The daemon's pid when it is alive and really is our containerd."""
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc.pid
+        try:
+            pid = int(self.paths.pidfile.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        if str(self.paths.config).encode() not in cmdline:
+            return None  # the pid was recycled by something else
+        return pid
+
+    def is_running(self) -> bool:
+        return self.pid() is not None
+
+    def start(self, *, timeout: float = 30.0) -> None:
+        """Start the daemon unless it already runs, and wait until it answers."""
+        if self.is_running():
+            self._wait_ready(timeout)
+            return
+        exe = shutil.which(self.binary)
+        if exe is None:
+            raise errors.DaemonError(f"{self.binary} not found on PATH; install containerd")
+        for d in (self.paths.root, self.paths.state):
+            d.mkdir(parents=True, exist_ok=True, mode=0o711)
+        with contextlib.suppress(FileNotFoundError):
+            Path(self.address).unlink()
+        self.paths.config.write_text(render_config(self.paths))
+        log = self.paths.log.open("ab")
+        try:
+            self._proc = subprocess.Popen(
+                [exe, "--config", str(self.paths.config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            log.close()
+        self.paths.pidfile.write_text(f"{self._proc.pid}\n")
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise errors.DaemonError(
+                    f"containerd exited with {self._proc.returncode} while starting: "
+                    f"{self._log_tail()}"
+                )
+            if Path(self.address).exists():
+                try:
+                    with Client.connect(self.address, timeout=2.0) as client:
+                        client.version()
+                    return
+                except errors.CtrexecError as exc:
+                    last = exc
+            time.sleep(0.05)
+        raise errors.DaemonError(
+            f"containerd at {self.address} did not answer within {timeout:.0f}s: {last}"
+        )
+
+    def _log_tail(self) -> str:
+        try:
+            lines = self.paths.log.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        return lines[-1] if lines else "(empty log)"
+
+    def client(self, namespace: str | None = None) -> Client:
+        return Client.connect(self.address, namespace=namespace)
+
+    def kill_all_tasks(self, *, timeout: float = 10.0) -> None:
+        """Kill and delete every task in every namespace, so their shims exit."""
+        with Client.connect(self.address) as root:
+            for ns in root.namespaces():
+                client = root.with_namespace(ns)
+                tasks = client.call(
+                    _rpc.TASKS, "List", tasks_pb2.ListTasksRequest(), tasks_pb2.ListTasksResponse
+                )
+                for t in tasks.tasks:
+                    _kill_and_delete(client, t.id, timeout)
+
+    def stop(self, *, timeout: float = 10.0, kill_tasks: bool = True) -> None:
+        """Stop the daemon (and, by default, its tasks) and detach leftover mounts."""
+        pid = self.pid()
+        if pid is not None and kill_tasks:
+            with contextlib.suppress(errors.CtrexecError):
+                self.kill_all_tasks(timeout=timeout)
+        if pid is not None:
+            _terminate(pid, self._proc, timeout)
+        self._proc = None
+        with contextlib.suppress(FileNotFoundError):
+            self.paths.pidfile.unlink()
+        unmount_all(mounts_under(self.paths.state) + mounts_under(self.paths.root))
+
+
+def _kill_and_delete(client: Client, task_id: str, timeout: float) -> None:
+    with contextlib.suppress(errors.NotFound, errors.FailedPrecondition):
+        client.call(
+            _rpc.TASKS,
+            "Kill",
+            tasks_pb2.KillRequest(container_id=task_id, signal=signal.SIGKILL, all=True),
+            empty_pb2.Empty,
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            client.call(
+                _rpc.TASKS,
+                "Delete",
+                tasks_pb2.DeleteTaskRequest(container_id=task_id),
+                tasks_pb2.DeleteResponse,
+            )
+            return
+        except errors.NotFound:
+            return
+        except errors.FailedPrecondition:
+            time.sleep(0.05)  # still stopping
+
+
+def _terminate(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None:
+            if proc.poll() is not None:
+                return
+        elif not Path(f"/proc/{pid}").exists():
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    if proc is not None:
+        proc.wait(timeout=timeout)

@@ -1,0 +1,37 @@
+"""Identifier rules, checked before any side effect.
+
+containerd accepts identifiers matching ``^[A-Za-z0-9]+([._-][A-Za-z0-9]+)*$`` of at most
+76 characters for namespaces, containers, leases and snapshots keys it names itself. We
+apply the same rule on our side so a bad id is refused with a clear message before a
+single RPC is made.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ctrexec.errors import InvalidArgument
+
+MAX_ID_LENGTH = 76
+_ID_RE = re.compile(r"^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$")
+
+
+def validate_id(value: str, *, kind: str = "id") -> str:
+    """Return ``value`` when it is a valid containerd identifier, else raise InvalidArgument."""
+    if not isinstance(value, str) or value == "":
+        raise InvalidArgument(f"{kind} must not be empty")
+    shown = value.encode("unicode_escape").decode("ascii")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidArgument(
+            f"{kind} {shown[:20]!r}... is {len(value)} characters; at most {MAX_ID_LENGTH} allowed"
+        )
+    if not _ID_RE.match(value):
+        raise InvalidArgument(
+            f"invalid {kind} {shown!r}: use letters and digits, separated by single '.', '_' or '-'"
+        )
+    return value
+
+
+def is_valid_id(value: str) -> bool:
+    """True when ``value`` passes :func:`validate_id`."""
+    return isinstance(value, str) and len(value) <= MAX_ID_LENGTH and bool(_ID_RE.match(value))

@@ -1,0 +1,128 @@
+"""Session-wide test harness.
+
+- Tests are marked by folder: unit, integration, chaos.
+- Integration and chaos tests are skipped only when not root. With
+  ``CTREXEC_REQUIRE_INTEGRATION=1`` (set by scripts/test when run as root, so in CI)
+  any skipped integration or chaos test, or a run with none, fails the session.
+- One private containerd serves the whole session unless ``CTREXEC_TEST_ADDRESS``
+  names one; at the end, an audit fails the run if anything was left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_NAMESPACE = "ctrexec-test"
+TEST_IMAGE = "docker.io/library/ctrexec-test:latest"
+REQUIRE_ENV = "CTREXEC_REQUIRE_INTEGRATION"
+
+_skipped_required: list[str] = []
+_ran_integration = 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(ROOT).parts
+        kind = parts[1] if len(parts) > 2 and parts[0] == "tests" else "unit"
+        if kind in ("unit", "integration", "chaos"):
+            item.add_marker(getattr(pytest.mark, kind))
+        if kind in ("integration", "chaos") and os.geteuid() != 0:
+            item.add_marker(pytest.mark.skip(reason="needs root"))
+
+
+def _required(item: pytest.Item) -> bool:
+    return os.environ.get(REQUIRE_ENV) == "1" and (
+        item.get_closest_marker("integration") is not None
+        or item.get_closest_marker("chaos") is not None
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    global _ran_integration
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if not _required(item):
+        return
+    if report.skipped:
+        _skipped_required.append(f"{item.nodeid}: {report.longrepr}")
+    elif report.when == "call":
+        _ran_integration += 1
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get(REQUIRE_ENV) != "1" or session.config.option.collectonly:
+        return
+    if _skipped_required or _ran_integration == 0:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"{REQUIRE_ENV}=1 but integration/chaos tests were skipped or none ran:"]
+        lines += _skipped_required[:20]
+        if reporter is not None:
+            for line in lines:
+                reporter.write_line(line, red=True)
+        else:
+            print("\n".join(lines), file=sys.stderr)
+        session.exitstatus = 1
+
+
+@pytest.fixture(scope="session")
+def containerd_address() -> Iterator[str]:
+    """Address of the session's containerd: the one named by env, else a private one."""
+    from ctrexec.testing import TEST_ADDRESS_ENV, private_containerd
+
+    given = os.environ.get(TEST_ADDRESS_ENV)
+    if given:
+        yield given
+        return
+    with private_containerd() as daemon:
+        yield daemon.address
+
+
+@pytest.fixture(scope="session")
+def client(containerd_address: str) -> Iterator[object]:
+    """A client in the test namespace; the session fails if anything leaked into it."""
+    from ctrexec.client import Client
+    from ctrexec.testing import audit
+
+    c = Client.connect(containerd_address, namespace=TEST_NAMESPACE)
+    try:
+        yield c
+        leftovers = audit(c)
+        assert not leftovers, f"test run leaked in containerd: {leftovers}"
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="session")
+def test_image_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("image") / "ctrexec-test.tar"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "build-test-image"),
+            "--out",
+            str(out),
+            "--name",
+            TEST_IMAGE,
+            "--stop-signal",
+            "SIGTERM",
+        ],
+        check=True,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def test_image(containerd_address: str, test_image_archive: Path) -> str:
+    """The busybox test image, imported once per session into the test namespace."""
+    from ctrexec.testing import import_image
+
+    import_image(containerd_address, TEST_NAMESPACE, test_image_archive)
+    return TEST_IMAGE
