@@ -8,7 +8,6 @@ functions so any test framework can use them; ctrexec's own pytest fixtures wrap
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 import tempfile

@@ -72,6 +72,9 @@ FILE_MAP: dict[str, str] = {
     "ctrexec/_api/google/rpc/status.proto": "google/rpc/status.proto",
     "ctrexec/_api/cgroups/v1/metrics.proto": "github.com/containerd/cgroups/stats/v1/metrics.proto",
     "ctrexec/_api/cgroups/v2/metrics.proto": "github.com/containerd/cgroups/v2/stats/metrics.proto",
+    "ctrexec/_api/runc/options/oci.proto": (
+        "github.com/containerd/containerd/runtime/v2/runc/options/oci.proto"
+    ),
 }
 
 
@@ -113,7 +116,7 @@ def upstream_proto_files() -> list[str]:
         for p in api.rglob("*.proto")
         if "ttrpc" not in p.relative_to(api).parts  # shim-side ttrpc only
     )
-    files += [v for v in FILE_MAP.values() if v.startswith("github.com/containerd/cgroups/")]
+    files += [v for v in FILE_MAP.values() if not v.startswith(_CTRD)]
     return files
 
 
