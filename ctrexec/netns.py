@@ -1,0 +1,613 @@
+"""Named network namespaces, the ``ip netns`` way, without a single fork.
+
+A namespace is an empty file ``/run/netns/NAME`` with the namespace's nsfs inode
+bind-mounted on it. The mount keeps the namespace alive with no process inside, so
+every task of a group can die, restart or be replaced and rejoin the same network
+(the reason ctrexec exists; see the design notes).
+
+Why no fork: gRPC channels live in this process and gRPC does not support fork once
+a channel exists. ``pyroute2.netns.create`` and ``IPRoute(netns=...)`` fork a helper,
+so they are not used. Instead, the network namespace being a per-*thread* attribute,
+namespace work happens on a fresh, short-lived thread (see :mod:`ctrexec._nslib`):
+
+- :func:`create` unshares CLONE_NEWNET on that thread, bind-mounts
+  ``/proc/thread-self/ns/net`` (not ``/proc/self``: that is the main thread's) onto
+  the file and sets ``lo`` up with an ioctl, then returns to the host namespace.
+- :func:`netlink` setns()es a thread into the namespace, opens a raw NETLINK_ROUTE
+  socket there and comes back. A netlink socket stays bound to the namespace it was
+  opened in, so the caller drives it from its own thread through
+  ``IPRoute(use_socket=...)``.
+
+Names are validated before any call: pyroute2 and ``ip`` take a name containing
+"/" as a raw path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import ipaddress
+import logging
+import os
+import re
+import socket
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from ctrexec import _nslib
+from ctrexec.errors import (
+    AlreadyExists,
+    CtrexecError,
+    FailedPrecondition,
+    InvalidArgument,
+    NetworkError,
+    NotFound,
+    PermissionDenied,
+)
+
+log = logging.getLogger(__name__)
+
+#: Where ``ip netns`` keeps its names; shared with iproute2 on purpose.
+NETNS_RUN_DIR = "/run/netns"
+#: The host's network namespace, as seen by pid 1.
+HOST_NETNS = "/proc/1/ns/net"
+NAME_MAX_LEN = 64
+#: IFNAMSIZ is 16 including the terminating NUL.
+IFNAME_MAX_LEN = 15
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_IFNAME_BAD = re.compile(r"[/:\s]")
+
+_RT_TABLE_MAIN = 254
+_IFF_UP = 0x1
+
+# Serialises create/remove within this process so that ``create(exist_ok=True)``
+# never observes another thread's half-made namespace (file there, not mounted yet).
+_lock = threading.Lock()
+
+
+@attrs.frozen
+class NetNS:
+    """A named network namespace: ``path`` is what goes into an OCI spec."""
+
+    name: str
+    path: str
+
+
+@attrs.frozen
+class Interface:
+    """One link inside a namespace, as netlink reports it."""
+
+    index: int
+    name: str
+    kind: str | None
+    mac: str | None
+    mtu: int
+    up: bool
+    oper_state: str
+
+
+@attrs.frozen
+class Address:
+    """One address on a link inside a namespace."""
+
+    ifname: str
+    family: int
+    address: str
+    prefixlen: int
+
+    @property
+    def cidr(self) -> str:
+        return f"{self.address}/{self.prefixlen}"
+
+
+@attrs.frozen
+class Route:
+    """One route of the main table; ``dst`` is ``default`` or a CIDR."""
+
+    family: int
+    dst: str
+    gateway: str | None
+    ifname: str | None
+
+
+@attrs.frozen
+class NetNSInfo:
+    """A snapshot of a namespace: its inode identity, links, addresses, routes."""
+
+    path: str
+    inode: int
+    interfaces: tuple[Interface, ...]
+    addresses: tuple[Address, ...]
+    routes: tuple[Route, ...]
+
+    def interface(self, name: str) -> Interface | None:
+        return next((i for i in self.interfaces if i.name == name), None)
+
+    def addresses_of(self, ifname: str) -> tuple[Address, ...]:
+        return tuple(a for a in self.addresses if a.ifname == ifname)
+
+
+# --------------------------------------------------------------------- validation
+
+
+def validate_name(name: str) -> str:
+    """Check an ``ip netns`` name; return it unchanged.
+
+    The rule is stricter than the kernel's: it keeps names usable as a single path
+    component and in shells, and rules out ".", ".." and anything with "/".
+    """
+    if not isinstance(name, str):
+        raise InvalidArgument(f"netns name must be a string, not {type(name).__name__}")
+    if len(name) > NAME_MAX_LEN:
+        raise InvalidArgument(f"netns name {name!r} is longer than {NAME_MAX_LEN} characters")
+    if not _NAME_RE.match(name):
+        raise InvalidArgument(
+            f"invalid netns name {name!r}: use letters, digits, '_', '.', '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def validate_ifname(name: str) -> str:
+    """Check a full Linux interface name (the kernel's ``dev_valid_name``)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument("interface name must be a non-empty string")
+    if len(name.encode()) > IFNAME_MAX_LEN:
+        raise InvalidArgument(f"interface name {name!r} is longer than {IFNAME_MAX_LEN} bytes")
+    if name in (".", "..") or _IFNAME_BAD.search(name):
+        raise InvalidArgument(f"invalid interface name {name!r}")
+    return name
+
+
+def validate_ifname_part(part: str, *, max_len: int = IFNAME_MAX_LEN) -> str:
+    """Check a string that ends up *inside* an interface name (a bridge suffix...).
+
+    Callers pass the room they have left, so the assembled name still fits
+    IFNAMSIZ; the character set is the netns-name one.
+    """
+    if not isinstance(part, str) or not _NAME_RE.match(part):
+        raise InvalidArgument(f"invalid interface name part {part!r}")
+    if len(part) > max_len:
+        raise InvalidArgument(f"{part!r} is longer than {max_len} characters")
+    return part
+
+
+def resolve(spec: str | os.PathLike[str]) -> str:
+    """Turn ``--netns NAME|/abs/path`` into a path; never touches the filesystem.
+
+    A bare name means ``/run/netns/NAME``; anything with a "/" must be absolute.
+    """
+    text = os.fspath(spec)
+    if not text or "\0" in text:
+        raise InvalidArgument("empty or malformed netns reference")
+    if "/" in text:
+        if not Path(text).is_absolute():
+            raise InvalidArgument(f"netns path {text!r} must be absolute")
+        return os.path.normpath(text)
+    return str(Path(NETNS_RUN_DIR) / validate_name(text))
+
+
+# ------------------------------------------------------------------- verification
+
+
+def _host_netns_stats() -> list[os.stat_result]:
+    """pid 1's namespace and this process's own (its main thread's).
+
+    pid 1's may be unreadable (no ptrace access, e.g. in a sandbox); this process's
+    own namespace is then the best stand-in for "the host", and in any case never
+    one to hand to a task without asking.
+    """
+    out = []
+    for candidate in (HOST_NETNS, "/proc/self/ns/net"):
+        with contextlib.suppress(OSError):
+            out.append(Path(candidate).stat())
+    return out
+
+
+def _verify_fd(fd: int, path: str, *, allow_host: bool) -> os.stat_result:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidArgument(f"{path} is not a network namespace (not a regular file)")
+    if _nslib.fstatfs_type(fd) != _nslib.NSFS_MAGIC:
+        raise InvalidArgument(
+            f"{path} is not a network namespace: it is a plain file, not an nsfs "
+            "mount (a namespace that was removed, or never bind-mounted)"
+        )
+    try:
+        kind = _nslib.ns_type(fd)
+    except OSError as exc:  # kernels < 4.11 lack the ioctl; nsfs magic already matched
+        if exc.errno not in (errno.ENOTTY, errno.EINVAL):
+            raise
+        kind = _nslib.CLONE_NEWNET
+    if kind != _nslib.CLONE_NEWNET:
+        raise InvalidArgument(f"{path} is a namespace of type {kind:#x}, not a network one")
+    if not allow_host and any(_nslib.same_file(st, h) for h in _host_netns_stats()):
+        raise InvalidArgument(
+            f"{path} is the host's network namespace; host networking must be asked for explicitly"
+        )
+    return st
+
+
+def _open_ns(path: str) -> int:
+    """Open a candidate namespace file without side effects (checked before open)."""
+    try:
+        st = Path(path).stat()
+    except FileNotFoundError as exc:
+        raise NotFound(f"network namespace {path} does not exist") from exc
+    except PermissionError as exc:
+        raise PermissionDenied(f"cannot stat {path}: {exc.strerror}") from exc
+    except OSError as exc:
+        raise NetworkError(f"cannot stat {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(st.st_mode):
+        # Opening a FIFO blocks and opening a device can have effects: refuse first.
+        raise InvalidArgument(f"{path} is not a network namespace (not a regular file)")
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    except FileNotFoundError as exc:
+        raise NotFound(f"network namespace {path} does not exist") from exc
+    except PermissionError as exc:
+        raise PermissionDenied(f"cannot open {path}: {exc.strerror}") from exc
+    except OSError as exc:
+        raise NetworkError(f"cannot open {path}: {exc.strerror}") from exc
+
+
+def verify(path: str | os.PathLike[str], *, allow_host: bool = False) -> None:
+    """Check that ``path`` is a usable network namespace before anyone joins it.
+
+    runc checks almost nothing, so this is where a stale file (a namespace that was
+    removed), a mount or pid namespace, or the host's own namespace is refused:
+    NotFound when nothing is there, InvalidArgument for everything else.
+    """
+    text = os.fspath(path)
+    if not Path(text).is_absolute():
+        raise InvalidArgument(f"netns path {text!r} must be absolute")
+    fd = _open_ns(text)
+    try:
+        _verify_fd(fd, text, allow_host=allow_host)
+    except OSError as exc:
+        raise NetworkError(f"cannot inspect {text}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+
+
+def _unescape_mountinfo(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def is_mounted(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a mount point in this process's mount namespace."""
+    given = Path(os.path.normpath(Path(os.fspath(path)).absolute()))
+    target = str(given.parent.resolve() / given.name)
+    with Path("/proc/self/mountinfo").open(encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            fields = line.split(" ", 5)
+            if len(fields) > 4 and _unescape_mountinfo(fields[4]) == target:
+                return True
+    return False
+
+
+# ------------------------------------------------------------------ create/remove
+
+
+def _prepare_run_dir() -> None:
+    """Mirror ``ip netns add``: make /run/netns a shared mount point.
+
+    With shared propagation, a namespace mount made after a container started still
+    shows up in that container's mount namespace, and a umount here propagates there,
+    so the namespace can be freed. If /run/netns is not a mount point, making it
+    shared fails with EINVAL; then bind-mount it onto itself and retry, once.
+    iproute2 takes an flock on the directory around this (Debian bug #949235:
+    concurrent ``ip netns add`` runs stacked thousands of mounts); so do we.
+    """
+    Path(NETNS_RUN_DIR).mkdir(mode=0o755, exist_ok=True)
+    lock = os.open(NETNS_RUN_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError as exc:  # like iproute2: warn, proceed
+            log.warning("cannot flock %s: %s", NETNS_RUN_DIR, exc)
+        made_mount = False
+        while True:
+            try:
+                _nslib.mount("", NETNS_RUN_DIR, "none", _nslib.MS_SHARED | _nslib.MS_REC)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EINVAL or made_mount:
+                    raise
+            _nslib.mount(NETNS_RUN_DIR, NETNS_RUN_DIR, "none", _nslib.MS_BIND | _nslib.MS_REC)
+            made_mount = True
+    finally:
+        os.close(lock)  # also drops the flock
+
+
+def _unshare_and_pin(path: str) -> None:
+    """Runs on a fresh thread: new namespace, pinned at ``path``, ``lo`` up."""
+
+    def inside() -> None:
+        _nslib.mount(_nslib.THREAD_NETNS, path, "none", _nslib.MS_BIND)
+        _nslib.set_link_up("lo")
+
+    _nslib.in_netns(None, inside)
+
+
+def _discard(path: str) -> None:
+    """Undo a (partial) namespace file: detach every mount on it, then unlink."""
+    for _ in range(16):  # stacked mounts are possible; never loop forever
+        try:
+            _nslib.umount2(path, _nslib.MNT_DETACH)
+        except OSError as exc:
+            if exc.errno in (errno.EINVAL, errno.ENOENT):
+                break
+            raise
+    Path(path).unlink(missing_ok=True)
+
+
+def _os_error(what: str, exc: OSError) -> CtrexecError:
+    if exc.errno in (errno.EPERM, errno.EACCES):
+        return PermissionDenied(f"{what}: {exc.strerror} (needs root / CAP_SYS_ADMIN)")
+    return NetworkError(f"{what}: {exc.strerror or exc}")
+
+
+def create(name: str, *, exist_ok: bool = False) -> NetNS:
+    """Create and pin ``/run/netns/NAME`` with ``lo`` up; fork-free.
+
+    AlreadyExists if the name is taken, unless ``exist_ok`` -- then the existing
+    file must be a live network namespace (FailedPrecondition otherwise: a stale
+    file is not silently reused). On any failure nothing is left behind: no file,
+    no mount.
+    """
+    validate_name(name)
+    path = str(Path(NETNS_RUN_DIR) / name)
+    with _lock:
+        try:
+            _prepare_run_dir()
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0)
+        except FileExistsError as exc:
+            if not exist_ok:
+                raise AlreadyExists(f"network namespace {name!r} already exists") from exc
+            try:
+                verify(path)
+            except (InvalidArgument, NotFound) as bad:
+                raise FailedPrecondition(
+                    f"{path} exists but is not a live network namespace ({bad}); remove it first"
+                ) from bad
+            return NetNS(name=name, path=path)
+        except OSError as exc:
+            raise _os_error(f"cannot create {path}", exc) from exc
+        os.close(fd)
+        try:
+            _nslib.run_in_fresh_thread(lambda: _unshare_and_pin(path))
+        except BaseException as exc:
+            try:
+                _discard(path)
+            except OSError:
+                log.exception("could not clean up %s after a failed create", path)
+            if isinstance(exc, OSError):
+                raise _os_error(f"cannot create network namespace {name!r}", exc) from exc
+            raise
+    return NetNS(name=name, path=path)
+
+
+def remove(name_or_path: str | os.PathLike[str]) -> None:
+    """Unpin a namespace: detach its mount and unlink the file (``ip netns del``).
+
+    NotFound if absent. Refuses anything that is neither a namespace mount nor the
+    empty file a crashed create may leave, so a wrong path cannot delete data.
+    Processes still inside the namespace keep it alive; it is freed when they exit.
+    """
+    path = resolve(name_or_path)
+    if path == "/proc" or path.startswith("/proc/"):
+        raise InvalidArgument(f"refusing to remove {path}")
+    with _lock:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError as exc:
+            raise NotFound(f"network namespace {path} does not exist") from exc
+        except OSError as exc:
+            raise _os_error(f"cannot stat {path}", exc) from exc
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidArgument(f"{path} is not a network namespace file")
+        if is_mounted(path):
+            fd = _open_ns(path)
+            try:
+                if _nslib.fstatfs_type(fd) != _nslib.NSFS_MAGIC:
+                    raise InvalidArgument(f"{path} has a non-namespace mount on it")
+                with contextlib.suppress(OSError):
+                    if _nslib.ns_type(fd) != _nslib.CLONE_NEWNET:
+                        raise InvalidArgument(f"{path} is not a network namespace")
+            finally:
+                os.close(fd)
+        elif st.st_size != 0:
+            raise InvalidArgument(f"{path} is a non-empty regular file, not a namespace")
+        try:
+            _discard(path)
+        except OSError as exc:
+            raise _os_error(f"cannot remove {path}", exc) from exc
+
+
+def list_namespaces() -> list[NetNS]:
+    """Every valid name under /run/netns, sorted; stale files included."""
+    try:
+        entries = sorted(os.scandir(NETNS_RUN_DIR), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise _os_error(f"cannot list {NETNS_RUN_DIR}", exc) from exc
+    out = []
+    for entry in entries:
+        if _NAME_RE.match(entry.name) and len(entry.name) <= NAME_MAX_LEN:
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False):
+                    out.append(NetNS(name=entry.name, path=entry.path))
+    return out
+
+
+# --------------------------------------------------------------------- netlink
+
+
+def _translate_netlink(exc: NetlinkError) -> CtrexecError:
+    code = exc.code
+    message = f"netlink: {os.strerror(code) if code else exc}"
+    if code == errno.EEXIST:
+        return AlreadyExists(message)
+    if code in (errno.ENOENT, errno.ENODEV, errno.ESRCH, errno.EADDRNOTAVAIL):
+        return NotFound(message)
+    if code in (errno.EPERM, errno.EACCES):
+        return PermissionDenied(message)
+    if code == errno.EINVAL:
+        return InvalidArgument(message)
+    return NetworkError(message)
+
+
+def _open_rtnl_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+@contextlib.contextmanager
+def netlink(path: str | os.PathLike[str], *, allow_host: bool = False) -> Iterator[Any]:
+    """An ``IPRoute`` whose socket lives in the namespace at ``path``; fork-free.
+
+    The socket is opened on a throwaway thread that setns()es into the namespace;
+    the IPRoute itself is built here, on the caller's thread, around that socket.
+    Use it only from the thread that entered the ``with``: pyroute2 keeps sockets
+    per thread and, from another thread, raises rather than silently opening a new
+    socket in the host namespace. NetlinkErrors raised in the body come out as
+    ctrexec errors (EEXIST -> AlreadyExists, ENODEV/ENOENT -> NotFound, ...).
+    """
+    text = os.fspath(path)
+    if not Path(text).is_absolute():
+        raise InvalidArgument(f"netns path {text!r} must be absolute")
+    fd = _open_ns(text)
+    try:
+        _verify_fd(fd, text, allow_host=allow_host)
+        sock = _nslib.run_in_fresh_thread(lambda: _nslib.in_netns(fd, _open_rtnl_socket))
+    except OSError as exc:
+        raise _os_error(f"cannot open netlink in {text}", exc) from exc
+    finally:
+        os.close(fd)
+    try:
+        ipr = IPRoute(use_socket=sock)
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        yield ipr
+    except NetlinkError as exc:
+        raise _translate_netlink(exc) from exc
+    finally:
+        ipr.close()
+        sock.close()
+
+
+def _attr(msg: Any, name: str) -> Any:
+    return msg.get_attr(name)
+
+
+def _link_kind(msg: Any) -> str | None:
+    info = _attr(msg, "IFLA_LINKINFO")
+    return None if info is None else info.get_attr("IFLA_INFO_KIND")
+
+
+def inspect(path: str | os.PathLike[str], *, allow_host: bool = False) -> NetNSInfo:
+    """Links (mac, mtu, state), addresses and main-table routes of a namespace."""
+    text = os.fspath(path)
+    with netlink(text, allow_host=allow_host) as ipr:
+        try:
+            links = list(ipr.link("dump"))
+            addrs = list(ipr.addr("dump"))
+            routes = list(ipr.route("dump"))
+        except OSError as exc:
+            raise _os_error(f"netlink dump in {text} failed", exc) from exc
+    names: dict[int, str] = {}
+    interfaces = []
+    for msg in links:
+        name = _attr(msg, "IFLA_IFNAME") or f"if{msg['index']}"
+        names[msg["index"]] = name
+        interfaces.append(
+            Interface(
+                index=msg["index"],
+                name=name,
+                kind=_link_kind(msg),
+                mac=_attr(msg, "IFLA_ADDRESS"),
+                mtu=_attr(msg, "IFLA_MTU") or 0,
+                up=bool(msg["flags"] & _IFF_UP),
+                oper_state=_attr(msg, "IFLA_OPERSTATE") or "UNKNOWN",
+            )
+        )
+    addresses = []
+    for msg in addrs:
+        address = _attr(msg, "IFA_LOCAL") or _attr(msg, "IFA_ADDRESS")
+        if address is None:
+            continue
+        addresses.append(
+            Address(
+                ifname=names.get(msg["index"], f"if{msg['index']}"),
+                family=ipaddress.ip_address(address).version,
+                address=address,
+                prefixlen=msg["prefixlen"],
+            )
+        )
+    route_list = []
+    for msg in routes:
+        table = _attr(msg, "RTA_TABLE") or msg["table"]
+        if table != _RT_TABLE_MAIN or msg["family"] not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        dst = _attr(msg, "RTA_DST")
+        oif = _attr(msg, "RTA_OIF")
+        route_list.append(
+            Route(
+                family=4 if msg["family"] == socket.AF_INET else 6,
+                dst="default" if dst is None else f"{dst}/{msg['dst_len']}",
+                gateway=_attr(msg, "RTA_GATEWAY"),
+                ifname=names.get(oif) if oif is not None else None,
+            )
+        )
+    try:
+        inode = Path(text).stat().st_ino
+    except OSError as exc:
+        raise _os_error(f"cannot stat {text}", exc) from exc
+    return NetNSInfo(
+        path=text,
+        inode=inode,
+        interfaces=tuple(interfaces),
+        addresses=tuple(addresses),
+        routes=tuple(route_list),
+    )
+
+
+__all__ = [
+    "HOST_NETNS",
+    "NETNS_RUN_DIR",
+    "Address",
+    "Interface",
+    "NetNS",
+    "NetNSInfo",
+    "Route",
+    "create",
+    "inspect",
+    "is_mounted",
+    "list_namespaces",
+    "netlink",
+    "remove",
+    "resolve",
+    "validate_ifname",
+    "validate_ifname_part",
+    "validate_name",
+    "verify",
+]
