@@ -16,7 +16,7 @@ import stat
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -141,6 +141,32 @@ class Stream(Iterator[M]):
         self._call.cancel()
 
 
+class Pending(Generic[M]):
+    """A unary call in flight, so a caller can arm it (Tasks.Wait) before acting."""
+
+    def __init__(self, future: grpc.Future, what: str) -> None:
+        self._future = future
+        self._what = what
+
+    def result(self, timeout: float | None = None) -> M:
+        """The response; DeadlineExceeded if it has not come within ``timeout`` seconds."""
+        try:
+            response: M = self._future.result(timeout=timeout)
+        except grpc.FutureTimeoutError as exc:
+            raise errors.DeadlineExceeded(f"{self._what}: no answer within {timeout}s") from exc
+        except grpc.FutureCancelledError as exc:
+            raise errors.Canceled(f"{self._what}: cancelled") from exc
+        except grpc.RpcError as exc:
+            raise translate(exc, self._what) from exc
+        return response
+
+    def done(self) -> bool:
+        return bool(self._future.done())
+
+    def cancel(self) -> None:
+        self._future.cancel()
+
+
 class Connection:
     """One gRPC channel to one containerd socket, shared by every thread.
 
@@ -208,6 +234,28 @@ class Connection:
         except grpc.RpcError as exc:
             raise translate(exc, f"{_short(service)}.{method}") from exc
         return response
+
+    def unary_future(
+        self,
+        service: str,
+        method: str,
+        request: Message,
+        response_type: type[M],
+        *,
+        namespace: str | None = None,
+        lease: str | None = None,
+        timeout: Timeout = None,
+    ) -> Pending[M]:
+        """Send a unary call now and collect its answer later."""
+        rpc = self._chan().unary_unary(
+            f"/{service}/{method}",
+            request_serializer=_serialize,
+            response_deserializer=response_type.FromString,
+        )
+        future = rpc.future(
+            request, metadata=self.metadata(namespace, lease), timeout=self._timeout(timeout)
+        )
+        return Pending(future, f"{_short(service)}.{method}")
 
     def server_stream(
         self,

@@ -1,0 +1,73 @@
+"""Every label and annotation key ctrexec writes, in one place.
+
+ctrexec has no database: what it needs to find its objects again after a restart is
+written as labels on containerd's own records. Users may not set keys under these
+prefixes (nor under ``containerd.io/``), so nothing they pass can forge ownership.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ctrexec.errors import InvalidArgument
+
+PREFIX = "io.ctrexec."
+CONTAINERD_PREFIX = "containerd.io/"
+
+#: Marks a container as created by ctrexec; ``ps`` and ``gc`` look only at these.
+MANAGED = "io.ctrexec.managed"
+#: The group (allocation) a task belongs to; shared netns and shim.
+GROUP = "io.ctrexec.group"
+#: How the network namespace was chosen: "path", "host" or "none".
+NETNS_MODE = "io.ctrexec.netns.mode"
+#: The network namespace path written into the spec.
+NETNS_PATH = "io.ctrexec.netns.path"
+#: Where the log driver writes the task's stdout and stderr.
+LOG_PATH = "io.ctrexec.log.path"
+#: The signal and grace period ``stop`` uses.
+STOP_SIGNAL = "io.ctrexec.stop.signal"
+STOP_TIMEOUT = "io.ctrexec.stop.timeout"
+#: The image reference the user asked for, before normalisation.
+IMAGE_REF = "io.ctrexec.image.ref"
+#: Remove the container when its task exits (``run --rm``).
+AUTO_REMOVE = "io.ctrexec.auto-remove"
+#: Restart policy, read by ``ctrexec supervise``.
+RESTART_POLICY = "io.ctrexec.restart.policy"
+RESTART_MAX = "io.ctrexec.restart.max-attempts"
+RESTART_DELAY = "io.ctrexec.restart.delay"
+
+#: Container extension holding the JSON TaskConfig, so recovery can rebuild it.
+CONFIG_EXTENSION = "io.ctrexec.task-config"
+CONFIG_TYPE_URL = "types.ctrexec.io/TaskConfig/v1"
+
+#: runc v2 shim annotation: containers with the same value share one shim process.
+SHIM_GROUP_ANNOTATION = "io.containerd.runc.v2.group"
+
+MAX_LABEL_BYTES = 4096
+
+
+def validate_user_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """Refuse reserved or oversized user labels before anything is created."""
+    out: dict[str, str] = {}
+    for key, value in labels.items():
+        if not key or any(c.isspace() for c in key):
+            raise InvalidArgument(f"invalid label key {key!r}")
+        if key.startswith(CONTAINERD_PREFIX):
+            raise InvalidArgument(f"label {key!r} is reserved for containerd")
+        if key.startswith(PREFIX):
+            raise InvalidArgument(f"label {key!r} is reserved for ctrexec")
+        if len(key.encode()) + len(value.encode()) > MAX_LABEL_BYTES:
+            raise InvalidArgument(f"label {key!r} is longer than {MAX_LABEL_BYTES} bytes")
+        out[key] = value
+    return out
+
+
+def parse_key_values(items: list[str], *, what: str = "label") -> dict[str, str]:
+    """``K=V`` strings from the command line into a dict; ``K`` alone means empty value."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not key:
+            raise InvalidArgument(f"invalid {what} {item!r}: expected KEY=VALUE")
+        out[key] = value if sep else ""
+    return out

@@ -1,0 +1,86 @@
+"""Decoding Tasks.Metrics into one shape for cgroup v1 and v2.
+
+containerd returns an Any whose type tells the cgroup version. Schedulers want the
+same few numbers either way (cpu time, memory in use and its limit, pids), so both
+are mapped onto :class:`Stats`. Memory "in use" follows docker: usage minus the
+inactive page cache, which the kernel can reclaim at once.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import attrs
+from google.protobuf import any_pb2
+
+from ctrexec.errors import Internal
+
+V1_TYPE = "io.containerd.cgroups.v1.Metrics"
+V2_TYPE = "io.containerd.cgroups.v2.Metrics"
+#: cgroup v1 reports "no limit" as the largest page-aligned int64.
+_V1_UNLIMITED = 0x7FFFFFFFFFFFF000
+
+
+@attrs.frozen
+class Stats:
+    """Resource use of one task at one moment."""
+
+    cgroup_version: int
+    cpu_usage_ns: int
+    cpu_user_ns: int
+    cpu_system_ns: int
+    memory_usage: int
+    memory_working_set: int
+    memory_limit: int | None
+    pids_current: int
+    pids_limit: int | None
+    read_at: datetime = attrs.field(factory=lambda: datetime.now(UTC))
+
+    def to_json(self) -> dict[str, object]:
+        data = attrs.asdict(self)
+        data["read_at"] = self.read_at.isoformat()
+        return data
+
+
+def _type_name(data: any_pb2.Any) -> str:
+    return data.type_url.rsplit("/", 1)[-1]
+
+
+def decode(data: any_pb2.Any) -> Stats:
+    """Decode a Metrics Any from containerd, either cgroup version."""
+    from ctrexec._api.cgroups.v1 import metrics_pb2 as v1
+    from ctrexec._api.cgroups.v2 import metrics_pb2 as v2
+
+    name = _type_name(data)
+    if name == V1_TYPE:
+        m1 = v1.Metrics.FromString(data.value)
+        mem = m1.memory
+        usage = mem.usage.usage
+        limit = mem.usage.limit
+        inactive = mem.total_inactive_file or mem.inactive_file
+        return Stats(
+            cgroup_version=1,
+            cpu_usage_ns=m1.cpu.usage.total,
+            cpu_user_ns=m1.cpu.usage.user,
+            cpu_system_ns=m1.cpu.usage.kernel,
+            memory_usage=usage,
+            memory_working_set=max(usage - inactive, 0),
+            memory_limit=None if limit == 0 or limit >= _V1_UNLIMITED else limit,
+            pids_current=m1.pids.current,
+            pids_limit=m1.pids.limit or None,
+        )
+    if name == V2_TYPE:
+        m2 = v2.Metrics.FromString(data.value)
+        mem2 = m2.memory
+        return Stats(
+            cgroup_version=2,
+            cpu_usage_ns=m2.cpu.usage_usec * 1000,
+            cpu_user_ns=m2.cpu.user_usec * 1000,
+            cpu_system_ns=m2.cpu.system_usec * 1000,
+            memory_usage=mem2.usage,
+            memory_working_set=max(mem2.usage - mem2.inactive_file, 0),
+            memory_limit=mem2.usage_limit if 0 < mem2.usage_limit < 2**63 else None,
+            pids_current=m2.pids.current,
+            pids_limit=m2.pids.limit or None,
+        )
+    raise Internal(f"unknown metrics type {data.type_url!r}")

@@ -1,0 +1,341 @@
+"""Tasks and processes: the running side of a container.
+
+In containerd's vocabulary a Container is a record, a Task is its running init
+process, and a Process is anything that runs in it (an exec'd process included).
+These functions are thin, typed wrappers over the Tasks service; policy (stop
+timeouts, restarts) lives in the executor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import signal as signals
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+from google.protobuf import any_pb2, empty_pb2
+
+from ctrexec import _rpc, errors
+from ctrexec._api.containerd.services.tasks.v1 import tasks_pb2
+from ctrexec._api.containerd.types import mount_pb2
+from ctrexec._api.containerd.types.task import task_pb2
+from ctrexec.client import Client
+
+PROCESS_SPEC_TYPE_URL = "types.containerd.io/opencontainers/runtime-spec/1/Process"
+
+
+class Status(enum.Enum):
+    """A process's state, as containerd reports it."""
+
+    UNKNOWN = "unknown"
+    CREATED = "created"
+    RUNNING = "running"
+    STOPPED = "stopped"
+    PAUSED = "paused"
+    PAUSING = "pausing"
+
+    @classmethod
+    def from_proto(cls, value: int) -> Status:
+        known = {int(v): k for k, v in task_pb2.Status.items()}
+        name = known.get(value, "UNKNOWN")
+        return cls[name] if name in cls.__members__ else cls.UNKNOWN
+
+
+@attrs.frozen
+class ExitStatus:
+    """How a process ended. ``code`` is the shell-style code: 128+N for signal N."""
+
+    code: int
+    exited_at: datetime | None = None
+
+    @property
+    def signal(self) -> int | None:
+        """The killing signal, when the code says the process died of one."""
+        return self.code - 128 if 128 < self.code < 128 + 65 else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "exited_at": self.exited_at.isoformat() if self.exited_at else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ExitStatus:
+        at = data.get("exited_at")
+        return cls(code=int(data["code"]), exited_at=datetime.fromisoformat(at) if at else None)
+
+
+@attrs.frozen
+class ProcessState:
+    """A snapshot of one task or process."""
+
+    container_id: str
+    exec_id: str
+    pid: int
+    status: Status
+    exit: ExitStatus | None
+
+
+@attrs.frozen
+class Stdio:
+    """Where the shim connects a process's streams: fifo paths or file://, binary:// URIs."""
+
+    stdin: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    terminal: bool = False
+
+
+def _time(ts: Any) -> datetime | None:
+    if ts is None or (ts.seconds == 0 and ts.nanos == 0):
+        return None
+    return datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=UTC)
+
+
+def _exit(code: int, ts: Any) -> ExitStatus:
+    # containerd reports 255 for a process it could not reap properly; keep it.
+    return ExitStatus(code=int(code), exited_at=_time(ts))
+
+
+def create(
+    client: Client,
+    container_id: str,
+    *,
+    rootfs: Sequence[mount_pb2.Mount],
+    stdio: Stdio,
+    options: any_pb2.Any | None = None,
+) -> int:
+    """Create the task (runc create): the init process exists but has not run yet."""
+    req = tasks_pb2.CreateTaskRequest(
+        container_id=container_id,
+        rootfs=list(rootfs),
+        stdin=stdio.stdin,
+        stdout=stdio.stdout,
+        stderr=stdio.stderr,
+        terminal=stdio.terminal,
+    )
+    if options is not None:
+        req.options.CopyFrom(options)
+    resp = client.call(_rpc.TASKS, "Create", req, tasks_pb2.CreateTaskResponse, timeout=60.0)
+    return int(resp.pid)
+
+
+def arm_wait(client: Client, container_id: str, exec_id: str = "") -> _rpc.Pending[Any]:
+    """Send Wait now, before Start, so an exit that comes at once is never missed."""
+    return client.rpc.unary_future(
+        _rpc.TASKS,
+        "Wait",
+        tasks_pb2.WaitRequest(container_id=container_id, exec_id=exec_id),
+        tasks_pb2.WaitResponse,
+        namespace=client.namespace,
+        timeout=_rpc.NO_DEADLINE,
+    )
+
+
+def collect(pending: _rpc.Pending[Any], timeout: float | None = None) -> ExitStatus:
+    """The exit status from an armed Wait."""
+    resp = pending.result(timeout)
+    return _exit(resp.exit_status, resp.exited_at)
+
+
+def start(client: Client, container_id: str, exec_id: str = "") -> int:
+    resp = client.call(
+        _rpc.TASKS,
+        "Start",
+        tasks_pb2.StartRequest(container_id=container_id, exec_id=exec_id),
+        tasks_pb2.StartResponse,
+        timeout=60.0,
+    )
+    return int(resp.pid)
+
+
+def get(client: Client, container_id: str, exec_id: str = "") -> ProcessState:
+    resp = client.call(
+        _rpc.TASKS,
+        "Get",
+        tasks_pb2.GetRequest(container_id=container_id, exec_id=exec_id),
+        tasks_pb2.GetResponse,
+    )
+    p = resp.process
+    status = Status.from_proto(p.status)
+    return ProcessState(
+        container_id=container_id,
+        exec_id=exec_id,
+        pid=int(p.pid),
+        status=status,
+        exit=_exit(p.exit_status, p.exited_at) if status is Status.STOPPED else None,
+    )
+
+
+def find(client: Client, container_id: str) -> ProcessState | None:
+    """The task's state, or None when the container has no task."""
+    try:
+        return get(client, container_id)
+    except errors.NotFound:
+        return None
+
+
+def list_tasks(client: Client) -> list[ProcessState]:
+    resp = client.call(
+        _rpc.TASKS, "List", tasks_pb2.ListTasksRequest(), tasks_pb2.ListTasksResponse
+    )
+    out = []
+    for p in resp.tasks:
+        status = Status.from_proto(p.status)
+        out.append(
+            ProcessState(
+                container_id=p.id,
+                exec_id="",
+                pid=int(p.pid),
+                status=status,
+                exit=_exit(p.exit_status, p.exited_at) if status is Status.STOPPED else None,
+            )
+        )
+    return out
+
+
+def kill(
+    client: Client, container_id: str, sig: int, *, exec_id: str = "", all_processes: bool = False
+) -> None:
+    """Send a signal. A task that already stopped is not an error."""
+    with contextlib.suppress(errors.NotFound):
+        client.call(
+            _rpc.TASKS,
+            "Kill",
+            tasks_pb2.KillRequest(
+                container_id=container_id, exec_id=exec_id, signal=sig, all=all_processes
+            ),
+            empty_pb2.Empty,
+        )
+
+
+def delete(client: Client, container_id: str) -> ExitStatus | None:
+    """Delete a stopped task and return its exit; None when there was no task."""
+    try:
+        resp = client.call(
+            _rpc.TASKS,
+            "Delete",
+            tasks_pb2.DeleteTaskRequest(container_id=container_id),
+            tasks_pb2.DeleteResponse,
+            timeout=60.0,
+        )
+    except errors.NotFound:
+        return None
+    return _exit(resp.exit_status, resp.exited_at)
+
+
+def force_delete(client: Client, container_id: str, *, timeout: float = 10.0) -> ExitStatus | None:
+    """SIGKILL every process of the task, wait for it to stop, then delete it."""
+    state = find(client, container_id)
+    if state is None:
+        return None
+    if state.status is Status.PAUSED:
+        with contextlib.suppress(errors.CtrexecError):
+            resume(client, container_id)
+    if state.status is not Status.STOPPED:
+        pending = arm_wait(client, container_id)
+        kill(client, container_id, signals.SIGKILL, all_processes=True)
+        try:
+            collect(pending, timeout)
+        except errors.NotFound:
+            return None
+        finally:
+            pending.cancel()
+    return delete(client, container_id)
+
+
+def exec_process(
+    client: Client,
+    container_id: str,
+    exec_id: str,
+    process_spec: dict[str, Any],
+    stdio: Stdio,
+) -> None:
+    """Register an exec'd process; it runs once :func:`start` is called with its id."""
+    spec = any_pb2.Any(type_url=PROCESS_SPEC_TYPE_URL, value=json.dumps(process_spec).encode())
+    client.call(
+        _rpc.TASKS,
+        "Exec",
+        tasks_pb2.ExecProcessRequest(
+            container_id=container_id,
+            exec_id=exec_id,
+            stdin=stdio.stdin,
+            stdout=stdio.stdout,
+            stderr=stdio.stderr,
+            terminal=stdio.terminal,
+            spec=spec,
+        ),
+        empty_pb2.Empty,
+        timeout=60.0,
+    )
+
+
+def delete_process(client: Client, container_id: str, exec_id: str) -> ExitStatus | None:
+    try:
+        resp = client.call(
+            _rpc.TASKS,
+            "DeleteProcess",
+            tasks_pb2.DeleteProcessRequest(container_id=container_id, exec_id=exec_id),
+            tasks_pb2.DeleteResponse,
+        )
+    except errors.NotFound:
+        return None
+    return _exit(resp.exit_status, resp.exited_at)
+
+
+def pause(client: Client, container_id: str) -> None:
+    client.call(
+        _rpc.TASKS,
+        "Pause",
+        tasks_pb2.PauseTaskRequest(container_id=container_id),
+        empty_pb2.Empty,
+    )
+
+
+def resume(client: Client, container_id: str) -> None:
+    client.call(
+        _rpc.TASKS,
+        "Resume",
+        tasks_pb2.ResumeTaskRequest(container_id=container_id),
+        empty_pb2.Empty,
+    )
+
+
+def metrics(client: Client, container_id: str) -> any_pb2.Any | None:
+    """The raw cgroup metrics Any for one task (decode with :mod:`ctrexec.stats`)."""
+    resp = client.call(
+        _rpc.TASKS,
+        "Metrics",
+        tasks_pb2.MetricsRequest(filters=[f"id=={container_id}"]),
+        tasks_pb2.MetricsResponse,
+    )
+    for m in resp.metrics:
+        if m.id == container_id:
+            return m.data
+    return None
+
+
+def wait_stopped(client: Client, container_id: str, timeout: float) -> ExitStatus | None:
+    """Wait up to ``timeout`` for the task to stop; None if it is still running then."""
+    pending = arm_wait(client, container_id)
+    try:
+        return collect(pending, timeout)
+    except errors.DeadlineExceeded:
+        return None
+    finally:
+        pending.cancel()
+
+
+def wait_until(predicate: Any, timeout: float, interval: float = 0.02) -> bool:
+    """Poll ``predicate`` until true or ``timeout``; for states no event announces."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
