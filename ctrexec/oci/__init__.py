@@ -1,0 +1,169 @@
+"""Pure builders for the OCI runtime spec that containerd hands to runc.
+
+The spec is a JSON-shaped ``dict``. Options are functions ``with_*(...)`` that
+return a :data:`SpecOpt`: a function from a spec to a *new* spec (the input is
+never modified). :func:`build_spec` starts from :func:`default_spec` and applies
+options in order::
+
+    spec = build_spec(
+        with_args(resolve_args(img.entrypoint, img.cmd, user_cmd=["sh"])),
+        with_env(img.env),
+        with_env(user_env),
+        with_network_namespace("/run/netns/group-a"),
+        with_memory_limit("512m"),
+    )
+
+Every function here is pure except :func:`resolve_user` / ``read_rootfs_file``
+(read an unpacked rootfs), :func:`validate_mount_sources` (looks at host paths)
+and :func:`with_devices` (stats host devices when the option is made).
+Bad input raises :class:`ctrexec.errors.InvalidArgument`.
+"""
+
+from __future__ import annotations
+
+from ctrexec.oci._base import Spec, SpecOpt, apply_opts
+from ctrexec.oci.caps import (
+    ALL_CAPABILITIES,
+    DEFAULT_CAPABILITIES,
+    expand_capabilities,
+    normalize_capability,
+    with_added_capabilities,
+    with_capabilities,
+    with_dropped_capabilities,
+)
+from ctrexec.oci.mounts import (
+    DEFAULT_PROTECTED_PATHS,
+    Device,
+    Mount,
+    check_mount_source,
+    parse_device,
+    parse_tmpfs,
+    parse_volume,
+    validate_mount_sources,
+    with_bind_mount,
+    with_devices,
+    with_mount,
+    with_mounts,
+    with_readonly_rootfs,
+    with_tmpfs,
+)
+from ctrexec.oci.namespaces import (
+    NAMESPACE_TYPES,
+    find_namespace,
+    with_host_namespace,
+    with_host_network,
+    with_hostname,
+    with_namespace,
+    with_network_namespace,
+    with_sysctls,
+)
+from ctrexec.oci.privileged import with_privileged
+from ctrexec.oci.process import (
+    DEFAULT_PATH,
+    merge_env,
+    resolve_args,
+    with_args,
+    with_cwd,
+    with_env,
+    with_no_new_privileges,
+    with_oom_score_adj,
+    with_rlimits,
+    with_tty,
+    with_user_ids,
+)
+from ctrexec.oci.resources import (
+    MIN_MEMORY_BYTES,
+    parse_size,
+    with_cgroups_path,
+    with_cpu_shares,
+    with_cpus,
+    with_cpuset,
+    with_memory_limit,
+    with_memory_swap,
+    with_pids_limit,
+)
+from ctrexec.oci.seccomp import (
+    load_default_profile,
+    validate_profile,
+    with_default_seccomp,
+    with_seccomp,
+)
+from ctrexec.oci.spec import OCI_VERSION, build_spec, default_spec, with_annotations
+from ctrexec.oci.user import (
+    ResolvedUser,
+    parse_group,
+    parse_passwd,
+    read_rootfs_file,
+    resolve_user,
+    resolve_user_spec,
+)
+
+__all__ = [
+    "ALL_CAPABILITIES",
+    "DEFAULT_CAPABILITIES",
+    "DEFAULT_PATH",
+    "DEFAULT_PROTECTED_PATHS",
+    "MIN_MEMORY_BYTES",
+    "NAMESPACE_TYPES",
+    "OCI_VERSION",
+    "Device",
+    "Mount",
+    "ResolvedUser",
+    "Spec",
+    "SpecOpt",
+    "apply_opts",
+    "build_spec",
+    "check_mount_source",
+    "default_spec",
+    "expand_capabilities",
+    "find_namespace",
+    "load_default_profile",
+    "merge_env",
+    "normalize_capability",
+    "parse_device",
+    "parse_group",
+    "parse_passwd",
+    "parse_size",
+    "parse_tmpfs",
+    "parse_volume",
+    "read_rootfs_file",
+    "resolve_args",
+    "resolve_user",
+    "resolve_user_spec",
+    "validate_mount_sources",
+    "validate_profile",
+    "with_added_capabilities",
+    "with_annotations",
+    "with_args",
+    "with_bind_mount",
+    "with_capabilities",
+    "with_cgroups_path",
+    "with_cpu_shares",
+    "with_cpus",
+    "with_cpuset",
+    "with_cwd",
+    "with_default_seccomp",
+    "with_devices",
+    "with_dropped_capabilities",
+    "with_env",
+    "with_host_namespace",
+    "with_host_network",
+    "with_hostname",
+    "with_memory_limit",
+    "with_memory_swap",
+    "with_mount",
+    "with_mounts",
+    "with_namespace",
+    "with_network_namespace",
+    "with_no_new_privileges",
+    "with_oom_score_adj",
+    "with_pids_limit",
+    "with_privileged",
+    "with_readonly_rootfs",
+    "with_rlimits",
+    "with_seccomp",
+    "with_sysctls",
+    "with_tmpfs",
+    "with_tty",
+    "with_user_ids",
+]
