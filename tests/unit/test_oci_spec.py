@@ -29,7 +29,9 @@ pytestmark = pytest.mark.unit
 
 
 def _mount(spec: dict[str, Any], destination: str) -> dict[str, Any]:
-    [found] = [m for m in spec["mounts"] if m["destination"] == destination]
+    matches = [m for m in spec["mounts"] if m["destination"] == destination]
+    assert len(matches) == 1, matches
+    found: dict[str, Any] = matches[0]
     return found
 
 
