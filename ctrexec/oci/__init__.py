@@ -14,8 +14,10 @@ options in order::
     )
 
 Every function here is pure except :func:`resolve_user` / ``read_rootfs_file``
-(read an unpacked rootfs), :func:`validate_mount_sources` (looks at host paths)
-and :func:`with_devices` (stats host devices when the option is made).
+(read an unpacked rootfs), :func:`validate_mount_sources` (looks at host paths),
+:func:`with_devices` (stats host devices when the option is made) and
+:func:`with_privileged` / :func:`bounding_capabilities` (read this process's
+capability bounding set, unless given the capabilities).
 Bad input raises :class:`ctrexec.errors.InvalidArgument`.
 """
 
@@ -25,6 +27,8 @@ from ctrexec.oci._base import Spec, SpecOpt, apply_opts
 from ctrexec.oci.caps import (
     ALL_CAPABILITIES,
     DEFAULT_CAPABILITIES,
+    bounding_capabilities,
+    capabilities_from_mask,
     expand_capabilities,
     normalize_capability,
     with_added_capabilities,
@@ -112,7 +116,9 @@ __all__ = [
     "Spec",
     "SpecOpt",
     "apply_opts",
+    "bounding_capabilities",
     "build_spec",
+    "capabilities_from_mask",
     "check_mount_source",
     "default_spec",
     "expand_capabilities",

@@ -18,6 +18,7 @@ is left exactly as it is.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from ctrexec.errors import InvalidArgument
@@ -178,3 +179,25 @@ def with_dropped_capabilities(caps: Iterable[str]) -> SpecOpt:
         set_capabilities(spec, [c for c in current_capabilities(spec) if c not in dropped])
 
     return mutating(apply)
+
+
+def capabilities_from_mask(mask: int) -> list[str]:
+    """The capability names whose bits are set in ``mask`` (as in /proc status)."""
+    return [cap for bit, cap in enumerate(ALL_CAPABILITIES) if mask >> bit & 1]
+
+
+def bounding_capabilities(status_text: str | None = None) -> list[str]:
+    """Capabilities in this process's bounding set, from ``/proc/self/status``.
+
+    A runtime cannot grant a capability it does not hold itself: runc fails with
+    "unable to apply caps" when asked to. Sandboxed hosts (this development VM
+    lacks CAP_SYS_RESOURCE, for one) hold fewer than the kernel knows, so
+    "every capability" must mean every capability we have, which is also what
+    docker's ``--privileged`` grants. ``status_text`` is for tests.
+    """
+    text = status_text if status_text is not None else Path("/proc/self/status").read_text()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == "CapBnd":
+            return capabilities_from_mask(int(value.strip(), 16))
+    raise InvalidArgument("no CapBnd line in the process status")

@@ -1,9 +1,9 @@
 """``with_privileged``: docker's ``--privileged``, as an explicit opt-in only.
 
-A privileged task can do anything root on the host can: every capability, no
-seccomp filter, no masked or read-only /proc paths, /sys and its cgroup tree
-writable, and every device allowed by the cgroup. Nothing in ctrexec turns this
-on implicitly.
+A privileged task can do anything root on the host can: every capability we
+hold, no seccomp filter, no masked or read-only /proc paths, /sys and its cgroup
+tree writable, and every device allowed by the cgroup. Nothing in ctrexec turns
+this on implicitly.
 
 Two differences from docker, both on purpose:
 
@@ -19,18 +19,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ctrexec.oci._base import Spec, SpecOpt, linux_of, mutating, resources_of
-from ctrexec.oci.caps import ALL_CAPABILITIES, expand_capabilities, set_capabilities
+from ctrexec.oci.caps import bounding_capabilities, expand_capabilities, set_capabilities
 
 _REMOUNTED_RW = frozenset({"/sys", "/sys/fs/cgroup"})
 
 
-def with_privileged(*, capabilities: Sequence[str] = ALL_CAPABILITIES) -> SpecOpt:
+def with_privileged(*, capabilities: Sequence[str] | None = None) -> SpecOpt:
     """Lift the sandbox: all capabilities, no seccomp, all devices, /sys writable.
 
-    ``capabilities`` may be narrowed to what the host kernel knows (docker reads
-    ``/proc/sys/kernel/cap_last_cap``); runc ignores names the kernel lacks.
+    "All capabilities" defaults to this process's bounding set, read when the
+    option is made: the runtime cannot grant more than it holds (see
+    :func:`ctrexec.oci.caps.bounding_capabilities`). Pass ``capabilities`` to
+    choose them yourself (``["ALL"]`` for every one the kernel defines).
     """
-    caps = expand_capabilities(capabilities)
+    caps = expand_capabilities(
+        capabilities if capabilities is not None else bounding_capabilities()
+    )
 
     def apply(spec: Spec) -> None:
         linux = linux_of(spec)

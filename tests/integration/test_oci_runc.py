@@ -25,6 +25,7 @@ from ctrexec.oci import (
     with_cgroups_path,
     with_hostname,
     with_memory_limit,
+    with_privileged,
     with_pids_limit,
     with_seccomp,
     with_sysctls,
@@ -209,3 +210,27 @@ def test_added_sys_admin_regenerates_profile(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["mounted"]
+
+
+@requires_root_runc
+def test_privileged_spec_runs(tmp_path: Path) -> None:
+    # Every capability this process holds, no seccomp, /sys writable: mount works.
+    result = _run(
+        tmp_path,
+        "grep -E '^(Seccomp|CapEff):' /proc/self/status;"
+        " mount -t tmpfs none /tmp && echo mounted;"
+        " grep -q ' /sys sysfs rw' /proc/mounts && echo sys-rw",
+        with_privileged(),
+    )
+    assert result.returncode == 0, result.stderr
+    ours = next(
+        line.split()[1]
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("CapBnd:")
+    )
+    assert result.stdout.splitlines() == [
+        f"CapEff:\t{ours}",
+        "Seccomp:\t0",
+        "mounted",
+        "sys-rw",
+    ], result.stdout

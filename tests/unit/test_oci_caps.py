@@ -8,7 +8,9 @@ from ctrexec.errors import InvalidArgument
 from ctrexec.oci import (
     ALL_CAPABILITIES,
     DEFAULT_CAPABILITIES,
+    bounding_capabilities,
     build_spec,
+    capabilities_from_mask,
     load_default_profile,
     normalize_capability,
     with_added_capabilities,
@@ -128,3 +130,20 @@ def test_custom_profile_is_not_touched_by_capability_options() -> None:
     assert spec["linux"]["seccomp"] == custom
     unconfined = build_spec(with_seccomp(None), with_added_capabilities(["SYS_ADMIN"]))
     assert "seccomp" not in unconfined["linux"]
+
+
+def test_capabilities_from_mask() -> None:
+    # Docker's default set as /proc/<pid>/status shows it.
+    assert set(capabilities_from_mask(0xA80425FB)) == set(DEFAULT_CAPABILITIES)
+    assert capabilities_from_mask(0) == []
+    assert capabilities_from_mask((1 << 41) - 1) == list(ALL_CAPABILITIES)
+
+
+def test_bounding_capabilities_parses_status() -> None:
+    status = "Name:\tx\nCapInh:\t0000000000000000\nCapBnd:\t000001fffeffffff\n"
+    caps = bounding_capabilities(status)
+    assert "CAP_SYS_RESOURCE" not in caps  # bit 24 clear, as in a sandboxed runtime
+    assert len(caps) == 40
+    with pytest.raises(InvalidArgument):
+        bounding_capabilities("Name:\tx\n")
+    assert set(bounding_capabilities()) <= set(ALL_CAPABILITIES)  # this process

@@ -194,7 +194,7 @@ def test_with_annotations_rejects(bad: Any) -> None:
 
 
 def test_with_privileged() -> None:
-    spec = build_spec(with_privileged())
+    spec = build_spec(with_privileged(capabilities=["ALL"]))
     caps = spec["process"]["capabilities"]
     for name in ("bounding", "effective", "permitted"):
         assert caps[name] == list(ALL_CAPABILITIES)
@@ -208,6 +208,12 @@ def test_with_privileged() -> None:
     assert "ro" not in _mount(spec, "/sys/fs/cgroup")["options"]
     # Privileged is not "no_new_privileges off": that stays the caller's choice.
     assert spec["process"]["noNewPrivileges"] is True
+
+
+def test_with_privileged_defaults_to_what_this_process_holds() -> None:
+    spec = build_spec(with_privileged())
+    assert spec["process"]["capabilities"]["bounding"] == oci.bounding_capabilities()
+    assert "seccomp" not in spec["linux"]
 
 
 def test_with_privileged_narrowed_capabilities() -> None:
