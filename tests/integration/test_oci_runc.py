@@ -25,8 +25,8 @@ from ctrexec.oci import (
     with_cgroups_path,
     with_hostname,
     with_memory_limit,
-    with_privileged,
     with_pids_limit,
+    with_privileged,
     with_seccomp,
     with_sysctls,
 )
