@@ -406,6 +406,15 @@ def _str_list(value: object, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _list(data: Mapping[str, Any], key: str) -> list[Any]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _bad_result(f"{key} must be a list")
+    return value
+
+
 def _parse_ip(item: object, version: str, n_ifaces: int) -> CNIIPConfig:
     if not isinstance(item, dict) or not isinstance(item.get("address"), str):
         raise _bad_result(f"ips entry without an address: {item!r}")
@@ -446,7 +455,7 @@ def parse_result(data: object, *, default_version: str | None = None) -> CNIResu
     if version not in SUPPORTED_VERSIONS:
         raise _bad_result(f"unsupported cniVersion {version!r}")
     interfaces = []
-    for item in data.get("interfaces") or []:
+    for item in _list(data, "interfaces"):
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise _bad_result(f"interface without a name: {item!r}")
         interfaces.append(
@@ -454,13 +463,14 @@ def parse_result(data: object, *, default_version: str | None = None) -> CNIResu
                 name=item["name"], mac=item.get("mac") or None, sandbox=item.get("sandbox") or None
             )
         )
-    ips = tuple(_parse_ip(i, version, len(interfaces)) for i in data.get("ips") or [])
+    ips = tuple(_parse_ip(i, version, len(interfaces)) for i in _list(data, "ips"))
     routes = []
-    for item in data.get("routes") or []:
+    for item in _list(data, "routes"):
         if not isinstance(item, dict) or not isinstance(item.get("dst"), str):
             raise _bad_result(f"route without a dst: {item!r}")
         routes.append(CNIRoute(dst=item["dst"], gw=item.get("gw") or None))
-    dns_data = data.get("dns") or {}
+    dns_data = data.get("dns")
+    dns_data = {} if dns_data is None else dns_data
     if not isinstance(dns_data, dict):
         raise _bad_result("dns is not an object")
     dns = CNIDNS(
