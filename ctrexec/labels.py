@@ -27,6 +27,8 @@ LOG_PATH = "io.ctrexec.log.path"
 #: The signal and grace period ``stop`` uses.
 STOP_SIGNAL = "io.ctrexec.stop.signal"
 STOP_TIMEOUT = "io.ctrexec.stop.timeout"
+#: The directory holding the namespace's shared hosts/resolv.conf/hostname files.
+HOSTFILES_DIR = "io.ctrexec.netns.files"
 #: The image reference the user asked for, before normalisation.
 IMAGE_REF = "io.ctrexec.image.ref"
 #: Remove the container when its task exits (``run --rm``).

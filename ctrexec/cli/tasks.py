@@ -1,0 +1,346 @@
+"""Task commands: run, create, start, stop, kill, rm, ps, inspect, logs, exec, stats."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from ctrexec import logs as logstore
+from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
+from ctrexec.cli._common import print_table as table
+from ctrexec.errors import CtrexecError, InvalidArgument
+from ctrexec.executor import DEFAULT_LOG_DIR, Executor
+from ctrexec.labels import parse_key_values
+from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks import Status
+
+
+def _executor(args: argparse.Namespace) -> Executor:
+    return Executor(connect(args), log_dir=Path(getattr(args, "log_dir", None) or DEFAULT_LOG_DIR))
+
+
+def _env(items: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not key:
+            raise InvalidArgument(f"invalid environment variable {item!r}")
+        if sep:
+            env[key] = value
+        elif key in os.environ:
+            env[key] = os.environ[key]
+    return env
+
+
+def _config(args: argparse.Namespace) -> TaskConfig:
+    return TaskConfig(
+        name=args.name if args.name is not None else f"ctrexec-{secrets.token_hex(4)}",
+        image=args.image,
+        command=tuple(args.command) if args.command else None,
+        entrypoint=None if args.entrypoint is None else tuple(args.entrypoint.split() or [""]),
+        env=_env(args.env),
+        workdir=args.workdir,
+        user=args.user,
+        netns=args.netns,
+        hostname=args.hostname,
+        volumes=args.volume,
+        tmpfs=args.tmpfs,
+        read_only=args.read_only,
+        memory=args.memory,
+        cpus=args.cpus,
+        cpu_shares=args.cpu_shares,
+        cpuset_cpus=args.cpuset_cpus,
+        pids_limit=args.pids_limit,
+        cap_add=args.cap_add,
+        cap_drop=args.cap_drop,
+        privileged=args.privileged,
+        devices=args.device,
+        sysctls=parse_key_values(args.sysctl, what="sysctl"),
+        oom_score_adj=args.oom_score_adj,
+        annotations=parse_key_values(args.annotation, what="annotation"),
+        labels=parse_key_values(args.label),
+        tty=False,
+        group=args.group,
+        runtime=args.runtime,
+        stop_signal=args.stop_signal,
+        stop_timeout=args.stop_timeout,
+        auto_remove=args.rm,
+    )
+
+
+def _stream_until_exit(ex: Executor, task_id: str, log_path: str) -> int:
+    """Print the task's log as it grows; return the exit code once the task ends."""
+    done = threading.Event()
+    result: dict[str, int] = {}
+    errors: list[CtrexecError] = []
+
+    def waiter() -> None:
+        try:
+            result["code"] = ex.wait(task_id).code
+        except CtrexecError as exc:
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=waiter, daemon=True).start()
+    polls_after_exit = [0]
+
+    def stop() -> bool:
+        # Keep reading a few polls after the exit: the log driver flushes the last
+        # lines after the process is gone.
+        if done.is_set():
+            polls_after_exit[0] += 1
+        return polls_after_exit[0] > 3
+
+    def forward(signum: int, _frame: object) -> None:
+        ex.signal(task_id, signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for entry in logstore.read_logs(log_path, follow=True, stop=stop, poll_interval=0.05):
+            out = sys.stdout if entry.stream == "stdout" else sys.stderr
+            out.write(entry.message)
+            out.flush()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if errors:
+        raise errors[0]
+    return result["code"]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = _config(args)
+    ex = _executor(args)
+    handle = ex.start_task(config)
+    if args.detach:
+        print_json(handle.to_json()) if args.json else print(handle.id)
+        return 0
+    try:
+        code = _stream_until_exit(ex, handle.id, handle.log_path)
+    finally:
+        if args.rm:
+            ex.destroy(handle.id, force=True)
+    return code
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    config = _config(args)
+    record = _executor(args).create(config)
+    print(record.id)
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    ex = _executor(args)
+    for task_id in args.ids:
+        handle = ex.start(task_id)
+        if args.attach:
+            return _stream_until_exit(ex, task_id, handle.log_path)
+        print_json(handle.to_json()) if args.json else print(task_id)
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    ex = _executor(args)
+    for task_id in args.ids:
+        ex.stop(task_id, timeout=args.time, signal=args.signal)
+        print(task_id)
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    ex = _executor(args)
+    for task_id in args.ids:
+        ex.signal(task_id, args.signal)
+        print(task_id)
+    return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    ex = _executor(args)
+    for task_id in args.ids:
+        ex.destroy(task_id, force=args.force)
+        print(task_id)
+    return 0
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    infos = _executor(args).list(all_tasks=args.all)
+    if args.json:
+        print_json([i.to_json() for i in infos])
+        return 0
+    rows = []
+    for i in infos:
+        status = i.status.value
+        if i.status is Status.STOPPED and i.exit is not None:
+            status = f"exited ({i.exit.code})"
+        rows.append(
+            [i.id, i.image, status, i.pid or "-", i.netns_path or i.netns_mode, i.group or "-"]
+        )
+    table(["ID", "IMAGE", "STATUS", "PID", "NETNS", "GROUP"], rows)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    ex = _executor(args)
+    print_json([ex.inspect(task_id).to_json() for task_id in args.ids])
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    ex = _executor(args)
+    info = ex.inspect(args.id)
+    stop = None
+    if args.follow:
+
+        def stop() -> bool:
+            state = ex.inspect(args.id).status
+            return state not in (Status.RUNNING, Status.PAUSED, Status.CREATED)
+
+    for entry in logstore.read_logs(info.log_path, follow=args.follow, tail=args.tail, stop=stop):
+        out = sys.stdout if entry.stream == "stdout" else sys.stderr
+        if args.timestamps:
+            out.write(f"{entry.time} ")
+        out.write(entry.message)
+        out.flush()
+    return 0
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    ex = _executor(args)
+    result = ex.exec(
+        args.id,
+        args.command,
+        env=_env(args.env),
+        workdir=args.workdir,
+        user=args.user,
+    )
+    sys.stdout.buffer.write(result.stdout)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(result.stderr)
+    sys.stderr.flush()
+    return result.exit_code
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    ex = _executor(args)
+    results = {task_id: ex.stats(task_id) for task_id in args.ids}
+    if args.json:
+        print_json({k: v.to_json() for k, v in results.items()})
+        return 0
+    rows = []
+    for task_id, s in results.items():
+        limit = f"{s.memory_limit / 2**20:.1f}MiB" if s.memory_limit else "-"
+        rows.append(
+            [
+                task_id,
+                f"{s.cpu_usage_ns / 1e9:.3f}s",
+                f"{s.memory_working_set / 2**20:.1f}MiB",
+                limit,
+                s.pids_current,
+            ]
+        )
+    table(["ID", "CPU TIME", "MEM USAGE", "MEM LIMIT", "PIDS"], rows)
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    ex = _executor(args)
+    for task_id in args.ids:
+        (ex.pause if args.command_name == "pause" else ex.resume)(task_id)
+        print(task_id)
+    return 0
+
+
+def _run_flags(p: ArgumentParser) -> None:
+    p.add_argument("--name", help="container id (default: generated)")
+    p.add_argument("--netns", default="none", help="NAME, /path, host or none (default: none)")
+    p.add_argument("-e", "--env", action="append", default=[], metavar="K=V")
+    p.add_argument("-w", "--workdir")
+    p.add_argument("-u", "--user")
+    p.add_argument("-v", "--volume", action="append", default=[], metavar="SRC:DST[:ro]")
+    p.add_argument("--tmpfs", action="append", default=[], metavar="DST[:OPTS]")
+    p.add_argument("--read-only", action="store_true")
+    p.add_argument("-m", "--memory")
+    p.add_argument("--cpus", type=float)
+    p.add_argument("--cpu-shares", type=int)
+    p.add_argument("--cpuset-cpus")
+    p.add_argument("--pids-limit", type=int)
+    p.add_argument("-l", "--label", action="append", default=[], metavar="K=V")
+    p.add_argument("--annotation", action="append", default=[], metavar="K=V")
+    p.add_argument("--group", help="group name: tasks of a group share one shim")
+    p.add_argument("--runtime", help="runc (default), crun, runsc, or io.containerd.NAME.vN")
+    p.add_argument("--cap-add", action="append", default=[])
+    p.add_argument("--cap-drop", action="append", default=[])
+    p.add_argument("--privileged", action="store_true")
+    p.add_argument("--device", action="append", default=[])
+    p.add_argument("--sysctl", action="append", default=[], metavar="K=V")
+    p.add_argument("--oom-score-adj", type=int)
+    p.add_argument("--hostname")
+    p.add_argument("--entrypoint")
+    p.add_argument("--stop-signal")
+    p.add_argument("--stop-timeout", type=float, default=10.0)
+    p.add_argument("--rm", action="store_true", help="remove the container when it exits")
+    p.add_argument("--log-dir", help=f"where task logs go (default {DEFAULT_LOG_DIR})")
+    p.add_argument("image")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+
+
+def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
+    conn, js = connection_flags(), json_flag()
+    p = sub.add_parser("run", parents=[conn, js], help="create and start a task")
+    p.add_argument("-d", "--detach", action="store_true")
+    _run_flags(p)
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("create", parents=[conn, js], help="create a container, do not start it")
+    _run_flags(p)
+    p.set_defaults(func=cmd_create, detach=True)
+    p = sub.add_parser("start", parents=[conn, js], help="start (again) created or exited tasks")
+    p.add_argument("-a", "--attach", action="store_true")
+    p.add_argument("ids", nargs="+")
+    p.set_defaults(func=cmd_start)
+    p = sub.add_parser("stop", parents=[conn], help="stop tasks: stop signal, then SIGKILL")
+    p.add_argument("-t", "--time", type=float, help="seconds before SIGKILL")
+    p.add_argument("-s", "--signal")
+    p.add_argument("ids", nargs="+")
+    p.set_defaults(func=cmd_stop)
+    p = sub.add_parser("kill", parents=[conn], help="send a signal")
+    p.add_argument("-s", "--signal", default="SIGKILL")
+    p.add_argument("ids", nargs="+")
+    p.set_defaults(func=cmd_kill)
+    p = sub.add_parser("rm", parents=[conn], help="remove containers")
+    p.add_argument("-f", "--force", action="store_true")
+    p.add_argument("ids", nargs="+")
+    p.set_defaults(func=cmd_rm)
+    p = sub.add_parser("ps", parents=[conn, js], help="list tasks")
+    p.add_argument("-a", "--all", action="store_true")
+    p.set_defaults(func=cmd_ps)
+    p = sub.add_parser("inspect", parents=[conn], help="show tasks as JSON")
+    p.add_argument("ids", nargs="+")
+    p.set_defaults(func=cmd_inspect)
+    p = sub.add_parser("logs", parents=[conn], help="print a task's logs")
+    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("-t", "--timestamps", action="store_true")
+    p.add_argument("--tail", type=int)
+    p.add_argument("id")
+    p.set_defaults(func=cmd_logs)
+    p = sub.add_parser("exec", parents=[conn], help="run a command in a running task")
+    p.add_argument("-e", "--env", action="append", default=[])
+    p.add_argument("-w", "--workdir")
+    p.add_argument("-u", "--user")
+    p.add_argument("id")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_exec)
+    p = sub.add_parser("stats", parents=[conn, js], help="cpu, memory and pids of tasks")
+    p.add_argument("ids", nargs="+")
+    p.set_defaults(func=cmd_stats)
+    for name in ("pause", "unpause"):
+        p = sub.add_parser(name, parents=[conn], help=f"{name} tasks")
+        p.add_argument("ids", nargs="+")
+        p.set_defaults(func=cmd_pause, command_name=name)

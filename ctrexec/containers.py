@@ -1,0 +1,165 @@
+"""Container records: the spec, the snapshot and the labels containerd keeps for us.
+
+A container record is ctrexec's durable state. Its labels say who owns it and how to
+run it again; its ``extensions`` hold the full TaskConfig so a new ctrexec process can
+rebuild everything after a restart.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+from google.protobuf import any_pb2, empty_pb2, field_mask_pb2
+
+from ctrexec import _rpc
+from ctrexec._api.containerd.services.containers.v1 import containers_pb2
+from ctrexec.client import Client
+
+SPEC_TYPE_URL = "types.containerd.io/opencontainers/runtime-spec/1/Spec"
+
+
+@attrs.frozen
+class Runtime:
+    """containerd runtime (shim) name plus its options Any."""
+
+    name: str
+    options: any_pb2.Any | None = None
+
+
+@attrs.frozen
+class Container:
+    """One container record as stored by containerd."""
+
+    id: str
+    image: str
+    labels: Mapping[str, str]
+    spec: dict[str, Any]
+    snapshotter: str
+    snapshot_key: str
+    runtime: Runtime
+    extensions: Mapping[str, any_pb2.Any]
+    created_at: datetime | None
+
+    @classmethod
+    def from_proto(cls, c: containers_pb2.Container) -> Container:
+        spec = json.loads(c.spec.value) if c.spec.value else {}
+        created = (
+            datetime.fromtimestamp(c.created_at.seconds + c.created_at.nanos / 1e9, tz=UTC)
+            if c.HasField("created_at")
+            else None
+        )
+        options = any_pb2.Any()
+        if c.runtime.HasField("options"):
+            options.CopyFrom(c.runtime.options)
+        return cls(
+            id=c.id,
+            image=c.image,
+            labels=dict(c.labels),
+            spec=spec,
+            snapshotter=c.snapshotter,
+            snapshot_key=c.snapshot_key,
+            runtime=Runtime(
+                name=c.runtime.name,
+                options=options if c.runtime.HasField("options") else None,
+            ),
+            extensions={k: v for k, v in c.extensions.items()},
+            created_at=created,
+        )
+
+    def extension_json(self, key: str) -> Any:
+        """A JSON extension written by :func:`json_extension`, or None."""
+        ext = self.extensions.get(key)
+        return json.loads(ext.value) if ext is not None and ext.value else None
+
+
+def json_extension(type_url: str, value: Any) -> any_pb2.Any:
+    return any_pb2.Any(type_url=type_url, value=json.dumps(value, sort_keys=True).encode())
+
+
+def create(
+    client: Client,
+    container_id: str,
+    *,
+    image: str,
+    spec: dict[str, Any],
+    snapshotter: str,
+    snapshot_key: str,
+    runtime: Runtime,
+    labels: Mapping[str, str],
+    extensions: Mapping[str, any_pb2.Any] | None = None,
+    lease: str | None = None,
+) -> Container:
+    """Create the record. The caller made the snapshot under the same lease."""
+    c = containers_pb2.Container(
+        id=container_id,
+        image=image,
+        labels=dict(labels),
+        snapshotter=snapshotter,
+        snapshot_key=snapshot_key,
+        spec=any_pb2.Any(type_url=SPEC_TYPE_URL, value=json.dumps(spec).encode()),
+    )
+    c.runtime.name = runtime.name
+    if runtime.options is not None:
+        c.runtime.options.CopyFrom(runtime.options)
+    for key, value in (extensions or {}).items():
+        c.extensions[key].CopyFrom(value)
+    resp = client.call(
+        _rpc.CONTAINERS,
+        "Create",
+        containers_pb2.CreateContainerRequest(container=c),
+        containers_pb2.CreateContainerResponse,
+        lease=lease,
+    )
+    return Container.from_proto(resp.container)
+
+
+def get(client: Client, container_id: str) -> Container:
+    resp = client.call(
+        _rpc.CONTAINERS,
+        "Get",
+        containers_pb2.GetContainerRequest(id=container_id),
+        containers_pb2.GetContainerResponse,
+    )
+    return Container.from_proto(resp.container)
+
+
+def list_containers(client: Client, *filters: str) -> list[Container]:
+    """Containers matching any of containerd's filter expressions (``labels."k"==v``)."""
+    resp = client.call(
+        _rpc.CONTAINERS,
+        "List",
+        containers_pb2.ListContainersRequest(filters=list(filters)),
+        containers_pb2.ListContainersResponse,
+    )
+    return [Container.from_proto(c) for c in resp.containers]
+
+
+def update_labels(client: Client, container_id: str, labels: Mapping[str, str]) -> Container:
+    """Set (or, with an empty value, remove) the given labels only."""
+    c = containers_pb2.Container(id=container_id, labels=dict(labels))
+    mask = field_mask_pb2.FieldMask(paths=[f"labels.{k}" for k in labels])
+    resp = client.call(
+        _rpc.CONTAINERS,
+        "Update",
+        containers_pb2.UpdateContainerRequest(container=c, update_mask=mask),
+        containers_pb2.UpdateContainerResponse,
+    )
+    return Container.from_proto(resp.container)
+
+
+def delete(client: Client, container_id: str) -> None:
+    client.call(
+        _rpc.CONTAINERS,
+        "Delete",
+        containers_pb2.DeleteContainerRequest(id=container_id),
+        empty_pb2.Empty,
+    )
+
+
+def label_filter(key: str, value: str | None = None) -> str:
+    """containerd filter syntax for a label, quoting keys that contain dots."""
+    return f'labels."{key}"' if value is None else f'labels."{key}"=={json.dumps(value)}'

@@ -1,0 +1,316 @@
+"""The run issue's acceptance tests: real containerd, runc, netns and busybox."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ctrexec import errors, netns
+from ctrexec.client import Client
+from ctrexec.executor import Executor
+from ctrexec.mounts_table import mount_points
+from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks import Status
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
+    executor = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
+    before = set(mount_points())
+    yield executor
+    for info in executor.list(all_tasks=True):
+        executor.destroy(info.id, force=True)
+    assert set(mount_points()) - before == set(), "test left mounts behind"
+    leftovers = list((tmp_path / "files").glob("*")) if (tmp_path / "files").exists() else []
+    assert leftovers == []
+
+
+@pytest.fixture
+def ns(request: pytest.FixtureRequest) -> Iterator[str]:
+    name = f"cxt-{secrets.token_hex(4)}"
+    netns.create(name)
+    try:
+        yield name
+    finally:
+        netns.remove(name)
+    assert not Path(f"/run/netns/{name}").exists()
+
+
+def _cfg(name: str, image: str, *cmd: str, **kw: object) -> TaskConfig:
+    return TaskConfig(name=name, image=image, command=cmd or None, **kw)  # type: ignore[arg-type]
+
+
+def _wait_for(pred: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met")
+
+
+def test_two_tasks_share_netns_and_restart(ex: Executor, ns: str, test_image: str) -> None:
+    server = ex.start_task(
+        _cfg("srv", test_image, "httpd", "-f", "-p", "127.0.0.1:8080", "-h", "/var/www", netns=ns)
+    )
+    client_task = ex.start_task(_cfg("cli", test_image, "sleep", "1000", netns=ns))
+    addrs_before = netns.inspect(server.netns_path or "").addresses
+
+    def fetch() -> bool:
+        r = ex.exec("cli", ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/"])
+        return r.exit_code == 0 and b"hello from ctrexec" in r.stdout
+
+    _wait_for(fetch)
+    # Kill the server with SIGKILL: the namespace must survive with no pause container.
+    ex.signal("srv", "SIGKILL")
+    assert ex.wait("srv", timeout=30).code == 137
+    assert (
+        ex.exec("cli", ["wget", "-q", "-T", "2", "-O", "-", "http://127.0.0.1:8080/"]).exit_code
+        != 0
+    )
+    again = ex.start("srv")
+    assert again.netns_path == server.netns_path
+    _wait_for(fetch)
+    # The other task never noticed: same pid, still running; addresses unchanged.
+    info = ex.inspect("cli")
+    assert info.status is Status.RUNNING
+    assert info.pid == client_task.pid
+    assert netns.inspect(server.netns_path or "").addresses == addrs_before
+    # Both saw the namespace's shared hosts file.
+    hosts = ex.exec("srv", ["cat", "/etc/hosts"]).stdout
+    assert b"127.0.0.1" in hosts
+    assert ex.exec("cli", ["cat", "/etc/hosts"]).stdout == hosts
+
+
+def test_exec_exit_code_and_output(ex: Executor, test_image: str) -> None:
+    ex.start_task(_cfg("ex1", test_image, "sleep", "1000"))
+    r = ex.exec("ex1", ["sh", "-c", "echo out; echo err >&2; exit 7"])
+    assert (r.exit_code, r.stdout, r.stderr) == (7, b"out\n", b"err\n")
+    assert ex.exec("ex1", ["true"]).exit_code == 0
+    with pytest.raises(errors.CommandNotFound):
+        ex.exec("ex1", ["/no/such/binary"])
+
+
+def test_stop_honours_signal_and_timeout(ex: Executor, test_image: str) -> None:
+    script = 'trap "echo got-term; exit 3" TERM; echo ready; while true; do sleep 0.1; done'
+    h = ex.start_task(_cfg("stop1", test_image, "sh", "-c", script))
+    _wait_for(
+        lambda: b"ready" in Path(h.log_path).read_bytes() if Path(h.log_path).exists() else False
+    )
+    status = ex.stop("stop1", timeout=30)
+    assert status is not None and status.code == 3
+    _wait_for(lambda: b"got-term" in Path(h.log_path).read_bytes())
+    # A task that ignores the stop signal is killed when the timeout passes.
+    h2 = ex.start_task(
+        _cfg(
+            "stop2",
+            test_image,
+            "sh",
+            "-c",
+            'trap "" TERM; echo ready; while true; do sleep 0.1; done',
+        )
+    )
+    _wait_for(lambda: Path(h2.log_path).exists() and b"ready" in Path(h2.log_path).read_bytes())
+    status = ex.stop("stop2", timeout=0.5)
+    assert status is not None and status.code == 137
+    # The image's StopSignal is the default: ctrexec-test declares SIGTERM.
+    assert ex.inspect("stop2").labels["io.ctrexec.stop.signal"] == "SIGTERM"
+
+
+def test_stop_signal_option(ex: Executor, test_image: str) -> None:
+    script = 'trap "echo got-usr1; exit 5" USR1; echo ready; while true; do sleep 0.1; done'
+    h = ex.start_task(_cfg("sig1", test_image, "sh", "-c", script, stop_signal="SIGUSR1"))
+    _wait_for(lambda: Path(h.log_path).exists() and b"ready" in Path(h.log_path).read_bytes())
+    status = ex.stop("sig1", timeout=30)
+    assert status is not None and status.code == 5
+
+
+def test_stats_show_memory_and_cpu(ex: Executor, test_image: str) -> None:
+    ex.start_task(
+        _cfg(
+            "st1",
+            test_image,
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 1000",
+            memory="64m",
+        )
+    )
+    s = ex.stats("st1")
+    assert s.memory_usage > 0
+    assert s.memory_limit == 64 * 1024 * 1024
+    _wait_for(lambda: ex.stats("st1").cpu_usage_ns > 0)
+    assert s.pids_current >= 1
+
+
+def test_pause_resume(ex: Executor, test_image: str) -> None:
+    ex.start_task(_cfg("pz", test_image, "sleep", "1000"))
+    ex.pause("pz")
+    assert ex.inspect("pz").status is Status.PAUSED
+    ex.resume("pz")
+    assert ex.inspect("pz").status is Status.RUNNING
+
+
+def test_handle_roundtrip_and_recover(ex: Executor, test_image: str, client: Client) -> None:
+    h = ex.start_task(_cfg("rec", test_image, "sh", "-c", "exit 4"))
+    persisted = h.to_json()
+    # A new executor (as after a scheduler restart) re-attaches and sees the exit.
+    from ctrexec.taskconfig import TaskHandle
+
+    other = Executor(client, log_dir=ex.log_dir, files_dir=ex.files_dir)
+    _wait_for(lambda: other.inspect("rec").status is Status.STOPPED)
+    info = other.recover(TaskHandle.from_json(persisted))
+    assert info.exit is not None and info.exit.code == 4
+    assert info.config is not None and info.config.command == ("sh", "-c", "exit 4")
+
+
+def test_logs_survive_ctrexec_exit(
+    containerd_address: str, test_image: str, tmp_path: Path, ex: Executor
+) -> None:
+    """A detached run from a CLI process that exits: the shim's log driver keeps writing."""
+    logs = tmp_path / "logs"
+    cmd = [
+        sys.executable,
+        "-m",
+        "ctrexec.cli.main",
+        "run",
+        "-d",
+        "--address",
+        containerd_address,
+        "--namespace",
+        "ctrexec-test",
+        "--log-dir",
+        str(logs),
+        "--name",
+        "bg",
+        test_image,
+        "sh",
+        "-c",
+        "echo first; sleep 1; echo second >&2; sleep 1000",
+    ]
+    out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertioncmd, check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "bg"
+    log = logs / "ctrexec-test" / "bg" / "task.log"
+    _wait_for(lambda: log.exists() and b"second" in log.read_bytes())
+    text = log.read_text()
+    assert '"stream":"stdout"' in text.replace(" ", "") and '"stream":"stderr"' in text.replace(
+        " ", ""
+    )
+    got = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ctrexec.cli.main",
+            "logs",
+            "--address",
+            containerd_address,
+            "--namespace",
+            "ctrexec-test",
+            "bg",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert got.stdout == "first\n"
+    assert got.stderr == "second\n"
+
+
+def test_foreground_run_streams_and_exits_with_code(
+    containerd_address: str, test_image: str, tmp_path: Path
+) -> None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "ctrexec.cli.main",
+        "run",
+        "--rm",
+        "--address",
+        containerd_address,
+        "--namespace",
+        "ctrexec-test",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--name",
+        "fg",
+        test_image,
+        "sh",
+        "-c",
+        "echo hello; echo oops >&2; exit 3",
+    ]
+    out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertioncmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout == "hello\n"
+    assert out.stderr == "oops\n"
+
+
+def test_command_not_found_is_127(containerd_address: str, test_image: str, tmp_path: Path) -> None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "ctrexec.cli.main",
+        "run",
+        "--rm",
+        "--address",
+        containerd_address,
+        "--namespace",
+        "ctrexec-test",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--name",
+        "nf",
+        test_image,
+        "/no/such/cmd",
+    ]
+    out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertioncmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 127, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_user_from_image_passwd(ex: Executor, test_image: str) -> None:
+    ex.start_task(_cfg("usr", test_image, "sleep", "1000", user="app"))
+    r = ex.exec("usr", ["id"])
+    assert b"uid=1000(app)" in r.stdout
+    assert b"50(staff)" in r.stdout
+
+
+def test_image_from_default_namespace_runs(
+    ex: Executor, containerd_address: str, test_image_archive: Path
+) -> None:
+    """An image imported by `ctr images import` into `default` runs in ours."""
+    name = "docker.io/library/ctrexec-default-ns:v1"
+    archive = test_image_archive.parent / "other.tar"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "build-test-image"),
+            "--out",
+            str(archive),
+            "--name",
+            name,
+        ],
+        check=True,
+    )
+    subprocess.run(
+        ["ctr", "-a", containerd_address, "-n", "default", "images", "import", str(archive)],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        h = ex.start_task(_cfg("dflt", name, "echo", "from-default"))
+        assert ex.wait("dflt", timeout=60).code == 0
+        _wait_for(lambda: b"from-default" in Path(h.log_path).read_bytes())
+    finally:
+        subprocess.run(
+            ["ctr", "-a", containerd_address, "-n", "default", "images", "rm", name],
+            check=False,
+            capture_output=True,
+        )
