@@ -246,7 +246,7 @@ def test_foreground_run_streams_and_exits_with_code(
         "-c",
         "echo hello; echo oops >&2; exit 3",
     ]
-    out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertioncmd, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 3, out.stderr
     assert out.stdout == "hello\n"
     assert out.stderr == "oops\n"
@@ -270,7 +270,7 @@ def test_command_not_found_is_127(containerd_address: str, test_image: str, tmp_
         test_image,
         "/no/such/cmd",
     ]
-    out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertioncmd, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 127, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
