@@ -17,7 +17,13 @@ Choices that matter for ctrexec's reliability goals:
   so it works even if the conflist changed, and it is idempotent: no cache, a
   vanished namespace (CNI_NETNS is then passed empty) or a second call all succeed.
 - A failed ADD is rolled back with a best-effort DEL, as the spec requires every
-  ADD to be followed by a DEL, so no IP stays allocated.
+  ADD to be followed by a DEL, so no IP stays allocated. The cache record is
+  written *before* the first ADD, so even a process killed mid-ADD leaves DEL the
+  config and capability args it needs (portmap's DEL is a no-op without them).
+- Known limits of containernetworking-plugins 1.1.1 (Debian 12): the bridge
+  plugin finds the addresses to un-masquerade on the container interface, so DEL
+  an attachment *before* removing its namespace or its ipMasq rule stays; and
+  portmap's CHECK fails on IPv4-only attachments (containernetworking/plugins#819).
 - Plugins run with :mod:`subprocess`. On Linux CPython 3.11 that is vfork+exec
   (no ``preexec_fn``), which runs no fork handlers -- neither Python's nor gRPC's --
   and copies no address space. ``close_fds`` keeps gRPC and netlink sockets out of
@@ -687,16 +693,18 @@ class CNI:
         support the conflist's cniVersion. Called by :meth:`add` before any ADD.
         """
         conf = self._conflist(network)
-        for plugin in conf.plugins:
-            kind = plugin["type"]
-            if conf.cni_version not in self.plugin_versions(kind):
-                raise InvalidArgument(
-                    f"CNI plugin {kind!r} does not support cniVersion {conf.cni_version} "
-                    f"(it supports {', '.join(self.plugin_versions(kind))})"
-                )
+        for plugin in conf.plugins:  # all binaries first: cheap, and no exec at all
+            self.find_plugin(plugin["type"])
             ipam = plugin.get("ipam") or {}
             if ipam.get("type"):
                 self.find_plugin(ipam["type"])
+        for plugin in conf.plugins:
+            supported = self.plugin_versions(plugin["type"])
+            if conf.cni_version not in supported:
+                raise InvalidArgument(
+                    f"CNI plugin {plugin['type']!r} does not support cniVersion "
+                    f"{conf.cni_version} (it supports {', '.join(supported)})"
+                )
         return conf
 
     # ----------------------------------------------------------------- cache
