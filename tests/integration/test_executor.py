@@ -196,7 +196,7 @@ def test_logs_survive_ctrexec_exit(
         "-c",
         "echo first; sleep 1; echo second >&2; sleep 1000",
     ]
-    out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertioncmd, check=True, capture_output=True, text=True)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "bg"
     log = logs / "ctrexec-test" / "bg" / "task.log"
     _wait_for(lambda: log.exists() and b"second" in log.read_bytes())
