@@ -9,16 +9,18 @@ from pathlib import Path
 import pytest
 
 from ctrexec.client import Client
-from ctrexec.mounts_table import mount_points
+from ctrexec.mounts_table import mounts_under
 from ctrexec.testing import audit
 
 
-def _snapshot(client: Client, tmp_path: Path) -> tuple[object, ...]:
+def _snapshot(client: Client, tmp_path: Path, address: str) -> tuple[object, ...]:
     netns_dir = Path("/run/netns")
     return (
         sorted(audit(client)),
-        sorted(p.name for p in netns_dir.iterdir()) if netns_dir.exists() else [],
-        sorted(mount_points()),
+        sorted(p.name for p in netns_dir.iterdir() if p.name.startswith("bad"))
+        if netns_dir.exists()
+        else [],
+        mounts_under(Path(address).parent.parent),
         sorted(str(p) for p in tmp_path.rglob("*")),
     )
 
@@ -57,7 +59,7 @@ def test_bad_run_input(
     if "--name" not in flags:
         flags += ["--name", f"bad-{case}"]
     logs = tmp_path / "logs"
-    before = _snapshot(client, tmp_path)
+    before = _snapshot(client, tmp_path, containerd_address)
     out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertion
         [
             sys.executable,
@@ -83,4 +85,4 @@ def test_bad_run_input(
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith("ctrexec: ")
     assert "Traceback" not in out.stderr
-    assert _snapshot(client, tmp_path) == before
+    assert _snapshot(client, tmp_path, containerd_address) == before

@@ -14,7 +14,7 @@ import pytest
 from ctrexec import errors, netns
 from ctrexec.client import Client
 from ctrexec.executor import Executor
-from ctrexec.mounts_table import mount_points
+from ctrexec.mounts_table import mounts_under
 from ctrexec.taskconfig import TaskConfig
 from ctrexec.tasks import Status
 
@@ -22,13 +22,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
+def ex(
+    client: Client, tmp_path: Path, test_image: str, containerd_address: str
+) -> Iterator[Executor]:
     executor = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
-    before = set(mount_points())
+    # Only the session daemon's mounts: other processes on the machine may mount too.
+    daemon_dir = Path(containerd_address).parent.parent
     yield executor
     for info in executor.list(all_tasks=True):
         executor.destroy(info.id, force=True)
-    assert set(mount_points()) - before == set(), "test left mounts behind"
+    assert mounts_under(daemon_dir) == [], "test left mounts behind"
     leftovers = list((tmp_path / "files").glob("*")) if (tmp_path / "files").exists() else []
     assert leftovers == []
 
