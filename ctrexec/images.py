@@ -1,0 +1,565 @@
+"""Images from containerd's store: names, platforms, configs, adoption, unpack.
+
+An image is a record (name -> target descriptor) plus content: an optional index
+(or docker manifest list), one manifest per platform, a config and layers.
+:func:`get_image` reads them for one platform; :func:`ensure_image` also finds an
+image that another containerd namespace holds (``default``, ``moby``, ``k8s.io``),
+adopts its content without copying data, and unpacks its layers into snapshots.
+
+GC: adopted content carries ``containerd.io/gc.ref.content.*`` labels from index to
+manifest to config and layers, and unpacking labels the config with
+``containerd.io/gc.ref.snapshot.<snapshotter>`` = top chain ID, the way containerd's
+own unpacker does, so the image record alone keeps everything alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+from google.protobuf import empty_pb2
+
+from ctrexec import _rpc, content, errors, snapshots
+from ctrexec._api.containerd.services.images.v1 import images_pb2
+from ctrexec.client import Client
+from ctrexec.content import (
+    Descriptor,
+    Platform,
+    as_platform,
+    compatible_platforms,
+    select_manifests,
+)
+from ctrexec.ids import validate_id
+
+DEFAULT_SNAPSHOTTER = snapshots.DEFAULT_SNAPSHOTTER
+#: Namespaces searched first for an image this namespace lacks; then every other one.
+DEFAULT_SOURCE_NAMESPACES = ("default", "moby", "k8s.io")
+_MAX_DEPTH = 4
+
+# -- references (docker's distribution/reference grammar) ------------------------------
+
+DEFAULT_DOMAIN = "docker.io"
+_LEGACY_DOMAIN = "index.docker.io"
+_OFFICIAL_PREFIX = "library/"
+_NAME_MAX = 255
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_REFERENCE_RE = re.compile(
+    rf"^(?P<domain>{_DOMAIN})/(?P<path>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
+    r"(?:@(?P<digest>[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}))?$"
+)
+_IMAGE_ID_RE = re.compile(r"^[a-f0-9]{64}$")
+
+
+@attrs.frozen
+class Reference:
+    """A parsed, normalized image reference: ``domain/path[:tag][@digest]``."""
+
+    domain: str
+    path: str
+    tag: str = ""
+    digest: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.domain}/{self.path}"
+
+    @property
+    def familiar(self) -> str:
+        """The short form docker prints: ``busybox:latest``, ``user/app:v1``."""
+        name = self.path if self.domain == DEFAULT_DOMAIN else self.name
+        name = name.removeprefix(_OFFICIAL_PREFIX) if self.domain == DEFAULT_DOMAIN else name
+        return (
+            name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
+        )
+
+    def __str__(self) -> str:
+        return (
+            self.name
+            + (f":{self.tag}" if self.tag else "")
+            + (f"@{self.digest}" if self.digest else "")
+        )
+
+
+def _bad_ref(ref: str, why: str = "") -> errors.InvalidArgument:
+    shown = ref.encode("unicode_escape").decode("ascii")
+    return errors.InvalidArgument(
+        f"invalid reference format {shown!r}" + (f": {why}" if why else "")
+    )
+
+
+def parse_reference(ref: str) -> Reference:
+    """Parse like docker's ParseNormalizedNamed and add ``:latest`` when there is no tag
+    or digest. InvalidArgument (one line) for anything docker would refuse."""
+    if not isinstance(ref, str) or not ref:
+        raise errors.InvalidArgument("image reference must not be empty")
+    if _IMAGE_ID_RE.fullmatch(ref):
+        raise _bad_ref(ref, "cannot specify a 64-byte hexadecimal string as a name")
+    slash = ref.find("/")
+    first = ref[:slash]
+    if slash == -1 or (
+        not any(c in first for c in ".:") and first != "localhost" and first.lower() == first
+    ):
+        domain, rest = DEFAULT_DOMAIN, ref
+    else:
+        domain, rest = first, ref[slash + 1 :]
+    if domain == _LEGACY_DOMAIN:
+        domain = DEFAULT_DOMAIN
+    if domain == DEFAULT_DOMAIN and "/" not in rest:
+        rest = _OFFICIAL_PREFIX + rest
+    remote = rest.split("@", 1)[0].split(":", 1)[0]
+    if remote.lower() != remote:
+        raise _bad_ref(ref, "repository name must be lowercase")
+    m = _REFERENCE_RE.fullmatch(f"{domain}/{rest}")
+    if m is None:
+        raise _bad_ref(ref)
+    if len(m["domain"]) + 1 + len(m["path"]) > _NAME_MAX:
+        raise _bad_ref(ref, f"repository name longer than {_NAME_MAX} characters")
+    digest = m["digest"] or ""
+    if digest:
+        try:
+            content.validate_digest(digest)
+        except errors.InvalidArgument:
+            raise _bad_ref(ref, "invalid or unsupported digest") from None
+    tag = m["tag"] or ("" if digest else "latest")
+    return Reference(m["domain"], m["path"], tag, digest)
+
+
+def normalize_reference(ref: str) -> str:
+    """``busybox`` -> ``docker.io/library/busybox:latest``, the name containerd stores."""
+    return str(parse_reference(ref))
+
+
+# -- image configs -------------------------------------------------------------------------
+
+
+def _strs(value: Any, field: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise errors.InvalidArgument(f"image config {field} must be a list of strings")
+    return tuple(value)
+
+
+def _str_map(value: Any, field: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise errors.InvalidArgument(f"image config {field} must map strings to strings")
+    return dict(value)
+
+
+def _keys(value: Any, field: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise errors.InvalidArgument(f"image config {field} must be an object")
+    return tuple(sorted(str(k) for k in value))
+
+
+def _str(value: Any, field: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise errors.InvalidArgument(f"image config {field} must be a string")
+    return value
+
+
+@attrs.frozen
+class ImageConfig:
+    """The runtime defaults an image carries (the ``config`` section of its config)."""
+
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    working_dir: str = ""
+    user: str = ""
+    stop_signal: str = ""
+    exposed_ports: tuple[str, ...] = ()
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+    volumes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, obj: Any) -> ImageConfig:
+        if obj is None:
+            return cls()
+        if not isinstance(obj, dict):
+            raise errors.InvalidArgument("image config section is not an object")
+        return cls(
+            entrypoint=_strs(obj.get("Entrypoint"), "Entrypoint"),
+            cmd=_strs(obj.get("Cmd"), "Cmd"),
+            env=_strs(obj.get("Env"), "Env"),
+            working_dir=_str(obj.get("WorkingDir"), "WorkingDir"),
+            user=_str(obj.get("User"), "User"),
+            stop_signal=_str(obj.get("StopSignal"), "StopSignal"),
+            exposed_ports=_keys(obj.get("ExposedPorts"), "ExposedPorts"),
+            labels=_str_map(obj.get("Labels"), "Labels"),
+            volumes=_keys(obj.get("Volumes"), "Volumes"),
+        )
+
+
+@attrs.frozen
+class ConfigBlob:
+    """What ctrexec uses from an image config blob."""
+
+    config: ImageConfig
+    platform: Platform | None
+    diff_ids: tuple[str, ...]
+    created: datetime | None
+
+
+def parse_config_blob(data: bytes) -> ConfigBlob:
+    obj = content.load_json(data, "image config")
+    rootfs = obj.get("rootfs") or {}
+    diff_ids = _strs(rootfs.get("diff_ids") if isinstance(rootfs, dict) else None, "diff_ids")
+    for d in diff_ids:
+        content.validate_digest(d)
+    plat = Platform.from_json(obj) if obj.get("architecture") and obj.get("os") else None
+    created = None
+    if isinstance(obj.get("created"), str):
+        with contextlib.suppress(ValueError):
+            created = datetime.fromisoformat(obj["created"])
+    return ConfigBlob(ImageConfig.from_json(obj.get("config")), plat, diff_ids, created)
+
+
+# -- images ----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Image:
+    """One image resolved for one platform."""
+
+    name: str
+    target: Descriptor
+    manifest: Descriptor
+    config_descriptor: Descriptor
+    config: ImageConfig
+    layers: tuple[Descriptor, ...]
+    diff_ids: tuple[str, ...]
+    chain_ids: tuple[str, ...]
+    platform: Platform
+    created: datetime | None = None
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+    #: Index blobs from the target down to the manifest (empty for a plain manifest).
+    indexes: tuple[Descriptor, ...] = ()
+
+    @property
+    def digest(self) -> str:
+        return self.target.digest
+
+    @property
+    def manifest_digest(self) -> str:
+        return self.manifest.digest
+
+    @property
+    def config_digest(self) -> str:
+        return self.config_descriptor.digest
+
+    @property
+    def top_chain_id(self) -> str:
+        return self.chain_ids[-1] if self.chain_ids else ""
+
+    @property
+    def size(self) -> int:
+        """Bytes of content this platform uses (indexes, manifest, config, layers)."""
+        blobs = (*self.indexes, self.manifest, self.config_descriptor, *self.layers)
+        return sum(d.size for d in blobs)
+
+
+@attrs.frozen
+class ImageSummary:
+    name: str
+    digest: str
+    size: int
+    created: datetime | None
+
+
+@attrs.frozen
+class _Walk:
+    """Blobs and parsed JSON on the way from an image's target to its platform."""
+
+    indexes: tuple[tuple[Descriptor, dict[str, Any]], ...]
+    manifest: Descriptor
+    manifest_json: dict[str, Any]
+    config: Descriptor
+    blob: ConfigBlob
+    layers: tuple[Descriptor, ...]
+
+
+def _walk(
+    client: Client,
+    desc: Descriptor,
+    want: Platform,
+    *,
+    check_config: bool,
+    parents: tuple[tuple[Descriptor, dict[str, Any]], ...] = (),
+) -> _Walk | None:
+    if len(parents) > _MAX_DEPTH:
+        raise errors.InvalidArgument(f"image indexes nest deeper than {_MAX_DEPTH}")
+    obj = content.load_json(content.read_blob(client, desc), f"content {desc.digest}")
+    if content.content_kind(desc.media_type, obj) == "index":
+        for child, unchecked in select_manifests(obj, want):
+            found = _walk(
+                client, child, want, check_config=unchecked, parents=(*parents, (desc, obj))
+            )
+            if found is not None:
+                return found
+        return None
+    config, layers = content.parse_manifest(obj)
+    blob = parse_config_blob(content.read_blob(client, config))
+    if (
+        check_config
+        and blob.platform is not None
+        and blob.platform not in compatible_platforms(want)
+    ):
+        return None
+    if len(blob.diff_ids) != len(layers):
+        raise errors.InvalidArgument(
+            f"image config lists {len(blob.diff_ids)} diff_ids for {len(layers)} layers"
+        )
+    return _Walk(parents, desc, obj, config, blob, layers)
+
+
+def _find(client: Client, record: images_pb2.Image, want: Platform) -> tuple[Image, _Walk]:
+    target = Descriptor.from_proto(record.target)
+    found = _walk(client, target, want, check_config=True)
+    if found is None:
+        raise errors.NotFound(f"image {record.name} has no manifest for platform {want}")
+    blob = found.blob
+    image = Image(
+        name=record.name,
+        target=target,
+        manifest=found.manifest,
+        config_descriptor=found.config,
+        config=blob.config,
+        layers=found.layers,
+        diff_ids=blob.diff_ids,
+        chain_ids=snapshots.chain_ids(blob.diff_ids),
+        platform=blob.platform or want,
+        created=blob.created,
+        labels=dict(record.labels),
+        indexes=tuple(d for d, _ in found.indexes),
+    )
+    return image, found
+
+
+def _not_found(ref: str, name: str, where: str = "") -> errors.NotFound:
+    """``image 'busybox' not found (docker.io/library/busybox:latest)``: one line."""
+    shown = ref.encode("unicode_escape").decode("ascii")
+    return errors.NotFound(
+        f"image {shown!r} not found{where}" + (f" ({name})" if name != ref else "")
+    )
+
+
+def _get_record(client: Client, ref: str, parsed: Reference) -> images_pb2.Image:
+    """The image record for ``ref``; a digest reference also matches by target digest."""
+    name = str(parsed)
+    try:
+        return client.call(
+            _rpc.IMAGES, "Get", images_pb2.GetImageRequest(name=name), images_pb2.GetImageResponse
+        ).image
+    except errors.NotFound:
+        if not parsed.digest:
+            raise _not_found(ref, name) from None
+    resp = client.call(
+        _rpc.IMAGES,
+        "List",
+        images_pb2.ListImagesRequest(filters=[f"target.digest=={parsed.digest}"]),
+        images_pb2.ListImagesResponse,
+    )
+    for rec in sorted(resp.images, key=lambda r: r.name):
+        if rec.name.startswith((parsed.name + ":", parsed.name + "@")):
+            return rec
+    raise _not_found(ref, name)
+
+
+def get_image(client: Client, ref: str, *, platform: Platform | str | None = None) -> Image:
+    """The image ``ref`` of the client's namespace, resolved for ``platform`` (host's)."""
+    parsed = parse_reference(ref)
+    return _find(client, _get_record(client, ref, parsed), as_platform(platform))[0]
+
+
+def list_images(client: Client, *, platform: Platform | str | None = None) -> list[ImageSummary]:
+    """Every image of the namespace; size is the platform's content (or the target's)."""
+    want = as_platform(platform)
+    resp = client.call(
+        _rpc.IMAGES, "List", images_pb2.ListImagesRequest(), images_pb2.ListImagesResponse
+    )
+    out = []
+    for rec in resp.images:
+        try:
+            size = _find(client, rec, want)[0].size
+        except (errors.NotFound, errors.InvalidArgument, errors.ResourceExhausted, errors.Internal):
+            size = rec.target.size  # content missing or for other platforms only
+        out.append(
+            ImageSummary(rec.name, rec.target.digest, size, content.timestamp(rec.created_at))
+        )
+    return sorted(out, key=lambda s: s.name)
+
+
+def remove_image(client: Client, ref: str, *, sync: bool = False) -> None:
+    """Delete the image record; containerd's GC then frees unreferenced content and
+    snapshots (before returning when ``sync``)."""
+    parsed = parse_reference(ref)
+    name = str(parsed)
+    try:
+        client.call(
+            _rpc.IMAGES,
+            "Delete",
+            images_pb2.DeleteImageRequest(name=name, sync=sync),
+            empty_pb2.Empty,
+        )
+    except errors.NotFound:
+        raise _not_found(ref, name) from None
+
+
+# -- adoption from other namespaces ---------------------------------------------------------
+
+
+def _source_order(client: Client, source_namespaces: Iterable[str] | None) -> list[str]:
+    existing = client.namespaces()
+    if source_namespaces is None:
+        first = [ns for ns in DEFAULT_SOURCE_NAMESPACES if ns in existing]
+        order = first + [ns for ns in existing if ns not in first]
+    else:
+        order = [validate_id(ns, kind="namespace") for ns in source_namespaces]
+        order = [ns for ns in dict.fromkeys(order) if ns in existing]
+    return [ns for ns in order if ns != client.namespace]
+
+
+def _adopt(
+    client: Client, source: Client, record: images_pb2.Image, found: _Walk, lease: str
+) -> None:
+    """Commit every blob of the walk into the client's namespace, leaves first, then
+    create the image record."""
+    blobs: list[tuple[Descriptor, dict[str, str]]] = [(d, {}) for d in found.layers]
+    blobs.append((found.config, {}))
+    blobs.append((found.manifest, content.child_labels("manifest", found.manifest_json)))
+    blobs += [(d, content.child_labels("index", obj)) for d, obj in reversed(found.indexes)]
+    for desc, own in blobs:
+        labels = {**content.portable_labels(content.info(source, desc.digest).labels), **own}
+        content.adopt_blob(source, client, desc, lease=lease, labels=labels)
+    image = images_pb2.Image(name=record.name, labels=dict(record.labels), target=record.target)
+    with contextlib.suppress(errors.AlreadyExists):
+        client.call(
+            _rpc.IMAGES,
+            "Create",
+            images_pb2.CreateImageRequest(image=image),
+            images_pb2.CreateImageResponse,
+            lease=lease,
+        )
+
+
+def _find_elsewhere(
+    client: Client, ref: str, parsed: Reference, want: Platform, namespaces: Iterable[str] | None
+) -> tuple[Client, images_pb2.Image, _Walk]:
+    order = _source_order(client, namespaces)
+    for ns in order:
+        source = client.with_namespace(ns)
+        try:
+            record = _get_record(source, ref, parsed)
+            return source, record, _find(source, record, want)[1]
+        except errors.NotFound:
+            continue
+    where = ", ".join([client.namespace, *order])
+    raise _not_found(ref, str(parsed), f" in namespaces {where}")
+
+
+# -- unpack --------------------------------------------------------------------------------
+
+
+def _labelled(client: Client, image: Image, snapshotter: str) -> bool:
+    labels = content.info(client, image.config_digest).labels
+    return labels.get(content.gc_snapshot_label(snapshotter)) == image.top_chain_id
+
+
+def is_unpacked(client: Client, image: Image, snapshotter: str = DEFAULT_SNAPSHOTTER) -> bool:
+    """True when the image's top layer is a committed snapshot in ``snapshotter``."""
+    if not image.chain_ids:
+        return True
+    found = snapshots.stat_snapshot(client, image.top_chain_id, snapshotter)
+    return found is not None and found.kind == "committed"
+
+
+def unpack(
+    client: Client,
+    image: Image,
+    *,
+    snapshotter: str = DEFAULT_SNAPSHOTTER,
+    lease: str | None = None,
+) -> str:
+    """Unpack the image's layers (under ``lease``, or a lease of its own) and label its
+    config so the snapshots outlive the lease. Returns the top chain ID."""
+    validate_id(snapshotter, kind="snapshotter")
+    if lease is None:
+        with client.lease() as own:
+            return unpack(client, image, snapshotter=snapshotter, lease=own.id)
+    top = snapshots.unpack_layers(
+        client, image.layers, image.diff_ids, snapshotter=snapshotter, lease=lease
+    )
+    if top:
+        content.ensure_labels(
+            client, image.config_digest, {content.gc_snapshot_label(snapshotter): top}
+        )
+    return top
+
+
+def ensure_image(
+    client: Client,
+    ref: str,
+    *,
+    platform: Platform | str | None = None,
+    snapshotter: str = DEFAULT_SNAPSHOTTER,
+    source_namespaces: Sequence[str] | None = None,
+) -> Image:
+    """The image ``ref``, ready to run: found here or adopted from another namespace
+    (no data copied when the blobs are on disk), then unpacked. A no-op when it is."""
+    parsed = parse_reference(ref)
+    want = as_platform(platform)
+    validate_id(snapshotter, kind="snapshotter")
+    try:
+        record = _get_record(client, ref, parsed)
+    except errors.NotFound:
+        source, record, found = _find_elsewhere(client, ref, parsed, want, source_namespaces)
+        with client.lease() as lease:
+            _adopt(client, source, record, found, lease.id)
+            image = _find(client, record, want)[0]
+            unpack(client, image, snapshotter=snapshotter, lease=lease.id)
+        return image
+    image = _find(client, record, want)[0]
+    if not (is_unpacked(client, image, snapshotter) and _labelled(client, image, snapshotter)):
+        unpack(client, image, snapshotter=snapshotter)
+    return image
+
+
+# -- files of an image's root filesystem ------------------------------------------------------
+
+
+def read_rootfs_files(
+    client: Client,
+    image: Image,
+    paths: Iterable[str],
+    *,
+    snapshotter: str = DEFAULT_SNAPSHOTTER,
+    max_bytes: int = snapshots.MAX_FILE_BYTES,
+) -> dict[str, bytes | None]:
+    """Read files from the unpacked image without running it (None: no such file).
+
+    Paths resolve as inside the image (``/`` is its root; symlinks cannot escape).
+    """
+    try:
+        return snapshots.read_snapshot_files(
+            client, image.top_chain_id, paths, snapshotter=snapshotter, max_bytes=max_bytes
+        )
+    except errors.NotFound:
+        raise errors.FailedPrecondition(
+            f"image {image.name} is not unpacked in {snapshotter}"
+        ) from None
