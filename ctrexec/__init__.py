@@ -4,6 +4,7 @@ The public API is re-exported here; everything else is private to the package.
 """
 
 from ctrexec.client import DEFAULT_NAMESPACE, Client, Lease, Plugin, ServerInfo, ServerVersion
+from ctrexec.content import Platform
 from ctrexec.daemon import DaemonPaths, EmbeddedContainerd
 from ctrexec.errors import (
     AlreadyExists,
@@ -28,6 +29,21 @@ from ctrexec.errors import (
     Unavailable,
     Unimplemented,
 )
+from ctrexec.executor import Executor
+from ctrexec.images import (
+    Image,
+    ImageConfig,
+    ImageSummary,
+    ensure_image,
+    get_image,
+    list_images,
+    normalize_reference,
+    remove_image,
+)
+from ctrexec.netns import NetNS, NetNSInfo
+from ctrexec.stats import Stats
+from ctrexec.taskconfig import ExecResult, RestartPolicy, TaskConfig, TaskHandle, TaskInfo
+from ctrexec.tasks import ExitStatus, Status
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -44,19 +60,39 @@ __all__ = [
     "DaemonPaths",
     "DeadlineExceeded",
     "EmbeddedContainerd",
+    "ExecResult",
+    "Executor",
+    "ExitStatus",
     "FailedPrecondition",
+    "Image",
+    "ImageConfig",
+    "ImageSummary",
     "Internal",
     "InvalidArgument",
     "Lease",
+    "NetNS",
+    "NetNSInfo",
     "NetworkError",
     "NotFound",
     "NotModified",
     "PermissionDenied",
+    "Platform",
     "Plugin",
     "ResourceExhausted",
+    "RestartPolicy",
     "ServerInfo",
     "ServerVersion",
+    "Stats",
+    "Status",
+    "TaskConfig",
     "TaskError",
+    "TaskHandle",
+    "TaskInfo",
     "Unavailable",
     "Unimplemented",
+    "ensure_image",
+    "get_image",
+    "list_images",
+    "normalize_reference",
+    "remove_image",
 ]

@@ -25,7 +25,7 @@ def validate_id(value: str, *, kind: str = "id") -> str:
         raise InvalidArgument(
             f"{kind} {shown[:20]!r}... is {len(value)} characters; at most {MAX_ID_LENGTH} allowed"
         )
-    if not _ID_RE.match(value):
+    if not _ID_RE.fullmatch(value):
         raise InvalidArgument(
             f"invalid {kind} {shown!r}: use letters and digits, separated by single '.', '_' or '-'"
         )
@@ -34,4 +34,4 @@ def validate_id(value: str, *, kind: str = "id") -> str:
 
 def is_valid_id(value: str) -> bool:
     """True when ``value`` passes :func:`validate_id`."""
-    return isinstance(value, str) and len(value) <= MAX_ID_LENGTH and bool(_ID_RE.match(value))
+    return isinstance(value, str) and len(value) <= MAX_ID_LENGTH and bool(_ID_RE.fullmatch(value))
