@@ -1,0 +1,574 @@
+"""Task logs: format, rotation, reading, following, and the driver process itself.
+
+The driver is exercised the way containerd's shim runs it: pipes on fds 3 and 4, a
+ready pipe on fd 5, key/value arguments, and an environment with only
+CONTAINER_ID and CONTAINER_NAMESPACE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from ctrexec import logdriver
+from ctrexec.errors import InvalidArgument
+from ctrexec.logs import (
+    MAX_LINE,
+    LineSplitter,
+    LogEntry,
+    LogWriter,
+    decode_entry,
+    encode_entry,
+    format_time,
+    log_uri,
+    parse_time,
+    read_logs,
+    rotated_paths,
+    write_launcher,
+)
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = 1_700_000_000_123_456_789
+
+
+def entries(path: Path, **kw: object) -> list[LogEntry]:
+    return list(read_logs(path, **kw))  # type: ignore[arg-type]
+
+
+def all_files(path: Path) -> list[Path]:
+    return [Path(p) for p in rotated_paths(path)] + ([path] if path.exists() else [])
+
+
+# ----------------------------------------------------------------------------- format
+
+
+def test_encode_is_docker_json_file_format() -> None:
+    line = encode_entry("stdout", 'hi "there"\t\u00e9\u0001\n', T0)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert line == (
+        json.dumps(
+            {"log": 'hi "there"\t\u00e9\u0001\n', "stream": "stdout", "time": format_time(T0)},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        ).encode()
+        + b"\n"
+    )
+    assert line.startswith(b'{"log":')
+    obj = json.loads(line)
+    assert list(obj) == ["log", "stream", "time"]
+    assert obj["time"] == "2023-11-14T22:13:20.123456789Z"
+
+
+def test_round_trip_keeps_text_stream_and_nanoseconds() -> None:
+    for message in ["plain\n", "no newline", "", "\u2603 snow\n", "\x00\x1b[31mred\n"]:
+        for stream in ("stdout", "stderr"):
+            entry = decode_entry(encode_entry(stream, message, T0))
+            assert entry == LogEntry(stream, message, T0)
+    entry = decode_entry(encode_entry("stdout", b"bad \xff utf8\n", T0))
+    assert entry is not None and entry.message == "bad \ufffd utf8\n"
+    assert entry.time == "2023-11-14T22:13:20.123456789Z"
+    assert not entry.partial
+    assert LogEntry("stdout", "x", 0).partial
+
+
+def test_decode_skips_garbage() -> None:
+    for bad in [b"", b"{", b"[]", b'{"log":1,"stream":"stdout","time":"x"}', b'{"log":"x"}']:
+        assert decode_entry(bad) is None
+    assert decode_entry(b'{"log":"x","stream":"stdout","time":"yesterday"}') is None
+
+
+def test_parse_time_accepts_docker_and_offsets() -> None:
+    assert parse_time("2023-11-14T22:13:20.123456789Z") == T0
+    assert parse_time("2023-11-14T22:13:20.1234567Z") == T0 - 89
+    assert parse_time("2023-11-14T22:13:20Z") == 1_700_000_000 * 10**9
+    assert parse_time("2023-11-15T00:13:20.5+02:00") == 1_700_000_000_500_000_000
+    assert parse_time("1970-01-01T00:00:00Z") == 0
+    assert parse_time("2000-02-29T12:00:00Z") == 951_825_600 * 10**9
+    for bad in ["", "2023-11-14", "2023-11-14T22:13:20", "2023-11-14T22:13:20.Z", "x" * 30]:
+        with pytest.raises(InvalidArgument):
+            parse_time(bad)
+
+
+def test_format_time_fixed_width_and_sortable() -> None:
+    times = [0, 1, 999_999_999, 10**9, T0]
+    texts = [format_time(t) for t in times]
+    assert {len(t) for t in texts} == {30}
+    assert texts == sorted(texts)
+    assert [parse_time(t) for t in texts] == times
+
+
+# ----------------------------------------------------------------------------- splitting
+
+
+def test_splitter_keeps_newlines_and_joins_chunks() -> None:
+    s = LineSplitter()
+    assert s.feed(b"a\nb") == [b"a\n"]
+    assert s.feed(b"c\n\nd") == [b"bc\n", b"\n"]
+    assert s.flush() == [b"d"]
+    assert s.flush() == []
+
+
+def test_splitter_splits_long_lines_like_docker() -> None:
+    s = LineSplitter(max_line=8)
+    assert s.feed(b"12345678") == []  # may still end with its newline
+    assert s.feed(b"\n") == [b"12345678\n"]
+    assert s.feed(b"abcdefghijklmnopq\n") == [b"abcdefgh", b"ijklmnop", b"q\n"]
+    default = LineSplitter()
+    pieces = default.feed(b"x" * (MAX_LINE * 2 + 5) + b"\n")
+    assert [len(p) for p in pieces] == [MAX_LINE, MAX_LINE, 6]
+
+
+def test_splitter_never_tears_utf8() -> None:
+    text = "\u20ac" * 20 + "\U0001f600" * 10 + "\n"  # 3- and 4-byte characters
+    for max_line in range(4, 20):
+        s = LineSplitter(max_line=max_line)
+        pieces = s.feed(text.encode())
+        assert b"".join(pieces) == text.encode()
+        for piece in pieces:
+            piece.decode("utf-8")  # each piece is valid on its own
+            assert len(piece.rstrip(b"\n")) <= max_line
+
+
+# ----------------------------------------------------------------------------- writer
+
+
+def write_numbered(w: LogWriter, n: int, stream: str = "stdout", start: int = 0) -> None:
+    for i in range(start, start + n):
+        assert w.write(stream, f"line {i:05d}\n", T0 + i)
+
+
+def test_rotation_bounds_disk_use(tmp_path: Path) -> None:
+    path = tmp_path / "task.log"
+    max_size, max_files = 1000, 3
+    with LogWriter(path, max_size=max_size, max_files=max_files) as w:
+        write_numbered(w, 500)
+        line_len = len(encode_entry("stdout", "line 00000\n", T0))
+    files = all_files(path)
+    assert [f.name for f in files] == ["task.log.2", "task.log.1", "task.log"]
+    assert all(f.stat().st_size <= max_size for f in files)
+    assert sum(f.stat().st_size for f in files) <= max_size * max_files + line_len
+    assert w.dropped == 0 and w.written == 500
+
+
+def test_one_file_means_truncate_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "one.log"
+    with LogWriter(path, max_size=300, max_files=1) as w:
+        write_numbered(w, 50)
+    assert rotated_paths(path) == []
+    assert path.stat().st_size <= 300
+    assert entries(path)[-1].message == "line 00049\n"
+
+
+def test_oversized_entry_goes_alone_into_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "big.log"
+    with LogWriter(path, max_size=100, max_files=2) as w:
+        w.write("stdout", "small\n", T0)
+        w.write("stdout", "x" * 500 + "\n", T0)
+        w.write("stdout", "after\n", T0)
+    assert [e.message for e in entries(path)] == ["x" * 500 + "\n", "after\n"]
+
+
+def test_writer_appends_to_an_existing_log(tmp_path: Path) -> None:
+    path = tmp_path / "again.log"
+    with LogWriter(path, max_size=10_000) as w:
+        write_numbered(w, 3)
+    with LogWriter(path, max_size=10_000) as w:
+        write_numbered(w, 3, start=3)
+    assert [e.message for e in entries(path)] == [f"line {i:05d}\n" for i in range(6)]
+
+
+def test_write_failure_drops_and_recovers(tmp_path: Path) -> None:
+    path = tmp_path / "blocked" / "task.log"
+    path.parent.mkdir()
+    path.mkdir()  # a directory where the file should be: every open fails
+    w = LogWriter(path, retry_interval=0.0)
+    assert not w.open()
+    assert isinstance(w.last_error, OSError)
+    assert not w.write("stdout", "lost\n")
+    assert w.dropped == 1 and w.dropped_bytes > 0
+    path.rmdir()
+    assert w.write("stdout", "kept\n")
+    w.close()
+    assert not w.write("stdout", "after close\n")
+    assert [e.message for e in entries(path)] == ["kept\n"]
+    assert w.dropped == 2
+
+
+def test_writer_rejects_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument):
+        LogWriter("relative.log")
+    with pytest.raises(InvalidArgument):
+        LogWriter(tmp_path / "x", max_size=0)
+    with pytest.raises(InvalidArgument):
+        LogWriter(tmp_path / "x", max_files=0)
+
+
+def test_two_streams_write_concurrently(tmp_path: Path) -> None:
+    path = tmp_path / "both.log"
+    n = 3000
+    with LogWriter(path, max_size=64 * 1024, max_files=1000) as w:
+        barrier = threading.Barrier(2)
+
+        def pump(stream: str) -> None:
+            barrier.wait()
+            for i in range(n):
+                w.write(stream, f"{stream} {i} " + "y" * (i % 50) + "\n")
+
+        threads = [threading.Thread(target=pump, args=(s,)) for s in ("stdout", "stderr")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    raw = b"".join(f.read_bytes() for f in all_files(path))
+    lines = raw.splitlines()
+    assert len(lines) == 2 * n
+    assert all(decode_entry(line) is not None for line in lines)  # no torn lines
+    got = entries(path)
+    for stream in ("stdout", "stderr"):
+        seq = [int(e.message.split()[1]) for e in got if e.stream == stream]
+        assert seq == list(range(n))
+    assert len(rotated_paths(path)) > 1
+
+
+# ----------------------------------------------------------------------------- reader
+
+
+def test_read_across_rotation_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "task.log"
+    with LogWriter(path, max_size=2000, max_files=4) as w:
+        write_numbered(w, 400)
+    got = [int(e.message.split()[1]) for e in entries(path)]
+    assert got == list(range(got[0], 400))  # contiguous, oldest first, ends at the last
+    assert 400 - got[0] > 60  # several files' worth
+
+
+def test_missing_log_reads_as_empty(tmp_path: Path) -> None:
+    assert entries(tmp_path / "nothing.log") == []
+
+
+def test_tail_since_and_streams(tmp_path: Path) -> None:
+    path = tmp_path / "task.log"
+    with LogWriter(path, max_size=1500, max_files=5) as w:
+        for i in range(60):
+            w.write("stdout" if i % 2 == 0 else "stderr", f"{i}\n", T0 + i * 1000)
+    assert [e.message for e in entries(path, tail=3)] == ["57\n", "58\n", "59\n"]
+    assert entries(path, tail=0) == []
+    assert [e.message for e in entries(path, tail=2, streams=["stderr"])] == ["57\n", "59\n"]
+    assert [e.message for e in entries(path, since=T0 + 57_000)] == ["57\n", "58\n", "59\n"]
+    since = datetime.fromtimestamp(T0 // 10**9, UTC) + timedelta(microseconds=123_457 + 57)
+    assert [e.message for e in entries(path, since=since)] == ["58\n", "59\n"]
+    with pytest.raises(InvalidArgument):
+        entries(path, since=datetime(2023, 1, 1))  # naive on purpose
+    with pytest.raises(InvalidArgument):
+        entries(path, tail=-1)
+    offset = datetime.fromtimestamp(0, timezone(timedelta(hours=5)))
+    assert len(entries(path, since=offset)) == 60
+
+
+def test_reader_skips_torn_and_foreign_lines(tmp_path: Path) -> None:
+    path = tmp_path / "task.log"
+    path.write_bytes(
+        encode_entry("stdout", "one\n", T0) + b"not json\n" + encode_entry("stderr", "two\n", T0)
+    )
+    assert [e.message for e in entries(path)] == ["one\n", "two\n"]
+
+
+def follow_in_thread(
+    path: Path, **kw: object
+) -> tuple[list[LogEntry], threading.Event, threading.Thread]:
+    got: list[LogEntry] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        for e in read_logs(path, follow=True, stop=stop.is_set, poll_interval=0.005, **kw):  # type: ignore[arg-type]
+            got.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return got, stop, t
+
+
+def wait_for(cond: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+def test_follow_sees_appended_lines_and_rotation(tmp_path: Path) -> None:
+    path = tmp_path / "task.log"
+    w = LogWriter(path, max_size=1500, max_files=3)
+    write_numbered(w, 5)
+    got, stop, t = follow_in_thread(path, tail=2)
+    try:
+        wait_for(lambda: len(got) == 2)
+        for i in range(5, 200):
+            w.write("stdout", f"line {i:05d}\n", T0 + i)
+            if i % 3 == 0:
+                time.sleep(0.004)  # let the follower poll now and then
+        wait_for(lambda: got and got[-1].message == "line 00199\n")
+    finally:
+        stop.set()
+        t.join(5)
+        w.close()
+    assert not t.is_alive()
+    assert [int(e.message.split()[1]) for e in got] == list(range(3, 200))
+    assert len(rotated_paths(path)) == 2
+
+
+def test_follow_waits_for_the_file_and_sees_truncation(tmp_path: Path) -> None:
+    path = tmp_path / "later.log"
+    got, stop, t = follow_in_thread(path)
+    try:
+        time.sleep(0.05)
+        w = LogWriter(path, max_size=250, max_files=1)
+        for i in range(12):
+            w.write("stderr", f"line {i:05d}\n", T0 + i)
+            time.sleep(0.03)
+        wait_for(lambda: got and got[-1].message == "line 00011\n")
+    finally:
+        stop.set()
+        t.join(5)
+    assert [int(e.message.split()[1]) for e in got] == list(range(12))
+    assert {e.stream for e in got} == {"stderr"}
+
+
+def test_follow_stops_when_told(tmp_path: Path) -> None:
+    path = tmp_path / "idle.log"
+    got, stop, t = follow_in_thread(path)
+    stop.set()
+    t.join(2)
+    assert not t.is_alive() and got == []
+
+
+# ----------------------------------------------------------------------------- URI
+
+
+def go_binary_args(uri: str) -> list[str]:
+    """What containerd's NewBinaryCmd passes: key, value per query key, random order."""
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(uri).query, keep_blank_values=True)
+    keys = list(query)
+    random.shuffle(keys)
+    return [a for k in keys for a in (k, query[k][0])]
+
+
+def test_log_uri_format_and_driver_args(tmp_path: Path) -> None:
+    driver = tmp_path / "my driver"
+    uri = log_uri("/var/log/ctrexec/a b&c=d.log", 4096, 7, driver=driver)
+    parts = urllib.parse.urlsplit(uri)
+    assert parts.scheme == "binary" and parts.netloc == ""
+    assert urllib.parse.unquote(parts.path) == str(driver)
+    for _ in range(10):
+        args = go_binary_args(uri)
+        assert logdriver.parse_args(args) == ("/var/log/ctrexec/a b&c=d.log", 4096, 7)
+
+
+def test_log_uri_rejects_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument):
+        log_uri("relative.log", driver=tmp_path / "d")
+    with pytest.raises(InvalidArgument):
+        log_uri(tmp_path / "a.log", driver="relative/driver")
+    with pytest.raises(InvalidArgument):
+        log_uri(tmp_path / "a.log", 0, driver=tmp_path / "d")
+
+
+def test_parse_args_forms_and_errors() -> None:
+    assert logdriver.parse_args(["--path=/x.log", "--max-files", "2"]) == ("/x.log", 10 << 20, 2)
+    assert logdriver.parse_args(["future", "1", "path", "/x"]) == ("/x", 10 << 20, 3)
+    for bad in (["path"], [], ["path", "rel.log"], ["path", "/x", "max-size", "ten"]):
+        with pytest.raises(InvalidArgument):
+            logdriver.parse_args(bad)
+
+
+def test_write_launcher_is_idempotent_and_executable(tmp_path: Path) -> None:
+    first = write_launcher(tmp_path / "bin")
+    assert write_launcher(tmp_path / "bin") == first
+    assert os.access(first, os.X_OK)
+    assert Path(first).read_text().startswith(f"#!{sys.executable} -IS\n")
+    assert write_launcher(tmp_path / "bin", python="/other/python") != first
+
+
+def test_driver_imports_stay_cheap() -> None:
+    """The launcher path must not pull in grpc, attrs, json, re or typing (per-task cost)."""
+    code = (
+        "import sys, types\n"
+        "pkg = types.ModuleType('ctrexec')\n"
+        f"pkg.__path__ = [{str(ROOT / 'ctrexec')!r}]\n"
+        "sys.modules['ctrexec'] = pkg\n"
+        "import ctrexec.logdriver\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-IS", "-c", code], check=True, capture_output=True, text=True, env={}
+    ).stdout.split()
+    for heavy in ("grpc", "attrs", "attr", "json", "re", "typing", "pathlib", "ctrexec.logs"):
+        assert heavy not in out
+
+
+# ----------------------------------------------------------------------------- driver process
+
+_EXEC_WITH_FDS = """
+import fcntl, os, sys
+src = [int(a) for a in sys.argv[1:4]]
+high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 20) for fd in src]
+for fd in src:
+    os.close(fd)
+for target, fd in zip((3, 4, 5), high):
+    os.dup2(fd, target)
+    os.close(fd)
+os.execve(sys.argv[4], sys.argv[4:], {"CONTAINER_ID": "t1", "CONTAINER_NAMESPACE": "default"})
+"""
+
+
+class Driver:
+    """A driver process wired like the shim wires it."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+        out_r, self.out_w = os.pipe()
+        err_r, self.err_w = os.pipe()
+        self.ready_r, ready_w = os.pipe()
+        fds = (out_r, err_r, ready_w)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _EXEC_WITH_FDS, *map(str, fds), *argv],
+            pass_fds=fds,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        for fd in fds:
+            os.close(fd)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        os.set_blocking(self.ready_r, True)
+        done = threading.Event()
+
+        def read_ready() -> None:
+            assert os.read(self.ready_r, 1) == b""  # EOF: closed, nothing written
+            done.set()
+
+        threading.Thread(target=read_ready, daemon=True).start()
+        assert done.wait(timeout), "driver never closed fd 5"
+
+    def close_pipes(self) -> None:
+        for name in ("out_w", "err_w"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
+
+    def finish(self, timeout: float = 30.0) -> tuple[int, str]:
+        self.close_pipes()
+        _, err = self.proc.communicate(timeout=timeout)
+        os.close(self.ready_r)
+        return self.proc.returncode, err.decode()
+
+
+@pytest.fixture
+def launcher(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return write_launcher(tmp_path_factory.mktemp("launcher"))
+
+
+def module_argv() -> list[str]:
+    return [sys.executable, "-m", "ctrexec.logdriver"]
+
+
+@pytest.fixture
+def driver_env() -> Iterator[dict[str, str]]:
+    yield {"PYTHONPATH": str(ROOT)}
+
+
+def test_driver_main_via_module(tmp_path: Path, driver_env: dict[str, str]) -> None:
+    path = tmp_path / "logs" / "task.log"
+    d = Driver(
+        [*module_argv(), "max-files", "2", "path", str(path), "max-size", "100000"], driver_env
+    )
+    d.wait_ready()
+    assert path.exists()  # opened before it said ready
+    os.write(d.out_w, b"out 1\nout ")
+    os.write(d.err_w, b"err 1\n")
+    os.write(d.out_w, b"2\n" + b"z" * (MAX_LINE + 10) + b"\nlast without newline")
+    os.write(d.err_w, "\u00e9\n".encode())
+    code, err = d.finish()
+    assert code == 0, err
+    got = entries(path)
+    out = [e.message for e in got if e.stream == "stdout"]
+    assert out == ["out 1\n", "out 2\n", "z" * MAX_LINE, "z" * 10 + "\n", "last without newline"]
+    assert [e.message for e in got if e.stream == "stderr"] == ["err 1\n", "\u00e9\n"]
+
+
+def test_driver_via_launcher_with_shim_environment(tmp_path: Path, launcher: str) -> None:
+    path = tmp_path / "task.log"
+    d = Driver([launcher, *go_binary_args(log_uri(path, 4000, 5, driver=launcher))])
+    d.wait_ready()
+    for i in range(200):  # ~15 KB: rotates, but all of it fits in 5 x 4000 bytes
+        os.write(d.out_w if i % 2 else d.err_w, f"line {i:05d}\n".encode())
+    code, err = d.finish()
+    assert code == 0, err
+    got = entries(path)
+    # The two pipes are drained by two threads: order holds within a stream only.
+    for stream, first in (("stderr", 0), ("stdout", 1)):
+        seq = [int(e.message.split()[1]) for e in got if e.stream == stream]
+        assert seq == list(range(first, 200, 2))
+    files = all_files(path)
+    assert len(files) > 2
+    assert all(f.stat().st_size <= 4000 for f in files)
+
+
+def test_driver_exits_promptly_on_sigterm(tmp_path: Path, launcher: str) -> None:
+    path = tmp_path / "task.log"
+    d = Driver([launcher, "path", str(path)])
+    d.wait_ready()
+    os.write(d.out_w, b"before term\nhalf a line")
+    time.sleep(0.3)
+    start = time.monotonic()
+    d.proc.send_signal(signal.SIGTERM)  # pipes still open, as in terminal mode
+    d.proc.wait(timeout=10)
+    assert time.monotonic() - start < logdriver.TERM_GRACE
+    code, _ = d.finish()
+    assert code == 0
+    assert [e.message for e in entries(path)] == ["before term\n", "half a line"]
+
+
+def test_driver_keeps_draining_when_it_cannot_write(tmp_path: Path, launcher: str) -> None:
+    path = tmp_path / "dir-not-file"
+    path.mkdir()
+    d = Driver([launcher, "path", str(path)])
+    d.wait_ready()
+    blob = b"x" * 1023 + b"\n"
+    done = threading.Event()
+
+    def flood() -> None:
+        assert d.out_w is not None
+        for _ in range(2048):  # 2 MiB, far more than a pipe holds
+            os.write(d.out_w, blob)
+        done.set()
+
+    threading.Thread(target=flood, daemon=True).start()
+    assert done.wait(30), "driver stopped draining: the task would block"
+    code, err = d.finish()
+    assert code == 0
+    assert "dropped 2048 entries" in err
+
+
+def test_driver_with_bad_arguments_still_drains(tmp_path: Path, launcher: str) -> None:
+    d = Driver([launcher, "max-size", "10"])
+    d.wait_ready()
+    os.write(d.out_w, b"y" * 200_000)  # blocks forever unless someone reads
+    code, err = d.finish()
+    assert code == logdriver.EXIT_BAD_CONFIG
+    assert "absolute log path is required" in err
