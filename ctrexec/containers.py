@@ -138,9 +138,17 @@ def list_containers(client: Client, *filters: str) -> list[Container]:
     return [Container.from_proto(c) for c in resp.containers]
 
 
-def update_labels(client: Client, container_id: str, labels: Mapping[str, str]) -> Container:
-    """Set (or, with an empty value, remove) the given labels only."""
-    c = containers_pb2.Container(id=container_id, labels=dict(labels))
+def update_labels(
+    client: Client, container_id: str, labels: Mapping[str, str | None]
+) -> Container:
+    """Set the given labels, or remove those whose value is None; touch no other field.
+
+    containerd deletes a label that is named in the field mask but absent from the
+    update, which is how None is sent.
+    """
+    c = containers_pb2.Container(
+        id=container_id, labels={k: v for k, v in labels.items() if v is not None}
+    )
     mask = field_mask_pb2.FieldMask(paths=[f"labels.{k}" for k in labels])
     resp = client.call(
         _rpc.CONTAINERS,

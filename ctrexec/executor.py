@@ -186,10 +186,20 @@ class Executor:
 
     # -- start ----------------------------------------------------------------------
 
-    def start(self, task_id: str) -> TaskHandle:
-        """Start (or start again) the task of an existing container."""
+    def start(self, task_id: str, *, by_policy: bool = False) -> TaskHandle:
+        """Start (or start again) the task of an existing container.
+
+        A start by hand clears the "stopped by user" mark and the restart count, as
+        docker does; the supervisor passes ``by_policy=True`` to keep them.
+        """
         with self._lock(task_id):
             record = containers.get(self.client, task_id)
+            if not by_policy and (
+                lbl.STOPPED_BY_USER in record.labels or lbl.RESTART_COUNT in record.labels
+            ):
+                record = containers.update_labels(
+                    self.client, task_id, {lbl.STOPPED_BY_USER: None, lbl.RESTART_COUNT: None}
+                )
             state = tasks.find(self.client, task_id)
             if state is not None and state.status is not Status.STOPPED:
                 raise FailedPrecondition(f"container {task_id} is already {state.status.value}")
@@ -339,6 +349,9 @@ class Executor:
                 if timeout is None
                 else timeout
             )
+            if lbl.RESTART_POLICY in record.labels:
+                # Mark first, so a supervisor seeing the exit knows not to restart it.
+                containers.update_labels(self.client, task_id, {lbl.STOPPED_BY_USER: "true"})
             if state.status is Status.PAUSED:
                 tasks.resume(self.client, task_id)
             pending = tasks.arm_wait(self.client, task_id)

@@ -37,6 +37,14 @@ AUTO_REMOVE = "io.ctrexec.auto-remove"
 RESTART_POLICY = "io.ctrexec.restart.policy"
 RESTART_MAX = "io.ctrexec.restart.max-attempts"
 RESTART_DELAY = "io.ctrexec.restart.delay"
+#: How many times the supervisor restarted the task since it was last started by hand.
+RESTART_COUNT = "io.ctrexec.restart.count"
+#: Set by ``stop``: a task a user stopped is not restarted by policy (docker's rule).
+STOPPED_BY_USER = "io.ctrexec.restart.stopped-by-user"
+#: The network mode of the task's group namespace (none, host, bridge, cni:NAME).
+NETWORK_MODE = "io.ctrexec.network.mode"
+#: A hash of the group definition, so a second, different group of one name is refused.
+GROUP_SPEC = "io.ctrexec.group.spec-hash"
 
 #: Container extension holding the JSON TaskConfig, so recovery can rebuild it.
 CONFIG_EXTENSION = "io.ctrexec.task-config"

@@ -91,7 +91,7 @@ class Stdio:
     terminal: bool = False
 
 
-def _time(ts: Any) -> datetime | None:
+def from_timestamp(ts: Any) -> datetime | None:
     if ts is None or (ts.seconds == 0 and ts.nanos == 0):
         return None
     return datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=UTC)
@@ -99,7 +99,7 @@ def _time(ts: Any) -> datetime | None:
 
 def _exit(code: int, ts: Any) -> ExitStatus:
     # containerd reports 255 for a process it could not reap properly; keep it.
-    return ExitStatus(code=int(code), exited_at=_time(ts))
+    return ExitStatus(code=int(code), exited_at=from_timestamp(ts))
 
 
 def create(

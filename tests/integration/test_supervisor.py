@@ -1,0 +1,144 @@
+"""Restart policies applied by the supervisor, against real containerd events."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ctrexec import netns
+from ctrexec.client import Client
+from ctrexec.executor import Executor
+from ctrexec.supervisor import Supervisor, should_restart
+from ctrexec.taskconfig import RestartPolicy, TaskConfig
+from ctrexec.tasks import Status
+
+
+@pytest.fixture
+def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
+    executor = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
+    yield executor
+    for info in executor.list(all_tasks=True):
+        executor.destroy(info.id, force=True)
+
+
+@pytest.fixture
+def supervisor(ex: Executor) -> Iterator[Supervisor]:
+    sup = Supervisor(ex, reconnect_delay=0.2)
+    stop = threading.Event()
+    t = threading.Thread(target=sup.run, args=(stop,), daemon=True)
+    t.start()
+    time.sleep(0.3)  # let it subscribe; a missed event is caught by reconcile anyway
+    yield sup
+    stop.set()
+    t.join(timeout=30)
+    assert not t.is_alive()
+
+
+def _until(pred: object, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_sigkilled_task_restarts_in_same_netns(
+    ex: Executor, supervisor: Supervisor, test_image: str
+) -> None:
+    name = f"cxt-{secrets.token_hex(3)}"
+    ns = netns.create(name)
+    try:
+        cfg = TaskConfig(
+            name="always1",
+            image=test_image,
+            command=("sleep", "1000"),
+            netns=name,
+            restart=RestartPolicy(policy="always", delay=0.1),
+        )
+        first = ex.start_task(cfg)
+        ex.signal("always1", "SIGKILL")
+        _until(
+            lambda: (
+                ex.inspect("always1").status is Status.RUNNING
+                and ex.inspect("always1").pid != first.pid
+            ),
+            "restart",
+        )
+        info = ex.inspect("always1")
+        assert info.netns_path == ns.path
+        assert info.labels["io.ctrexec.restart.count"] == "1"
+        ns_inode = Path(ns.path).stat().st_ino
+        assert Path(f"/proc/{info.pid}/ns/net").stat().st_ino == ns_inode
+        # A stop by hand is respected: no restart.
+        ex.stop("always1", timeout=5)
+        time.sleep(0.5)
+        assert ex.inspect("always1").status is Status.STOPPED
+    finally:
+        ex.destroy("always1", force=True)
+        netns.remove(ns.path)
+
+
+def test_on_failure_with_max_attempts(
+    ex: Executor, supervisor: Supervisor, test_image: str
+) -> None:
+    cfg = TaskConfig(
+        name="fail1",
+        image=test_image,
+        command=("sh", "-c", "exit 3"),
+        restart=RestartPolicy(policy="on-failure", max_attempts=2, delay=0.1),
+    )
+    ex.start_task(cfg)
+    _until(lambda: ex.inspect("fail1").labels.get("io.ctrexec.restart.count") == "2", "2 restarts")
+    _until(lambda: ex.inspect("fail1").status is Status.STOPPED, "final stop")
+    time.sleep(0.5)
+    info = ex.inspect("fail1")
+    assert info.status is Status.STOPPED
+    assert info.labels["io.ctrexec.restart.count"] == "2"
+    ok = TaskConfig(
+        name="ok1",
+        image=test_image,
+        command=("true",),
+        restart=RestartPolicy(policy="on-failure", delay=0.1),
+    )
+    ex.start_task(ok)
+    _until(lambda: ex.inspect("ok1").status is Status.STOPPED, "exit")
+    time.sleep(0.5)
+    assert "io.ctrexec.restart.count" not in ex.inspect("ok1").labels
+
+
+def test_exit_while_supervisor_was_down_is_reconciled(ex: Executor, test_image: str) -> None:
+    cfg = TaskConfig(
+        name="late1",
+        image=test_image,
+        command=("sh", "-c", "exit 1"),
+        restart=RestartPolicy(policy="on-failure", max_attempts=1, delay=0.1),
+    )
+    ex.start_task(cfg)
+    _until(lambda: ex.inspect("late1").status is Status.STOPPED, "exit")
+    sup = Supervisor(ex, reconnect_delay=0.2)
+    stop = threading.Event()
+    t = threading.Thread(target=sup.run, args=(stop,), daemon=True)
+    t.start()
+    try:
+        _until(lambda: ex.inspect("late1").labels.get("io.ctrexec.restart.count") == "1", "restart")
+    finally:
+        stop.set()
+        t.join(timeout=30)
+
+
+def test_policy_table() -> None:
+    base = {"io.ctrexec.restart.policy": "on-failure"}
+    assert should_restart(base, 1)
+    assert not should_restart(base, 0)
+    assert should_restart({"io.ctrexec.restart.policy": "always"}, 0)
+    assert not should_restart({}, 1)
+    assert not should_restart({**base, "io.ctrexec.restart.stopped-by-user": "true"}, 1)
+    assert not should_restart(
+        {**base, "io.ctrexec.restart.max-attempts": "2", "io.ctrexec.restart.count": "2"}, 1
+    )
