@@ -51,7 +51,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()  # type: ignore[attr-defined]
     if not _required(item):
         return
-    if report.skipped:
+    if report.skipped and not hasattr(report, "wasxfail"):  # xfail is not a skip
         _skipped_required.append(f"{item.nodeid}: {report.longrepr}")
     elif report.when == "call":
         _ran_integration += 1
