@@ -13,7 +13,8 @@ def test_valid(good: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "a/b", "..", "a..b", "a b", "a\x00b", "-a", "a-", "x" * 77, "é", "a\nb", "/etc", "abc\n"]
+    "bad",
+    ["", "a/b", "..", "a..b", "a b", "a\x00b", "-a", "a-", "x" * 77, "é", "a\nb", "/etc", "abc\n"],
 )
 def test_invalid(bad: str) -> None:
     with pytest.raises(InvalidArgument) as info:
