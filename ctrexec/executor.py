@@ -390,6 +390,14 @@ class Executor:
                 self.client, containers.label_filter(lbl.HOSTFILES_DIR, files_dir)
             ):
                 hostfiles.remove_dir(Path(files_dir))
+            # The task's own cgroup can outlive Delete for a moment while the kernel
+            # finishes tearing down its processes; the parents go with the last task.
+            leaf = f"ctrexec/{self.client.namespace}/{task_id}"
+            last = not containers.list_containers(self.client)
+            tasks.wait_until(
+                lambda: remove_empty_cgroups(leaf, parents=last),
+                timeout=2.0,
+            )
         with self._locks_guard:
             self._locks.pop(task_id, None)
 
@@ -436,6 +444,34 @@ class Executor:
             raise
         except CtrexecError as exc:
             raise _command_error(exc) from exc
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def remove_empty_cgroups(relative: str, *, parents: bool = True) -> bool:
+    """rmdir a task's cgroup and, with ``parents``, the parents runc made for it.
+
+    runc removes a task's own cgroup but not the ``/ctrexec/<namespace>`` parents it
+    created; the kernel refuses to remove a cgroup that still has children or
+    processes, so a parent still in use by another task stays. Returns True when the
+    task's own cgroup is gone from every hierarchy.
+    """
+    hierarchies = [CGROUP_ROOT, *[p for p in CGROUP_ROOT.iterdir() if p.is_dir()]]
+    parts = Path(relative).parts
+    gone = True
+    for base in hierarchies:
+        for depth in range(len(parts), 0 if parents else len(parts) - 1, -1):
+            path = base.joinpath(*parts[:depth])
+            try:
+                path.rmdir()
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError:
+                if depth == len(parts):
+                    gone = False
+                break
+    return gone
 
 
 def _command_error(exc: CtrexecError) -> CtrexecError:

@@ -32,6 +32,10 @@ def ex(
     for info in executor.list(all_tasks=True):
         executor.destroy(info.id, force=True)
     assert mounts_under(daemon_dir) == [], "test left mounts behind"
+    leftover_cgroups = list(Path("/sys/fs/cgroup").glob("*/ctrexec/ctrexec-test")) + list(
+        Path("/sys/fs/cgroup").glob("ctrexec/ctrexec-test")
+    )
+    assert leftover_cgroups == []
     leftovers = list((tmp_path / "files").glob("*")) if (tmp_path / "files").exists() else []
     assert leftovers == []
 
