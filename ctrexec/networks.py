@@ -1,0 +1,589 @@
+"""Wiring a group's network namespace: none, host, ctrexec's bridge, or a CNI network.
+
+A group owns one pinned namespace (:mod:`ctrexec.netns`); this module gives it its
+network through CNI (:mod:`ctrexec.cni`), keyed by the group name as the CNI
+container id, always as ``eth0``. What the design asks of it:
+
+- **One ADD per attachment, even across crashes.** :meth:`Networks.setup` is
+  idempotent: when the CNI cache already records the attachment and the namespace
+  still carries its addresses on ``eth0``, the cached attachment is returned and no
+  plugin runs. That is how ``group up`` after a crash keeps its address instead of
+  getting a second one or host-local's "duplicate allocation" error. When the
+  record is stale (namespace gone or recreated, interface lost, ADD interrupted),
+  it is DELeted before the new ADD, so nothing stays allocated.
+- **Everything checkable is checked before the first change**: the mode, the
+  ports, the conflist and its plugins, that the bridge subnet does not collide with
+  a host route, and that no host port is already taken.
+- **No state of its own.** Attachments are read back from the CNI cache; the mode
+  of a cached attachment follows from its network name.
+
+A lock file in the cache directory serialises setups and teardowns across threads
+and processes: "is the port free?" and "is the group attached?" are only true
+until someone else's ADD, so the check and the ADD happen under one flock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import ipaddress
+import logging
+import os
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Literal
+
+import attrs
+
+from ctrexec import cni as _cni
+from ctrexec import netns as _netns
+from ctrexec import ports as _ports
+from ctrexec.cni import CNI, NetworkConfigList, PortMapping
+from ctrexec.errors import (
+    CtrexecError,
+    FailedPrecondition,
+    InvalidArgument,
+    NetworkError,
+    NotFound,
+)
+from ctrexec.ports import parse_port
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NETWORK = "ctrexec"
+DEFAULT_BRIDGE = "ctrexec0"
+DEFAULT_SUBNET = "10.89.0.0/24"
+#: Every CNI attachment of a group is its namespace's ``eth0``.
+IFNAME = "eth0"
+_LOCK_NAME = ".networks.lock"
+
+ModeKind = Literal["none", "host", "bridge", "cni"]
+
+
+# -------------------------------------------------------------------------- modes
+
+
+@attrs.frozen
+class NetworkMode:
+    """How a group is networked; ``str()`` gives back the text :func:`parse_mode` reads."""
+
+    kind: ModeKind
+    #: The conflist name, for ``cni`` only.
+    network: str | None = None
+
+    def __str__(self) -> str:
+        return f"cni:{self.network}" if self.kind == "cni" else self.kind
+
+    @property
+    def uses_cni(self) -> bool:
+        return self.kind in ("bridge", "cni")
+
+
+NONE = NetworkMode("none")
+HOST = NetworkMode("host")
+BRIDGE = NetworkMode("bridge")
+#: A group with no explicit mode gets its own address on ctrexec's bridge.
+DEFAULT_MODE = BRIDGE
+_SIMPLE = {str(m): m for m in (NONE, HOST, BRIDGE)}
+
+
+def parse_mode(text: str) -> NetworkMode:
+    """``none`` | ``host`` | ``bridge`` | ``cni:NAME`` (Nomad's ``cni/NAME``).
+
+    ``none`` is loopback only; ``host`` must be named explicitly, because it hands
+    a group the host's own network; ``cni:NAME`` is a user conflist whose ``name``
+    is NAME in the config dir. InvalidArgument for anything else.
+    """
+    if not isinstance(text, str):
+        raise InvalidArgument(f"network mode must be a string, not {type(text).__name__}")
+    if text in _SIMPLE:
+        return _SIMPLE[text]
+    kind, colon, name = text.partition(":")
+    if kind == "cni" and colon:
+        if not name:
+            raise InvalidArgument("network mode 'cni:' needs a network name")
+        _cni.validate_network_name(name)
+        return NetworkMode("cni", name)
+    hint = f" (did you mean 'cni:{text[4:]}'?)" if text.startswith("cni/") else ""
+    raise InvalidArgument(
+        f"invalid network mode {text!r}: use none, host, bridge or cni:NAME{hint}"
+    )
+
+
+def _as_mode(mode: NetworkMode | str) -> NetworkMode:
+    return mode if isinstance(mode, NetworkMode) else parse_mode(mode)
+
+
+# ------------------------------------------------------------------------- routes
+
+
+@attrs.frozen
+class HostRoute:
+    """One route of the host's main table, as far as overlap checks care."""
+
+    dst: ipaddress.IPv4Network | ipaddress.IPv6Network
+    ifname: str
+
+
+def parse_proc_route(text: str) -> list[HostRoute]:
+    """``/proc/net/route``: IPv4 main table, addresses as little-endian hex."""
+    out = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        try:
+            dst = ipaddress.IPv4Address(int(fields[1], 16).to_bytes(4, "little"))
+            mask = ipaddress.IPv4Address(int(fields[7], 16).to_bytes(4, "little"))
+            net = ipaddress.IPv4Network(f"{dst}/{mask}", strict=False)
+        except ValueError:
+            continue
+        out.append(HostRoute(dst=net, ifname=fields[0]))
+    return out
+
+
+def parse_proc_ipv6_route(text: str) -> list[HostRoute]:
+    """``/proc/net/ipv6_route``: dst, prefix length (hex), ..., device last."""
+    out = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 10:
+            continue
+        try:
+            dst = ipaddress.IPv6Address(bytes.fromhex(fields[0]))
+            net = ipaddress.IPv6Network(f"{dst}/{int(fields[1], 16)}", strict=False)
+        except ValueError:
+            continue
+        if not net.is_multicast:  # every link has ff00::/8; no unicast subnet meets it
+            out.append(HostRoute(dst=net, ifname=fields[9]))
+    return out
+
+
+def host_routes() -> list[HostRoute]:
+    """The routes of this process's (the host's) namespace, read from /proc: no fork.
+
+    /proc/self/net follows the main thread, which never leaves the host namespace.
+    """
+    out = []
+    for name, parse in (
+        ("route", parse_proc_route),
+        ("ipv6_route", parse_proc_ipv6_route),
+    ):
+        with contextlib.suppress(FileNotFoundError):  # no IPv6 in this kernel
+            out += parse(Path("/proc/self/net", name).read_text(encoding="ascii"))
+    return out
+
+
+def find_overlap(
+    subnet: ipaddress.IPv4Network | ipaddress.IPv6Network,
+    routes: Sequence[HostRoute],
+    bridge: str,
+) -> HostRoute | None:
+    """The first host route that shares addresses with ``subnet``, if any.
+
+    Default routes are skipped (they overlap everything and mean nothing here), and
+    so is the bridge's own route to exactly ``subnet``: after the first ADD, the
+    bridge carries the gateway address and with it that route.
+    """
+    for route in routes:
+        if route.dst.version != subnet.version or route.dst.prefixlen == 0:
+            continue
+        if route.ifname == bridge and route.dst == subnet:
+            continue
+        if route.dst.overlaps(subnet):
+            return route
+    return None
+
+
+# --------------------------------------------------------------------- attachment
+
+
+@attrs.frozen
+class Attachment:
+    """What a group's namespace got from its network: addresses, gateway, ports.
+
+    ``ips`` carry their prefix (``10.89.0.2/24``); none and host modes have none,
+    and neither has a ``network`` or ``interface``. An attachment whose ADD was
+    interrupted (still in the cache, awaiting its DEL) also has no ``ips``.
+    """
+
+    owner: str
+    mode: str
+    network: str | None
+    netns_path: str
+    ips: tuple[str, ...] = ()
+    gateway: str | None = None
+    ports: tuple[PortMapping, ...] = ()
+    interface: str | None = None
+
+    def addresses(self) -> list[str]:
+        """Bare IPs, for /etc/hosts (:func:`ctrexec.hostfiles.ensure`)."""
+        return [str(ipaddress.ip_interface(ip).ip) for ip in self.ips]
+
+
+def _result_ips(cached: _cni.Attachment) -> tuple[_cni.CNIIPConfig, ...]:
+    if cached.result is None:
+        return ()
+    # Plugins that do not say which interface an IP is on get the benefit of the doubt.
+    own = cached.result.container_ips(cached.ifname)
+    return own or tuple(i for i in cached.result.ips if i.interface is None)
+
+
+# -------------------------------------------------------------- masquerade cleanup
+
+
+def _masq_chain(network: str, owner: str) -> tuple[str, str]:
+    """The bridge plugin's ipMasq chain and comment (CNI's utils.FormatChainName)."""
+    digest = hashlib.sha512((network + owner).encode()).hexdigest()
+    return f"CNI-{digest}"[:28], f'name: "{network}" id: "{owner}"'
+
+
+def _iptables(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [tool, "-w", "-t", "nat", *args], capture_output=True, text=True, check=False
+    )
+
+
+def _remove_masq(cached: _cni.Attachment) -> None:
+    """Remove an attachment's ipMasq rules that the bridge plugin's DEL left.
+
+    The bridge plugin (1.1.1) learns which source addresses to un-masquerade from
+    the container's interface; once the namespace or its ``eth0`` is gone, its DEL
+    releases the address but keeps the POSTROUTING rule and the chain. The cache
+    still knows the addresses, so the rules are removed here, as the plugin would.
+    Left alone, they also break the group's *next* DEL: the chain is named after
+    (network, group), so the next attachment's rule shares it and the plugin's
+    ``iptables -X`` fails with "resource busy" (seen with 1.1.1 and iptables-nft).
+    """
+    chain, comment = _masq_chain(cached.network, cached.container_id)
+    for family, tool in ((4, "iptables"), (6, "ip6tables")):
+        ips = [i.ip for i in _result_ips(cached) if i.version == family]
+        if not ips or _iptables(tool, "-S", chain).returncode != 0:
+            continue  # the chain is not there: nothing was left
+        for ip in ips:
+            rule = ["POSTROUTING", "-s", ip, "-j", chain, "-m", "comment", "--comment", comment]
+            _iptables(tool, "-D", *rule)
+        for action in ("-F", "-X"):
+            done = _iptables(tool, action, chain)
+            if done.returncode != 0:
+                log.warning("%s %s %s: %s", tool, action, chain, done.stderr.strip())
+
+
+def _masquerades(conf: NetworkConfigList) -> bool:
+    return any(p.get("type") == "bridge" and p.get("ipMasq") for p in conf.plugins)
+
+
+def _has_portmap(conf: NetworkConfigList) -> bool:
+    return any(
+        p.get("type") == "portmap" and (p.get("capabilities") or {}).get("portMappings")
+        for p in conf.plugins
+    )
+
+
+# ----------------------------------------------------------------------- networks
+
+
+class Networks:
+    """Attaches group namespaces to networks; one per process is enough.
+
+    Every path and name has a default for production and an override for tests
+    (their own bridge, subnet and directories). ``cni`` is the CNI runtime to use;
+    without it one is built from ``conf_dir``, ``cache_dir`` and ``plugin_dirs``.
+    ``routes`` returns the host's routes for the subnet check (tests inject tables).
+    """
+
+    def __init__(
+        self,
+        *,
+        cni: CNI | None = None,
+        conf_dir: str | os.PathLike[str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        plugin_dirs: Sequence[str | os.PathLike[str]] | None = None,
+        network: str = DEFAULT_NETWORK,
+        bridge: str = DEFAULT_BRIDGE,
+        subnet: str = DEFAULT_SUBNET,
+        ipam_dir: str | os.PathLike[str] = _cni.DEFAULT_IPAM_DIR,
+        routes: Callable[[], Sequence[HostRoute]] = host_routes,
+    ) -> None:
+        if cni is None:
+            cni = CNI(
+                plugin_dirs=_cni.DEFAULT_PLUGIN_DIRS if plugin_dirs is None else plugin_dirs,
+                conf_dir=_cni.DEFAULT_CONF_DIR if conf_dir is None else conf_dir,
+                cache_dir=_cni.DEFAULT_CACHE_DIR if cache_dir is None else cache_dir,
+            )
+        elif conf_dir is not None or cache_dir is not None or plugin_dirs is not None:
+            raise InvalidArgument("give conf_dir, cache_dir and plugin_dirs to the CNI object")
+        self.cni = cni
+        self.bridge = _netns.validate_ifname(bridge)
+        self.bridge_network = _cni.bridge_conflist(
+            network, bridge, subnet, ports=True, ipam_dir=os.fspath(ipam_dir)
+        )
+        self.subnet = ipaddress.ip_network(subnet)  # bridge_conflist has validated it
+        self.network = self.bridge_network.name
+        self._routes = routes
+
+    # ----------------------------------------------------------------- lookup
+
+    def _user_conflist(self, mode: NetworkMode) -> NetworkConfigList | None:
+        """A ``cni:NAME`` conflist from the config dir; None if there is none."""
+        name = str(mode.network)
+        if name == self.network:  # would share cache records with the bridge network
+            raise InvalidArgument(f"cni:{name} is ctrexec's own network; use bridge")
+        try:
+            return self.cni.load_network(name)
+        except NotFound:
+            return None
+
+    def _conflist(self, mode: NetworkMode) -> NetworkConfigList:
+        if mode.kind == "bridge":
+            return self.bridge_network
+        conf = self._user_conflist(mode)
+        if conf is None:
+            raise InvalidArgument(f"no CNI network {mode.network!r} in {self.cni.conf_dir}")
+        return conf
+
+    def _mode_of(self, network: str) -> str:
+        return "bridge" if network == self.network else f"cni:{network}"
+
+    def _attachment(self, cached: _cni.Attachment) -> Attachment:
+        ips = _result_ips(cached)
+        return Attachment(
+            owner=cached.container_id,
+            mode=self._mode_of(cached.network),
+            network=cached.network,
+            netns_path=cached.netns,
+            ips=tuple(i.address for i in ips),
+            gateway=next((i.gateway for i in ips if i.gateway), None),
+            ports=_ports.ports_of(cached),
+            interface=cached.ifname,
+        )
+
+    def _cached(self, network: str, owner: str) -> tuple[_cni.Attachment | None, bool]:
+        """The cached ADD and whether there is a record at all (it may be unreadable)."""
+        try:
+            return self.cni.attachment(network, owner, IFNAME), False
+        except NetworkError as exc:
+            log.warning("%s; it will be deleted", exc)
+            return None, True
+
+    def attachment(self, owner: str, mode: NetworkMode | str) -> Attachment | None:
+        """A group's cached attachment in ``mode``'s network; None if not attached."""
+        mode = _as_mode(mode)
+        _cni.validate_container_id(owner)
+        if not mode.uses_cni:
+            return None
+        name = self.network if mode.kind == "bridge" else str(mode.network)
+        cached, _ = self._cached(name, owner)
+        return None if cached is None else self._attachment(cached)
+
+    def attachments(self) -> list[Attachment]:
+        """Every cached attachment, whatever its network (recovery, gc, port checks)."""
+        return [self._attachment(a) for a in self.cni.attachments() if a.ifname == IFNAME]
+
+    # ------------------------------------------------------------------ checks
+
+    def check_subnet(self) -> None:
+        """InvalidArgument if the bridge subnet overlaps a host route not its own."""
+        clash = find_overlap(self.subnet, self._routes(), self.bridge)
+        if clash is not None:
+            raise InvalidArgument(
+                f"subnet {self.subnet} overlaps host route {clash.dst} via {clash.ifname}"
+            )
+
+    def _check_ports(self, network: str, owner: str, ports: Sequence[PortMapping]) -> None:
+        if not ports:
+            return
+        others = [
+            m
+            for m in _ports.mapped_ports(self.cni.attachments())
+            if (m.network, m.owner, m.ifname) != (network, owner, IFNAME)
+        ]
+        _ports.check_taken(ports, others)
+        _ports.check_host_free(ports)
+
+    def _holds(self, cached: _cni.Attachment) -> bool:
+        """Whether the cached namespace still carries the cached addresses on eth0."""
+        want = {ipaddress.ip_interface(i.address) for i in _result_ips(cached)}
+        if not want:
+            return False
+        try:
+            info = _netns.inspect(cached.netns)
+        except CtrexecError as exc:
+            log.info("attachment of %s is stale: %s", cached.container_id, exc)
+            return False
+        have = {ipaddress.ip_interface(a.cidr) for a in info.addresses_of(cached.ifname)}
+        return want <= have
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Serialise attach/detach across threads and processes (flock per open file)."""
+        directory = self.cni.cache_dir
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise NetworkError(f"cannot lock {directory}: {exc.strerror}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    # ---------------------------------------------------------------- actions
+
+    def _delete(
+        self,
+        conf: NetworkConfigList,
+        owner: str,
+        cached: _cni.Attachment | None,
+        netns_path: str | None,
+    ) -> None:
+        """CNI DEL, plus the masquerade rules the bridge plugin cannot find itself."""
+        if cached is not None and netns_path is not None:
+            cached = attrs.evolve(cached, netns=netns_path)
+        orphaned = cached is not None and _masquerades(cached.config) and not self._holds(cached)
+        network: str | NetworkConfigList = conf if cached is None else conf.name
+        self.cni.delete(network, owner, netns_path, IFNAME)
+        if orphaned and cached is not None:
+            _remove_masq(cached)
+
+    def setup(
+        self,
+        owner: str,
+        netns_path: str,
+        mode: NetworkMode | str = DEFAULT_MODE,
+        ports: Sequence[PortMapping] = (),
+    ) -> Attachment:
+        """Attach ``owner``'s namespace as ``eth0``; idempotent and crash-safe.
+
+        Returns the existing attachment, with no plugin run, while the namespace
+        still holds its addresses; a stale record is DELeted before a fresh ADD.
+        Refuses, before any change: ports outside bridge/cni modes or without a
+        portmap plugin, a missing conflist or plugin, a subnet that collides with a
+        host route (InvalidArgument), a host port already published by another
+        group or busy on the host (AlreadyExists), and a change of ports on a live
+        attachment (FailedPrecondition: tear it down first).
+        """
+        mode = _as_mode(mode)
+        _cni.validate_container_id(owner)
+        ports = tuple(ports)
+        _ports.check_unique(ports)
+        if not mode.uses_cni:
+            if ports:
+                raise InvalidArgument(f"ports need network mode bridge or cni:NAME, not {mode}")
+            if mode.kind == "none" and self.cni.verify_netns:
+                _netns.verify(netns_path)
+            return Attachment(owner=owner, mode=str(mode), network=None, netns_path=netns_path)
+        conf = self._conflist(mode)
+        if ports and not _has_portmap(conf):
+            raise InvalidArgument(f"network {conf.name} has no portmap plugin to publish ports")
+        if self.cni.verify_netns:
+            _netns.verify(netns_path)
+        self.cni.validate(conf)
+        with self._locked():
+            cached, unreadable = self._cached(conf.name, owner)
+            if (
+                cached is not None
+                and cached.result is not None
+                and cached.netns == netns_path
+                and self._holds(cached)
+            ):
+                have = _ports.ports_of(cached)
+                if set(have) != set(ports):
+                    shown = ", ".join(_ports.describe(p) for p in have) or "no ports"
+                    raise FailedPrecondition(
+                        f"group {owner} is attached to {conf.name} with {shown}; "
+                        "tear it down to change its ports"
+                    )
+                return self._attachment(cached)
+            if mode.kind == "bridge":
+                self.check_subnet()
+            self._check_ports(conf.name, owner, ports)
+            if cached is not None or unreadable:
+                log.info("re-attaching %s to %s: its cached attachment is stale", owner, conf.name)
+                self._delete(conf, owner, cached, None)
+            self.cni.add(conf, owner, netns_path, IFNAME, port_mappings=ports)
+            added = self.cni.attachment(conf.name, owner, IFNAME)
+        if added is None:  # pragma: no cover - add() wrote it under our lock
+            raise NetworkError(f"the CNI cache lost the attachment of {owner}")
+        return self._attachment(added)
+
+    def teardown(
+        self, owner: str, netns_path: str | None, mode: NetworkMode | str = DEFAULT_MODE
+    ) -> None:
+        """Detach ``owner``; idempotent, and fine once the namespace is gone.
+
+        Call it *before* removing the namespace: the bridge plugin then finds the
+        addresses to un-masquerade itself. When it cannot (namespace already gone),
+        the cached result is used to remove those rules. ``netns_path`` None means
+        the path the ADD was given.
+        """
+        mode = _as_mode(mode)
+        _cni.validate_container_id(owner)
+        if not mode.uses_cni:
+            return
+        conf = self.bridge_network if mode.kind == "bridge" else self._user_conflist(mode)
+        if conf is None:
+            # The conflist is gone; the cached ADD (if any) still carries it.
+            cached, _ = self._cached(str(mode.network), owner)
+            if cached is None:
+                return
+            conf = cached.config
+        with self._locked():
+            cached, _ = self._cached(conf.name, owner)
+            self._delete(conf, owner, cached, netns_path)
+
+    def remove_bridge(self) -> bool:
+        """Delete the shared bridge if no interface is attached; True if it was there.
+
+        Not part of a group's teardown -- the bridge is shared, like docker0 -- but
+        for tests and uninstall. Its route and its per-interface sysctls (portmap's
+        route_localnet) go with the link. The bridge plugin makes no iptables rule
+        for the bridge itself: its masquerade chains are per attachment and are
+        removed by DEL; portmap's CNI-HOSTPORT-* chains are shared by every CNI
+        network on the host (other runtimes' too), so they are left alone.
+        """
+        with _netns.netlink("/proc/self/ns/net", allow_host=True) as ipr:
+            links = list(ipr.link("dump"))
+            found = [m for m in links if m.get_attr("IFLA_IFNAME") == self.bridge]
+            if not found:
+                return False
+            link = found[0]
+            info = link.get_attr("IFLA_LINKINFO")
+            if info is None or info.get_attr("IFLA_INFO_KIND") != "bridge":
+                raise FailedPrecondition(f"{self.bridge} is not a bridge; leaving it alone")
+            ports = [
+                m.get_attr("IFLA_IFNAME")
+                for m in links
+                if m.get_attr("IFLA_MASTER") == link["index"]
+            ]
+            if ports:
+                raise FailedPrecondition(
+                    f"bridge {self.bridge} still has interfaces attached: {', '.join(ports)}"
+                )
+            ipr.link("del", index=link["index"])
+        return True
+
+
+__all__ = [
+    "BRIDGE",
+    "DEFAULT_BRIDGE",
+    "DEFAULT_MODE",
+    "DEFAULT_NETWORK",
+    "DEFAULT_SUBNET",
+    "HOST",
+    "IFNAME",
+    "NONE",
+    "Attachment",
+    "HostRoute",
+    "NetworkMode",
+    "Networks",
+    "find_overlap",
+    "host_routes",
+    "parse_mode",
+    "parse_port",
+    "parse_proc_ipv6_route",
+    "parse_proc_route",
+]

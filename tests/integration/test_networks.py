@@ -1,0 +1,489 @@
+"""Networks on real namespaces, bridges and plugins (Debian's containernetworking-plugins).
+
+Traffic stays on loopback or inside the namespaces and bridges these tests make.
+Every name carries the run tag (namespaces, networks and groups ``cxt...``,
+bridges ``cxtbr<hex>``); subnets come from 10.231.200.0/24 .. 10.231.250.0/24 and
+are checked to be unused on the host first; cache and IPAM dirs live under
+tmp_path. Each test ends with a leak audit (namespaces, links, iptables rules that
+name the tag, subnet or bridge, IPAM files, cached attachments) after removing its
+bridges, and the module puts net.ipv4.ip_forward back as it found it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctrexec import cni, netns
+from ctrexec.cni import PortMapping
+from ctrexec.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from ctrexec.networks import Networks
+
+PLUGIN_DIR = Path("/usr/lib/cni")
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="CNI plugins need root"),
+    pytest.mark.skipif(
+        not (PLUGIN_DIR / "bridge").exists(), reason="containernetworking-plugins missing"
+    ),
+]
+
+RUN_TAG = f"cxt{os.getpid() % 100000}{uuid.uuid4().hex[:3]}"
+IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+_taken_subnets: set[int] = set()
+
+
+def sh(*cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(cmd), check=False, capture_output=True, text=True)
+
+
+def iptables_dump() -> str:
+    return "".join(sh(tool).stdout for tool in ("iptables-save", "ip6tables-save"))
+
+
+def free_subnet() -> ipaddress.IPv4Network:
+    """A /24 in 10.231.200-250 with no route or address on the host right now."""
+    used = sh("ip", "-4", "route").stdout + sh("ip", "-4", "addr").stdout
+    candidates = [n for n in range(200, 251) if n not in _taken_subnets]
+    random.shuffle(candidates)
+    for third in candidates:
+        if f"10.231.{third}." not in used:
+            _taken_subnets.add(third)
+            return ipaddress.IPv4Network(f"10.231.{third}.0/24")
+    raise RuntimeError("no free test subnet in 10.231.200.0/24 .. 10.231.250.0/24")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def new_bridge_name() -> str:
+    return f"cxtbr{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def restore_ip_forward() -> Iterator[None]:
+    """The bridge plugin (isGateway) turns net.ipv4.ip_forward on; undo that."""
+    before = IP_FORWARD.read_text()
+    yield
+    IP_FORWARD.write_text(before)
+    assert [p.name for p in Path("/run/netns").glob(f"{RUN_TAG}*")] == []
+    assert RUN_TAG not in iptables_dump()
+    assert RUN_TAG not in sh("ip", "-o", "link").stdout
+
+
+class Env:
+    """One test's Networks, everything it made, and how to clean and audit it."""
+
+    def __init__(self, tmp_path: Path, tag: str) -> None:
+        self.tmp = tmp_path
+        self.tag = f"{RUN_TAG}{tag}"
+        self.bridge = new_bridge_name()
+        self.subnet = free_subnet()
+        self.ipam_dir = tmp_path / "ipam"
+        self.cache_dir = tmp_path / "cache"
+        self.conf_dir = tmp_path / "conf"
+        self.nets = self.networks()
+        self.namespaces: list[netns.NetNS] = []
+        self.bridges = {self.bridge}
+        self.procs: list[subprocess.Popen[Any]] = []
+
+    def networks(self) -> Networks:
+        """A Networks over this test's dirs; a new one is what a restarted process makes."""
+        return Networks(
+            plugin_dirs=[PLUGIN_DIR],
+            conf_dir=self.conf_dir,
+            cache_dir=self.cache_dir,
+            ipam_dir=self.ipam_dir,
+            network=f"{self.tag}net",
+            bridge=self.bridge,
+            subnet=str(self.subnet),
+        )
+
+    @property
+    def gateway(self) -> str:
+        return str(next(self.subnet.hosts()))
+
+    def new_netns(self, n: int = 0) -> netns.NetNS:
+        ns = netns.create(f"{self.tag}-ns{n}")
+        self.namespaces.append(ns)
+        return ns
+
+    def owner(self, n: int = 0) -> str:
+        return f"{self.tag}-g{n}"
+
+    def ipam_files(self, network: str | None = None) -> list[str]:
+        """Addresses host-local holds (its lock and last_reserved files aside)."""
+        folder = self.ipam_dir / (network or self.nets.network)
+        if not folder.exists():
+            return []
+        return sorted(p.name for p in folder.iterdir() if p.name[0].isdigit())
+
+    def rules(self) -> list[str]:
+        """iptables lines that name this test's tag, subnet or bridge."""
+        marks = (self.tag, f"{self.subnet.network_address}"[:-1], *self.bridges)
+        return [line for line in iptables_dump().splitlines() if any(m in line for m in marks)]
+
+    def bridge_ports(self, bridge: str | None = None) -> list[str]:
+        out = sh("ip", "-o", "link", "show", "master", bridge or self.bridge).stdout
+        return [line.split(":")[1].strip().split("@")[0] for line in out.splitlines()]
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.communicate()
+        for att in self.nets.attachments():
+            try:
+                self.nets.teardown(att.owner, None, att.mode)
+            except Exception as exc:  # keep cleaning; the audit reports
+                print(f"cleanup teardown failed: {exc}", file=sys.stderr)
+        for ns in self.namespaces:
+            if os.path.lexists(ns.path):
+                netns.remove(ns.path)
+        for bridge in self.bridges:
+            if bridge == self.bridge:
+                self.nets.remove_bridge()
+            sh("ip", "link", "del", bridge)
+
+    def audit(self) -> None:
+        assert [p.name for p in Path("/run/netns").glob(f"{self.tag}*")] == []
+        links = sh("ip", "-o", "link").stdout
+        for bridge in self.bridges:
+            assert f" {bridge}:" not in links, f"bridge {bridge} left"
+            assert f"master {bridge}" not in links, f"a link on {bridge} left"
+        assert self.rules() == [], "iptables rules left behind"
+        assert self.ipam_files() == [], "IPAM allocations left behind"
+        assert self.nets.attachments() == []
+        assert sh("ip", "-4", "route", "show", str(self.subnet)).stdout == ""
+
+
+@pytest.fixture
+def env(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
+    tag = request.node.name.replace("test_", "").replace("_", "")[:8]
+    e = Env(tmp_path, tag)
+    try:
+        yield e
+    finally:
+        e.cleanup()
+    e.audit()
+
+
+def ping(ns: netns.NetNS, address: str) -> subprocess.CompletedProcess[str]:
+    return sh("ip", "netns", "exec", ns.name, "busybox", "ping", "-c1", "-W2", address)
+
+
+def count_adds(nets: Networks) -> list[str]:
+    """Wrap the CNI runtime's add() so a test can see whether an ADD ran."""
+    calls: list[str] = []
+    real = nets.cni.add
+
+    def add(*args: Any, **kw: Any) -> cni.CNIResult:
+        calls.append(args[1])
+        return real(*args, **kw)
+
+    nets.cni.add = add  # type: ignore[method-assign]
+    return calls
+
+
+def serve_once(env: Env, ns: netns.NetNS, port: int, reply: bytes) -> None:
+    """A one-shot TCP server inside ``ns``, started by pid and killed by cleanup."""
+    server = (
+        "import socket, sys\n"
+        "s = socket.socket()\n"
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        f"s.bind(('0.0.0.0', {port})); s.listen()\n"
+        "print('ready', flush=True)\n"
+        f"c, _ = s.accept(); c.sendall({reply!r}); c.close()\n"
+    )
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", ns.name, sys.executable, "-c", server],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    env.procs.append(proc)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+
+
+def fetch(port: int) -> bytes:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
+                return s.recv(64)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+# ------------------------------------------------------------------------ tests
+
+
+def test_bridge_setup_and_teardown(env: Env) -> None:
+    ns = env.new_netns()
+    att = env.nets.setup(env.owner(), ns.path, "bridge")
+    [cidr] = att.ips
+    assert ipaddress.ip_interface(cidr).network == env.subnet
+    assert (att.mode, att.network, att.interface) == ("bridge", env.nets.network, "eth0")
+    assert att.gateway == env.gateway
+    assert att.netns_path == ns.path
+    assert env.ipam_files() == att.addresses()
+
+    info = netns.inspect(ns.path)
+    assert cidr in [a.cidr for a in info.addresses_of("eth0")]
+    assert any(r.dst == "default" and r.gateway == env.gateway for r in info.routes)
+    assert len(env.bridge_ports()) == 1
+    assert env.nets.attachment(env.owner(), "bridge") == att
+    assert env.nets.attachments() == [att]
+
+    env.nets.teardown(env.owner(), ns.path, "bridge")
+    assert netns.inspect(ns.path).interface("eth0") is None
+    assert env.bridge_ports() == []
+    assert env.ipam_files() == []
+    assert env.rules() == []
+    assert env.nets.attachment(env.owner(), "bridge") is None
+    env.nets.teardown(env.owner(), ns.path, "bridge")  # DEL twice: fine
+    env.nets.teardown(env.owner(), None, "bridge")
+
+
+def test_two_namespaces_reach_each_other(env: Env) -> None:
+    a, b = env.new_netns(0), env.new_netns(1)
+    ip_a = env.nets.setup(env.owner(0), a.path).addresses()[0]
+    ip_b = env.nets.setup(env.owner(1), b.path).addresses()[0]
+    assert ip_a != ip_b
+    assert ping(a, ip_b).returncode == 0, ping(a, ip_b).stdout
+    assert ping(b, ip_a).returncode == 0
+    for n, ns in enumerate((a, b)):
+        env.nets.teardown(env.owner(n), ns.path, "bridge")
+    assert ping(a, ip_b).returncode != 0
+
+
+def test_published_port_and_conflicts(env: Env) -> None:
+    a, b = env.new_netns(0), env.new_netns(1)
+    host_port = free_port()
+    att = env.nets.setup(env.owner(0), a.path, "bridge", [PortMapping(host_port, 8080)])
+    assert att.ports == (PortMapping(host_port, 8080),)
+    serve_once(env, a, 8080, b"cxt-hello")
+    assert fetch(host_port) == b"cxt-hello"
+
+    adds = count_adds(env.nets)
+    with pytest.raises(AlreadyExists, match=f"^port {host_port}/tcp is already mapped by group"):
+        env.nets.setup(env.owner(1), b.path, "bridge", [PortMapping(host_port, 80)])
+    local = PortMapping(host_port, 80, "tcp", "127.0.0.1")
+    with pytest.raises(AlreadyExists, match="already mapped"):
+        env.nets.setup(env.owner(1), b.path, "bridge", [local])
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        busy_port = busy.getsockname()[1]
+        with pytest.raises(AlreadyExists, match=f"^port {busy_port}/tcp is in use on the host$"):
+            env.nets.setup(env.owner(1), b.path, "bridge", [PortMapping(busy_port, 80)])
+    assert adds == []
+    assert netns.inspect(b.path).interface("eth0") is None
+    assert len(env.ipam_files()) == 1
+    # Another protocol on the same host port is a different mapping.
+    env.nets.setup(env.owner(1), b.path, "bridge", [PortMapping(host_port, 80, "udp")])
+    env.nets.teardown(env.owner(0), a.path, "bridge")
+    env.nets.teardown(env.owner(1), b.path, "bridge")
+    assert env.rules() == []
+
+
+def test_concurrent_setups_cannot_share_a_port(env: Env) -> None:
+    spaces = [env.new_netns(n) for n in range(4)]
+    host_port = free_port()
+    outcomes: list[str] = []
+
+    def attach(n: int) -> None:
+        try:
+            env.nets.setup(env.owner(n), spaces[n].path, "bridge", [PortMapping(host_port, 80)])
+            outcomes.append("ok")
+        except AlreadyExists:
+            outcomes.append("taken")
+
+    threads = [threading.Thread(target=attach, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["ok", "taken", "taken", "taken"]
+    assert len(env.ipam_files()) == 1
+
+
+def test_setup_is_idempotent_across_a_crash(env: Env) -> None:
+    ns = env.new_netns()
+    adds = count_adds(env.nets)
+    port = free_port()
+    first = env.nets.setup(env.owner(), ns.path, "bridge", [PortMapping(port, 80)])
+    second = env.nets.setup(env.owner(), ns.path, "bridge", [PortMapping(port, 80)])
+    assert second == first
+    assert adds == [env.owner()]
+    assert env.ipam_files() == first.addresses()
+
+    # The process dies: a new one, with a new Networks and CNI, comes back up.
+    env.nets = env.networks()
+    adds = count_adds(env.nets)
+    again = env.nets.setup(env.owner(), ns.path, "bridge", [PortMapping(port, 80)])
+    assert again == first
+    assert adds == []
+    assert env.ipam_files() == first.addresses()
+    with pytest.raises(FailedPrecondition, match="tear it down"):
+        env.nets.setup(env.owner(), ns.path, "bridge", [PortMapping(port, 81)])
+    env.nets.teardown(env.owner(), ns.path, "bridge")
+
+
+def test_stale_attachment_is_replaced(env: Env) -> None:
+    ns = env.new_netns()
+    first = env.nets.setup(env.owner(), ns.path)
+    # The interface is lost (someone deleted it): DEL the stale record, then ADD.
+    assert sh("ip", "-n", ns.name, "link", "del", "eth0").returncode == 0
+    second = env.nets.setup(env.owner(), ns.path)
+    assert netns.inspect(ns.path).interface("eth0") is not None
+    assert env.ipam_files() == second.addresses()
+    # The namespace is removed and re-created under the same name (a reboot, a
+    # half-done group down): its old address and masquerade rule are released.
+    netns.remove(ns.path)
+    ns = env.new_netns()
+    third = env.nets.setup(env.owner(), ns.path)
+    assert env.ipam_files() == third.addresses()
+    old = {*first.addresses(), *second.addresses()} - set(third.addresses())
+    assert not any(f"{ip}/32" in line for ip in old for line in iptables_dump().splitlines())
+    assert len(env.bridge_ports()) == 1
+    env.nets.teardown(env.owner(), ns.path, "bridge")
+
+
+def test_teardown_after_namespace_removed(env: Env) -> None:
+    ns = env.new_netns()
+    env.nets.setup(env.owner(), ns.path, "bridge", [PortMapping(free_port(), 80)])
+    assert env.rules() != []
+    netns.remove(ns.path)
+    env.nets.teardown(env.owner(), ns.path, "bridge")
+    assert env.ipam_files() == []
+    assert env.bridge_ports() == []
+    assert env.rules() == []  # masquerade and portmap rules included
+    env.nets.teardown(env.owner(), None, "bridge")
+
+
+def test_subnet_overlapping_a_host_route(env: Env) -> None:
+    clash = new_bridge_name()
+    env.bridges.add(clash)
+    gw = env.gateway
+    for cmd in (
+        ("ip", "link", "add", clash, "type", "bridge"),
+        ("ip", "addr", "add", f"{gw}/{env.subnet.prefixlen}", "dev", clash),
+        ("ip", "link", "set", clash, "up"),
+    ):
+        assert sh(*cmd).returncode == 0
+    ns = env.new_netns()
+    with pytest.raises(InvalidArgument, match=f"^subnet {env.subnet} overlaps host route"):
+        env.nets.setup(env.owner(), ns.path, "bridge")
+    assert sh("ip", "link", "show", env.bridge).returncode != 0  # nothing was made
+    assert not env.ipam_dir.exists()
+    assert env.nets.attachments() == []
+    assert netns.inspect(ns.path).interface("eth0") is None
+    sh("ip", "link", "del", clash)
+
+
+def test_own_bridge_route_is_not_an_overlap(env: Env) -> None:
+    a, b = env.new_netns(0), env.new_netns(1)
+    env.nets.setup(env.owner(0), a.path)
+    # The bridge now routes the subnet; a second group, and a fresh process, still attach.
+    env.nets.setup(env.owner(1), b.path)
+    env.networks().check_subnet()
+    for n, ns in enumerate((a, b)):
+        env.nets.teardown(env.owner(n), ns.path, "bridge")
+
+
+def test_cni_modes(env: Env) -> None:
+    ns = env.new_netns()
+    with pytest.raises(InvalidArgument, match="no CNI network"):
+        env.nets.setup(env.owner(), ns.path, f"cni:{env.tag}missing")
+
+    env.conf_dir.mkdir()
+    broken = cni.bridge_conflist(f"{env.tag}broken", new_bridge_name(), str(free_subnet()))
+    data = broken.to_json()
+    data["plugins"].append({"type": "cxt-not-installed"})
+    (env.conf_dir / "broken.conflist").write_text(json.dumps(data))
+    adds = count_adds(env.nets)
+    with pytest.raises(InvalidArgument, match="cxt-not-installed"):
+        env.nets.setup(env.owner(), ns.path, f"cni:{env.tag}broken")
+    assert adds == []
+
+    user_bridge = new_bridge_name()
+    env.bridges.add(user_bridge)
+    subnet = free_subnet()
+    user = cni.bridge_conflist(
+        f"{env.tag}user", user_bridge, str(subnet), ports=False, ipam_dir=str(env.ipam_dir)
+    )
+    (env.conf_dir / "user.conflist").write_text(json.dumps(user.to_json()))
+    mode = f"cni:{env.tag}user"
+    with pytest.raises(InvalidArgument, match="no portmap plugin"):
+        env.nets.setup(env.owner(), ns.path, mode, [PortMapping(free_port(), 80)])
+    assert adds == []
+    att = env.nets.setup(env.owner(), ns.path, mode)
+    assert (att.mode, att.network) == (mode, f"{env.tag}user")
+    assert ipaddress.ip_interface(att.ips[0]).network == subnet
+    assert env.nets.attachments() == [att]
+    assert env.nets.setup(env.owner(), ns.path, mode) == att
+    assert adds == [env.owner()]
+    env.nets.teardown(env.owner(), ns.path, mode)
+    assert env.ipam_files(f"{env.tag}user") == []
+    assert not any(str(subnet)[:-4] in line for line in iptables_dump().splitlines())
+
+
+def test_none_mode_keeps_loopback_only(env: Env) -> None:
+    ns = env.new_netns()
+    att = env.nets.setup(env.owner(), ns.path, "none")
+    assert att.ips == ()
+    assert [i.name for i in netns.inspect(ns.path).interfaces] == ["lo"]
+    with pytest.raises(InvalidArgument, match="host"):
+        env.nets.setup(env.owner(), "/proc/self/ns/net", "none")
+    env.nets.teardown(env.owner(), ns.path, "none")
+
+
+def test_remove_bridge(env: Env) -> None:
+    assert env.nets.remove_bridge() is False  # not there yet
+    ns = env.new_netns()
+    env.nets.setup(env.owner(), ns.path)
+    with pytest.raises(FailedPrecondition, match="still has interfaces attached"):
+        env.nets.remove_bridge()
+    env.nets.teardown(env.owner(), ns.path, "bridge")
+    assert env.nets.remove_bridge() is True
+    assert sh("ip", "link", "show", env.bridge).returncode != 0
+    assert env.rules() == []
+    assert env.nets.remove_bridge() is False
+
+
+def test_fifty_cycles_leave_nothing(env: Env) -> None:
+    for cycle in range(50):
+        ns = env.new_netns(cycle)
+        ports = [PortMapping(free_port(), 80)] if cycle % 2 else []
+        att = env.nets.setup(env.owner(cycle), ns.path, "bridge", ports)
+        assert len(att.ips) == 1
+        if cycle % 5 == 4:  # now and then, the namespace goes first
+            netns.remove(ns.path)
+            env.nets.teardown(env.owner(cycle), ns.path, "bridge")
+        else:
+            env.nets.teardown(env.owner(cycle), ns.path, "bridge")
+            netns.remove(ns.path)
+    assert env.bridge_ports() == []
+    assert env.ipam_files() == []
+    assert env.rules() == []
+    assert env.nets.attachments() == []
+    assert [p.name for p in Path("/run/netns").glob(f"{env.tag}*")] == []
