@@ -203,8 +203,9 @@ class Executor:
             state = tasks.find(self.client, task_id)
             if state is not None and state.status is not Status.STOPPED:
                 raise FailedPrecondition(f"container {task_id} is already {state.status.value}")
-            if state is not None:
-                tasks.delete(self.client, task_id)
+            # Also with no task: this shuts down a shim left without one (see
+            # tasks.force_delete); a plain NotFound is ignored.
+            tasks.delete(self.client, task_id)
             log_path = record.labels.get(lbl.LOG_PATH, "")
             cfg = self._config_of(record)
             Path(log_path).parent.mkdir(parents=True, exist_ok=True)

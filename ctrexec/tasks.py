@@ -233,7 +233,10 @@ def force_delete(client: Client, container_id: str, *, timeout: float = 10.0) ->
     """SIGKILL every process of the task, wait for it to stop, then delete it."""
     state = find(client, container_id)
     if state is None:
-        return None
+        # Delete anyway: a shim can outlive a Tasks.Create that containerd died in
+        # (containerd#6860, 1.6): Get answers NotFound, Create AlreadyExists, and
+        # only Delete shuts that shim down.
+        return delete(client, container_id)
     if state.status is Status.PAUSED:
         with contextlib.suppress(errors.CtrexecError):
             resume(client, container_id)
