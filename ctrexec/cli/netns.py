@@ -7,7 +7,16 @@ import argparse
 import attrs
 
 from ctrexec import netns
-from ctrexec.cli._common import ArgumentParser, json_flag, print_json, print_table
+from ctrexec.cli._common import (
+    ArgumentParser,
+    connect,
+    connection_flags,
+    json_flag,
+    print_json,
+    print_table,
+)
+from ctrexec.executor import Executor
+from ctrexec.groups import remove_netns, tasks_in_netns
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -26,15 +35,21 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    info = netns.inspect(netns.resolve(args.name))
-    print_json(attrs.asdict(info))
+    path = netns.resolve(args.name)
+    info = attrs.asdict(netns.inspect(path))
+    with connect(args) as client:
+        users = tasks_in_netns(Executor(client), path)
+    info["tasks"] = [{"id": i.id, "status": i.status.value, "pid": i.pid} for i in users]
+    print_json(info)
     return 0
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    for name in args.names:
-        netns.remove(netns.resolve(name))
-        print(name)
+    with connect(args) as client:
+        ex = Executor(client)
+        for name in args.names:
+            remove_netns(ex, name, force=args.force)
+            print(name)
     return 0
 
 
@@ -48,9 +63,12 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     c.set_defaults(func=cmd_create)
     c = nsub.add_parser("ls", parents=[json_flag()], help="list namespaces")
     c.set_defaults(func=cmd_ls)
-    c = nsub.add_parser("inspect", help="interfaces, addresses and routes as JSON")
+    c = nsub.add_parser(
+        "inspect", parents=[connection_flags()], help="interfaces, addresses, routes, tasks"
+    )
     c.add_argument("name")
     c.set_defaults(func=cmd_inspect)
-    c = nsub.add_parser("rm", help="remove namespaces")
+    c = nsub.add_parser("rm", parents=[connection_flags()], help="remove namespaces")
+    c.add_argument("-f", "--force", action="store_true", help="stop the tasks inside first")
     c.add_argument("names", nargs="+")
     c.set_defaults(func=cmd_rm)

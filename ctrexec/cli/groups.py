@@ -1,0 +1,100 @@
+"""``ctrexec group up|down|ps|ls`` and ``ctrexec supervise``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from pathlib import Path
+
+from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
+from ctrexec.cli._common import print_table as table
+from ctrexec.executor import DEFAULT_LOG_DIR, Executor
+from ctrexec.groups import Groups, load_group_file
+from ctrexec.networks import Networks
+from ctrexec.supervisor import Supervisor
+from ctrexec.taskconfig import TaskInfo
+
+
+def _groups(args: argparse.Namespace) -> Groups:
+    ex = Executor(connect(args), log_dir=Path(args.log_dir or DEFAULT_LOG_DIR))
+    return Groups(ex, Networks(subnet=args.subnet) if args.subnet else Networks())
+
+
+def _print(infos: list[TaskInfo], as_json: bool) -> None:
+    if as_json:
+        print_json([i.to_json() for i in infos])
+        return
+    rows = []
+    for i in infos:
+        status = i.status.value
+        if i.exit is not None:
+            status = f"exited ({i.exit.code})"
+        rows.append([i.id, i.image, status, i.pid or "-", i.netns_path or "-"])
+    table(["ID", "IMAGE", "STATUS", "PID", "NETNS"], rows)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    spec = load_group_file(args.file)
+    _print(_groups(args).up(spec), args.json)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    _groups(args).down(args.name, timeout=args.time)
+    print(args.name)
+    return 0
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    _print(_groups(args).ps(args.name), args.json)
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    names = _groups(args).names()
+    if args.json:
+        print_json(names)
+    else:
+        for n in names:
+            print(n)
+    return 0
+
+
+def cmd_supervise(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    ex = Executor(connect(args), log_dir=Path(args.log_dir or DEFAULT_LOG_DIR))
+    stop = threading.Event()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, lambda *_: stop.set())
+    Supervisor(ex).run(stop)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
+    conn = connection_flags()
+    common = ArgumentParser(add_help=False)
+    common.add_argument("--log-dir", help=f"where task logs go (default {DEFAULT_LOG_DIR})")
+    common.add_argument(
+        "--subnet", help="subnet of ctrexec's bridge network (default 10.89.0.0/24)"
+    )
+    p = sub.add_parser("group", help="groups: one network namespace plus its tasks")
+    gsub = p.add_subparsers(dest="group_command", metavar="COMMAND", parser_class=ArgumentParser)
+    gsub.required = True
+    c = gsub.add_parser("up", parents=[conn, common, json_flag()], help="create or recover a group")
+    c.add_argument("file", help="group file (TOML)")
+    c.set_defaults(func=cmd_up)
+    c = gsub.add_parser("down", parents=[conn, common], help="stop and remove a group")
+    c.add_argument("-t", "--time", type=float, help="seconds before SIGKILL")
+    c.add_argument("name")
+    c.set_defaults(func=cmd_down)
+    c = gsub.add_parser("ps", parents=[conn, common, json_flag()], help="a group's tasks")
+    c.add_argument("name")
+    c.set_defaults(func=cmd_ps)
+    c = gsub.add_parser("ls", parents=[conn, common, json_flag()], help="list groups")
+    c.set_defaults(func=cmd_ls)
+    p = sub.add_parser(
+        "supervise", parents=[conn, common], help="restart tasks by their restart policy"
+    )
+    p.set_defaults(func=cmd_supervise)

@@ -1,0 +1,230 @@
+"""Groups on a real bridge: shared netns, port mapping, restart with the same IP, leaks."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ctrexec import errors, netns
+from ctrexec.client import Client
+from ctrexec.executor import Executor
+from ctrexec.groups import Groups, GroupSpec, load_group_file, parse_group
+from ctrexec.mounts_table import mounts_under
+from ctrexec.networks import Networks
+from ctrexec.supervisor import Supervisor
+from ctrexec.tasks import Status
+
+SUBNET = "10.231.180.0/24"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def groups(
+    client: Client, tmp_path: Path, test_image: str, containerd_address: str
+) -> Iterator[Groups]:
+    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text()
+    tag = secrets.token_hex(2)
+    nets = Networks(
+        network=f"cxtg{tag}",
+        bridge=f"cxtg{tag}",
+        subnet=SUBNET,
+        cache_dir=tmp_path / "cni-cache",
+        ipam_dir=tmp_path / "ipam",
+    )
+    ex = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
+    g = Groups(ex, nets)
+    try:
+        yield g
+    finally:
+        for name in g.names():
+            g.down(name, timeout=1)
+        for a in nets.attachments():
+            nets.teardown(a.owner, None, a.mode)
+        nets.remove_bridge()
+        Path("/proc/sys/net/ipv4/ip_forward").write_text(forward)
+    assert mounts_under(Path(containerd_address).parent.parent) == []
+    assert not any(p.name.startswith(f"cxtg{tag}") for p in Path("/sys/class/net").iterdir())
+    assert list((tmp_path / "ipam").rglob("10.*")) == []
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
+    assert f"cxtg{tag}" not in rules and "10.231.180." not in rules
+
+
+def _spec(name: str, image: str, port: int | None = None, **extra: object) -> GroupSpec:
+    data: dict[str, object] = {
+        "name": name,
+        "network": "bridge",
+        "task": [
+            {
+                "name": "server",
+                "image": image,
+                "command": ["httpd", "-f", "-p", "8080", "-h", "/var/www"],
+                "restart": {"policy": "always", "delay": 0.1},
+            },
+            {"name": "client", "image": image, "command": ["sleep", "1000"]},
+        ],
+        **extra,
+    }
+    if port:
+        data["ports"] = [f"{port}:8080/tcp"]
+    return parse_group(data)
+
+
+def _until(pred: object, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if pred():  # type: ignore[operator]
+                return
+        except (OSError, errors.CtrexecError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _ip(g: Groups, name: str) -> str:
+    a = [a for a in g.networks.attachments() if a.owner == name]
+    assert len(a) == 1
+    return a[0].addresses()[0]
+
+
+def test_group_up_localhost_port_and_restart_same_ip(groups: Groups, test_image: str) -> None:
+    port = _free_port()
+    name = f"cxt{secrets.token_hex(2)}"
+    infos = groups.up(_spec(name, test_image, port))
+    assert {i.status for i in infos} == {Status.RUNNING}
+    ex = groups.executor
+    cid = f"{name}-client"
+
+    def local() -> bool:
+        # No -T: Debian's busybox-static 1.35 wget segfaults with a timeout option.
+        r = ex.exec(cid, ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/"])
+        return r.exit_code == 0 and b"hello from ctrexec" in r.stdout
+
+    _until(local, "task-to-task over localhost")
+    _until(
+        lambda: b"hello" in urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).read(),
+        "host to mapped port on 127.0.0.1",
+    )
+    ip = _ip(groups, name)
+    assert ipaddress.ip_address(ip) in ipaddress.ip_network(SUBNET)
+    # /etc/hosts of the namespace names the group's address.
+    assert ip.encode() in ex.exec(cid, ["cat", "/etc/hosts"]).stdout
+
+    sup = Supervisor(ex, reconnect_delay=0.2)
+    stop = threading.Event()
+    t = threading.Thread(target=sup.run, args=(stop,), daemon=True)
+    t.start()
+    try:
+        old_pid = ex.inspect(f"{name}-server").pid
+        os.kill(old_pid, 9)
+        _until(
+            lambda: (
+                ex.inspect(f"{name}-server").status is Status.RUNNING
+                and ex.inspect(f"{name}-server").pid != old_pid
+            ),
+            "restart by policy",
+        )
+        _until(local, "served again after restart")
+        assert _ip(groups, name) == ip
+        assert ex.inspect(cid).status is Status.RUNNING
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    groups.down(name, timeout=2)
+    assert not Path(f"/run/netns/cx-{name}").exists()
+    assert groups.ps(name) == []
+
+
+def test_up_after_crash_reuses_namespace_and_ip(groups: Groups, test_image: str) -> None:
+    name = f"cxt{secrets.token_hex(2)}"
+    spec = _spec(name, test_image)
+    groups.up(spec)
+    ip = _ip(groups, name)
+    # Simulate a crash: tasks die, the namespace and CNI state survive, and a new
+    # ctrexec process (new Networks object) runs `group up` again.
+    for info in groups.ps(name):
+        groups.executor.signal(info.id, "SIGKILL")
+    for info in groups.ps(name):
+        groups.executor.wait(info.id, timeout=30)
+    fresh = Groups(
+        groups.executor,
+        groups.networks.__class__(
+            network=groups.networks.network,
+            bridge=groups.networks.bridge,
+            subnet=SUBNET,
+            cache_dir=groups.networks.cni.cache_dir,
+            ipam_dir=Path(groups.networks.cni.cache_dir).parent / "ipam",
+        ),
+    )
+    infos = fresh.up(spec)
+    assert {i.status for i in infos} == {Status.RUNNING}
+    assert _ip(fresh, name) == ip
+    ipam = list((Path(groups.networks.cni.cache_dir).parent / "ipam").rglob("10.*"))
+    assert len(ipam) == 1
+    groups.down(name, timeout=1)
+
+
+def test_second_group_with_same_name_is_refused(groups: Groups, test_image: str) -> None:
+    name = f"cxt{secrets.token_hex(2)}"
+    groups.up(_spec(name, test_image))
+    other = _spec(name, test_image, hostname="different")
+    with pytest.raises(errors.AlreadyExists):
+        groups.up(other)
+    groups.down(name, timeout=1)
+
+
+def test_port_already_mapped_by_another_group(groups: Groups, test_image: str) -> None:
+    port = _free_port()
+    a, b = f"cxt{secrets.token_hex(2)}", f"cxt{secrets.token_hex(2)}"
+    groups.up(_spec(a, test_image, port))
+    with pytest.raises(errors.AlreadyExists, match=str(port)):
+        groups.up(_spec(b, test_image, port))
+    assert groups.ps(b) == []
+    assert not Path(f"/run/netns/cx-{b}").exists()
+    groups.down(a, timeout=1)
+
+
+def test_missing_image_creates_nothing(groups: Groups) -> None:
+    name = f"cxt{secrets.token_hex(2)}"
+    spec = parse_group(
+        {"name": name, "task": [{"name": "t", "image": "docker.io/library/nope-nope:v0"}]}
+    )
+    with pytest.raises(errors.NotFound):
+        groups.up(spec)
+    assert not Path(f"/run/netns/cx-{name}").exists()
+    assert groups.ps(name) == []
+
+
+def test_example_file_parses() -> None:
+    spec = load_group_file(Path(__file__).resolve().parents[2] / "examples" / "web.toml")
+    assert spec.name == "web"
+    assert [t["name"] for t in spec.tasks] == ["server", "client"]
+
+
+def test_fifty_up_down_cycles_leave_nothing(groups: Groups, test_image: str) -> None:
+    name = f"cxt{secrets.token_hex(2)}"
+    spec = parse_group(
+        {"name": name, "task": [{"name": "t", "image": test_image, "command": ["sleep", "100"]}]}
+    )
+    for _ in range(50):
+        groups.up(spec)
+        groups.down(name, timeout=0)
+    assert not netns.list_namespaces() or all(
+        n.name != f"cx-{name}" for n in netns.list_namespaces()
+    )
+    assert groups.networks.attachments() == []
