@@ -386,6 +386,8 @@ class Executor:
             log_path = record.labels.get(lbl.LOG_PATH)
             if log_path:
                 shutil.rmtree(Path(log_path).parent, ignore_errors=True)
+                with contextlib.suppress(OSError):  # the namespace's dir, once empty
+                    Path(log_path).parent.parent.rmdir()
             files_dir = record.labels.get(lbl.HOSTFILES_DIR)
             if files_dir and not containers.list_containers(
                 self.client, containers.label_filter(lbl.HOSTFILES_DIR, files_dir)

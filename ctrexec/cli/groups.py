@@ -62,6 +62,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_network_prune(args: argparse.Namespace) -> int:
+    nets = Networks(subnet=args.subnet) if args.subnet else Networks()
+    removed = nets.remove_bridge()
+    print(f"removed bridge {nets.bridge}" if removed else f"bridge {nets.bridge} kept")
+    return 0
+
+
 def cmd_supervise(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     ex = Executor(connect(args), log_dir=Path(args.log_dir or DEFAULT_LOG_DIR))
@@ -94,6 +101,11 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     c.set_defaults(func=cmd_ps)
     c = gsub.add_parser("ls", parents=[conn, common, json_flag()], help="list groups")
     c.set_defaults(func=cmd_ls)
+    p = sub.add_parser("network", help="ctrexec's bridge network")
+    nsub = p.add_subparsers(dest="network_command", metavar="COMMAND", parser_class=ArgumentParser)
+    nsub.required = True
+    c = nsub.add_parser("prune", parents=[common], help="remove the bridge if nothing uses it")
+    c.set_defaults(func=cmd_network_prune)
     p = sub.add_parser(
         "supervise", parents=[conn, common], help="restart tasks by their restart policy"
     )
