@@ -77,6 +77,7 @@ class Executor:
         log_path = self.log_dir / self.client.namespace / config.name / "task.log"
         files: hostfiles.HostFiles | None = None
         made_files = False
+        created = False  # once the record exists, it owns the files
         try:
             if mode == "path" and netns_path is not None:
                 key_dir = self.files_dir / hostfiles.key_for(netns_path)
@@ -129,7 +130,7 @@ class Executor:
                     lease=lease.id,
                 )
                 try:
-                    return containers.create(
+                    record = containers.create(
                         self.client,
                         config.name,
                         image=image.name,
@@ -148,8 +149,12 @@ class Executor:
                 except BaseException:
                     snapshots.remove_snapshot(self.client, config.name, config.snapshotter)
                     raise
+                created = True
+            return record
         except BaseException:
-            if made_files and files is not None:
+            # Not after the record exists: a failed lease delete (containerd gone) must
+            # not take the files from a container whose spec bind-mounts them.
+            if made_files and files is not None and not created:
                 hostfiles.remove_dir(files.directory)
             raise
 
