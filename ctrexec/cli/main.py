@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from ctrexec.cli import _common, daemon, groups, info, netns, tasks
+from ctrexec.cli import _common, daemon, groups, images, info, netns, tasks
 from ctrexec.errors import CtrexecError
 
-COMMAND_MODULES = (info, tasks, groups, netns, daemon)
+COMMAND_MODULES = (info, tasks, images, groups, netns, daemon)
 
 
 def build_parser() -> _common.ArgumentParser:

@@ -86,3 +86,85 @@ def test_bad_run_input(
     assert lines[0].startswith("ctrexec: ")
     assert "Traceback" not in out.stderr
     assert _snapshot(client, tmp_path, containerd_address) == before
+
+
+GROUP_CASES = {
+    "unknown-group-key": 'name = "g1"\ncolour = "red"\n[[task]]\nname = "t"\nimage = "IMAGE"\n',
+    "unknown-task-key": 'name = "g2"\n[[task]]\nname = "t"\nimage = "IMAGE"\nbogus = 1\n',
+    "no-tasks": 'name = "g3"\n',
+    "bad-toml": 'name = "g4\n',
+    "port-out-of-range": 'name = "g5"\nports = ["70000:80"]\n[[task]]\nname = "t"\nimage = "IMAGE"\n',
+    "ports-with-host-net": (
+        'name = "g6"\nnetwork = "host"\nports = ["8080:80"]\n[[task]]\nname = "t"\nimage = "IMAGE"\n'
+    ),
+    "bad-network-mode": 'name = "g7"\nnetwork = "weird"\n[[task]]\nname = "t"\nimage = "IMAGE"\n',
+    "missing-conflist": 'name = "g8"\nnetwork = "cni:cxt-nope"\n[[task]]\nname = "t"\nimage = "IMAGE"\n',
+    "slash-in-name": 'name = "a/b"\n[[task]]\nname = "t"\nimage = "IMAGE"\n',
+    "missing-image": 'name = "g9"\n[[task]]\nname = "t"\nimage = "docker.io/library/nope-nope:v0"\n',
+    "duplicate-task": 'name = "g10"\n[[task]]\nname = "t"\nimage = "IMAGE"\n[[task]]\nname = "t"\nimage = "IMAGE"\n',
+}
+
+
+@pytest.mark.parametrize("case", sorted(GROUP_CASES))
+def test_bad_group_file(
+    case: str, client: Client, containerd_address: str, test_image: str, tmp_path: Path
+) -> None:
+    group_file = tmp_path / "group.toml"
+    group_file.write_text(GROUP_CASES[case].replace("IMAGE", test_image))
+    before = _snapshot(client, tmp_path, containerd_address)
+    links_before = sorted(p.name for p in Path("/sys/class/net").iterdir())
+    out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertion
+        [sys.executable, "-m", "ctrexec.cli.main", "group", "up", "--address",
+         containerd_address, "--namespace", "ctrexec-test", "--log-dir",
+         str(tmp_path / "logs"), str(group_file)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 125, (out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    assert _snapshot(client, tmp_path, containerd_address) == before
+    assert sorted(p.name for p in Path("/sys/class/net").iterdir()) == links_before
+    assert not list(Path("/run/netns").glob("cx-g*"))
+
+
+def test_netns_rm_refuses_running_tasks(
+    client: Client, containerd_address: str, test_image: str, tmp_path: Path
+) -> None:
+    from ctrexec import netns
+    from ctrexec.executor import Executor
+    from ctrexec.taskconfig import TaskConfig
+
+    ns = netns.create("cxt-busy")
+    ex = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
+    try:
+        ex.start_task(
+            TaskConfig(name="busy1", image=test_image, command=["sleep", "100"], netns=ns.name)
+        )
+        base = [sys.executable, "-m", "ctrexec.cli.main", "netns", "rm", "--address",
+                containerd_address, "--namespace", "ctrexec-test"]  # fmt: skip
+        out = subprocess.run([*base, ns.name], capture_output=True, text=True, check=False)
+        assert out.returncode == 125
+        assert "running tasks" in out.stderr
+        assert Path(ns.path).exists()
+        out = subprocess.run(
+            [*base, "--force", ns.name], capture_output=True, text=True, check=False
+        )
+        assert out.returncode == 0, out.stderr
+        assert not Path(ns.path).exists()
+    finally:
+        ex.destroy("busy1", force=True)
+        if Path(ns.path).exists():
+            netns.remove(ns.path)
+
+
+def test_images_command_lists_the_test_image(containerd_address: str, test_image: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "ctrexec.cli.main", "images", "--address", containerd_address,
+         "--namespace", "ctrexec-test", "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    import json
+
+    names = [i["name"] for i in json.loads(out.stdout)]
+    assert test_image in names
