@@ -16,7 +16,7 @@ import stat
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -208,6 +208,15 @@ class Connection:
             md.append((LEASE_HEADER, lease))
         return md
 
+    def _method(self, kind: str, service: str, method: str, response_type: type[M]) -> Any:
+        """The channel's multi-callable of ``kind`` for one method path."""
+        factory = getattr(self._chan(), kind)
+        return factory(
+            f"/{service}/{method}",
+            request_serializer=_serialize,
+            response_deserializer=response_type.FromString,
+        )
+
     def unary(
         self,
         service: str,
@@ -220,11 +229,7 @@ class Connection:
         timeout: Timeout = None,
     ) -> M:
         """Call one unary method and return its typed response."""
-        rpc = self._chan().unary_unary(
-            f"/{service}/{method}",
-            request_serializer=_serialize,
-            response_deserializer=response_type.FromString,
-        )
+        rpc = self._method("unary_unary", service, method, response_type)
         try:
             response: M = rpc(
                 request,
@@ -247,11 +252,7 @@ class Connection:
         timeout: Timeout = None,
     ) -> Pending[M]:
         """Send a unary call now and collect its answer later."""
-        rpc = self._chan().unary_unary(
-            f"/{service}/{method}",
-            request_serializer=_serialize,
-            response_deserializer=response_type.FromString,
-        )
+        rpc = self._method("unary_unary", service, method, response_type)
         future = rpc.future(
             request, metadata=self.metadata(namespace, lease), timeout=self._timeout(timeout)
         )
@@ -269,11 +270,7 @@ class Connection:
         timeout: Timeout = None,
     ) -> Stream[M]:
         """Open a server-streaming call; iterate the result, cancel it to stop."""
-        rpc = self._chan().unary_stream(
-            f"/{service}/{method}",
-            request_serializer=_serialize,
-            response_deserializer=response_type.FromString,
-        )
+        rpc = self._method("unary_stream", service, method, response_type)
         call = rpc(
             request, metadata=self.metadata(namespace, lease), timeout=self._timeout(timeout)
         )
@@ -291,11 +288,7 @@ class Connection:
         timeout: Timeout = None,
     ) -> Stream[M]:
         """Open a bidirectional stream fed by ``requests`` (used by Content.Write)."""
-        rpc = self._chan().stream_stream(
-            f"/{service}/{method}",
-            request_serializer=_serialize,
-            response_deserializer=response_type.FromString,
-        )
+        rpc = self._method("stream_stream", service, method, response_type)
         call = rpc(
             iter(requests), metadata=self.metadata(namespace, lease), timeout=self._timeout(timeout)
         )
