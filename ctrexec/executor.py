@@ -9,10 +9,11 @@ number of Executor instances, in any number of processes, agree on what exists.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import shutil
 import threading
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ctrexec import containers, hostfiles, images, netns, snapshots, stats, tasks, taskspec
@@ -36,6 +37,15 @@ from ctrexec.taskconfig import ExecResult, TaskConfig, TaskHandle, TaskInfo
 from ctrexec.tasks import ExitStatus, Status, Stdio
 
 DEFAULT_LOG_DIR = Path("/var/log/ctrexec")
+#: The lease that guards a new snapshot until the container record holds it.
+CREATE_LEASE_TTL = timedelta(minutes=10)
+
+
+def host_files_ready(directory: Path) -> bool:
+    """Whether a namespace's shared files were all written."""
+    return all((directory / n).exists() for n in ("hosts", "resolv.conf", "hostname"))
+
+
 DEFAULT_KILL_GRACE = 10.0
 
 
@@ -75,88 +85,86 @@ class Executor:
         user = self._resolve_user(image, config.user or image.config.user, config.snapshotter)
         top = image.chain_ids[-1] if image.chain_ids else ""
         log_path = self.log_dir / self.client.namespace / config.name / "task.log"
-        files: hostfiles.HostFiles | None = None
-        made_files = False
-        created = False  # once the record exists, it owns the files
-        try:
-            if mode == "path" and netns_path is not None:
-                key_dir = self.files_dir / hostfiles.key_for(netns_path)
-                made_files = not key_dir.exists()
-                files = hostfiles.ensure(
-                    netns_path,
-                    hostname=config.hostname or taskspec._default_hostname(config),
-                    base=self.files_dir,
-                )
-            spec = taskspec.build(
-                checked,
-                image_entrypoint=image.config.entrypoint,
-                image_cmd=image.config.cmd,
-                image_env=image.config.env,
-                image_workdir=image.config.working_dir,
-                user=user,
-                netns_path=netns_path,
-                host_network=mode == "host",
-                hostfiles=files,
-                namespace=self.client.namespace,
-                containerd_address=self.client.address,
+        # The spec needs only the files' paths; they are written once the record exists
+        # (here, or by start()), so a crash in between leaves no orphan files behind.
+        files = (
+            hostfiles.HostFiles(self.files_dir / hostfiles.key_for(netns_path))
+            if mode == "path" and netns_path is not None
+            else None
+        )
+        spec = taskspec.build(
+            checked,
+            image_entrypoint=image.config.entrypoint,
+            image_cmd=image.config.cmd,
+            image_env=image.config.env,
+            image_workdir=image.config.working_dir,
+            user=user,
+            netns_path=netns_path,
+            host_network=mode == "host",
+            hostfiles=files,
+            namespace=self.client.namespace,
+            containerd_address=self.client.address,
+        )
+        record_labels = {
+            **checked.labels,
+            lbl.MANAGED: "true",
+            lbl.NETNS_MODE: mode,
+            lbl.LOG_PATH: str(log_path),
+            lbl.IMAGE_REF: config.image,
+            lbl.STOP_TIMEOUT: str(config.stop_timeout),
+            lbl.STOP_SIGNAL: config.stop_signal or image.config.stop_signal or "SIGTERM",
+        }
+        if netns_path is not None:
+            record_labels[lbl.NETNS_PATH] = netns_path
+        if files is not None:
+            record_labels[lbl.HOSTFILES_DIR] = str(files.directory)
+        if config.group:
+            record_labels[lbl.GROUP] = config.group
+        if config.auto_remove:
+            record_labels[lbl.AUTO_REMOVE] = "true"
+        if config.restart.policy != "no":
+            record_labels[lbl.RESTART_POLICY] = config.restart.policy
+            record_labels[lbl.RESTART_MAX] = str(config.restart.max_attempts)
+            record_labels[lbl.RESTART_DELAY] = str(config.restart.delay)
+        # A unique key: a snapshot orphaned by a crash before Containers.Create (held
+        # only by the expiring lease) must not block the name until the lease expires.
+        snapshot_key = f"{config.name}-{secrets.token_hex(4)}"
+        with self.client.lease(ttl=CREATE_LEASE_TTL) as lease:
+            snapshots.prepare_rootfs(
+                self.client, snapshot_key, top, snapshotter=config.snapshotter, lease=lease.id
             )
-            record_labels = {
-                **checked.labels,
-                lbl.MANAGED: "true",
-                lbl.NETNS_MODE: mode,
-                lbl.LOG_PATH: str(log_path),
-                lbl.IMAGE_REF: config.image,
-                lbl.STOP_TIMEOUT: str(config.stop_timeout),
-                lbl.STOP_SIGNAL: config.stop_signal or image.config.stop_signal or "SIGTERM",
-            }
-            if netns_path is not None:
-                record_labels[lbl.NETNS_PATH] = netns_path
-            if files is not None:
-                record_labels[lbl.HOSTFILES_DIR] = str(files.directory)
-            if config.group:
-                record_labels[lbl.GROUP] = config.group
-            if config.auto_remove:
-                record_labels[lbl.AUTO_REMOVE] = "true"
-            if config.restart.policy != "no":
-                record_labels[lbl.RESTART_POLICY] = config.restart.policy
-                record_labels[lbl.RESTART_MAX] = str(config.restart.max_attempts)
-                record_labels[lbl.RESTART_DELAY] = str(config.restart.delay)
-            with self.client.lease() as lease:
-                snapshots.prepare_rootfs(
+            try:
+                record = containers.create(
                     self.client,
                     config.name,
-                    top,
+                    image=image.name,
+                    spec=spec,
                     snapshotter=config.snapshotter,
+                    snapshot_key=snapshot_key,
+                    runtime=checked.runtime.to_runtime(),
+                    labels=record_labels,
+                    extensions={
+                        lbl.CONFIG_EXTENSION: containers.json_extension(
+                            lbl.CONFIG_TYPE_URL, config.to_json()
+                        )
+                    },
                     lease=lease.id,
                 )
-                try:
-                    record = containers.create(
-                        self.client,
-                        config.name,
-                        image=image.name,
-                        spec=spec,
-                        snapshotter=config.snapshotter,
-                        snapshot_key=config.name,
-                        runtime=checked.runtime.to_runtime(),
-                        labels=record_labels,
-                        extensions={
-                            lbl.CONFIG_EXTENSION: containers.json_extension(
-                                lbl.CONFIG_TYPE_URL, config.to_json()
-                            )
-                        },
-                        lease=lease.id,
-                    )
-                except BaseException:
-                    snapshots.remove_snapshot(self.client, config.name, config.snapshotter)
-                    raise
-                created = True
-            return record
-        except BaseException:
-            # Not after the record exists: a failed lease delete (containerd gone) must
-            # not take the files from a container whose spec bind-mounts them.
-            if made_files and files is not None and not created:
-                hostfiles.remove_dir(files.directory)
-            raise
+            except BaseException:
+                snapshots.remove_snapshot(self.client, snapshot_key, config.snapshotter)
+                raise
+        if files is not None and netns_path is not None:
+            self._ensure_files(record, netns_path, config)
+        return record
+
+    @staticmethod
+    def _ensure_files(
+        record: containers.Container, netns_path: str, config: TaskConfig | None
+    ) -> None:
+        """Write the namespace's files where the record says they are (once)."""
+        directory = Path(record.labels[lbl.HOSTFILES_DIR])
+        hostname = (config.hostname or taskspec._default_hostname(config)) if config else record.id
+        hostfiles.ensure(netns_path, hostname=hostname, base=directory.parent)
 
     def _exists(self, task_id: str) -> bool:
         try:
@@ -206,8 +214,11 @@ class Executor:
                     self.client, task_id, {lbl.STOPPED_BY_USER: None, lbl.RESTART_COUNT: None}
                 )
             state = tasks.find(self.client, task_id)
-            if state is not None and state.status is not Status.STOPPED:
+            if state is not None and state.status not in (Status.STOPPED, Status.CREATED):
                 raise FailedPrecondition(f"container {task_id} is already {state.status.value}")
+            if state is not None and state.status is Status.CREATED:
+                # A start that died between Tasks.Create and Tasks.Start: begin again.
+                tasks.force_delete(self.client, task_id)
             # Also with no task: this shuts down a shim left without one (see
             # tasks.force_delete); a plain NotFound is ignored.
             tasks.delete(self.client, task_id)
@@ -223,6 +234,9 @@ class Executor:
             netns_path = record.labels.get(lbl.NETNS_PATH)
             if netns_path:
                 netns.verify(netns_path)  # the namespace may have been removed since
+                files_dir = record.labels.get(lbl.HOSTFILES_DIR)
+                if files_dir and not host_files_ready(Path(files_dir)):
+                    self._ensure_files(record, netns_path, cfg)
             try:
                 tasks.create(
                     self.client,
@@ -387,6 +401,9 @@ class Executor:
                 )
             tasks.force_delete(self.client, task_id)
             containers.delete(self.client, task_id)
+            # A Tasks.Create sent by a ctrexec that died mid-call can still land after
+            # the first delete; containerd does not stop it for a deleted container.
+            tasks.force_delete(self.client, task_id)
             snapshots.remove_snapshot(self.client, record.snapshot_key, record.snapshotter)
             log_path = record.labels.get(lbl.LOG_PATH)
             if log_path:

@@ -73,7 +73,7 @@ def _assert_log_survives(log: Path) -> None:
 
 #: What a SIGKILL of ctrexec at each point of ``run -d`` leaves (containerd stays up).
 EXPECTED_AFTER_CTREXEC_KILL = {
-    "after-hostfiles": "nothing",
+    "after-hostfiles": "container",
     "before-prepare": "lease",
     "before-container-create": "lease+snapshot",
     "after-container-create": "container",
@@ -97,12 +97,7 @@ CREATED_STUCK = (
     "CREATED; Executor.start() refuses it (FailedPrecondition 'already created'), so "
     "the container can only be destroyed, not started"
 )
-XFAIL = {
-    "after-hostfiles": FILES_LEAK,
-    "before-prepare": FILES_LEAK,
-    "before-container-create": NAME_BLOCKED,
-    "before-task-start": CREATED_STUCK,
-}
+XFAIL: dict[str, str] = {}  # every kill point converges now
 
 
 @pytest.mark.parametrize(
