@@ -17,7 +17,6 @@ import pytest
 from _chaoslib import (
     KILL_POINTS,
     ChaosDaemon,
-    Leftover,
     Scope,
     alive,
     hook,
@@ -114,34 +113,10 @@ EXPECTED_AFTER_CONTAINERD_KILL = {
     "after-task-start": "container+task:running",
 }
 
-NAME_BLOCKED = (
-    "BUG: a create interrupted between Snapshots.Prepare and Containers.Create leaves "
-    "the rootfs snapshot (key = task name) under a lease that expires only after "
-    "DEFAULT_LEASE_TTL (1 h); no container exists, so destroy() cannot remove it, and "
-    "start_task() with the same name fails with AlreadyExists at Snapshots.Prepare "
-    "until the lease expires"
-)
-
-
-CREATED_STUCK = (
-    "BUG: a start interrupted between Tasks.Create and Tasks.Start leaves a task in "
-    "state CREATED; Executor.start() refuses it (FailedPrecondition 'already created'), "
-    "so the container can only be destroyed, not started"
-)
-
-
-def _points(xfail: dict[str, str]) -> list[object]:
-    return [
-        pytest.param(p, marks=pytest.mark.xfail(raises=Leftover, strict=True, reason=xfail[p]))
-        if p in xfail
-        else p
-        for p in KILL_POINTS
-    ]
-
 
 @pytest.mark.parametrize(
     "point",
-    _points({}),
+    list(KILL_POINTS),
 )
 def test_containerd_killed_inside_start_task(
     point: str, chaos_daemon: ChaosDaemon, make_netns: Callable[[], str], tmp_path: Path

@@ -20,7 +20,6 @@ import pytest
 from _chaoslib import (
     IMAGE,
     KILL_POINTS,
-    Leftover,
     Scope,
     alive,
     observe,
@@ -82,32 +81,10 @@ EXPECTED_AFTER_CTREXEC_KILL = {
     "after-task-start": "container+task:running",
 }
 
-FILES_LEAK = (
-    "BUG: ctrexec killed after hostfiles.ensure() and before Containers.Create leaves "
-    "/run/ctrexec/netns-files/name-<netns> (hosts, resolv.conf, hostname) that no "
-    "container references: destroy() cannot find it, nothing else removes it, and a "
-    "namespace made again under that name gets the stale files (they are written once)"
-)
-NAME_BLOCKED = (
-    FILES_LEAK + "; and the rootfs snapshot (key = task name) stays under the create "
-    "lease for its 1 h TTL, so run/start_task with that name fails with AlreadyExists"
-)
-CREATED_STUCK = (
-    "BUG: ctrexec killed between Tasks.Create and Tasks.Start leaves a task in state "
-    "CREATED; Executor.start() refuses it (FailedPrecondition 'already created'), so "
-    "the container can only be destroyed, not started"
-)
-XFAIL: dict[str, str] = {}  # every kill point converges now
-
 
 @pytest.mark.parametrize(
     "point",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(raises=Leftover, strict=True, reason=XFAIL[p]))
-        if p in XFAIL
-        else p
-        for p in KILL_POINTS
-    ],
+    list(KILL_POINTS),
 )
 def test_ctrexec_killed_inside_run(
     point: str,
