@@ -217,12 +217,7 @@ class Groups:
         return self.ps(spec.name)
 
     def _create_member(self, cfg: TaskConfig, digest: str, network: str) -> None:
-        self.executor.create(cfg)
-        containers.update_labels(
-            self.executor.client,
-            cfg.name,
-            {lbl.GROUP_SPEC: digest, lbl.NETWORK_MODE: network},
-        )
+        self.executor.create(cfg, owner_labels={lbl.GROUP_SPEC: digest, lbl.NETWORK_MODE: network})
 
     def down(self, name: str, *, timeout: float | None = None) -> None:
         """Stop (stop signal, then SIGKILL after the timeout) and remove everything."""
