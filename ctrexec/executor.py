@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import secrets
 import shutil
+import signal as signals
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from ctrexec.errors import (
     TaskError,
 )
 from ctrexec.execs import run_exec
+from ctrexec.oci.process import merge_env
 from ctrexec.oci.user import ResolvedUser, resolve_user_spec
 from ctrexec.taskconfig import ExecResult, TaskConfig, TaskHandle, TaskInfo
 from ctrexec.tasks import ExitStatus, Status, Stdio
@@ -72,10 +74,14 @@ class Executor:
 
     # -- create -------------------------------------------------------------------
 
-    def create(self, config: TaskConfig) -> containers.Container:
+    def create(
+        self, config: TaskConfig, *, owner_labels: Mapping[str, str] | None = None
+    ) -> containers.Container:
         """Create the container record and its rootfs snapshot; do not run anything.
 
         All checks run first; a failure after the first side effect undoes it.
+        ``owner_labels`` are ctrexec's own keys set by a caller such as groups (user
+        labels may not use that prefix); they land in the same Create call.
         """
         checked = taskspec.check_config(config, containerd_address=self.client.address)
         netns_path, mode = self._resolve_netns(config.netns)
@@ -113,6 +119,7 @@ class Executor:
             lbl.IMAGE_REF: config.image,
             lbl.STOP_TIMEOUT: str(config.stop_timeout),
             lbl.STOP_SIGNAL: config.stop_signal or image.config.stop_signal or "SIGTERM",
+            **(owner_labels or {}),
         }
         if netns_path is not None:
             record_labels[lbl.NETNS_PATH] = netns_path
@@ -163,7 +170,7 @@ class Executor:
     ) -> None:
         """Write the namespace's files where the record says they are (once)."""
         directory = Path(record.labels[lbl.HOSTFILES_DIR])
-        hostname = (config.hostname or taskspec._default_hostname(config)) if config else record.id
+        hostname = (config.hostname or taskspec.default_hostname(config)) if config else record.id
         hostfiles.ensure(netns_path, hostname=hostname, base=directory.parent)
 
     def _exists(self, task_id: str) -> bool:
@@ -379,7 +386,7 @@ class Executor:
                 tasks.kill(self.client, task_id, sig)
                 with contextlib.suppress(DeadlineExceeded):
                     return tasks.collect(pending, grace)
-                tasks.kill(self.client, task_id, 9, all_processes=True)
+                tasks.kill(self.client, task_id, signals.SIGKILL, all_processes=True)
                 return tasks.collect(pending, DEFAULT_KILL_GRACE)
             finally:
                 pending.cancel()
@@ -447,8 +454,7 @@ class Executor:
         proc["args"] = list(args)
         proc["terminal"] = False
         if env:
-            base = [e for e in proc.get("env", []) if e.split("=", 1)[0] not in env]
-            proc["env"] = base + [f"{k}={v}" for k, v in env.items()]
+            proc["env"] = merge_env(proc.get("env", []), env)
         if workdir:
             proc["cwd"] = workdir
         if user:
