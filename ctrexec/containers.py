@@ -138,9 +138,7 @@ def list_containers(client: Client, *filters: str) -> list[Container]:
     return [Container.from_proto(c) for c in resp.containers]
 
 
-def update_labels(
-    client: Client, container_id: str, labels: Mapping[str, str | None]
-) -> Container:
+def update_labels(client: Client, container_id: str, labels: Mapping[str, str | None]) -> Container:
     """Set the given labels, or remove those whose value is None; touch no other field.
 
     containerd deletes a label that is named in the field mask but absent from the

@@ -12,6 +12,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import threading
 from pathlib import Path
@@ -82,7 +83,7 @@ def run_exec(
                 r.join(timeout=30)
             if registered:
                 with contextlib.suppress(Exception):
-                    tasks.kill(client, container_id, 9, exec_id=exec_id)
+                    tasks.kill(client, container_id, signal.SIGKILL, exec_id=exec_id)
                 tasks.delete_process(client, container_id, exec_id)
         return ExecResult(
             exit_code=status.code, stdout=bytes(readers[0].data), stderr=bytes(readers[1].data)

@@ -120,4 +120,3 @@ class Supervisor:
 def serve(executor: Executor, stop: threading.Event | None = None) -> None:
     """Run a supervisor in this thread until ``stop`` (or forever)."""
     Supervisor(executor).run(stop or threading.Event())
-

@@ -323,17 +323,6 @@ def metrics(client: Client, container_id: str) -> any_pb2.Any | None:
     return None
 
 
-def wait_stopped(client: Client, container_id: str, timeout: float) -> ExitStatus | None:
-    """Wait up to ``timeout`` for the task to stop; None if it is still running then."""
-    pending = arm_wait(client, container_id)
-    try:
-        return collect(pending, timeout)
-    except errors.DeadlineExceeded:
-        return None
-    finally:
-        pending.cancel()
-
-
 def wait_until(predicate: Any, timeout: float, interval: float = 0.02) -> bool:
     """Poll ``predicate`` until true or ``timeout``; for states no event announces."""
     deadline = time.monotonic() + timeout

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal as signals
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -131,7 +130,7 @@ def build(
         opts.append(namespaces.with_host_network())
     elif netns_path is not None:
         opts.append(namespaces.with_network_namespace(netns_path))
-    opts.append(namespaces.with_hostname(cfg.hostname or _default_hostname(cfg)))
+    opts.append(namespaces.with_hostname(cfg.hostname or default_hostname(cfg)))
     if hostfiles is not None:
         opts += [
             mounts.with_bind_mount(str(src), dst, readonly=dst != "/etc/hosts")
@@ -172,7 +171,8 @@ def build(
     return oci.build_spec(*opts)
 
 
-def _default_hostname(cfg: TaskConfig) -> str:
+def default_hostname(cfg: TaskConfig) -> str:
+    """The group's (else the task's) name, made a valid hostname label."""
     name = cfg.group or cfg.name
     return name.replace("_", "-").replace(".", "-")[:63].strip("-") or "ctrexec"
 
@@ -183,7 +183,3 @@ def rootfs_user_needed(user: str | None) -> bool:
         return False
     uid, _, gid = user.partition(":")
     return not (uid.isdigit() and (gid == "" or gid.isdigit()))
-
-
-def host_path_exists(path: str) -> bool:
-    return Path(path).exists()

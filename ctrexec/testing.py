@@ -14,10 +14,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ctrexec import _rpc
-from ctrexec._api.containerd.services.containers.v1 import containers_pb2
+from ctrexec import _rpc, containers, tasks
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
-from ctrexec._api.containerd.services.tasks.v1 import tasks_pb2
 from ctrexec.client import Client
 from ctrexec.daemon import DaemonPaths, EmbeddedContainerd
 from ctrexec.mounts_table import mounts_under
@@ -60,18 +58,8 @@ def audit(client: Client, *, snapshotter: str = "overlayfs") -> list[str]:
     Committed snapshots belong to unpacked images and are not leaks; active ones are
     container root filesystems and are.
     """
-    leftovers: list[str] = []
-    tasks = client.call(
-        _rpc.TASKS, "List", tasks_pb2.ListTasksRequest(), tasks_pb2.ListTasksResponse
-    )
-    leftovers += [f"task {t.id}" for t in tasks.tasks]
-    containers = client.call(
-        _rpc.CONTAINERS,
-        "List",
-        containers_pb2.ListContainersRequest(),
-        containers_pb2.ListContainersResponse,
-    )
-    leftovers += [f"container {c.id}" for c in containers.containers]
+    leftovers: list[str] = [f"task {t.container_id}" for t in tasks.list_tasks(client)]
+    leftovers += [f"container {c.id}" for c in containers.list_containers(client)]
     leftovers += [f"lease {le.id}" for le in client.leases()]
     stream = client.rpc.server_stream(
         _rpc.SNAPSHOTS,
