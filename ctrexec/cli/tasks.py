@@ -37,6 +37,16 @@ def _env(items: list[str]) -> dict[str, str]:
     return env
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
 def _config(args: argparse.Namespace) -> TaskConfig:
     return TaskConfig(
         name=args.name if args.name is not None else f"ctrexec-{secrets.token_hex(4)}",
@@ -220,6 +230,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         env=_env(args.env),
         workdir=args.workdir,
         user=args.user,
+        timeout=args.timeout,
     )
     sys.stdout.buffer.write(result.stdout)
     sys.stdout.flush()
@@ -334,6 +345,12 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("-e", "--env", action="append", default=[])
     p.add_argument("-w", "--workdir")
     p.add_argument("-u", "--user")
+    p.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="kill the command and fail (exit 125) if it runs longer",
+    )
     p.add_argument("id")
     p.add_argument("command", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_exec)
