@@ -153,10 +153,11 @@ def build(
     if cfg.privileged:
         opts.append(oci.with_privileged())
     else:
-        if cfg.cap_add:
-            opts.append(caps.with_added_capabilities(cfg.cap_add))
+        # Drop first, then add: docker reads ``--cap-drop ALL --cap-add X`` as "only X".
         if cfg.cap_drop:
             opts.append(caps.with_dropped_capabilities(cfg.cap_drop))
+        if cfg.cap_add:
+            opts.append(caps.with_added_capabilities(cfg.cap_add))
     if checked.devices:
         opts.append(mounts.with_devices(checked.devices))
     if cfg.sysctls:
