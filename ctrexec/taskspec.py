@@ -116,8 +116,6 @@ def build(
     """The OCI spec for one task."""
     cfg = checked.config
     args = process.resolve_args(image_entrypoint, image_cmd, cfg.entrypoint, cfg.command)
-    if not args:
-        raise InvalidArgument("no command: the image has no Entrypoint or Cmd; give one")
     opts: list[oci.SpecOpt] = [
         process.with_args(args),
         process.with_env(process.merge_env(list(image_env), dict(cfg.env))),

@@ -37,12 +37,19 @@ def _env(items: list[str]) -> dict[str, str]:
     return env
 
 
+def _entrypoint(value: str | None) -> tuple[str, ...] | None:
+    """``--entrypoint`` as docker reads it: one executable, not split; ``''`` clears it."""
+    if value is None:
+        return None
+    return (value,) if value else ()
+
+
 def _config(args: argparse.Namespace) -> TaskConfig:
     return TaskConfig(
         name=args.name if args.name is not None else f"ctrexec-{secrets.token_hex(4)}",
         image=args.image,
         command=tuple(args.command) if args.command else None,
-        entrypoint=None if args.entrypoint is None else tuple(args.entrypoint.split() or [""]),
+        entrypoint=_entrypoint(args.entrypoint),
         env=_env(args.env),
         workdir=args.workdir,
         user=args.user,
