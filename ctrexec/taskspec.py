@@ -174,11 +174,3 @@ def default_hostname(cfg: TaskConfig) -> str:
     """The group's (else the task's) name, made a valid hostname label."""
     name = cfg.group or cfg.name
     return name.replace("_", "-").replace(".", "-")[:63].strip("-") or "ctrexec"
-
-
-def rootfs_user_needed(user: str | None) -> bool:
-    """Whether resolving ``user`` needs the image's /etc/passwd and /etc/group."""
-    if not user:
-        return False
-    uid, _, gid = user.partition(":")
-    return not (uid.isdigit() and (gid == "" or gid.isdigit()))
