@@ -135,7 +135,8 @@ class TaskConfig:
         default=None, validator=fields.integer(resources.with_cpu_shares, optional=True)
     )
     cpuset_cpus: str | None = attrs.field(
-        default=None, validator=fields.text(lambda v: resources.with_cpuset(cpus=v), optional=True)
+        default=None,
+        validator=fields.text(lambda v: resources.check_cpu_list(v, "cpuset cpus"), optional=True),
     )
     pids_limit: int | None = attrs.field(
         default=None, validator=fields.integer(resources.with_pids_limit, optional=True)
@@ -202,8 +203,8 @@ class TaskConfig:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TaskConfig:
-        fields_ = {f.name for f in attrs.fields(cls)}
-        unknown = sorted(set(data) - fields_)
+        known = {f.name for f in attrs.fields(cls)}
+        unknown = sorted(set(data) - known)
         if unknown:
             raise InvalidArgument(f"unknown task config keys: {', '.join(unknown)}")
         try:
