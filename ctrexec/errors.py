@@ -8,6 +8,7 @@ seams. Every translated error chains the original with ``raise ... from``.
 
     CtrexecError                     exit code 125 in the CLI
     ├── InvalidArgument              bad input, rejected before any side effect
+    │   └── InvalidField             one config field: its name, value and what was expected
     ├── NotFound
     ├── AlreadyExists
     ├── FailedPrecondition
@@ -41,6 +42,22 @@ class CtrexecError(Exception):
 
 class InvalidArgument(CtrexecError):
     """The caller asked for something malformed; nothing was changed."""
+
+
+class InvalidField(InvalidArgument):
+    """One field of a config has the wrong type or an out-of-range value.
+
+    ``field``, ``value`` and ``reason`` are kept apart so that each front end can
+    name the field its own way (a group file's key, a CLI flag) without parsing
+    the message.
+    """
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        shown = list(value) if isinstance(value, tuple) else value
+        super().__init__(f"{field} = {shown!r}: {reason}")
+        self.field = field
+        self.value = value
+        self.reason = reason
 
 
 class NotFound(CtrexecError):

@@ -190,10 +190,10 @@ class Executor:
         return path, "path"
 
     def _resolve_user(self, image: images.Image, user: str, snapshotter: str) -> ResolvedUser:
+        """Always through the image's files: docker takes even a numeric uid's primary
+        and supplementary groups from /etc/passwd and /etc/group when it is listed."""
         if not user:
             return ResolvedUser(uid=0, gid=0)
-        if not taskspec.rootfs_user_needed(user):
-            return resolve_user_spec(user, None, None)
         files = images.read_rootfs_files(
             self.client, image, ["/etc/passwd", "/etc/group"], snapshotter=snapshotter
         )
@@ -458,12 +458,9 @@ class Executor:
         if workdir:
             proc["cwd"] = workdir
         if user:
-            if taskspec.rootfs_user_needed(user):
-                cfg = self._config_of(record)
-                image = images.get_image(self.client, record.image)
-                resolved = self._resolve_user(image, user, cfg.snapshotter if cfg else "overlayfs")
-            else:
-                resolved = resolve_user_spec(user, None, None)
+            cfg = self._config_of(record)
+            image = images.get_image(self.client, record.image)
+            resolved = self._resolve_user(image, user, cfg.snapshotter if cfg else "overlayfs")
             proc["user"] = {
                 "uid": resolved.uid,
                 "gid": resolved.gid,

@@ -19,13 +19,20 @@ from typing import Any
 
 import attrs
 
-from ctrexec import containers, hostfiles, images, netns, taskspec
+from ctrexec import containers, fields, hostfiles, images, netns, taskspec
 from ctrexec import labels as lbl
-from ctrexec.errors import AlreadyExists, CtrexecError, FailedPrecondition, InvalidArgument
+from ctrexec.errors import (
+    AlreadyExists,
+    CtrexecError,
+    FailedPrecondition,
+    InvalidArgument,
+    InvalidField,
+)
 from ctrexec.executor import Executor
 from ctrexec.ids import validate_id
 from ctrexec.networks import Networks, parse_mode, parse_port
-from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskInfo
+from ctrexec.oci.namespaces import with_hostname
+from ctrexec.taskconfig import TaskConfig, TaskInfo
 from ctrexec.tasks import Status
 
 NETNS_PREFIX = "cx-"
@@ -35,7 +42,6 @@ _TASK_KEYS = {
     "read_only", "memory", "cpus", "cpu_shares", "pids_limit", "cap_add", "cap_drop",
     "stop_signal", "stop_timeout", "restart", "labels", "sysctls", "runtime",
 }  # fmt: skip
-_RESTART_KEYS = {"policy", "max_attempts", "delay"}
 
 
 @attrs.frozen(kw_only=True)
@@ -66,76 +72,99 @@ class GroupSpec:
 
     def task_configs(self) -> list[TaskConfig]:
         """One TaskConfig per task, joined to the group's namespace and shim."""
-        out = []
-        for t in self.tasks:
-            values = dict(t)
-            name = values.pop("name")
-            restart = values.pop("restart", None)
-            labels = {**dict(values.pop("labels", {}) or {})}
-            out.append(
-                TaskConfig(
-                    name=self.task_id(name),
-                    netns=self.netns_path,
-                    group=self.name,
-                    hostname=self.hostname or self.name,
-                    restart=RestartPolicy(**restart) if restart else RestartPolicy(),
-                    labels=labels,
-                    **values,
-                )
-            )
-        return out
+        return [self.task_config(t) for t in self.tasks]
+
+    def task_config(self, task: Mapping[str, Any]) -> TaskConfig:
+        values = dict(task)
+        return TaskConfig(
+            name=self.task_id(values.pop("name")),
+            netns=self.netns_path,
+            group=self.name,
+            hostname=self.hostname or self.name,
+            **values,
+        )
 
 
-def _unknown(keys: set[str], allowed: set[str], where: str) -> None:
+def _unknown(keys: set[str], allowed: set[str]) -> None:
     extra = sorted(keys - allowed)
     if extra:
-        raise InvalidArgument(f"{where}: unknown key(s) {', '.join(extra)}")
+        raise InvalidArgument(
+            f"unknown key(s) {', '.join(extra)}; expected {', '.join(sorted(allowed))}"
+        )
 
 
-def parse_group(data: Mapping[str, Any]) -> GroupSpec:
-    """Validate a group definition; every error names where it is."""
-    _unknown(set(data), _GROUP_KEYS, "group")
-    name = data.get("name")
-    if not isinstance(name, str):
-        raise InvalidArgument("group: 'name' is required")
+def parse_group(data: Mapping[str, Any], *, source: str = "group") -> GroupSpec:
+    """Validate a group definition before any side effect.
+
+    An error is one line that names ``source`` (the file), the task, the key, the
+    value and what was expected: ``group file g.toml: task web: cpus = '2': expected
+    a number``.
+    """
+    try:
+        return _parse_group(data)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{source}: {exc}") from exc
+
+
+def _parse_group(data: Mapping[str, Any]) -> GroupSpec:
+    _unknown(set(data), _GROUP_KEYS)
+    if "name" not in data:
+        raise InvalidArgument("'name' is required")
+    name = data["name"]
+    fields.check("name", name, (str,), "a string", _group_name)
+    network = data.get("network", "bridge")
+    fields.check("network", network, (str,), "a string", parse_mode)
+    hostname = data.get("hostname")
+    if hostname is not None:
+        fields.check("hostname", hostname, (str,), "a string", with_hostname)
+    ports = fields.to_tuple(data.get("ports", ()))
+    fields.check("ports", ports, (tuple,), "a list of strings", _ports)
+    if ports and parse_mode(network).kind in ("none", "host"):
+        raise InvalidField("ports", ports, "ports need network 'bridge' or 'cni:NAME'")
+    raw_tasks = data.get("task")
+    if not isinstance(raw_tasks, list) or not raw_tasks:
+        raise InvalidArgument("at least one [[task]] table is required")
+    spec = GroupSpec(
+        name=name, network=network, hostname=hostname, ports=ports, tasks=tuple(raw_tasks)
+    )
+    seen: set[str] = set()
+    for i, task in enumerate(raw_tasks):
+        label = task.get("name") if isinstance(task, dict) else None
+        where = f"task {label if isinstance(label, str) else i + 1}"
+        try:
+            _check_task(spec, task, seen)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{where}: {exc}") from exc
+    return spec
+
+
+def _group_name(name: str) -> None:
     validate_id(name, kind="group name")
     netns.validate_name(NETNS_PREFIX + name)
-    network = str(data.get("network", "bridge"))
-    mode = parse_mode(network)
-    ports = tuple(str(p) for p in data.get("ports", []) or [])
+
+
+def _ports(ports: tuple[Any, ...]) -> None:
     for p in ports:
         parse_port(p)
-    if ports and mode.kind in ("none", "host"):
-        raise InvalidArgument(f"group {name}: ports need network 'bridge' or 'cni:NAME'")
-    raw_tasks = data.get("task", [])
-    if not isinstance(raw_tasks, list) or not raw_tasks:
-        raise InvalidArgument(f"group {name}: at least one [[task]] is required")
-    seen: set[str] = set()
-    tasks: list[dict[str, Any]] = []
-    for i, t in enumerate(raw_tasks):
-        if not isinstance(t, dict):
-            raise InvalidArgument(f"group {name}: task {i} is not a table")
-        where = f"group {name}, task {t.get('name', i)}"
-        _unknown(set(t), _TASK_KEYS, where)
-        if not isinstance(t.get("name"), str) or not isinstance(t.get("image"), str):
-            raise InvalidArgument(f"{where}: 'name' and 'image' are required")
-        if t["name"] in seen:
-            raise InvalidArgument(f"{where}: duplicate task name")
-        seen.add(t["name"])
-        if isinstance(t.get("restart"), dict):
-            _unknown(set(t["restart"]), _RESTART_KEYS, f"{where}, restart")
-        tasks.append(dict(t))
-    hostname = data.get("hostname")
-    spec = GroupSpec(
-        name=name,
-        network=network,
-        hostname=str(hostname) if hostname is not None else None,
-        ports=ports,
-        tasks=tuple(tasks),
-    )
-    for cfg in spec.task_configs():  # every task config check, before any side effect
-        taskspec.check_config(cfg)
-    return spec
+
+
+def _check_task(spec: GroupSpec, task: Any, seen: set[str]) -> None:
+    """Every check a task can have without a daemon, the TaskConfig's included."""
+    if not isinstance(task, dict):
+        raise InvalidArgument("expected a [[task]] table")
+    _unknown(set(task), _TASK_KEYS)
+    for key in ("name", "image"):
+        if key not in task:
+            raise InvalidArgument(f"'{key}' is required")
+    fields.check("name", task["name"], (str,), "a string", _task_name)
+    if task["name"] in seen:
+        raise InvalidField("name", task["name"], "another task of the group has this name")
+    seen.add(task["name"])
+    taskspec.check_config(spec.task_config(task))
+
+
+def _task_name(name: str) -> None:
+    validate_id(name, kind="task name")
 
 
 def load_group_file(path: str | Path) -> GroupSpec:
@@ -147,7 +176,7 @@ def load_group_file(path: str | Path) -> GroupSpec:
         raise InvalidArgument(f"cannot read group file {path}: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise InvalidArgument(f"group file {path} is not valid TOML: {exc}") from exc
-    return parse_group(data)
+    return parse_group(data, source=f"group file {path}")
 
 
 class Groups:

@@ -14,7 +14,14 @@ from typing import Any
 
 import attrs
 
-from ctrexec.errors import InvalidArgument
+from ctrexec import fields
+from ctrexec import labels as lbl
+from ctrexec.errors import InvalidArgument, InvalidField
+from ctrexec.ids import validate_id
+from ctrexec.logdriver import check_limits
+from ctrexec.oci import caps, namespaces, process, resources
+from ctrexec.oci.spec import with_annotations
+from ctrexec.oci.user import split_user_spec
 from ctrexec.tasks import ExitStatus, Status
 
 DEFAULT_STOP_TIMEOUT = 10.0
@@ -22,34 +29,56 @@ DEFAULT_LOG_MAX_SIZE = 10 * 1024 * 1024
 DEFAULT_LOG_MAX_FILES = 3
 
 
-def _strs(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        raise InvalidArgument(f"expected a list of strings, got the string {value!r}")
-    return tuple(str(v) for v in value)
+_RESTART_POLICIES = ("no", "on-failure", "always", "unless-stopped")
 
 
-def _opt_strs(value: Any) -> tuple[str, ...] | None:
-    return None if value is None else _strs(value)
-
-
-def _mapping(value: Any) -> Mapping[str, str]:
-    return {str(k): str(v) for k, v in dict(value or {}).items()}
+def _policy(value: str) -> None:
+    if value not in _RESTART_POLICIES:
+        raise InvalidArgument(f"expected one of {', '.join(_RESTART_POLICIES)}")
 
 
 @attrs.frozen(kw_only=True)
 class RestartPolicy:
     """When ``ctrexec supervise`` restarts a task: ``no``, ``on-failure`` or ``always``."""
 
-    policy: str = attrs.field(default="no")
-    max_attempts: int = 0
-    delay: float = 1.0
+    policy: str = attrs.field(default="no", validator=fields.text(_policy))
+    max_attempts: int = attrs.field(default=0, validator=fields.integer(fields.non_negative))
+    delay: float = attrs.field(default=1.0, validator=fields.number(fields.non_negative))
 
-    @policy.validator
-    def _check(self, _a: object, value: str) -> None:
-        if value not in ("no", "on-failure", "always", "unless-stopped"):
-            raise InvalidArgument(f"unknown restart policy {value!r}")
+
+def _restart(value: Any) -> Any:
+    """A table (from JSON or TOML) becomes a RestartPolicy, its errors named ``restart.*``."""
+    if not isinstance(value, Mapping):
+        return value
+    known = [f.name for f in attrs.fields(RestartPolicy)]
+    unknown = sorted(str(k) for k in value if k not in known)
+    if unknown:
+        raise InvalidField(
+            "restart",
+            dict(value),
+            f"unknown key(s) {', '.join(unknown)}; expected {', '.join(known)}",
+        )
+    try:
+        return RestartPolicy(**value)
+    except InvalidField as exc:
+        raise InvalidField(f"restart.{exc.field}", exc.value, exc.reason) from exc
+
+
+def _non_empty(value: str) -> None:
+    if not value:
+        raise InvalidArgument("must not be empty")
+
+
+def _signal_text(value: Any) -> Any:
+    """``stop_signal = 9`` in TOML means signal 9, kept as the text ``"9"``."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _env(env: Mapping[str, str]) -> None:
+    bad = [k for k in env if "=" in k]
+    if bad:
+        raise InvalidArgument(f"variable name {bad[0]!r} must not contain '='")
+    process.merge_env([], env)
 
 
 @attrs.frozen(kw_only=True)
@@ -58,60 +87,129 @@ class TaskConfig:
 
     ``netns`` is a name (``/run/netns/NAME``), an absolute path, ``host`` (explicit
     host networking) or ``none`` (a fresh namespace with only loopback).
+
+    Making one checks every field's type and every range that needs only the value
+    (:mod:`ctrexec.fields`), so a bad value fails here with its field named, never
+    later as a TypeError. What needs the host or parses into mounts (the runtime,
+    volumes, tmpfs, devices, the stop signal) is checked by ``taskspec.check_config``.
     """
 
-    name: str
-    image: str
-    command: tuple[str, ...] | None = attrs.field(default=None, converter=_opt_strs)
-    entrypoint: tuple[str, ...] | None = attrs.field(default=None, converter=_opt_strs)
-    env: Mapping[str, str] = attrs.field(factory=dict, converter=_mapping)
-    workdir: str | None = None
-    user: str | None = None
-    netns: str = "none"
-    hostname: str | None = None
-    volumes: tuple[str, ...] = attrs.field(default=(), converter=_strs)
-    tmpfs: tuple[str, ...] = attrs.field(default=(), converter=_strs)
-    read_only: bool = False
-    memory: str | int | None = None
-    cpus: float | None = None
-    cpu_shares: int | None = None
-    cpuset_cpus: str | None = None
-    pids_limit: int | None = None
-    cap_add: tuple[str, ...] = attrs.field(default=(), converter=_strs)
-    cap_drop: tuple[str, ...] = attrs.field(default=(), converter=_strs)
-    privileged: bool = False
-    devices: tuple[str, ...] = attrs.field(default=(), converter=_strs)
-    sysctls: Mapping[str, str] = attrs.field(factory=dict, converter=_mapping)
-    oom_score_adj: int | None = None
-    annotations: Mapping[str, str] = attrs.field(factory=dict, converter=_mapping)
-    labels: Mapping[str, str] = attrs.field(factory=dict, converter=_mapping)
-    tty: bool = False
-    group: str | None = None
-    share_shim: bool = True
-    runtime: str | None = None
-    stop_signal: str | None = None
-    stop_timeout: float = DEFAULT_STOP_TIMEOUT
-    log_max_size: int = DEFAULT_LOG_MAX_SIZE
-    log_max_files: int = DEFAULT_LOG_MAX_FILES
-    snapshotter: str = "overlayfs"
-    auto_remove: bool = False
-    restart: RestartPolicy = attrs.field(factory=RestartPolicy)
+    name: str = attrs.field(validator=fields.text(lambda v: validate_id(v, kind="container name")))
+    image: str = attrs.field(validator=fields.text(_non_empty))
+    command: tuple[str, ...] | None = attrs.field(
+        default=None, converter=fields.to_opt_tuple, validator=fields.strings(optional=True)
+    )
+    entrypoint: tuple[str, ...] | None = attrs.field(
+        default=None, converter=fields.to_opt_tuple, validator=fields.strings(optional=True)
+    )
+    env: Mapping[str, str] = attrs.field(
+        factory=dict, converter=fields.to_string_map, validator=fields.string_map(_env)
+    )
+    workdir: str | None = attrs.field(
+        default=None, validator=fields.text(process.with_cwd, optional=True)
+    )
+    user: str | None = attrs.field(
+        default=None, validator=fields.text(split_user_spec, optional=True)
+    )
+    netns: str = attrs.field(default="none", validator=fields.text())
+    hostname: str | None = attrs.field(
+        default=None, validator=fields.text(namespaces.with_hostname, optional=True)
+    )
+    volumes: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings()
+    )
+    tmpfs: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings()
+    )
+    read_only: bool = attrs.field(default=False, validator=fields.boolean())
+    memory: str | int | None = attrs.field(
+        default=None,
+        validator=fields.field(
+            (str, int), "a size such as 512m", resources.check_memory_limit, optional=True
+        ),
+    )
+    cpus: float | None = attrs.field(
+        default=None, validator=fields.number(resources.with_cpus, optional=True)
+    )
+    cpu_shares: int | None = attrs.field(
+        default=None, validator=fields.integer(resources.with_cpu_shares, optional=True)
+    )
+    cpuset_cpus: str | None = attrs.field(
+        default=None,
+        validator=fields.text(lambda v: resources.check_cpu_list(v, "cpuset cpus"), optional=True),
+    )
+    pids_limit: int | None = attrs.field(
+        default=None, validator=fields.integer(resources.with_pids_limit, optional=True)
+    )
+    cap_add: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings(caps.expand_capabilities)
+    )
+    cap_drop: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings(caps.expand_capabilities)
+    )
+    privileged: bool = attrs.field(default=False, validator=fields.boolean())
+    devices: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings()
+    )
+    sysctls: Mapping[str, str] = attrs.field(
+        factory=dict,
+        converter=fields.to_string_map,
+        validator=fields.string_map(namespaces.with_sysctls),
+    )
+    oom_score_adj: int | None = attrs.field(
+        default=None, validator=fields.integer(process.with_oom_score_adj, optional=True)
+    )
+    annotations: Mapping[str, str] = attrs.field(
+        factory=dict, converter=fields.to_string_map, validator=fields.string_map(with_annotations)
+    )
+    labels: Mapping[str, str] = attrs.field(
+        factory=dict,
+        converter=fields.to_string_map,
+        validator=fields.string_map(lbl.validate_user_labels),
+    )
+    tty: bool = attrs.field(default=False, validator=fields.boolean())
+    group: str | None = attrs.field(
+        default=None,
+        validator=fields.text(lambda v: validate_id(v, kind="group name"), optional=True),
+    )
+    share_shim: bool = attrs.field(default=True, validator=fields.boolean())
+    runtime: str | None = attrs.field(default=None, validator=fields.text(optional=True))
+    stop_signal: str | None = attrs.field(
+        default=None,
+        converter=_signal_text,
+        validator=fields.text(optional=True),
+    )
+    stop_timeout: float = attrs.field(
+        default=DEFAULT_STOP_TIMEOUT, validator=fields.number(fields.non_negative)
+    )
+    log_max_size: int = attrs.field(
+        default=DEFAULT_LOG_MAX_SIZE, validator=fields.integer(lambda v: check_limits(v, 1))
+    )
+    log_max_files: int = attrs.field(
+        default=DEFAULT_LOG_MAX_FILES, validator=fields.integer(lambda v: check_limits(1, v))
+    )
+    snapshotter: str = attrs.field(
+        default="overlayfs", validator=fields.text(lambda v: validate_id(v, kind="snapshotter"))
+    )
+    auto_remove: bool = attrs.field(default=False, validator=fields.boolean())
+    restart: RestartPolicy = attrs.field(
+        factory=RestartPolicy,
+        converter=_restart,
+        validator=fields.field((RestartPolicy,), "a table with policy, max_attempts, delay"),
+    )
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self, value_serializer=_serialize)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TaskConfig:
-        fields = {f.name for f in attrs.fields(cls)}
-        unknown = sorted(set(data) - fields)
+        known = {f.name for f in attrs.fields(cls)}
+        unknown = sorted(set(data) - known)
         if unknown:
             raise InvalidArgument(f"unknown task config keys: {', '.join(unknown)}")
-        values = dict(data)
-        if isinstance(values.get("restart"), Mapping):
-            values["restart"] = RestartPolicy(**values["restart"])
         try:
-            return cls(**values)
-        except TypeError as exc:
+            return cls(**data)
+        except TypeError as exc:  # a required key is missing
             raise InvalidArgument(f"invalid task config: {exc}") from exc
 
 

@@ -1,8 +1,9 @@
 """From a TaskConfig and an image to an OCI spec: validation first, then pure building.
 
-:func:`check_config` does every check that needs no daemon (ids, labels, mounts,
-limits, sysctls, runtime, stop signal), so bad input is refused before anything is
-created. :func:`build` composes the ``with_*`` options of :mod:`ctrexec.oci`.
+A TaskConfig checks each field's type and range when it is made; :func:`check_config`
+adds what needs the host or parses mounts (runtime, volumes, tmpfs, devices, stop
+signal), so bad input is refused before anything is created. :func:`build` composes
+the ``with_*`` options of :mod:`ctrexec.oci`.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ from typing import Any
 
 import attrs
 
+from ctrexec import fields, oci
 from ctrexec import labels as lbl
-from ctrexec import oci
 from ctrexec.errors import InvalidArgument
 from ctrexec.hostfiles import HostFiles
-from ctrexec.ids import validate_id
 from ctrexec.oci import caps, mounts, namespaces, process, resources
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.runtimes import RuntimeChoice
@@ -54,48 +54,32 @@ def parse_signal(value: str | int) -> int:
 
 
 def check_config(config: TaskConfig, *, containerd_address: str | None = None) -> CheckedConfig:
-    """Everything that can be refused without a daemon, refused here."""
-    validate_id(config.name, kind="container name")
-    if not config.image:
-        raise InvalidArgument("an image is required")
-    if config.group is not None:
-        validate_id(config.group, kind="group name")
-    user_labels = lbl.validate_user_labels(config.labels)
-    runtime = resolve_runtime(config.runtime)
-    volumes = tuple(mounts.parse_volume(v) for v in config.volumes)
-    mounts.validate_mount_sources(volumes, containerd_address=containerd_address)
-    tmpfs = tuple(mounts.parse_tmpfs(t) for t in config.tmpfs)
-    devices = tuple(mounts.parse_device(d) for d in config.devices)
-    memory = resources.parse_size(config.memory) if config.memory is not None else None
-    if memory is not None and memory < resources.MIN_MEMORY_BYTES:
-        raise InvalidArgument(
-            f"memory limit {memory} bytes is too small to start a task; minimum is 6MB"
-        )
-    if config.cpus is not None and not 0 < config.cpus <= 1024:
-        raise InvalidArgument(f"invalid --cpus {config.cpus}")
-    if config.pids_limit is not None and config.pids_limit == 0:
-        raise InvalidArgument("pids limit must be positive, or -1 for unlimited")
-    for key in config.sysctls:
-        namespaces.check_sysctl_key(key)
+    """What a TaskConfig could not check by itself, refused before any side effect.
+
+    The config checked each field's type and range when it was made; here come the
+    checks that need the host (the runtime is installed, mount sources and devices
+    exist and are allowed) and the parsing of mounts, each error named by its field.
+    """
+    with fields.naming("runtime", config.runtime):
+        runtime = resolve_runtime(config.runtime)
+    with fields.naming("volumes", config.volumes):
+        volumes = tuple(mounts.parse_volume(v) for v in config.volumes)
+        mounts.validate_mount_sources(volumes, containerd_address=containerd_address)
+    with fields.naming("tmpfs", config.tmpfs):
+        tmpfs = tuple(mounts.parse_tmpfs(t) for t in config.tmpfs)
+    with fields.naming("devices", config.devices):
+        devices = tuple(mounts.parse_device(d) for d in config.devices)
     if config.stop_signal is not None:
-        parse_signal(config.stop_signal)
-    if config.stop_timeout < 0:
-        raise InvalidArgument("stop timeout must not be negative")
-    if config.hostname is not None:
-        namespaces.with_hostname(config.hostname)(oci.default_spec())
-    if config.oom_score_adj is not None and not -1000 <= config.oom_score_adj <= 1000:
-        raise InvalidArgument("oom_score_adj must be between -1000 and 1000")
-    for cap in (*config.cap_add, *config.cap_drop):
-        if cap.upper() != "ALL":
-            caps.normalize_capability(cap)
+        with fields.naming("stop_signal", config.stop_signal):
+            parse_signal(config.stop_signal)
     return CheckedConfig(
         config=config,
         runtime=runtime,
         volumes=volumes,
         tmpfs=tmpfs,
         devices=devices,
-        memory=memory,
-        labels=user_labels,
+        memory=resources.parse_size(config.memory) if config.memory is not None else None,
+        labels=dict(config.labels),
     )
 
 
@@ -116,8 +100,6 @@ def build(
     """The OCI spec for one task."""
     cfg = checked.config
     args = process.resolve_args(image_entrypoint, image_cmd, cfg.entrypoint, cfg.command)
-    if not args:
-        raise InvalidArgument("no command: the image has no Entrypoint or Cmd; give one")
     opts: list[oci.SpecOpt] = [
         process.with_args(args),
         process.with_env(process.merge_env(list(image_env), dict(cfg.env))),
@@ -153,10 +135,11 @@ def build(
     if cfg.privileged:
         opts.append(oci.with_privileged())
     else:
-        if cfg.cap_add:
-            opts.append(caps.with_added_capabilities(cfg.cap_add))
+        # Drop first, then add: docker reads ``--cap-drop ALL --cap-add X`` as "only X".
         if cfg.cap_drop:
             opts.append(caps.with_dropped_capabilities(cfg.cap_drop))
+        if cfg.cap_add:
+            opts.append(caps.with_added_capabilities(cfg.cap_add))
     if checked.devices:
         opts.append(mounts.with_devices(checked.devices))
     if cfg.sysctls:
@@ -175,11 +158,3 @@ def default_hostname(cfg: TaskConfig) -> str:
     """The group's (else the task's) name, made a valid hostname label."""
     name = cfg.group or cfg.name
     return name.replace("_", "-").replace(".", "-")[:63].strip("-") or "ctrexec"
-
-
-def rootfs_user_needed(user: str | None) -> bool:
-    """Whether resolving ``user`` needs the image's /etc/passwd and /etc/group."""
-    if not user:
-        return False
-    uid, _, gid = user.partition(":")
-    return not (uid.isdigit() and (gid == "" or gid.isdigit()))

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import signal
 import sys
 import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from ctrexec import logs as logstore
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
-from ctrexec.errors import CtrexecError, InvalidArgument
+from ctrexec.errors import CtrexecError, InvalidArgument, InvalidField
 from ctrexec.executor import DEFAULT_LOG_DIR, Executor
 from ctrexec.labels import parse_key_values
 from ctrexec.taskconfig import TaskConfig
@@ -47,12 +49,44 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _entrypoint(value: str | None) -> tuple[str, ...] | None:
+    """``--entrypoint`` as docker reads it: one executable, not split; ``''`` clears it."""
+    if value is None:
+        return None
+    return (value,) if value else ()
+
+
+#: TaskConfig fields whose flag is not ``--`` plus the field's name with dashes.
+_FLAGS = {
+    "image": "IMAGE",
+    "command": "COMMAND",
+    "volumes": "--volume",
+    "devices": "--device",
+    "sysctls": "--sysctl",
+    "annotations": "--annotation",
+    "labels": "--label",
+    "auto_remove": "--rm",
+}
+
+
+@contextlib.contextmanager
+def _by_flag() -> Iterator[None]:
+    """Report a refused TaskConfig field by the flag that set it, as docker does."""
+    try:
+        yield
+    except InvalidField as exc:
+        flag = _FLAGS.get(exc.field, "--" + exc.field.replace("_", "-"))
+        if isinstance(exc.value, tuple | Mapping):  # the reason names the bad item
+            raise InvalidArgument(f"invalid {flag}: {exc.reason}") from exc
+        raise InvalidArgument(f"invalid value {exc.value!r} for {flag}: {exc.reason}") from exc
+
+
 def _config(args: argparse.Namespace) -> TaskConfig:
     return TaskConfig(
         name=args.name if args.name is not None else f"ctrexec-{secrets.token_hex(4)}",
         image=args.image,
         command=tuple(args.command) if args.command else None,
-        entrypoint=None if args.entrypoint is None else tuple(args.entrypoint.split() or [""]),
+        entrypoint=_entrypoint(args.entrypoint),
         env=_env(args.env),
         workdir=args.workdir,
         user=args.user,
@@ -125,9 +159,10 @@ def _stream_until_exit(ex: Executor, task_id: str, log_path: str) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = _config(args)
-    ex = _executor(args)
-    handle = ex.start_task(config)
+    with _by_flag():
+        config = _config(args)  # before connecting: bad flags start no daemon
+        ex = _executor(args)
+        handle = ex.start_task(config)
     if args.detach:
         print_json(handle.to_json()) if args.json else print(handle.id)
         return 0
@@ -140,8 +175,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    config = _config(args)
-    record = _executor(args).create(config)
+    with _by_flag():
+        config = _config(args)
+        record = _executor(args).create(config)
     print(record.id)
     return 0
 

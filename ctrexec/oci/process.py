@@ -68,6 +68,8 @@ def resolve_args(
     - the user's command (non-empty) replaces the image's Cmd;
     - a user entrypoint (even an empty one) replaces the image's Entrypoint and
       clears the image's Cmd, so only the user's command follows it;
+    - an entrypoint of one empty string (what ``--entrypoint ''`` sends through
+      docker's API) is an empty one;
     - argv is entrypoint + cmd, and must not be empty.
 
     Shell-form Dockerfile instructions arrive already wrapped as
@@ -78,13 +80,14 @@ def resolve_args(
     user_args = _check_strings(user_cmd or [], "command")
     if user_entrypoint is not None:
         final_entry = _check_strings(user_entrypoint, "entrypoint")
+        final_entry = [] if final_entry == [""] else final_entry
         final_cmd = user_args
     else:
         final_entry = image_entry
         final_cmd = user_args or image_cmd
     args = final_entry + final_cmd
     if not args or not args[0]:
-        raise InvalidArgument("no command specified: the image has no Entrypoint or Cmd")
+        raise InvalidArgument("no command specified")
     return args
 
 

@@ -24,6 +24,11 @@ MIN_MEMORY_BYTES = 6 * 1024 * 1024
 #: CFS period used for ``with_cpus``: 100 ms, the kernel's and docker's default.
 CPU_PERIOD_US = 100_000
 
+#: ``--cpus`` bounds: 0.01 is the smallest quota worth having (1 ms a period); the
+#: top is a sanity bound, far above any host, so a typo such as 1e9 is caught.
+MIN_CPUS = 0.01
+MAX_CPUS = 1024
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 _CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
@@ -47,11 +52,17 @@ def parse_size(value: str | int) -> int:
     return int(float(number) * _UNITS[unit.lower()])
 
 
-def with_memory_limit(limit: str | int) -> SpecOpt:
-    """Limit the task's memory (bytes or a docker size); at least 6 MiB."""
+def check_memory_limit(limit: str | int) -> int:
+    """A memory limit in bytes (from bytes or a docker size); at least 6 MiB."""
     size = parse_size(limit)
     if size < MIN_MEMORY_BYTES:
-        raise InvalidArgument("Minimum memory limit allowed is 6MB")
+        raise InvalidArgument(f"Minimum memory limit allowed is 6MB, got {size} bytes")
+    return size
+
+
+def with_memory_limit(limit: str | int) -> SpecOpt:
+    """Limit the task's memory (bytes or a docker size); at least 6 MiB."""
+    size = check_memory_limit(limit)
 
     def apply(spec: Spec) -> None:
         memory = resources_of(spec).setdefault("memory", {})
@@ -88,8 +99,8 @@ def with_cpus(cpus: float) -> SpecOpt:
     if isinstance(cpus, bool) or not isinstance(cpus, int | float) or not math.isfinite(cpus):
         raise InvalidArgument(f"invalid CPU count {cpus!r}")
     quota = round(cpus * CPU_PERIOD_US)
-    if quota < 1000:
-        raise InvalidArgument(f"CPU count must be at least 0.01, got {cpus}")
+    if not round(MIN_CPUS * CPU_PERIOD_US) <= quota <= MAX_CPUS * CPU_PERIOD_US:
+        raise InvalidArgument(f"CPU count must be between {MIN_CPUS} and {MAX_CPUS}, got {cpus}")
 
     def apply(spec: Spec) -> None:
         cpu = resources_of(spec).setdefault("cpu", {})

@@ -113,8 +113,12 @@ def _check_numeric(value: int, what: str) -> int:
     return value
 
 
-def resolve_user_spec(user: str, passwd_text: str | None, group_text: str | None) -> ResolvedUser:
-    """Resolve ``user`` against passwd/group text (None: the image has no such file)."""
+def split_user_spec(user: str) -> tuple[str, str]:
+    """``user`` as (user, group) parts, refusing what no image could make valid.
+
+    The empty string is root; numeric ids must be in range. Names are checked
+    only against an image, by :func:`resolve_user_spec`.
+    """
     if not isinstance(user, str):
         raise InvalidArgument(f"user must be a string, got {user!r}")
     user_part, sep, group_part = user.strip().partition(":")
@@ -124,12 +128,22 @@ def resolve_user_spec(user: str, passwd_text: str | None, group_text: str | None
         if sep:
             raise InvalidArgument(f"invalid user {user!r}: empty user before ':'")
         user_part = "0"
+    if user_part.isdigit():
+        _check_numeric(int(user_part), "uid")
+    if group_part.isdigit():
+        _check_numeric(int(group_part), "gid")
+    return user_part, group_part
+
+
+def resolve_user_spec(user: str, passwd_text: str | None, group_text: str | None) -> ResolvedUser:
+    """Resolve ``user`` against passwd/group text (None: the image has no such file)."""
+    user_part, group_part = split_user_spec(user)
     passwd = parse_passwd(passwd_text or "")
     groups = parse_group(group_text or "")
 
     entry: PasswdEntry | None
     if user_part.isdigit():
-        uid = _check_numeric(int(user_part), "uid")
+        uid = int(user_part)
         entry = next((p for p in passwd if p.uid == uid), None)
     else:
         entry = next((p for p in passwd if p.name == user_part), None)
@@ -143,7 +157,7 @@ def resolve_user_spec(user: str, passwd_text: str | None, group_text: str | None
     additional: list[int] = []
     if group_part:
         if group_part.isdigit():
-            gid = _check_numeric(int(group_part), "gid")
+            gid = int(group_part)
         else:
             group = next((g for g in groups if g.name == group_part), None)
             if group is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,9 @@ CASES = {
     "ctrexec-label": ["--label", "io.ctrexec.managed=false"],
     "bad-sysctl": ["--sysctl", "kernel.shm_rmid_forced=1"],
     "bad-signal": ["--stop-signal", "SIGNOPE"],
+    "cpus-out-of-range": ["--cpus", "5000"],
+    "unknown-capability": ["--cap-add", "NOPE"],
+    "zero-pids-limit": ["--pids-limit", "0"],
 }
 
 
@@ -102,6 +106,14 @@ GROUP_CASES = {
     "slash-in-name": 'name = "a/b"\n[[task]]\nname = "t"\nimage = "IMAGE"\n',
     "missing-image": 'name = "g9"\n[[task]]\nname = "t"\nimage = "docker.io/library/nope-nope:v0"\n',
     "duplicate-task": 'name = "g10"\n[[task]]\nname = "t"\nimage = "IMAGE"\n[[task]]\nname = "t"\nimage = "IMAGE"\n',
+    "cpus-a-string": 'name = "g11"\n[[task]]\nname = "t"\nimage = "IMAGE"\ncpus = "2"\n',
+    "cpus-out-of-range": 'name = "g12"\n[[task]]\nname = "t"\nimage = "IMAGE"\ncpus = 5000\n',
+    "restart-a-string": 'name = "g13"\n[[task]]\nname = "t"\nimage = "IMAGE"\nrestart = "always"\n',
+    "ports-a-string": 'name = "g14"\nports = "8080:80"\n[[task]]\nname = "t"\nimage = "IMAGE"\n',
+    "second-task-bad": (
+        'name = "g15"\n[[task]]\nname = "a"\nimage = "IMAGE"\n'
+        '[[task]]\nname = "b"\nimage = "IMAGE"\nmemory = true\n'
+    ),
 }
 
 
@@ -126,6 +138,48 @@ def test_bad_group_file(
     assert _snapshot(client, tmp_path, containerd_address) == before
     assert sorted(p.name for p in Path("/sys/class/net").iterdir()) == links_before
     assert not list(Path("/run/netns").glob("cx-g*"))
+
+
+def test_bad_group_file_line_names_file_task_key_value(
+    client: Client, containerd_address: str, test_image: str, tmp_path: Path
+) -> None:
+    group_file = tmp_path / "group.toml"
+    group_file.write_text(GROUP_CASES["cpus-a-string"].replace("IMAGE", test_image))
+    out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertion
+        [sys.executable, "-m", "ctrexec.cli.main", "group", "up", "--address",
+         containerd_address, "--namespace", "ctrexec-test", "--log-dir",
+         str(tmp_path / "logs"), str(group_file)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 125
+    assert out.stderr == f"ctrexec: group file {group_file}: task t: cpus = '2': expected a number\n"
+    assert not [c for c in audit(client) if "g11" in c]
+
+
+def test_group_up_that_fails_to_start_a_task_is_non_zero_and_undone(
+    client: Client, containerd_address: str, test_image: str, tmp_path: Path
+) -> None:
+    """The second task's command does not exist: up fails, exits 127, leaves nothing."""
+    group_file = tmp_path / "group.toml"
+    group_file.write_text(
+        f'name = "gfail"\nnetwork = "none"\n[[task]]\nname = "ok"\nimage = "{test_image}"\n'
+        'command = ["sleep", "100"]\n'
+        f'[[task]]\nname = "bad"\nimage = "{test_image}"\ncommand = ["/no/such/cmd"]\n'
+    )
+    before = _snapshot(client, tmp_path, containerd_address)
+    out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertion
+        [sys.executable, "-m", "ctrexec.cli.main", "group", "up", "--address",
+         containerd_address, "--namespace", "ctrexec-test", "--log-dir",
+         str(tmp_path / "logs"), str(group_file)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 127, (out.stdout, out.stderr)
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stdout == ""
+    tmp_logs = tmp_path / "logs"
+    shutil.rmtree(tmp_logs, ignore_errors=True)  # the failed task's log is not state
+    assert _snapshot(client, tmp_path, containerd_address) == before
+    assert not Path("/run/netns/cx-gfail").exists()
 
 
 def test_netns_rm_refuses_running_tasks(

@@ -96,6 +96,36 @@ def test_no_command_is_an_error(
         resolve_args(entrypoint, cmd, user_entrypoint, user_cmd)
 
 
+# docker run [--entrypoint U | --entrypoint ''] IMAGE [X], for every kind of image:
+# a given entrypoint (even an empty one) clears the image's Cmd too.
+_NONE, _ERR = (None, None), None
+IMAGES = {"none": _NONE, "cmd": (None, ["c"]), "entry": (["e"], None), "both": (["e"], ["c"])}
+MATRIX = {
+    #          absent/absent  absent/X       U/absent  U/X         ''/absent  ''/X
+    "none":  (_ERR,           ["x"],         ["u"],    ["u", "x"], _ERR,      ["x"]),
+    "cmd":   (["c"],          ["x"],         ["u"],    ["u", "x"], _ERR,      ["x"]),
+    "entry": (["e"],          ["e", "x"],    ["u"],    ["u", "x"], _ERR,      ["x"]),
+    "both":  (["e", "c"],     ["e", "x"],    ["u"],    ["u", "x"], _ERR,      ["x"]),
+}  # fmt: skip
+OVERRIDES = [(None, None), (None, ["x"]), (["u"], None), (["u"], ["x"]), ([], None), ([], ["x"])]
+
+
+@pytest.mark.parametrize("empty", [[], [""]], ids=["empty-list", "one-empty-string"])
+@pytest.mark.parametrize("image", sorted(IMAGES))
+@pytest.mark.parametrize("case", range(len(OVERRIDES)))
+def test_entrypoint_cmd_matrix(image: str, case: int, empty: list[str]) -> None:
+    entry, cmd = IMAGES[image]
+    user_entry, user_cmd = OVERRIDES[case]
+    if user_entry == []:
+        user_entry = empty  # docker's API carries --entrypoint '' as [""]
+    expected = MATRIX[image][case]
+    if expected is None:
+        with pytest.raises(InvalidArgument, match=r"^no command specified$"):
+            resolve_args(entry, cmd, user_entry, user_cmd)
+    else:
+        assert resolve_args(entry, cmd, user_entry, user_cmd) == expected
+
+
 def test_resolve_args_rejects_bad_types() -> None:
     with pytest.raises(InvalidArgument):
         resolve_args("sh -c id", None)  # a str is a Sequence[str]; refused anyway

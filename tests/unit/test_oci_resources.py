@@ -87,14 +87,15 @@ def test_memory_swap_needs_limit_and_must_cover_it() -> None:
 
 
 @pytest.mark.parametrize(
-    ("cpus", "quota"), [(1, 100000), (1.5, 150000), (0.01, 1000), (16, 1600000)]
+    ("cpus", "quota"),
+    [(1, 100000), (1.5, 150000), (0.01, 1000), (16, 1600000), (1024, 102400000)],
 )
 def test_cpus(cpus: float, quota: int) -> None:
     cpu = _resources(build_spec(with_cpus(cpus)))["cpu"]
     assert cpu == {"quota": quota, "period": 100000}
 
 
-@pytest.mark.parametrize("bad", [0, -1, 0.001, float("inf"), float("nan"), "1", True])
+@pytest.mark.parametrize("bad", [0, -1, 0.001, 1024.01, 1e9, float("inf"), float("nan"), "1", True])
 def test_cpus_rejects(bad: Any) -> None:
     with pytest.raises(InvalidArgument):
         with_cpus(bad)

@@ -1,0 +1,63 @@
+"""TaskConfig to OCI spec: the options compose in docker's order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ctrexec import taskspec
+from ctrexec.oci.caps import DEFAULT_CAPABILITIES
+from ctrexec.oci.user import ResolvedUser
+from ctrexec.runtimes import RUNC_V2, RuntimeChoice
+from ctrexec.taskconfig import TaskConfig
+
+pytestmark = pytest.mark.unit
+
+
+def _spec(**kw: Any) -> dict[str, Any]:
+    cfg = TaskConfig(name="t", image="img", **kw)
+    checked = taskspec.CheckedConfig(
+        config=cfg,
+        runtime=RuntimeChoice(shim=RUNC_V2),
+        volumes=(),
+        tmpfs=(),
+        devices=(),
+        memory=None,
+        labels={},
+    )
+    return taskspec.build(
+        checked,
+        image_entrypoint=None,
+        image_cmd=["sh"],
+        image_env=[],
+        image_workdir="/",
+        user=ResolvedUser(0, 0),
+        netns_path=None,
+        host_network=False,
+        hostfiles=None,
+        namespace="ns",
+    )
+
+
+def _caps(spec: dict[str, Any]) -> dict[str, list[str]]:
+    caps: dict[str, list[str]] = spec["process"]["capabilities"]
+    return caps
+
+
+def test_cap_drop_all_then_add_keeps_only_the_added() -> None:
+    caps = _caps(_spec(cap_drop=["ALL"], cap_add=["NET_BIND_SERVICE"]))
+    for kind in ("bounding", "effective", "permitted"):
+        assert caps[kind] == ["CAP_NET_BIND_SERVICE"]
+
+
+def test_cap_add_and_drop_of_others_compose() -> None:
+    caps = _caps(_spec(cap_drop=["chown"], cap_add=["NET_ADMIN"]))
+    assert "CAP_CHOWN" not in caps["effective"]
+    assert "CAP_NET_ADMIN" in caps["effective"]
+    assert set(caps["effective"]) == (set(DEFAULT_CAPABILITIES) - {"CAP_CHOWN"}) | {"CAP_NET_ADMIN"}
+
+
+def test_same_capability_added_and_dropped_is_added() -> None:
+    # docker applies the drop list, then the add list.
+    assert "CAP_KILL" in _caps(_spec(cap_drop=["KILL"], cap_add=["KILL"]))["effective"]
