@@ -19,6 +19,9 @@ from ctrexec.executor import Executor
 from ctrexec.tasks import ExitStatus, Status
 
 log = logging.getLogger("ctrexec.supervisor")
+#: How often the stop watcher checks that run() is still going (only then: a set
+#: ``stop`` wakes it at once).
+STOP_POLL = 0.5
 
 
 def should_restart(labels: dict[str, str], exit_code: int) -> bool:
@@ -40,35 +43,84 @@ class Supervisor:
         self.executor = executor
         self.client = executor.client
         self.reconnect_delay = reconnect_delay
-        self._pending: set[str] = set()
         self._guard = threading.Lock()
-        self.restarts = 0
+        #: One timer per container waiting for its restart; also the "pending" set.
+        self._timers: dict[str, threading.Timer] = {}
+        self._stream: EventStream | None = None
+        self._restarts = 0
+
+    @property
+    def restarts(self) -> int:
+        """How many restarts this supervisor made (timer threads update it)."""
+        with self._guard:
+            return self._restarts
 
     def run(self, stop: threading.Event) -> None:
-        """Serve until ``stop`` is set; survives containerd restarts by reconnecting."""
-        while not stop.is_set():
-            try:
-                stream = EventStream(self.client)
-            except CtrexecError as exc:
-                log.warning("cannot subscribe to events: %s", exc)
+        """Serve until ``stop`` is set; survives containerd restarts by reconnecting.
+
+        One watcher thread for the whole run turns ``stop`` into a cancel of whichever
+        stream is current, so reconnecting starts no thread; pending restart timers
+        are cancelled on the way out, so nothing restarts a task after ``run`` returns.
+        """
+        done = threading.Event()
+        watcher = threading.Thread(
+            target=self._cancel_on_stop, args=(stop, done), name="ctrexec-supervise-stop"
+        )
+        watcher.daemon = True
+        watcher.start()
+        try:
+            while not stop.is_set():
+                self._serve(stop)
                 stop.wait(self.reconnect_delay)
-                continue
-            watcher = threading.Thread(target=lambda s=stream: (stop.wait(), s.cancel()))
-            watcher.daemon = True
-            watcher.start()
-            try:
-                self.reconcile()
-                for event in stream:
-                    if isinstance(event, TaskExitEvent) and event.is_init:
-                        self._on_exit(event.container_id, event.exit)
-            except Unavailable as exc:
-                log.warning("lost containerd, reconnecting: %s", exc)
-            except CtrexecError as exc:
-                if not stop.is_set():
-                    log.warning("event stream ended: %s", exc)
-            finally:
-                stream.cancel()
-            stop.wait(self.reconnect_delay)
+        finally:
+            done.set()
+            watcher.join()
+            self._cancel_timers()
+
+    def _cancel_on_stop(self, stop: threading.Event, done: threading.Event) -> None:
+        # Polls ``done`` too, so a run() that raised does not leave this thread behind.
+        while not done.is_set():
+            if stop.wait(STOP_POLL):
+                with self._guard:
+                    stream = self._stream
+                if stream is not None:
+                    stream.cancel()
+                return
+
+    def _serve(self, stop: threading.Event) -> None:
+        """One subscription: reconcile, then act on events until the stream ends."""
+        try:
+            stream = EventStream(self.client)
+        except CtrexecError as exc:
+            log.warning("cannot subscribe to events: %s", exc)
+            return
+        with self._guard:
+            self._stream = stream
+        try:
+            if stop.is_set():  # set before the watcher could see this stream
+                return
+            self.reconcile()
+            for event in stream:
+                if isinstance(event, TaskExitEvent) and event.is_init:
+                    self._on_exit(event.container_id, event.exit)
+        except Unavailable as exc:
+            log.warning("lost containerd, reconnecting: %s", exc)
+        except CtrexecError as exc:
+            if not stop.is_set():
+                log.warning("event stream ended: %s", exc)
+        finally:
+            with self._guard:
+                self._stream = None
+            stream.cancel()
+
+    def _cancel_timers(self) -> None:
+        with self._guard:
+            timers = list(self._timers.values())
+            self._timers.clear()
+        for timer in timers:
+            timer.cancel()
+        for timer in timers:
+            timer.join()
 
     def reconcile(self) -> None:
         """Apply the policy to every stopped task, for exits missed while away."""
@@ -84,14 +136,14 @@ class Supervisor:
         labels = dict(record.labels)
         if labels.get(lbl.MANAGED) != "true" or not should_restart(labels, status.code):
             return
-        with self._guard:
-            if container_id in self._pending:
-                return
-            self._pending.add(container_id)
         delay = float(labels.get(lbl.RESTART_DELAY, "1") or 1)
-        timer = threading.Timer(delay, self._restart, args=(container_id,))
-        timer.daemon = True
-        timer.start()
+        with self._guard:
+            if container_id in self._timers:
+                return
+            timer = threading.Timer(delay, self._restart, args=(container_id,))
+            timer.daemon = True
+            self._timers[container_id] = timer
+            timer.start()
 
     def _restart(self, container_id: str) -> None:
         try:
@@ -106,7 +158,8 @@ class Supervisor:
             count = int(labels.get(lbl.RESTART_COUNT, "0") or 0) + 1
             containers.update_labels(self.client, container_id, {lbl.RESTART_COUNT: str(count)})
             self.executor.start(container_id, by_policy=True)
-            self.restarts += 1
+            with self._guard:
+                self._restarts += 1
             log.info("restarted %s (attempt %d)", container_id, count)
         except NotFound:
             pass
@@ -114,7 +167,7 @@ class Supervisor:
             log.warning("restart of %s failed: %s", container_id, exc)
         finally:
             with self._guard:
-                self._pending.discard(container_id)
+                self._timers.pop(container_id, None)
 
 
 def serve(executor: Executor, stop: threading.Event | None = None) -> None:
