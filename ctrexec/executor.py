@@ -49,6 +49,13 @@ def host_files_ready(directory: Path) -> bool:
 
 
 DEFAULT_KILL_GRACE = 10.0
+#: What a start by hand clears: the supervisor's state for the previous run.
+_SUPERVISOR_MARKS = (
+    lbl.STOPPED_BY_USER,
+    lbl.RESTART_COUNT,
+    lbl.RESTART_BACKOFF,
+    lbl.RESTART_STARTED_AT,
+)
 
 
 class Executor:
@@ -209,17 +216,14 @@ class Executor:
     def start(self, task_id: str, *, by_policy: bool = False) -> TaskHandle:
         """Start (or start again) the task of an existing container.
 
-        A start by hand clears the "stopped by user" mark and the restart count, as
-        docker does; the supervisor passes ``by_policy=True`` to keep them.
+        A start by hand clears the "stopped by user" mark, the restart count and the
+        backoff, as docker does; the supervisor passes ``by_policy=True`` to keep them.
         """
         with self._lock(task_id):
             record = containers.get(self.client, task_id)
-            if not by_policy and (
-                lbl.STOPPED_BY_USER in record.labels or lbl.RESTART_COUNT in record.labels
-            ):
-                record = containers.update_labels(
-                    self.client, task_id, {lbl.STOPPED_BY_USER: None, lbl.RESTART_COUNT: None}
-                )
+            marks = [k for k in _SUPERVISOR_MARKS if k in record.labels]
+            if not by_policy and marks:
+                record = containers.update_labels(self.client, task_id, dict.fromkeys(marks))
             state = tasks.find(self.client, task_id)
             if state is not None and state.status not in (Status.STOPPED, Status.CREATED):
                 raise FailedPrecondition(f"container {task_id} is already {state.status.value}")

@@ -1,7 +1,7 @@
 """Restart policies, applied by a small long-running watcher (``ctrexec supervise``).
 
-The supervisor keeps no state of its own: the policy, the restart count and the
-"stopped by user" mark are container labels. It listens to task-exit events and, on
+The supervisor keeps no state of its own: the policy, the restart count, the backoff
+and the "stopped by user" mark are container labels. It listens to task-exit events and, on
 start and after every reconnect, lists all tasks again (events are not durable), so
 killing it and starting it again loses nothing.
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 
 from ctrexec import containers, tasks
 from ctrexec import labels as lbl
@@ -22,6 +24,12 @@ log = logging.getLogger("ctrexec.supervisor")
 #: How often the stop watcher checks that run() is still going (only then: a set
 #: ``stop`` wakes it at once).
 STOP_POLL = 0.5
+#: Docker's restart backoff: each quick exit doubles the delay, up to MAX_BACKOFF,
+#: and a run that lasted RESET_AFTER seconds brings it back to the policy's delay.
+MAX_BACKOFF = 60.0
+RESET_AFTER = 10.0
+#: The first delay when the policy's is 0 (docker's 100 ms), so doubling can grow.
+MIN_DELAY = 0.1
 
 
 def should_restart(labels: dict[str, str], exit_code: int) -> bool:
@@ -36,16 +44,81 @@ def should_restart(labels: dict[str, str], exit_code: int) -> bool:
     return not (max_attempts > 0 and count >= max_attempts)
 
 
+def next_delay(
+    base: float,
+    previous: float | None,
+    ran_for: float | None,
+    *,
+    cap: float = MAX_BACKOFF,
+    reset_after: float = RESET_AFTER,
+) -> float:
+    """The wait before the next restart: ``base``, doubled per quick exit, capped.
+
+    ``previous`` is the wait before the last restart (None: no restart yet) and
+    ``ran_for`` how long that run lasted (None: unknown). A crash-looping task thus
+    backs off instead of restarting forever at one rate, as with docker and Nomad.
+    """
+    first = base if base > 0 else MIN_DELAY
+    if previous is None or ran_for is None or ran_for >= reset_after:
+        return first
+    return min(max(previous, first) * 2, max(cap, first))
+
+
+def delay_for(
+    labels: Mapping[str, str],
+    exited_at: datetime | None,
+    *,
+    cap: float = MAX_BACKOFF,
+    reset_after: float = RESET_AFTER,
+) -> float:
+    """:func:`next_delay` for one exit, from the container's labels alone."""
+    base = _label_float(labels.get(lbl.RESTART_DELAY))
+    started = _label_time(labels.get(lbl.RESTART_STARTED_AT))
+    ran_for = (exited_at - started).total_seconds() if started and exited_at else None
+    return next_delay(
+        1.0 if base is None else base,
+        _label_float(labels.get(lbl.RESTART_BACKOFF)),
+        ran_for,
+        cap=cap,
+        reset_after=reset_after,
+    )
+
+
+def _label_float(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+def _label_time(value: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if value else None
+    except ValueError:
+        return None
+
+
 class Supervisor:
     """Watches one namespace and restarts tasks by their restart policy."""
 
-    def __init__(self, executor: Executor, *, reconnect_delay: float = 1.0) -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        *,
+        reconnect_delay: float = 1.0,
+        max_backoff: float = MAX_BACKOFF,
+        reset_after: float = RESET_AFTER,
+    ) -> None:
         self.executor = executor
         self.client = executor.client
         self.reconnect_delay = reconnect_delay
+        self.max_backoff = max_backoff
+        self.reset_after = reset_after
         self._guard = threading.Lock()
         #: One timer per container waiting for its restart; also the "pending" set.
         self._timers: dict[str, threading.Timer] = {}
+        #: Timer threads whose action is under way (joined when run() ends).
+        self._running: set[threading.Thread] = set()
         self._stream: EventStream | None = None
         self._restarts = 0
 
@@ -115,12 +188,14 @@ class Supervisor:
 
     def _cancel_timers(self) -> None:
         with self._guard:
-            timers = list(self._timers.values())
+            threads = [*self._timers.values(), *self._running]
             self._timers.clear()
-        for timer in timers:
-            timer.cancel()
-        for timer in timers:
-            timer.join()
+        for timer in threads:
+            if isinstance(timer, threading.Timer):
+                timer.cancel()
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join()
 
     def reconcile(self) -> None:
         """Apply the policy to every stopped task, for exits missed while away."""
@@ -134,40 +209,83 @@ class Supervisor:
         except NotFound:
             return
         labels = dict(record.labels)
-        if labels.get(lbl.MANAGED) != "true" or not should_restart(labels, status.code):
+        if labels.get(lbl.MANAGED) != "true" or _stale(labels, status):
             return
-        delay = float(labels.get(lbl.RESTART_DELAY, "1") or 1)
+        if not should_restart(labels, status.code):
+            return
+        delay = delay_for(
+            labels, status.exited_at, cap=self.max_backoff, reset_after=self.reset_after
+        )
+        restart = lambda: self._restart(container_id, delay, status)  # noqa: E731
+        if self._schedule(container_id, delay, "restart", restart):
+            log.info("%s exited with code %d; restarting in %gs", container_id, status.code, delay)
+
+    def _schedule(
+        self, container_id: str, delay: float, what: str, action: Callable[[], None]
+    ) -> bool:
+        """Run ``action`` after ``delay`` unless one is pending for the container."""
         with self._guard:
             if container_id in self._timers:
-                return
-            timer = threading.Timer(delay, self._restart, args=(container_id,))
+                return False
+            timer = threading.Timer(delay, self._run_action, args=(container_id, what, action))
             timer.daemon = True
             self._timers[container_id] = timer
             timer.start()
+            return True
 
-    def _restart(self, container_id: str) -> None:
+    def _run_action(self, container_id: str, what: str, action: Callable[[], None]) -> None:
+        # No longer pending once due: the exit of a task restarted here can come before
+        # this returns, and must be able to schedule the next restart.
+        with self._guard:
+            self._timers.pop(container_id, None)
+            self._running.add(threading.current_thread())
         try:
-            record = containers.get(self.client, container_id)
-            state = tasks.find(self.client, container_id)
-            labels = dict(record.labels)
-            code = state.exit.code if state and state.exit else 0
-            if state is not None and state.status is not Status.STOPPED:
-                return  # someone started it meanwhile
-            if not should_restart(labels, code):
-                return
-            count = int(labels.get(lbl.RESTART_COUNT, "0") or 0) + 1
-            containers.update_labels(self.client, container_id, {lbl.RESTART_COUNT: str(count)})
-            self.executor.start(container_id, by_policy=True)
-            with self._guard:
-                self._restarts += 1
-            log.info("restarted %s (attempt %d)", container_id, count)
+            action()
         except NotFound:
-            pass
+            pass  # removed meanwhile
         except CtrexecError as exc:
-            log.warning("restart of %s failed: %s", container_id, exc)
+            log.warning("%s of %s failed: %s", what, container_id, exc)
         finally:
             with self._guard:
-                self._timers.pop(container_id, None)
+                self._running.discard(threading.current_thread())
+
+    def _restart(self, container_id: str, delay: float, status: ExitStatus) -> None:
+        record = containers.get(self.client, container_id)
+        state = tasks.find(self.client, container_id)
+        labels = dict(record.labels)
+        if state is not None and state.status is not Status.STOPPED:
+            return  # someone started it meanwhile
+        if state is not None and state.exit is not None and not _same_exit(state.exit, status):
+            return  # another exit since: that one schedules its own restart
+        if not should_restart(labels, state.exit.code if state and state.exit else 0):
+            return
+        count = int(labels.get(lbl.RESTART_COUNT, "0") or 0) + 1
+        containers.update_labels(
+            self.client,
+            container_id,
+            {
+                lbl.RESTART_COUNT: str(count),
+                lbl.RESTART_BACKOFF: f"{delay:g}",
+                lbl.RESTART_STARTED_AT: datetime.now(UTC).isoformat(),
+            },
+        )
+        self.executor.start(container_id, by_policy=True)
+        with self._guard:
+            self._restarts += 1
+        log.info("restarted %s (attempt %d)", container_id, count)
+
+
+def _stale(labels: Mapping[str, str], status: ExitStatus) -> bool:
+    """An exit from before the supervisor's last restart (a late event, or a reconcile
+    that raced the event): acting on it would restart, and back off, twice."""
+    started = _label_time(labels.get(lbl.RESTART_STARTED_AT))
+    return started is not None and status.exited_at is not None and status.exited_at < started
+
+
+def _same_exit(a: ExitStatus, b: ExitStatus) -> bool:
+    if a.exited_at is None or b.exited_at is None:
+        return a.code == b.code
+    return a.exited_at == b.exited_at
 
 
 def serve(executor: Executor, stop: threading.Event | None = None) -> None:
