@@ -13,10 +13,12 @@ import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
+import attrs
+
 from ctrexec import containers, tasks
 from ctrexec import labels as lbl
 from ctrexec.errors import CtrexecError, NotFound, Unavailable
-from ctrexec.events import EventStream, TaskExitEvent
+from ctrexec.events import EventStream, TaskExitEvent, TaskOOMEvent
 from ctrexec.executor import Executor
 from ctrexec.tasks import ExitStatus, Status
 
@@ -120,6 +122,8 @@ class Supervisor:
         #: Timer threads whose action is under way (joined when run() ends).
         self._running: set[threading.Thread] = set()
         self._stream: EventStream | None = None
+        #: Containers with an OOM event not yet followed by their exit.
+        self._oom_seen: set[str] = set()
         self._restarts = 0
 
     @property
@@ -174,8 +178,10 @@ class Supervisor:
                 return
             self.reconcile()
             for event in stream:
-                if isinstance(event, TaskExitEvent) and event.is_init:
-                    self._on_exit(event.container_id, event.exit)
+                if isinstance(event, TaskOOMEvent):
+                    self._on_oom(event.container_id)
+                elif event.is_init:
+                    self._on_exit(event.container_id, self._oom_checked(event), live=True)
         except Unavailable as exc:
             log.warning("lost containerd, reconnecting: %s", exc)
         except CtrexecError as exc:
@@ -197,13 +203,32 @@ class Supervisor:
             if thread is not threading.current_thread():
                 thread.join()
 
+    def _on_oom(self, container_id: str) -> None:
+        log.warning("%s: the OOM killer ran in its cgroup (memory limit reached)", container_id)
+        with self._guard:
+            self._oom_seen.add(container_id)
+
+    def _oom_checked(self, event: TaskExitEvent) -> ExitStatus:
+        """The exit with ``oom_killed`` set: from the OOM event when one came first,
+        else from the cgroup's counter (the events' order is not guaranteed)."""
+        with self._guard:
+            seen = event.container_id in self._oom_seen
+            self._oom_seen.discard(event.container_id)
+        status = event.exit
+        if status.code != tasks.SIGKILL_EXIT_CODE:
+            return status
+        if seen:
+            return attrs.evolve(status, oom_killed=True)
+        return self.executor.with_oom({event.container_id: status})[event.container_id]
+
     def reconcile(self) -> None:
         """Apply the policy to every stopped task, for exits missed while away."""
         for info in self.executor.list(all_tasks=True):
             if info.status is Status.STOPPED and info.exit is not None:
-                self._on_exit(info.id, info.exit)
+                self._on_exit(info.id, info.exit, live=False)
 
-    def _on_exit(self, container_id: str, status: ExitStatus) -> None:
+    def _on_exit(self, container_id: str, status: ExitStatus, *, live: bool) -> None:
+        """Act on one exit; ``live`` (seen as an event) logs it even when nothing is done."""
         try:
             record = containers.get(self.client, container_id)
         except NotFound:
@@ -211,14 +236,16 @@ class Supervisor:
         labels = dict(record.labels)
         if labels.get(lbl.MANAGED) != "true" or _stale(labels, status):
             return
-        if not should_restart(labels, status.code):
-            return
-        delay = delay_for(
-            labels, status.exited_at, cap=self.max_backoff, reset_after=self.reset_after
-        )
-        restart = lambda: self._restart(container_id, delay, status)  # noqa: E731
-        if self._schedule(container_id, delay, "restart", restart):
-            log.info("%s exited with code %d; restarting in %gs", container_id, status.code, delay)
+        what = f"{container_id} {describe(status)}"
+        if should_restart(labels, status.code):
+            delay = delay_for(
+                labels, status.exited_at, cap=self.max_backoff, reset_after=self.reset_after
+            )
+            restart = lambda: self._restart(container_id, delay, status)  # noqa: E731
+            if self._schedule(container_id, delay, "restart", restart):
+                log.info("%s; restarting in %gs", what, delay)
+        elif live:
+            log.info("%s", what)
 
     def _schedule(
         self, container_id: str, delay: float, what: str, action: Callable[[], None]
@@ -273,6 +300,11 @@ class Supervisor:
         with self._guard:
             self._restarts += 1
         log.info("restarted %s (attempt %d)", container_id, count)
+
+
+def describe(status: ExitStatus) -> str:
+    """An exit as the log says it: ``exited with code 137 (OOM killed)``."""
+    return f"exited with code {status.code}" + (" (OOM killed)" if status.oom_killed else "")
 
 
 def _stale(labels: Mapping[str, str], status: ExitStatus) -> bool:

@@ -179,7 +179,9 @@ def cmd_ps(args: argparse.Namespace) -> int:
     for i in infos:
         status = i.status.value
         if i.status is Status.STOPPED and i.exit is not None:
-            status = f"exited ({i.exit.code})"
+            status = (
+                f"exited ({i.exit.code}, OOM killed)" if i.oom_killed else f"exited ({i.exit.code})"
+            )
         rows.append(
             [i.id, i.image, status, i.pid or "-", i.netns_path or i.netns_mode, i.group or "-"]
         )

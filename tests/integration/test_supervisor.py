@@ -196,3 +196,27 @@ def test_a_long_enough_run_resets_the_backoff(ex: Executor, test_image: str) -> 
     finally:
         stop.set()
         t.join(timeout=30)
+
+
+def test_oom_kill_is_in_the_supervisor_log(
+    ex: Executor, supervisor: Supervisor, test_image: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ctrexec.supervisor")
+    name = "sup-oom"
+    ex.start_task(
+        TaskConfig(
+            name=name,
+            image=test_image,
+            command=("sh", "-c", "x=a; while :; do x=$x$x; done"),
+            memory="8m",
+            restart=RestartPolicy(policy="on-failure", max_attempts=1, delay=0.1),
+        )
+    )
+    line = f"{name} exited with code 137 (OOM killed); restarting in 0.1s"
+    _until(lambda: any(r.getMessage() == line for r in caplog.records), "the OOM exit logged")
+    assert any(r.getMessage().startswith(f"{name}: the OOM killer ran") for r in caplog.records)
+    _until(lambda: ex.inspect(name).labels.get(lbl.RESTART_COUNT) == "1", "the restart")
+    _until(lambda: ex.inspect(name).status is Status.STOPPED, "the second OOM kill")
+    final = f"{name} exited with code 137 (OOM killed)"
+    _until(lambda: any(r.getMessage() == final for r in caplog.records), "the last exit logged")
+    assert ex.inspect(name).oom_killed
