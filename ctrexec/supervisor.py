@@ -4,19 +4,30 @@ The supervisor keeps no state of its own: the policy, the restart count, the bac
 and the "stopped by user" mark are container labels. It listens to task-exit events and, on
 start and after every reconnect, lists all tasks again (events are not durable), so
 killing it and starting it again loses nothing.
+
+It also removes ``--rm`` containers whose task exited (docker's daemon does that;
+ctrexec has no daemon). While it runs it holds a shared lock on a file named after
+the containerd address and namespace, so ``run -d --rm`` can tell whether any
+supervisor will remove the container (:func:`is_supervised`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import logging
+import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 
 import attrs
 
 from ctrexec import containers, tasks
 from ctrexec import labels as lbl
+from ctrexec.client import Client
 from ctrexec.errors import CtrexecError, NotFound, Unavailable
 from ctrexec.events import EventStream, TaskExitEvent, TaskOOMEvent
 from ctrexec.executor import Executor
@@ -32,6 +43,52 @@ MAX_BACKOFF = 60.0
 RESET_AFTER = 10.0
 #: The first delay when the policy's is 0 (docker's 100 ms), so doubling can grow.
 MIN_DELAY = 0.1
+#: Where running supervisors hold their presence locks (cleared by a reboot).
+DEFAULT_LOCK_DIR = Path("/run/ctrexec/supervise")
+
+
+def _lock_path(client: Client, lock_dir: Path) -> Path:
+    key = hashlib.sha256(os.path.realpath(client.address).encode()).hexdigest()[:16]
+    return lock_dir / f"{key}-{client.namespace}.lock"
+
+
+@contextlib.contextmanager
+def presence(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> Iterator[None]:
+    """Hold a shared lock saying "a supervisor serves this namespace" for the block.
+
+    The kernel drops a flock when its holder dies, so the lock cannot go stale the
+    way a pid file can; shared, so several supervisors may run.
+    """
+    path = _lock_path(client, lock_dir)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        log.warning("cannot announce this supervisor in %s: %s", path, exc.strerror)
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def is_supervised(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> bool:
+    """Whether a supervisor (any process) serves the client's address and namespace."""
+    try:
+        fd = os.open(_lock_path(client, lock_dir), os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # also releases the probe's lock
+    return False
 
 
 def should_restart(labels: dict[str, str], exit_code: int) -> bool:
@@ -110,8 +167,10 @@ class Supervisor:
         reconnect_delay: float = 1.0,
         max_backoff: float = MAX_BACKOFF,
         reset_after: float = RESET_AFTER,
+        lock_dir: Path = DEFAULT_LOCK_DIR,
     ) -> None:
         self.executor = executor
+        self.lock_dir = lock_dir
         self.client = executor.client
         self.reconnect_delay = reconnect_delay
         self.max_backoff = max_backoff
@@ -146,9 +205,10 @@ class Supervisor:
         watcher.daemon = True
         watcher.start()
         try:
-            while not stop.is_set():
-                self._serve(stop)
-                stop.wait(self.reconnect_delay)
+            with presence(self.client, self.lock_dir):
+                while not stop.is_set():
+                    self._serve(stop)
+                    stop.wait(self.reconnect_delay)
         finally:
             done.set()
             watcher.join()
@@ -244,6 +304,10 @@ class Supervisor:
             restart = lambda: self._restart(container_id, delay, status)  # noqa: E731
             if self._schedule(container_id, delay, "restart", restart):
                 log.info("%s; restarting in %gs", what, delay)
+        elif labels.get(lbl.AUTO_REMOVE) == "true":
+            remove = lambda: self._remove(container_id, status)  # noqa: E731
+            if self._schedule(container_id, 0, "removal", remove):
+                log.info("%s; removing it (--rm)", what)
         elif live:
             log.info("%s", what)
 
@@ -300,6 +364,14 @@ class Supervisor:
         with self._guard:
             self._restarts += 1
         log.info("restarted %s (attempt %d)", container_id, count)
+
+    def _remove(self, container_id: str, status: ExitStatus) -> None:
+        state = tasks.find(self.client, container_id)
+        if state is not None and state.status is not Status.STOPPED:
+            return  # started again meanwhile: its next exit decides
+        if state is not None and state.exit is not None and not _same_exit(state.exit, status):
+            return
+        self.executor.destroy(container_id)
 
 
 def describe(status: ExitStatus) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import signal
@@ -10,12 +11,14 @@ import sys
 import threading
 from pathlib import Path
 
+from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
-from ctrexec.errors import CtrexecError, InvalidArgument
+from ctrexec.errors import CtrexecError, InvalidArgument, NotFound
 from ctrexec.executor import DEFAULT_LOG_DIR, Executor
 from ctrexec.labels import parse_key_values
+from ctrexec.supervisor import is_supervised
 from ctrexec.taskconfig import TaskConfig
 from ctrexec.tasks import Status
 
@@ -119,14 +122,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     ex = _executor(args)
     handle = ex.start_task(config)
     if args.detach:
+        if args.rm and not is_supervised(ex.client):
+            _warn_unsupervised_rm(ex, handle.id)
         print_json(handle.to_json()) if args.json else print(handle.id)
         return 0
     try:
         code = _stream_until_exit(ex, handle.id, handle.log_path)
     finally:
         if args.rm:
-            ex.destroy(handle.id, force=True)
+            _remove(ex, handle.id, force=True)
     return code
+
+
+def _warn_unsupervised_rm(ex: Executor, task_id: str) -> None:
+    """``-d --rm`` relies on ``ctrexec supervise`` (ctrexec has no daemon): say so."""
+    print(
+        f"ctrexec: warning: --rm: no `ctrexec supervise` runs for namespace "
+        f"{ex.client.namespace}; {task_id} is removed when it exits only once one runs "
+        f"(or by `ctrexec stop`/`ctrexec rm`)",
+        file=sys.stderr,
+    )
+
+
+def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
+    """Destroy; a supervisor that removed the ``--rm`` container first is not an error."""
+    with contextlib.suppress(NotFound):
+        ex.destroy(task_id, force=force)
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -149,7 +170,10 @@ def cmd_start(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     ex = _executor(args)
     for task_id in args.ids:
+        auto_remove = ex.inspect(task_id).labels.get(lbl.AUTO_REMOVE) == "true"
         ex.stop(task_id, timeout=args.time, signal=args.signal)
+        if auto_remove:  # as docker removes a stopped --rm container
+            _remove(ex, task_id)
         print(task_id)
     return 0
 
