@@ -158,7 +158,7 @@ def _label_time(value: str | None) -> datetime | None:
 
 
 class Supervisor:
-    """Watches one namespace and restarts tasks by their restart policy."""
+    """Watches one namespace: restarts tasks by their policy, removes exited --rm ones."""
 
     def __init__(
         self,
