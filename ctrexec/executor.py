@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import attrs
+
 from ctrexec import containers, hostfiles, images, netns, snapshots, stats, tasks, taskspec
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
@@ -49,6 +51,13 @@ def host_files_ready(directory: Path) -> bool:
 
 
 DEFAULT_KILL_GRACE = 10.0
+#: What a start by hand clears: the supervisor's state for the previous run.
+_SUPERVISOR_MARKS = (
+    lbl.STOPPED_BY_USER,
+    lbl.RESTART_COUNT,
+    lbl.RESTART_BACKOFF,
+    lbl.RESTART_STARTED_AT,
+)
 
 
 class Executor:
@@ -209,17 +218,14 @@ class Executor:
     def start(self, task_id: str, *, by_policy: bool = False) -> TaskHandle:
         """Start (or start again) the task of an existing container.
 
-        A start by hand clears the "stopped by user" mark and the restart count, as
-        docker does; the supervisor passes ``by_policy=True`` to keep them.
+        A start by hand clears the "stopped by user" mark, the restart count and the
+        backoff, as docker does; the supervisor passes ``by_policy=True`` to keep them.
         """
         with self._lock(task_id):
             record = containers.get(self.client, task_id)
-            if not by_policy and (
-                lbl.STOPPED_BY_USER in record.labels or lbl.RESTART_COUNT in record.labels
-            ):
-                record = containers.update_labels(
-                    self.client, task_id, {lbl.STOPPED_BY_USER: None, lbl.RESTART_COUNT: None}
-                )
+            marks = [k for k in _SUPERVISOR_MARKS if k in record.labels]
+            if not by_policy and marks:
+                record = containers.update_labels(self.client, task_id, dict.fromkeys(marks))
             state = tasks.find(self.client, task_id)
             if state is not None and state.status not in (Status.STOPPED, Status.CREATED):
                 raise FailedPrecondition(f"container {task_id} is already {state.status.value}")
@@ -287,30 +293,62 @@ class Executor:
         """Block until the task exits (DeadlineExceeded after ``timeout`` seconds)."""
         pending = tasks.arm_wait(self.client, task_id)
         try:
-            return tasks.collect(pending, timeout)
+            status = tasks.collect(pending, timeout)
         finally:
             pending.cancel()
+        return self.with_oom({task_id: status})[task_id]
 
     def inspect(self, task_id: str) -> TaskInfo:
-        return self._info(containers.get(self.client, task_id), tasks.find(self.client, task_id))
+        record = containers.get(self.client, task_id)
+        state = tasks.find(self.client, task_id)
+        exits = self.with_oom({task_id: state.exit} if state and state.exit else {})
+        return self._info(record, state, exits.get(task_id))
 
     def list(self, *, all_tasks: bool = False) -> list[TaskInfo]:
         records = containers.list_containers(
             self.client, containers.label_filter(lbl.MANAGED, "true")
         )
         states = {t.container_id: t for t in tasks.list_tasks(self.client)}
-        infos = [self._info(r, states.get(r.id)) for r in records]
+        exits = self.with_oom(
+            {cid: s.exit for cid, s in states.items() if s.exit} if all_tasks else {}
+        )
+        infos = [self._info(r, states.get(r.id), exits.get(r.id)) for r in records]
         if not all_tasks:
             infos = [i for i in infos if i.status in (Status.RUNNING, Status.PAUSED)]
         return sorted(infos, key=lambda i: i.id)
 
-    def _info(self, record: containers.Container, state: tasks.ProcessState | None) -> TaskInfo:
+    def with_oom(self, exits: Mapping[str, ExitStatus]) -> dict[str, ExitStatus]:
+        """The exits with ``oom_killed`` set where the task's cgroup saw an OOM kill.
+
+        containerd forgets OOM events, but a stopped task keeps its cgroup (and so the
+        kernel's oom_kill counter) until it is deleted, which is exactly as long as its
+        exit status lives: no supervisor is needed, and nothing is written. Only a
+        SIGKILL exit can be an OOM kill, so others cost no Metrics call.
+        """
+        out = dict(exits)
+        killed = [cid for cid, e in exits.items() if e.code == tasks.SIGKILL_EXIT_CODE]
+        try:
+            metrics = tasks.metrics_of(self.client, killed)
+        except CtrexecError:
+            return out  # best effort: an exit without the OOM fact beats no answer
+        for cid, data in metrics.items():
+            with contextlib.suppress(CtrexecError):
+                if stats.oom_kills(data) > 0:
+                    out[cid] = attrs.evolve(out[cid], oom_killed=True)
+        return out
+
+    def _info(
+        self,
+        record: containers.Container,
+        state: tasks.ProcessState | None,
+        last_exit: ExitStatus | None = None,
+    ) -> TaskInfo:
         return TaskInfo(
             id=record.id,
             image=record.labels.get(lbl.IMAGE_REF, record.image),
             status=state.status if state else Status.CREATED,
             pid=state.pid if state else 0,
-            exit=state.exit if state else None,
+            exit=last_exit or (state.exit if state else None),
             netns_path=record.labels.get(lbl.NETNS_PATH),
             netns_mode=record.labels.get(lbl.NETNS_MODE, "none"),
             group=record.labels.get(lbl.GROUP),

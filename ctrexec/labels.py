@@ -39,6 +39,11 @@ RESTART_MAX = "io.ctrexec.restart.max-attempts"
 RESTART_DELAY = "io.ctrexec.restart.delay"
 #: How many times the supervisor restarted the task since it was last started by hand.
 RESTART_COUNT = "io.ctrexec.restart.count"
+#: The delay (seconds) the supervisor waited before its last restart; the next one
+#: doubles it unless the task ran long enough (see ``supervisor.next_delay``).
+RESTART_BACKOFF = "io.ctrexec.restart.backoff"
+#: When the supervisor last restarted the task (ISO 8601), to tell how long it ran.
+RESTART_STARTED_AT = "io.ctrexec.restart.started-at"
 #: Set by ``stop``: a task a user stopped is not restarted by policy (docker's rule).
 STOPPED_BY_USER = "io.ctrexec.restart.stopped-by-user"
 #: The network mode of the task's group namespace (none, host, bridge, cni:NAME).

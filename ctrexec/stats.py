@@ -42,6 +42,20 @@ class Stats:
         return data
 
 
+def oom_kills(data: any_pb2.Any) -> int:
+    """How many processes the OOM killer killed in the cgroup (v1 ``memory.oom_control``,
+    v2 ``memory.events``): the fact that survives the exit, until the task is deleted."""
+    from ctrexec._api.cgroups.v1 import metrics_pb2 as v1
+    from ctrexec._api.cgroups.v2 import metrics_pb2 as v2
+
+    name = _type_name(data)
+    if name == V1_TYPE:
+        return int(v1.Metrics.FromString(data.value).memory_oom_control.oom_kill)
+    if name == V2_TYPE:
+        return int(v2.Metrics.FromString(data.value).memory_events.oom_kill)
+    raise Internal(f"unknown metrics type {data.type_url!r}")
+
+
 def _type_name(data: any_pb2.Any) -> str:
     return data.type_url.rsplit("/", 1)[-1]
 

@@ -1,24 +1,94 @@
 """Restart policies, applied by a small long-running watcher (``ctrexec supervise``).
 
-The supervisor keeps no state of its own: the policy, the restart count and the
-"stopped by user" mark are container labels. It listens to task-exit events and, on
+The supervisor keeps no state of its own: the policy, the restart count, the backoff
+and the "stopped by user" mark are container labels. It listens to task-exit events and, on
 start and after every reconnect, lists all tasks again (events are not durable), so
 killing it and starting it again loses nothing.
+
+It also removes ``--rm`` containers whose task exited (docker's daemon does that;
+ctrexec has no daemon). While it runs it holds a shared lock on a file named after
+the containerd address and namespace, so ``run -d --rm`` can tell whether any
+supervisor will remove the container (:func:`is_supervised`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import logging
+import os
 import threading
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+import attrs
 
 from ctrexec import containers, tasks
 from ctrexec import labels as lbl
+from ctrexec.client import Client
 from ctrexec.errors import CtrexecError, NotFound, Unavailable
-from ctrexec.events import EventStream, TaskExitEvent
+from ctrexec.events import EventStream, TaskExitEvent, TaskOOMEvent
 from ctrexec.executor import Executor
 from ctrexec.tasks import ExitStatus, Status
 
 log = logging.getLogger("ctrexec.supervisor")
+#: How often the stop watcher checks that run() is still going (only then: a set
+#: ``stop`` wakes it at once).
+STOP_POLL = 0.5
+#: Docker's restart backoff: each quick exit doubles the delay, up to MAX_BACKOFF,
+#: and a run that lasted RESET_AFTER seconds brings it back to the policy's delay.
+MAX_BACKOFF = 60.0
+RESET_AFTER = 10.0
+#: The first delay when the policy's is 0 (docker's 100 ms), so doubling can grow.
+MIN_DELAY = 0.1
+#: Where running supervisors hold their presence locks (cleared by a reboot).
+DEFAULT_LOCK_DIR = Path("/run/ctrexec/supervise")
+
+
+def _lock_path(client: Client, lock_dir: Path) -> Path:
+    key = hashlib.sha256(os.path.realpath(client.address).encode()).hexdigest()[:16]
+    return lock_dir / f"{key}-{client.namespace}.lock"
+
+
+@contextlib.contextmanager
+def presence(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> Iterator[None]:
+    """Hold a shared lock saying "a supervisor serves this namespace" for the block.
+
+    The kernel drops a flock when its holder dies, so the lock cannot go stale the
+    way a pid file can; shared, so several supervisors may run.
+    """
+    path = _lock_path(client, lock_dir)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        log.warning("cannot announce this supervisor in %s: %s", path, exc.strerror)
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def is_supervised(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> bool:
+    """Whether a supervisor (any process) serves the client's address and namespace."""
+    try:
+        fd = os.open(_lock_path(client, lock_dir), os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # also releases the probe's lock
+    return False
 
 
 def should_restart(labels: dict[str, str], exit_code: int) -> bool:
@@ -33,88 +103,293 @@ def should_restart(labels: dict[str, str], exit_code: int) -> bool:
     return not (max_attempts > 0 and count >= max_attempts)
 
 
-class Supervisor:
-    """Watches one namespace and restarts tasks by their restart policy."""
+def next_delay(
+    base: float,
+    previous: float | None,
+    ran_for: float | None,
+    *,
+    cap: float = MAX_BACKOFF,
+    reset_after: float = RESET_AFTER,
+) -> float:
+    """The wait before the next restart: ``base``, doubled per quick exit, capped.
 
-    def __init__(self, executor: Executor, *, reconnect_delay: float = 1.0) -> None:
+    ``previous`` is the wait before the last restart (None: no restart yet) and
+    ``ran_for`` how long that run lasted (None: unknown). A crash-looping task thus
+    backs off instead of restarting forever at one rate, as with docker and Nomad.
+    """
+    first = base if base > 0 else MIN_DELAY
+    if previous is None or ran_for is None or ran_for >= reset_after:
+        return first
+    return min(max(previous, first) * 2, max(cap, first))
+
+
+def delay_for(
+    labels: Mapping[str, str],
+    exited_at: datetime | None,
+    *,
+    cap: float = MAX_BACKOFF,
+    reset_after: float = RESET_AFTER,
+) -> float:
+    """:func:`next_delay` for one exit, from the container's labels alone."""
+    base = _label_float(labels.get(lbl.RESTART_DELAY))
+    started = _label_time(labels.get(lbl.RESTART_STARTED_AT))
+    ran_for = (exited_at - started).total_seconds() if started and exited_at else None
+    return next_delay(
+        1.0 if base is None else base,
+        _label_float(labels.get(lbl.RESTART_BACKOFF)),
+        ran_for,
+        cap=cap,
+        reset_after=reset_after,
+    )
+
+
+def _label_float(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+def _label_time(value: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if value else None
+    except ValueError:
+        return None
+
+
+class Supervisor:
+    """Watches one namespace: restarts tasks by their policy, removes exited --rm ones."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        *,
+        reconnect_delay: float = 1.0,
+        max_backoff: float = MAX_BACKOFF,
+        reset_after: float = RESET_AFTER,
+        lock_dir: Path = DEFAULT_LOCK_DIR,
+    ) -> None:
         self.executor = executor
+        self.lock_dir = lock_dir
         self.client = executor.client
         self.reconnect_delay = reconnect_delay
-        self._pending: set[str] = set()
+        self.max_backoff = max_backoff
+        self.reset_after = reset_after
         self._guard = threading.Lock()
-        self.restarts = 0
+        #: One timer per container waiting for its restart; also the "pending" set.
+        self._timers: dict[str, threading.Timer] = {}
+        #: Timer threads whose action is under way (joined when run() ends).
+        self._running: set[threading.Thread] = set()
+        self._stream: EventStream | None = None
+        #: Containers with an OOM event not yet followed by their exit.
+        self._oom_seen: set[str] = set()
+        self._restarts = 0
+
+    @property
+    def restarts(self) -> int:
+        """How many restarts this supervisor made (timer threads update it)."""
+        with self._guard:
+            return self._restarts
 
     def run(self, stop: threading.Event) -> None:
-        """Serve until ``stop`` is set; survives containerd restarts by reconnecting."""
-        while not stop.is_set():
-            try:
-                stream = EventStream(self.client)
-            except CtrexecError as exc:
-                log.warning("cannot subscribe to events: %s", exc)
-                stop.wait(self.reconnect_delay)
-                continue
-            watcher = threading.Thread(target=lambda s=stream: (stop.wait(), s.cancel()))
-            watcher.daemon = True
-            watcher.start()
-            try:
-                self.reconcile()
-                for event in stream:
-                    if isinstance(event, TaskExitEvent) and event.is_init:
-                        self._on_exit(event.container_id, event.exit)
-            except Unavailable as exc:
-                log.warning("lost containerd, reconnecting: %s", exc)
-            except CtrexecError as exc:
-                if not stop.is_set():
-                    log.warning("event stream ended: %s", exc)
-            finally:
-                stream.cancel()
-            stop.wait(self.reconnect_delay)
+        """Serve until ``stop`` is set; survives containerd restarts by reconnecting.
+
+        One watcher thread for the whole run turns ``stop`` into a cancel of whichever
+        stream is current, so reconnecting starts no thread; pending restart timers
+        are cancelled on the way out, so nothing restarts a task after ``run`` returns.
+        """
+        done = threading.Event()
+        watcher = threading.Thread(
+            target=self._cancel_on_stop, args=(stop, done), name="ctrexec-supervise-stop"
+        )
+        watcher.daemon = True
+        watcher.start()
+        try:
+            with presence(self.client, self.lock_dir):
+                while not stop.is_set():
+                    self._serve(stop)
+                    stop.wait(self.reconnect_delay)
+        finally:
+            done.set()
+            watcher.join()
+            self._cancel_timers()
+
+    def _cancel_on_stop(self, stop: threading.Event, done: threading.Event) -> None:
+        # Polls ``done`` too, so a run() that raised does not leave this thread behind.
+        while not done.is_set():
+            if stop.wait(STOP_POLL):
+                with self._guard:
+                    stream = self._stream
+                if stream is not None:
+                    stream.cancel()
+                return
+
+    def _serve(self, stop: threading.Event) -> None:
+        """One subscription: reconcile, then act on events until the stream ends."""
+        try:
+            stream = EventStream(self.client)
+        except CtrexecError as exc:
+            log.warning("cannot subscribe to events: %s", exc)
+            return
+        with self._guard:
+            self._stream = stream
+        try:
+            if stop.is_set():  # set before the watcher could see this stream
+                return
+            self.reconcile()
+            for event in stream:
+                if isinstance(event, TaskOOMEvent):
+                    self._on_oom(event.container_id)
+                elif event.is_init:
+                    self._on_exit(event.container_id, self._oom_checked(event), live=True)
+        except Unavailable as exc:
+            log.warning("lost containerd, reconnecting: %s", exc)
+        except CtrexecError as exc:
+            if not stop.is_set():
+                log.warning("event stream ended: %s", exc)
+        finally:
+            with self._guard:
+                self._stream = None
+            stream.cancel()
+
+    def _cancel_timers(self) -> None:
+        with self._guard:
+            threads = [*self._timers.values(), *self._running]
+            self._timers.clear()
+        for timer in threads:
+            if isinstance(timer, threading.Timer):
+                timer.cancel()
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join()
+
+    def _on_oom(self, container_id: str) -> None:
+        log.warning("%s: the OOM killer ran in its cgroup (memory limit reached)", container_id)
+        with self._guard:
+            self._oom_seen.add(container_id)
+
+    def _oom_checked(self, event: TaskExitEvent) -> ExitStatus:
+        """The exit with ``oom_killed`` set: from the OOM event when one came first,
+        else from the cgroup's counter (the events' order is not guaranteed)."""
+        with self._guard:
+            seen = event.container_id in self._oom_seen
+            self._oom_seen.discard(event.container_id)
+        status = event.exit
+        if status.code != tasks.SIGKILL_EXIT_CODE:
+            return status
+        if seen:
+            return attrs.evolve(status, oom_killed=True)
+        return self.executor.with_oom({event.container_id: status})[event.container_id]
 
     def reconcile(self) -> None:
         """Apply the policy to every stopped task, for exits missed while away."""
         for info in self.executor.list(all_tasks=True):
             if info.status is Status.STOPPED and info.exit is not None:
-                self._on_exit(info.id, info.exit)
+                self._on_exit(info.id, info.exit, live=False)
 
-    def _on_exit(self, container_id: str, status: ExitStatus) -> None:
+    def _on_exit(self, container_id: str, status: ExitStatus, *, live: bool) -> None:
+        """Act on one exit; ``live`` (seen as an event) logs it even when nothing is done."""
         try:
             record = containers.get(self.client, container_id)
         except NotFound:
             return
         labels = dict(record.labels)
-        if labels.get(lbl.MANAGED) != "true" or not should_restart(labels, status.code):
+        if labels.get(lbl.MANAGED) != "true" or _stale(labels, status):
             return
-        with self._guard:
-            if container_id in self._pending:
-                return
-            self._pending.add(container_id)
-        delay = float(labels.get(lbl.RESTART_DELAY, "1") or 1)
-        timer = threading.Timer(delay, self._restart, args=(container_id,))
-        timer.daemon = True
-        timer.start()
+        what = f"{container_id} {describe(status)}"
+        if should_restart(labels, status.code):
+            delay = delay_for(
+                labels, status.exited_at, cap=self.max_backoff, reset_after=self.reset_after
+            )
+            restart = lambda: self._restart(container_id, delay, status)  # noqa: E731
+            if self._schedule(container_id, delay, "restart", restart):
+                log.info("%s; restarting in %gs", what, delay)
+        elif labels.get(lbl.AUTO_REMOVE) == "true":
+            remove = lambda: self._remove(container_id, status)  # noqa: E731
+            if self._schedule(container_id, 0, "removal", remove):
+                log.info("%s; removing it (--rm)", what)
+        elif live:
+            log.info("%s", what)
 
-    def _restart(self, container_id: str) -> None:
+    def _schedule(
+        self, container_id: str, delay: float, what: str, action: Callable[[], None]
+    ) -> bool:
+        """Run ``action`` after ``delay`` unless one is pending for the container."""
+        with self._guard:
+            if container_id in self._timers:
+                return False
+            timer = threading.Timer(delay, self._run_action, args=(container_id, what, action))
+            timer.daemon = True
+            self._timers[container_id] = timer
+            timer.start()
+            return True
+
+    def _run_action(self, container_id: str, what: str, action: Callable[[], None]) -> None:
+        # No longer pending once due: the exit of a task restarted here can come before
+        # this returns, and must be able to schedule the next restart.
+        with self._guard:
+            self._timers.pop(container_id, None)
+            self._running.add(threading.current_thread())
         try:
-            record = containers.get(self.client, container_id)
-            state = tasks.find(self.client, container_id)
-            labels = dict(record.labels)
-            code = state.exit.code if state and state.exit else 0
-            if state is not None and state.status is not Status.STOPPED:
-                return  # someone started it meanwhile
-            if not should_restart(labels, code):
-                return
-            count = int(labels.get(lbl.RESTART_COUNT, "0") or 0) + 1
-            containers.update_labels(self.client, container_id, {lbl.RESTART_COUNT: str(count)})
-            self.executor.start(container_id, by_policy=True)
-            self.restarts += 1
-            log.info("restarted %s (attempt %d)", container_id, count)
+            action()
         except NotFound:
-            pass
+            pass  # removed meanwhile
         except CtrexecError as exc:
-            log.warning("restart of %s failed: %s", container_id, exc)
+            log.warning("%s of %s failed: %s", what, container_id, exc)
         finally:
             with self._guard:
-                self._pending.discard(container_id)
+                self._running.discard(threading.current_thread())
+
+    def _restart(self, container_id: str, delay: float, status: ExitStatus) -> None:
+        record = containers.get(self.client, container_id)
+        state = tasks.find(self.client, container_id)
+        labels = dict(record.labels)
+        if state is not None and state.status is not Status.STOPPED:
+            return  # someone started it meanwhile
+        if state is not None and state.exit is not None and not _same_exit(state.exit, status):
+            return  # another exit since: that one schedules its own restart
+        if not should_restart(labels, state.exit.code if state and state.exit else 0):
+            return
+        count = int(labels.get(lbl.RESTART_COUNT, "0") or 0) + 1
+        containers.update_labels(
+            self.client,
+            container_id,
+            {
+                lbl.RESTART_COUNT: str(count),
+                lbl.RESTART_BACKOFF: f"{delay:g}",
+                lbl.RESTART_STARTED_AT: datetime.now(UTC).isoformat(),
+            },
+        )
+        self.executor.start(container_id, by_policy=True)
+        with self._guard:
+            self._restarts += 1
+        log.info("restarted %s (attempt %d)", container_id, count)
+
+    def _remove(self, container_id: str, status: ExitStatus) -> None:
+        state = tasks.find(self.client, container_id)
+        if state is not None and state.status is not Status.STOPPED:
+            return  # started again meanwhile: its next exit decides
+        if state is not None and state.exit is not None and not _same_exit(state.exit, status):
+            return
+        self.executor.destroy(container_id)
+
+
+def describe(status: ExitStatus) -> str:
+    """An exit as the log says it: ``exited with code 137 (OOM killed)``."""
+    return f"exited with code {status.code}" + (" (OOM killed)" if status.oom_killed else "")
+
+
+def _stale(labels: Mapping[str, str], status: ExitStatus) -> bool:
+    """An exit from before the supervisor's last restart (a late event, or a reconcile
+    that raced the event): acting on it would restart, and back off, twice."""
+    started = _label_time(labels.get(lbl.RESTART_STARTED_AT))
+    return started is not None and status.exited_at is not None and status.exited_at < started
+
+
+def _same_exit(a: ExitStatus, b: ExitStatus) -> bool:
+    if a.exited_at is None or b.exited_at is None:
+        return a.code == b.code
+    return a.exited_at == b.exited_at
 
 
 def serve(executor: Executor, stop: threading.Event | None = None) -> None:

@@ -266,6 +266,11 @@ class TaskInfo:
     created_at: datetime | None
     config: TaskConfig | None
 
+    @property
+    def oom_killed(self) -> bool:
+        """Docker's ``State.OOMKilled``: the last exit was the OOM killer's SIGKILL."""
+        return self.exit is not None and self.exit.oom_killed
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -273,6 +278,7 @@ class TaskInfo:
             "status": self.status.value,
             "pid": self.pid,
             "exit": self.exit.to_json() if self.exit else None,
+            "oom_killed": self.oom_killed,
             "netns_path": self.netns_path,
             "netns_mode": self.netns_mode,
             "group": self.group,

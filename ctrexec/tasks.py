@@ -46,12 +46,22 @@ class Status(enum.Enum):
         return cls[name] if name in cls.__members__ else cls.UNKNOWN
 
 
+#: The code of a process killed by SIGKILL, which is how the OOM killer kills.
+SIGKILL_EXIT_CODE = 128 + signals.SIGKILL
+
+
 @attrs.frozen
 class ExitStatus:
-    """How a process ended. ``code`` is the shell-style code: 128+N for signal N."""
+    """How a process ended. ``code`` is the shell-style code: 128+N for signal N.
+
+    ``oom_killed`` is docker's ``State.OOMKilled``: the task died of SIGKILL and the
+    kernel's OOM killer ran in its cgroup. containerd's exit carries no such fact;
+    the executor adds it from the cgroup's counters (see ``Executor.inspect``).
+    """
 
     code: int
     exited_at: datetime | None = None
+    oom_killed: bool = False
 
     @property
     def signal(self) -> int | None:
@@ -62,12 +72,17 @@ class ExitStatus:
         return {
             "code": self.code,
             "exited_at": self.exited_at.isoformat() if self.exited_at else None,
+            "oom_killed": self.oom_killed,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ExitStatus:
         at = data.get("exited_at")
-        return cls(code=int(data["code"]), exited_at=datetime.fromisoformat(at) if at else None)
+        return cls(
+            code=int(data["code"]),
+            exited_at=datetime.fromisoformat(at) if at else None,
+            oom_killed=bool(data.get("oom_killed", False)),
+        )
 
 
 @attrs.frozen
@@ -311,16 +326,21 @@ def resume(client: Client, container_id: str) -> None:
 
 def metrics(client: Client, container_id: str) -> any_pb2.Any | None:
     """The raw cgroup metrics Any for one task (decode with :mod:`ctrexec.stats`)."""
+    return metrics_of(client, [container_id]).get(container_id)
+
+
+def metrics_of(client: Client, container_ids: Sequence[str]) -> dict[str, any_pb2.Any]:
+    """Raw cgroup metrics of several tasks in one call (stopped ones too, until deleted)."""
+    if not container_ids:
+        return {}
     resp = client.call(
         _rpc.TASKS,
         "Metrics",
-        tasks_pb2.MetricsRequest(filters=[f"id=={container_id}"]),
+        tasks_pb2.MetricsRequest(filters=[f"id=={cid}" for cid in container_ids]),
         tasks_pb2.MetricsResponse,
     )
-    for m in resp.metrics:
-        if m.id == container_id:
-            return m.data
-    return None
+    wanted = set(container_ids)
+    return {m.id: m.data for m in resp.metrics if m.id in wanted}
 
 
 def wait_until(predicate: Any, timeout: float, interval: float = 0.02) -> bool:

@@ -12,12 +12,14 @@ import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
-from ctrexec.errors import CtrexecError, InvalidArgument, InvalidField
+from ctrexec.errors import CtrexecError, InvalidArgument, InvalidField, NotFound
 from ctrexec.executor import DEFAULT_LOG_DIR, Executor
 from ctrexec.labels import parse_key_values
+from ctrexec.supervisor import is_supervised
 from ctrexec.taskconfig import TaskConfig
 from ctrexec.tasks import Status
 
@@ -164,14 +166,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         ex = _executor(args)
         handle = ex.start_task(config)
     if args.detach:
+        if args.rm and not is_supervised(ex.client):
+            _warn_unsupervised_rm(ex, handle.id)
         print_json(handle.to_json()) if args.json else print(handle.id)
         return 0
     try:
         code = _stream_until_exit(ex, handle.id, handle.log_path)
     finally:
         if args.rm:
-            ex.destroy(handle.id, force=True)
+            _remove(ex, handle.id, force=True)
     return code
+
+
+def _warn_unsupervised_rm(ex: Executor, task_id: str) -> None:
+    """``-d --rm`` relies on ``ctrexec supervise`` (ctrexec has no daemon): say so."""
+    print(
+        f"ctrexec: warning: --rm: no `ctrexec supervise` runs for namespace "
+        f"{ex.client.namespace}; {task_id} is removed when it exits only once one runs "
+        f"(or by `ctrexec stop`/`ctrexec rm`)",
+        file=sys.stderr,
+    )
+
+
+def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
+    """Destroy; a supervisor that removed the ``--rm`` container first is not an error."""
+    with contextlib.suppress(NotFound):
+        ex.destroy(task_id, force=force)
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -195,7 +215,10 @@ def cmd_start(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     ex = _executor(args)
     for task_id in args.ids:
+        auto_remove = ex.inspect(task_id).labels.get(lbl.AUTO_REMOVE) == "true"
         ex.stop(task_id, timeout=args.time, signal=args.signal)
+        if auto_remove:  # as docker removes a stopped --rm container
+            _remove(ex, task_id)
         print(task_id)
     return 0
 
@@ -225,7 +248,9 @@ def cmd_ps(args: argparse.Namespace) -> int:
     for i in infos:
         status = i.status.value
         if i.status is Status.STOPPED and i.exit is not None:
-            status = f"exited ({i.exit.code})"
+            status = (
+                f"exited ({i.exit.code}, OOM killed)" if i.oom_killed else f"exited ({i.exit.code})"
+            )
         rows.append(
             [i.id, i.image, status, i.pid or "-", i.netns_path or i.netns_mode, i.group or "-"]
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import secrets
 import threading
 import time
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ctrexec import labels as lbl
 from ctrexec import netns
 from ctrexec.client import Client
 from ctrexec.executor import Executor
@@ -142,3 +145,78 @@ def test_policy_table() -> None:
     assert not should_restart(
         {**base, "io.ctrexec.restart.max-attempts": "2", "io.ctrexec.restart.count": "2"}, 1
     )
+
+
+def test_crash_loop_restart_delays_grow(
+    ex: Executor, supervisor: Supervisor, test_image: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ctrexec.supervisor")
+    name = "sup-crashloop"
+    ex.start_task(
+        TaskConfig(
+            name=name,
+            image=test_image,
+            command=("sh", "-c", "exit 1"),
+            restart=RestartPolicy(policy="on-failure", max_attempts=5, delay=0.1),
+        )
+    )
+    _until(lambda: ex.inspect(name).labels.get(lbl.RESTART_COUNT) == "5", "5 restarts")
+    _until(lambda: ex.inspect(name).status is Status.STOPPED, "the last exit")
+    delays = [
+        float(m.group(1))
+        for r in caplog.records
+        if r.getMessage().startswith(name)
+        and (m := re.search(r"restarting in ([0-9.]+)s", r.getMessage()))
+    ]
+    assert delays == [0.1, 0.2, 0.4, 0.8, 1.6]
+    assert ex.inspect(name).labels[lbl.RESTART_BACKOFF] == "1.6"
+    # A start by hand forgets the backoff, as it forgets the count.
+    ex.start(name)
+    labels = ex.inspect(name).labels
+    assert lbl.RESTART_BACKOFF not in labels and lbl.RESTART_STARTED_AT not in labels
+
+
+def test_a_long_enough_run_resets_the_backoff(ex: Executor, test_image: str) -> None:
+    name = "sup-reset"
+    sup = Supervisor(ex, reconnect_delay=0.2, reset_after=0.5)
+    stop = threading.Event()
+    t = threading.Thread(target=sup.run, args=(stop,), daemon=True)
+    t.start()
+    try:
+        ex.start_task(
+            TaskConfig(
+                name=name,
+                image=test_image,
+                command=("sh", "-c", "sleep 1; exit 1"),
+                restart=RestartPolicy(policy="on-failure", max_attempts=3, delay=0.1),
+            )
+        )
+        _until(lambda: ex.inspect(name).labels.get(lbl.RESTART_COUNT) == "3", "3 restarts")
+        assert ex.inspect(name).labels[lbl.RESTART_BACKOFF] == "0.1"
+    finally:
+        stop.set()
+        t.join(timeout=30)
+
+
+def test_oom_kill_is_in_the_supervisor_log(
+    ex: Executor, supervisor: Supervisor, test_image: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ctrexec.supervisor")
+    name = "sup-oom"
+    ex.start_task(
+        TaskConfig(
+            name=name,
+            image=test_image,
+            command=("sh", "-c", "x=a; while :; do x=$x$x; done"),
+            memory="8m",
+            restart=RestartPolicy(policy="on-failure", max_attempts=1, delay=0.1),
+        )
+    )
+    line = f"{name} exited with code 137 (OOM killed); restarting in 0.1s"
+    _until(lambda: any(r.getMessage() == line for r in caplog.records), "the OOM exit logged")
+    assert any(r.getMessage().startswith(f"{name}: the OOM killer ran") for r in caplog.records)
+    _until(lambda: ex.inspect(name).labels.get(lbl.RESTART_COUNT) == "1", "the restart")
+    _until(lambda: ex.inspect(name).status is Status.STOPPED, "the second OOM kill")
+    final = f"{name} exited with code 137 (OOM killed)"
+    _until(lambda: any(r.getMessage() == final for r in caplog.records), "the last exit logged")
+    assert ex.inspect(name).oom_killed

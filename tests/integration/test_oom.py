@@ -1,0 +1,82 @@
+"""OOM kills are reported: ExitStatus/TaskInfo ``oom_killed``, ``inspect``, ``ps -a``.
+
+No supervisor runs here: the fact comes from the stopped task's cgroup counter, so
+``inspect`` right after the death already says it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ctrexec.client import Client
+from ctrexec.executor import Executor
+from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks import Status
+
+#: Doubles a shell string for ever: the busybox-only way to allocate without end.
+HOG = ("sh", "-c", "x=a; while :; do x=$x$x; done")
+
+
+@pytest.fixture
+def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
+    executor = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
+    yield executor
+    for info in executor.list(all_tasks=True):
+        if info.id.startswith("oom-"):
+            executor.destroy(info.id, force=True)
+
+
+def _cli(address: str, *args: str) -> str:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ctrexec.cli.main",
+            *args,
+            "--address",
+            address,
+            "--namespace",
+            "ctrexec-test",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return out.stdout
+
+
+def test_oom_killed_task_says_so(ex: Executor, test_image: str, containerd_address: str) -> None:
+    name = "oom-hog"
+    ex.start_task(TaskConfig(name=name, image=test_image, command=HOG, memory="8m"))
+    status = ex.wait(name, timeout=60)
+    assert status.code == 137 and status.oom_killed
+
+    info = ex.inspect(name)
+    assert info.status is Status.STOPPED
+    assert info.oom_killed and info.exit is not None and info.exit.oom_killed
+    assert info.to_json()["oom_killed"] is True
+    assert info.to_json()["exit"]["oom_killed"] is True
+    listed = {i.id: i for i in ex.list(all_tasks=True)}
+    assert listed[name].oom_killed
+
+    shown = json.loads(_cli(containerd_address, "inspect", name))
+    assert shown[0]["oom_killed"] is True
+    rows = [line for line in _cli(containerd_address, "ps", "-a").splitlines() if name in line]
+    assert len(rows) == 1 and "exited (137, OOM killed)" in rows[0], rows
+
+
+def test_plain_sigkill_is_not_an_oom_kill(ex: Executor, test_image: str) -> None:
+    name = "oom-not"
+    ex.start_task(TaskConfig(name=name, image=test_image, command=("sleep", "1000"), memory="8m"))
+    ex.signal(name, "SIGKILL")
+    status = ex.wait(name, timeout=30)
+    assert status.code == 137 and not status.oom_killed
+    assert not ex.inspect(name).oom_killed
+    assert ex.inspect(name).to_json()["oom_killed"] is False
