@@ -124,36 +124,55 @@ def host_audit(prefix: str, *, settle: float = NETNS_RELEASE_TIMEOUT) -> list[st
 _SIOCGSKNS = 0x894C  # linux/sockios.h: an fd of the network namespace of a socket
 
 
-def _socket_netns_inode(fd: int) -> int | None:
+def _socket_netns(fd: int) -> tuple[int, int] | None:
     try:
         ns_fd = fcntl.ioctl(fd, _SIOCGSKNS)
     except OSError:
         return None
     try:
-        return os.fstat(ns_fd).st_ino
+        st = os.fstat(ns_fd)
+        return st.st_dev, st.st_ino
     finally:
         os.close(ns_fd)
 
 
-def netns_references(inode: int) -> list[str]:
-    """This process's fds, sockets and threads that keep network namespace ``inode`` alive.
+def _fd_refers(fd_path: Path, want: tuple[int, int]) -> str | None:
+    """How the fd at ``/proc/self/fd/N`` refers to namespace ``want``, if it does."""
+    try:
+        target = str(fd_path.readlink())
+        st = fd_path.stat()  # follows the magic link to the open file itself
+    except OSError:
+        return None  # closed meanwhile (the fd of this very listing, for one)
+    if (st.st_dev, st.st_ino) == want or target == f"net:[{want[1]}]":
+        return f"fd {fd_path.name} ({target})"
+    if target.startswith("socket:") and _socket_netns(int(fd_path.name)) == want:
+        return f"fd {fd_path.name} ({target})"
+    return None
 
-    An nsfs fd reads back as ``net:[INODE]``; a socket pins the namespace it was
-    opened in (SIOCGSKNS names it); a thread pins the one it is in. Empty means
-    that whatever still keeps the namespace from being freed is not this process.
+
+def namespace_id(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """(st_dev, st_ino) of a namespace: its identity, still valid once its pin is gone."""
+    st = Path(path).stat()
+    return st.st_dev, st.st_ino
+
+
+def netns_references(want: tuple[int, int]) -> list[str]:
+    """This process's fds, sockets and threads that keep a network namespace alive.
+
+    ``want`` is the namespace's :func:`namespace_id`, taken before it was removed.
+    An fd on its nsfs inode (``net:[INODE]``, or opened through a pin path), a
+    socket opened inside it (SIOCGSKNS names a socket's namespace) and a thread in
+    it all count. Empty means that whatever still delays freeing the namespace is
+    not this process.
     """
-    found = []
-    for entry in Path("/proc/self/fd").iterdir():
-        try:
-            target = str(entry.readlink())
-        except OSError:
-            continue  # closed meanwhile (the fd of this very listing, for one)
-        if target == f"net:[{inode}]":
-            found.append(f"fd {entry.name}")
-        elif target.startswith("socket:") and _socket_netns_inode(int(entry.name)) == inode:
-            found.append(f"fd {entry.name} ({target})")
+    found = [
+        ref
+        for fd_path in list(Path("/proc/self/fd").iterdir())
+        if (ref := _fd_refers(fd_path, want)) is not None
+    ]
     for task in Path("/proc/self/task").iterdir():
         with contextlib.suppress(OSError):
-            if (task / "ns" / "net").stat().st_ino == inode:
+            st = (task / "ns" / "net").stat()
+            if (st.st_dev, st.st_ino) == want:
                 found.append(f"thread {task.name}")
     return found
