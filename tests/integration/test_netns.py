@@ -270,6 +270,26 @@ def test_mounts_propagate_into_existing_mount_namespaces(names: Callable[..., st
         child.communicate()
 
 
+def test_ensure_loopback_up(names: Callable[..., str]) -> None:
+    name = names()
+    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+    path = f"/run/netns/{name}"
+    lo = netns.inspect(path).interface("lo")
+    assert lo is not None
+    assert not lo.up  # how iproute2 leaves it
+    netns.ensure_loopback_up(path)
+    netns.ensure_loopback_up(path)  # idempotent
+    info = netns.inspect(path)
+    assert [(i.name, i.up) for i in info.interfaces] == [("lo", True)]
+    assert "127.0.0.1/8" in [a.cidr for a in info.addresses_of("lo")]
+    assert threads_in_host_netns()
+    with pytest.raises((InvalidArgument, PermissionDenied)):
+        netns.ensure_loopback_up("/proc/1/ns/net")  # never the host's
+    with pytest.raises(NotFound):
+        netns.ensure_loopback_up(f"/run/netns/{names()}")
+    netns.remove(path)
+
+
 def _link_exists(name: str) -> bool:
     shown = subprocess.run(["ip", "link", "show", name], check=False, capture_output=True)
     return shown.returncode == 0
