@@ -246,7 +246,8 @@ class Executor:
             mounts = snapshots.snapshot_mounts(self.client, record.snapshot_key, record.snapshotter)
             netns_path = record.labels.get(lbl.NETNS_PATH)
             if netns_path:
-                netns.verify(netns_path)  # the namespace may have been removed since
+                # Verified again (it may have been removed since); `ip netns add` leaves lo down.
+                netns.ensure_loopback_up(netns_path)
                 files_dir = record.labels.get(lbl.HOSTFILES_DIR)
                 if files_dir and not host_files_ready(Path(files_dir)):
                     self._ensure_files(record, netns_path, cfg)

@@ -2,15 +2,18 @@
 
 Every task joined to one namespace sees the same three files, bind-mounted from a
 directory keyed by that namespace. They are written once, atomically, by whichever
-task comes first, so a task restarted into the namespace finds them unchanged.
+task comes first (threads and processes alike), so a task restarted into the
+namespace finds them unchanged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -87,16 +90,24 @@ def render_resolv_conf(host_text: str) -> str:
 
 
 def _write_once(path: Path, text: str) -> None:
-    """Create ``path`` with ``text`` unless it exists; concurrent writers agree on one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o644)
+    """Create ``path`` with ``text`` unless it exists; concurrent writers agree on one.
+
+    Every writer (any thread, any process) fills its own ``mkstemp`` file in the same
+    directory and hard-links it into place. ``link`` never replaces: the first
+    writer's file wins and the others drop theirs, so all converge on one content,
+    and the inode that running tasks bind-mounted never changes under them (which
+    ``os.replace`` would do). A temp name from the pid alone was shared by every
+    thread of one Executor: one thread's cleanup deleted another's file mid-write.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            os.fchmod(f.fileno(), 0o644)
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
     finally:
-        tmp.unlink()
+        Path(tmp).unlink(missing_ok=True)
 
 
 def ensure(
@@ -106,17 +117,33 @@ def ensure(
     addresses: Sequence[str] = (),
     base: Path = DEFAULT_DIR,
 ) -> HostFiles:
-    """The namespace's files, writing them on first use."""
+    """The namespace's files, writing them on first use.
+
+    Writers of one namespace take turns (an flock on its directory), so the three
+    files come from one writer: two tasks asking for different hostnames at once
+    cannot leave ``hosts`` naming one and ``hostname`` the other.
+    """
     files = HostFiles(base / key_for(netns_path))
     files.directory.mkdir(parents=True, exist_ok=True, mode=0o755)
     try:
         host_resolv = HOST_RESOLV.read_text()
     except OSError:
         host_resolv = ""
-    _write_once(files.hosts, render_hosts(hostname, addresses))
-    _write_once(files.resolv_conf, render_resolv_conf(host_resolv))
-    _write_once(files.hostname, hostname + "\n")
+    with _locked(files.directory):
+        _write_once(files.hosts, render_hosts(hostname, addresses))
+        _write_once(files.resolv_conf, render_resolv_conf(host_resolv))
+        _write_once(files.hostname, hostname + "\n")
     return files
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # also drops the lock
 
 
 def remove(netns_path: str, *, base: Path = DEFAULT_DIR) -> None:

@@ -279,6 +279,27 @@ def verify(path: str | os.PathLike[str], *, allow_host: bool = False) -> None:
         os.close(fd)
 
 
+def ensure_loopback_up(path: str | os.PathLike[str]) -> None:
+    """Verify ``path`` as :func:`verify` does, then set its ``lo`` up if it is down.
+
+    ``ip netns add`` leaves a new namespace's loopback down, so tasks joined to it
+    could not reach each other on 127.0.0.1 ("Network is unreachable"), unlike in
+    docker's shared namespaces. Only IFF_UP of ``lo`` is touched; idempotent.
+    Fork-free: the ioctl runs on a fresh thread that setns()es into the namespace.
+    """
+    text = os.fspath(path)
+    if not Path(text).is_absolute():
+        raise InvalidArgument(f"netns path {text!r} must be absolute")
+    fd = _open_ns(text)
+    try:
+        _verify_fd(fd, text, allow_host=False)
+        _nslib.run_in_fresh_thread(lambda: _nslib.in_netns(fd, lambda: _nslib.set_link_up("lo")))
+    except OSError as exc:
+        raise _os_error(f"cannot bring up lo in {text}", exc) from exc
+    finally:
+        os.close(fd)
+
+
 def _unescape_mountinfo(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
@@ -403,6 +424,8 @@ def remove(name_or_path: str | os.PathLike[str]) -> None:
     NotFound if absent. Refuses anything that is neither a namespace mount nor the
     empty file a crashed create may leave, so a wrong path cannot delete data.
     Processes still inside the namespace keep it alive; it is freed when they exit.
+    The kernel frees it asynchronously, in a workqueue: its interfaces (the host end
+    of a veth) go a moment after this returns, though nothing here still holds it.
     """
     path = resolve(name_or_path)
     if path == "/proc" or path.startswith("/proc/"):
@@ -600,6 +623,7 @@ __all__ = [
     "NetNSInfo",
     "Route",
     "create",
+    "ensure_loopback_up",
     "inspect",
     "is_mounted",
     "list_namespaces",

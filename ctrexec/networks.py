@@ -31,14 +31,16 @@ import ipaddress
 import logging
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 
 from ctrexec import cni as _cni
 from ctrexec import netns as _netns
+from ctrexec import nsrefs as _nsrefs
 from ctrexec import ports as _ports
 from ctrexec.cni import CNI, NetworkConfigList, PortMapping
 from ctrexec.errors import (
@@ -58,6 +60,9 @@ DEFAULT_SUBNET = "10.89.0.0/24"
 #: Every CNI attachment of a group is its namespace's ``eth0``.
 IFNAME = "eth0"
 _LOCK_NAME = ".networks.lock"
+#: How long ``remove_bridge`` waits for the kernel to free removed namespaces' veths.
+RELEASE_TIMEOUT = 10.0
+_RELEASE_POLL = 0.05
 
 ModeKind = Literal["none", "host", "bridge", "cni"]
 
@@ -535,36 +540,51 @@ class Networks:
             cached, _ = self._cached(conf.name, owner)
             self._delete(conf, owner, cached, netns_path)
 
-    def remove_bridge(self) -> bool:
+    def remove_bridge(self, *, timeout: float = RELEASE_TIMEOUT) -> bool:
         """Delete the shared bridge if no interface is attached; True if it was there.
 
         Not part of a group's teardown -- the bridge is shared, like docker0 -- but
-        for tests and uninstall. Its route and its per-interface sysctls (portmap's
-        route_localnet) go with the link. The bridge plugin makes no iptables rule
-        for the bridge itself: its masquerade chains are per attachment and are
-        removed by DEL; portmap's CNI-HOSTPORT-* chains are shared by every CNI
-        network on the host (other runtimes' too), so they are left alone.
+        for ``network prune``, tests and uninstall. The kernel frees a removed
+        namespace asynchronously, so the host end of its veth can hang on the bridge
+        for a while after ``group down`` or ``netns rm`` returned; such ports (see
+        :mod:`ctrexec.nsrefs`) are waited for, up to ``timeout`` seconds. A port
+        whose namespace is still pinned is refused at once (FailedPrecondition), as
+        is a port still there when the wait runs out. The route and per-interface
+        sysctls go with the link; portmap's CNI-HOSTPORT-* chains are shared by
+        every CNI network on the host and are left alone.
         """
+        deadline = time.monotonic() + timeout
         with _netns.netlink("/proc/self/ns/net", allow_host=True) as ipr:
-            links = list(ipr.link("dump"))
-            found = [m for m in links if m.get_attr("IFLA_IFNAME") == self.bridge]
-            if not found:
-                return False
-            link = found[0]
-            info = link.get_attr("IFLA_LINKINFO")
-            if info is None or info.get_attr("IFLA_INFO_KIND") != "bridge":
-                raise FailedPrecondition(f"{self.bridge} is not a bridge; leaving it alone")
-            ports = [
-                m.get_attr("IFLA_IFNAME")
-                for m in links
-                if m.get_attr("IFLA_MASTER") == link["index"]
-            ]
-            if ports:
-                raise FailedPrecondition(
-                    f"bridge {self.bridge} still has interfaces attached: {', '.join(ports)}"
-                )
-            ipr.link("del", index=link["index"])
-        return True
+            while True:
+                links = list(ipr.link("dump"))
+                bridge = self._own_bridge(links)
+                if bridge is None:
+                    return False
+                ports = [m for m in links if m.get_attr("IFLA_MASTER") == bridge["index"]]
+                if not ports:
+                    ipr.link("del", index=bridge["index"])
+                    return True
+                in_use, going = _nsrefs.split_ports(ipr, ports)
+                if in_use:
+                    raise FailedPrecondition(
+                        f"bridge {self.bridge} still has interfaces attached: {', '.join(in_use)}"
+                    )
+                if time.monotonic() >= deadline:
+                    raise FailedPrecondition(
+                        f"bridge {self.bridge} still has interfaces attached: {', '.join(going)}"
+                        f" (their namespace is gone, not yet freed after {timeout:g}s)"
+                    )
+                time.sleep(_RELEASE_POLL)
+
+    def _own_bridge(self, links: Sequence[Any]) -> Any:
+        """The bridge's link message from a dump; None if absent; refuses a non-bridge."""
+        found = [m for m in links if m.get_attr("IFLA_IFNAME") == self.bridge]
+        if not found:
+            return None
+        info = found[0].get_attr("IFLA_LINKINFO")
+        if info is None or info.get_attr("IFLA_INFO_KIND") != "bridge":
+            raise FailedPrecondition(f"{self.bridge} is not a bridge; leaving it alone")
+        return found[0]
 
 
 __all__ = [
@@ -576,6 +596,7 @@ __all__ = [
     "HOST",
     "IFNAME",
     "NONE",
+    "RELEASE_TIMEOUT",
     "Attachment",
     "HostRoute",
     "NetworkMode",

@@ -1,24 +1,29 @@
 """Test helpers for ctrexec and for schedulers built on it.
 
 :func:`private_containerd` gives a throwaway containerd with its own root, state and
-socket; :func:`audit` lists what a test run left behind in it. Both are plain
-functions so any test framework can use them; ctrexec's own pytest fixtures wrap them.
+socket; :func:`audit` lists what a test run left behind in it, :func:`host_audit` what
+it left on the host. :func:`wait_for` awaits kernel-asynchronous state with a bound,
+and :func:`netns_references` tells whether this process keeps a namespace alive. All
+are plain functions so any test framework can use them; ctrexec's fixtures wrap them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ctrexec import _rpc, containers, tasks
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec.client import Client
 from ctrexec.daemon import DaemonPaths, EmbeddedContainerd
-from ctrexec.mounts_table import mounts_under
+from ctrexec.mounts_table import mount_points, mounts_under
 
 TEST_ADDRESS_ENV = "CTREXEC_TEST_ADDRESS"
 #: Snapshot kinds from containerd's snapshots API.
@@ -73,14 +78,101 @@ def audit(client: Client, *, snapshotter: str = "overlayfs") -> list[str]:
     return leftovers
 
 
-def host_audit(prefix: str) -> list[str]:
-    """Host objects whose names start with ``prefix``: netns files, links, mounts."""
+def wait_for(
+    predicate: Callable[[], object], *, timeout: float, what: str, interval: float = 0.05
+) -> None:
+    """Poll ``predicate`` until it is true; AssertionError naming ``what`` after ``timeout``.
+
+    For state the kernel reaches asynchronously (a freed namespace's veth, a cgroup),
+    which a test must await with a bound instead of asserting at once.
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+#: Bound for the kernel to free a removed network namespace and its interfaces:
+#: 10-30 ms on an idle machine, seconds on a loaded one.
+NETNS_RELEASE_TIMEOUT = 30.0
+
+
+def _links(prefix: str) -> list[str]:
+    with contextlib.suppress(OSError):
+        return sorted(p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith(prefix))
+    return []
+
+
+def host_audit(prefix: str, *, settle: float = NETNS_RELEASE_TIMEOUT) -> list[str]:
+    """Host objects whose names start with ``prefix``: netns files, mounts, links.
+
+    Files and mounts go synchronously and are listed at once. Links of a removed
+    namespace go only when the kernel frees it (asynchronously), so the audit waits
+    up to ``settle`` seconds for those to vanish before listing what is left.
+    """
     leftovers: list[str] = []
     netns_dir = Path("/run/netns")
     if netns_dir.is_dir():
         leftovers += [f"netns {p.name}" for p in netns_dir.iterdir() if p.name.startswith(prefix)]
-    with contextlib.suppress(OSError):
-        leftovers += [
-            f"link {p.name}" for p in Path("/sys/class/net").iterdir() if p.name.startswith(prefix)
-        ]
-    return leftovers
+    leftovers += [f"mount {p}" for p in mount_points() if Path(p).name.startswith(prefix)]
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: not _links(prefix), timeout=settle, what=f"links named {prefix}*")
+    return leftovers + [f"link {name}" for name in _links(prefix)]
+
+
+_SIOCGSKNS = 0x894C  # linux/sockios.h: an fd of the network namespace of a socket
+
+
+def _socket_netns(fd: int) -> tuple[int, int] | None:
+    try:
+        ns_fd = fcntl.ioctl(fd, _SIOCGSKNS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(ns_fd)
+        return st.st_dev, st.st_ino
+    finally:
+        os.close(ns_fd)
+
+
+def _fd_refers(fd_path: Path, want: tuple[int, int]) -> str | None:
+    """How the fd at ``/proc/self/fd/N`` refers to namespace ``want``, if it does."""
+    try:
+        target = str(fd_path.readlink())
+        st = fd_path.stat()  # follows the magic link to the open file itself
+    except OSError:
+        return None  # closed meanwhile (the fd of this very listing, for one)
+    if (st.st_dev, st.st_ino) == want or target == f"net:[{want[1]}]":
+        return f"fd {fd_path.name} ({target})"
+    if target.startswith("socket:") and _socket_netns(int(fd_path.name)) == want:
+        return f"fd {fd_path.name} ({target})"
+    return None
+
+
+def namespace_id(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """(st_dev, st_ino) of a namespace: its identity, still valid once its pin is gone."""
+    st = Path(path).stat()
+    return st.st_dev, st.st_ino
+
+
+def netns_references(want: tuple[int, int]) -> list[str]:
+    """This process's fds, sockets and threads that keep a network namespace alive.
+
+    ``want`` is the namespace's :func:`namespace_id`, taken before it was removed.
+    An fd on its nsfs inode (``net:[INODE]``, or opened through a pin path), a
+    socket opened inside it (SIOCGSKNS names a socket's namespace) and a thread in
+    it all count. Empty means that whatever still delays freeing the namespace is
+    not this process.
+    """
+    found = [
+        ref
+        for fd_path in list(Path("/proc/self/fd").iterdir())
+        if (ref := _fd_refers(fd_path, want)) is not None
+    ]
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            st = (task / "ns" / "net").stat()
+            if (st.st_dev, st.st_ino) == want:
+                found.append(f"thread {task.name}")
+    return found

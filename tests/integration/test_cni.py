@@ -25,6 +25,7 @@ import pytest
 
 from ctrexec import cni, netns
 from ctrexec.errors import AlreadyExists, CNIError, InvalidArgument
+from ctrexec.testing import NETNS_RELEASE_TIMEOUT, wait_for
 
 PLUGIN_DIR = Path("/usr/lib/cni")
 
@@ -42,6 +43,10 @@ IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 
 def sh(*cmd: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(cmd), check=False, capture_output=True, text=True)
+
+
+def link_exists(name: str) -> bool:
+    return sh("ip", "link", "show", name).returncode == 0
 
 
 def iptables_dump() -> str:
@@ -128,9 +133,13 @@ class Env:
     def audit(self) -> None:
         leftovers = [p.name for p in Path("/run/netns").glob(f"{self.tag}*")]
         assert leftovers == [], "namespaces left behind"
-        links = sh("ip", "-o", "link").stdout
-        for name in (self.bridge, *self.host_veths):
-            assert f" {name}:" not in links and f" {name}@" not in links, f"link {name} left"
+        # A veth whose namespace was removed goes when the kernel frees it, later.
+        names = (self.bridge, *self.host_veths)
+        wait_for(
+            lambda: not any(link_exists(n) for n in names),
+            timeout=NETNS_RELEASE_TIMEOUT,
+            what=f"links {names} to go",
+        )
         rules = [line for line in iptables_dump().splitlines() if self.tag in line]
         assert rules == [], "iptables rules left behind"
         assert self.ipam_files() == [], "IPAM allocations left behind"
@@ -178,8 +187,8 @@ def test_bridge_add_check_del(env: Env) -> None:
     env.runtime.delete(env.network, ns.name)
     assert netns.inspect(ns.path).interface("eth0") is None
     assert env.ipam_files() == []
-    for veth in env.host_veths:
-        assert sh("ip", "link", "show", veth).returncode != 0
+    for veth in env.host_veths:  # DEL removed it from inside the live namespace: at once
+        assert not link_exists(veth)
     env.runtime.delete(env.network, ns.name)  # twice: still fine
     env.runtime.delete(conf, ns.name, ns.path)  # and with the conflist, no cache
 
@@ -204,8 +213,14 @@ def test_del_after_namespace_removed(env: Env) -> None:
     netns.remove(ns.path)
     env.runtime.delete(env.network, ns.name)  # the cached netns path is stale now
     assert env.ipam_files() == []
-    for veth in env.host_veths:  # the veth died with the namespace
-        assert sh("ip", "link", "show", veth).returncode != 0
+    # The veth dies with the namespace, which the kernel frees asynchronously (in a
+    # workqueue, after its last reference went): await it, with a bound.
+    assert env.host_veths
+    wait_for(
+        lambda: not any(link_exists(v) for v in env.host_veths),
+        timeout=NETNS_RELEASE_TIMEOUT,
+        what="the host veth of the removed namespace to go",
+    )
     env.runtime.delete(env.network, ns.name)
 
 
@@ -291,5 +306,5 @@ def test_missing_plugin_is_refused_before_any_add(env: Env) -> None:
     ns = env.new_netns()
     with pytest.raises(InvalidArgument, match="cxt-not-installed"):
         env.add(cni.load_conflist(base), ns)
-    assert sh("ip", "link", "show", env.bridge).returncode != 0  # nothing was created
+    assert not link_exists(env.bridge)  # nothing was created
     assert env.ipam_files() == []

@@ -216,6 +216,20 @@ def test_example_file_parses() -> None:
     assert [t["name"] for t in spec.tasks] == ["server", "client"]
 
 
+def test_prune_right_after_down_of_a_group_whose_namespace_went_first(
+    groups: Groups, test_image: str
+) -> None:
+    """``network prune`` after ``group down``: when the namespace was removed out of
+    band first (``ip netns del``), DEL cannot reach the veth, and its host end stays
+    on the bridge until the kernel frees the namespace, asynchronously."""
+    name = f"cxt{secrets.token_hex(2)}"
+    groups.up(_spec(name, test_image))
+    subprocess.run(["ip", "netns", "del", f"cx-{name}"], check=True)
+    groups.down(name, timeout=0)
+    assert groups.networks.remove_bridge() is True
+    assert not Path(f"/sys/class/net/{groups.networks.bridge}").exists()
+
+
 def test_fifty_up_down_cycles_leave_nothing(groups: Groups, test_image: str) -> None:
     name = f"cxt{secrets.token_hex(2)}"
     spec = parse_group(

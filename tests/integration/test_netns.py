@@ -6,7 +6,9 @@ module ends with an audit that nothing named after these tests is left behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import threading
 import uuid
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ctrexec import _nslib, netns
+from ctrexec.cli.main import main as cli_main
 from ctrexec.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -24,6 +27,7 @@ from ctrexec.errors import (
     NotFound,
     PermissionDenied,
 )
+from ctrexec.testing import NETNS_RELEASE_TIMEOUT, namespace_id, netns_references, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -264,6 +268,87 @@ def test_mounts_propagate_into_existing_mount_namespaces(names: Callable[..., st
     finally:
         child.kill()
         child.communicate()
+
+
+def test_ensure_loopback_up(names: Callable[..., str]) -> None:
+    name = names()
+    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+    path = f"/run/netns/{name}"
+    lo = netns.inspect(path).interface("lo")
+    assert lo is not None
+    assert not lo.up  # how iproute2 leaves it
+    netns.ensure_loopback_up(path)
+    netns.ensure_loopback_up(path)  # idempotent
+    info = netns.inspect(path)
+    assert [(i.name, i.up) for i in info.interfaces] == [("lo", True)]
+    assert "127.0.0.1/8" in [a.cidr for a in info.addresses_of("lo")]
+    assert threads_in_host_netns()
+    with pytest.raises((InvalidArgument, PermissionDenied)):
+        netns.ensure_loopback_up("/proc/1/ns/net")  # never the host's
+    with pytest.raises(NotFound):
+        netns.ensure_loopback_up(f"/run/netns/{names()}")
+    netns.remove(path)
+
+
+def _link_exists(name: str) -> bool:
+    shown = subprocess.run(["ip", "link", "show", name], check=False, capture_output=True)
+    return shown.returncode == 0
+
+
+@pytest.mark.parametrize("how", ["library", "cli"])
+def test_removed_namespace_is_not_kept_alive_by_ctrexec(
+    names: Callable[..., str],
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+    how: str,
+) -> None:
+    """Once ``netns rm`` returns, nothing of this process refers to the namespace.
+
+    The host end of a veth whose other end is inside goes only when the kernel frees
+    the namespace, asynchronously; this proves that the delay is the kernel's, not a
+    reference ctrexec still holds (an nsfs fd, a socket opened inside, a thread).
+    """
+    name = names()
+    ns = netns.create(name)
+    host_end = f"cxtr{uuid.uuid4().hex[:8]}"
+    add = ["ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", name]
+    subprocess.run(add, check=True, capture_output=True)
+    try:
+        ident = namespace_id(ns.path)
+        # Everything that enters the namespace runs first, so a leak would show.
+        with netns.netlink(ns.path) as ipr:
+            ipr.link("set", index=ipr.link_lookup(ifname="eth0")[0], state="up")
+        assert netns.inspect(ns.path).interface("eth0") is not None
+        # The check sees what it must: an nsfs fd, and a socket opened inside.
+        fd = os.open(ns.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            sock = _nslib.run_in_fresh_thread(lambda: _nslib.in_netns(fd, socket.socket))
+            with sock:
+                refs = netns_references(ident)
+                assert f"fd {fd} ({ns.path})" in refs
+                assert any(f"fd {sock.fileno()} (socket:" in r for r in refs)
+        finally:
+            os.close(fd)
+        assert netns_references(ident) == []
+        if how == "cli":
+            address = str(request.getfixturevalue("containerd_address"))
+            conn = ["--address", address, "--namespace", "ctrexec-test"]
+            assert cli_main(["netns", "inspect", *conn, name]) == 0
+            assert cli_main(["netns", "rm", *conn, name]) == 0
+            assert name in capsys.readouterr().out
+        else:
+            netns.remove(name)
+        assert not os.path.lexists(ns.path)
+        assert netns_references(ident) == []
+        wait_for(
+            lambda: not _link_exists(host_end),
+            timeout=NETNS_RELEASE_TIMEOUT,
+            what="the kernel to free the namespace (and the veth's host end with it)",
+        )
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            if _link_exists(host_end):
+                subprocess.run(["ip", "link", "del", host_end], check=True)
 
 
 def test_zz_audit_nothing_left() -> None:
