@@ -3,9 +3,28 @@
 The public API is re-exported here; everything else is private to the package.
 """
 
-from ctrexec.client import DEFAULT_NAMESPACE, Client, Lease, Plugin, ServerInfo, ServerVersion
-from ctrexec.content import Platform
-from ctrexec.daemon import DaemonPaths, EmbeddedContainerd
+from ctrexec.containerd.client import (
+    DEFAULT_NAMESPACE,
+    Client,
+    Lease,
+    Plugin,
+    ServerInfo,
+    ServerVersion,
+)
+from ctrexec.containerd.content import Platform
+from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
+from ctrexec.containerd.images import (
+    Image,
+    ImageConfig,
+    ImageSummary,
+    ensure_image,
+    get_image,
+    list_images,
+    normalize_reference,
+    remove_image,
+)
+from ctrexec.containerd.stats import Stats
+from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import (
     AlreadyExists,
     Canceled,
@@ -31,20 +50,8 @@ from ctrexec.errors import (
     Unimplemented,
 )
 from ctrexec.executor import Executor
-from ctrexec.images import (
-    Image,
-    ImageConfig,
-    ImageSummary,
-    ensure_image,
-    get_image,
-    list_images,
-    normalize_reference,
-    remove_image,
-)
-from ctrexec.netns import NetNS, NetNSInfo
-from ctrexec.stats import Stats
+from ctrexec.net.netns import NetNS, NetNSInfo
 from ctrexec.taskconfig import ExecResult, RestartPolicy, TaskConfig, TaskHandle, TaskInfo
-from ctrexec.tasks import ExitStatus, Status
 
 __all__ = [
     "DEFAULT_NAMESPACE",

@@ -7,7 +7,7 @@ it runs ``ldconfig``/``gcc`` in a subprocess, and this module must never fork
 ``CDLL(None)`` gives the symbols already loaded into the interpreter, libc included.
 
 Everything here raises plain :class:`OSError` with the real errno; the public
-modules (:mod:`ctrexec.netns`) translate them into ctrexec errors at their seam.
+modules (:mod:`ctrexec.net.netns`) translate them into ctrexec errors at their seam.
 
 The network namespace is a per-thread attribute. Code that must run inside another
 namespace does so in a brand-new :class:`threading.Thread` (:func:`run_in_fresh_thread`)

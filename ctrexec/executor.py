@@ -19,10 +19,13 @@ from pathlib import Path
 
 import attrs
 
-from ctrexec import containers, hostfiles, images, netns, snapshots, stats, tasks, taskspec
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
-from ctrexec.client import Client
+from ctrexec import taskspec
+from ctrexec.containerd import containers, images, snapshots, stats, tasks
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.execs import run_exec
+from ctrexec.containerd.tasks import ExitStatus, Status, Stdio
 from ctrexec.errors import (
     AlreadyExists,
     CommandNotExecutable,
@@ -34,11 +37,10 @@ from ctrexec.errors import (
     NotFound,
     TaskError,
 )
-from ctrexec.execs import run_exec
+from ctrexec.net import hostfiles, netns
 from ctrexec.oci.process import merge_env
 from ctrexec.oci.user import ResolvedUser, resolve_user_spec
 from ctrexec.taskconfig import ExecResult, TaskConfig, TaskHandle, TaskInfo
-from ctrexec.tasks import ExitStatus, Status, Stdio
 
 DEFAULT_LOG_DIR = Path("/var/log/ctrexec")
 #: The lease that guards a new snapshot until the container record holds it.

@@ -19,8 +19,10 @@ from typing import Any
 
 import attrs
 
-from ctrexec import containers, fields, hostfiles, images, netns, taskspec
+from ctrexec import fields, taskspec
 from ctrexec import labels as lbl
+from ctrexec.containerd import containers, images
+from ctrexec.containerd.tasks import Status
 from ctrexec.errors import (
     AlreadyExists,
     CtrexecError,
@@ -30,10 +32,10 @@ from ctrexec.errors import (
 )
 from ctrexec.executor import Executor
 from ctrexec.ids import validate_id
-from ctrexec.networks import Networks, parse_mode, parse_port
+from ctrexec.net import hostfiles, netns
+from ctrexec.net.networks import Networks, parse_mode, parse_port
 from ctrexec.oci.namespaces import with_hostname
 from ctrexec.taskconfig import TaskConfig, TaskInfo
-from ctrexec.tasks import Status
 
 NETNS_PREFIX = "cx-"
 _GROUP_KEYS = {"name", "network", "hostname", "ports", "task"}

@@ -19,16 +19,16 @@ MANAGED = "io.ctrexec.managed"
 #: The group (allocation) a task belongs to; shared netns and shim.
 GROUP = "io.ctrexec.group"
 #: How the network namespace was chosen: "path", "host" or "none".
-NETNS_MODE = "io.ctrexec.netns.mode"
+NETNS_MODE = "io.ctrexec.net.netns.mode"
 #: The network namespace path written into the spec.
-NETNS_PATH = "io.ctrexec.netns.path"
+NETNS_PATH = "io.ctrexec.net.netns.path"
 #: Where the log driver writes the task's stdout and stderr.
 LOG_PATH = "io.ctrexec.log.path"
 #: The signal and grace period ``stop`` uses.
 STOP_SIGNAL = "io.ctrexec.stop.signal"
 STOP_TIMEOUT = "io.ctrexec.stop.timeout"
 #: The directory holding the namespace's shared hosts/resolv.conf/hostname files.
-HOSTFILES_DIR = "io.ctrexec.netns.files"
+HOSTFILES_DIR = "io.ctrexec.net.netns.files"
 #: The image reference the user asked for, before normalisation.
 IMAGE_REF = "io.ctrexec.image.ref"
 #: Remove the container when its task exits (``run --rm``).

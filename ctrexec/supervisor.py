@@ -25,13 +25,13 @@ from pathlib import Path
 
 import attrs
 
-from ctrexec import containers, tasks
 from ctrexec import labels as lbl
-from ctrexec.client import Client
+from ctrexec.containerd import containers, tasks
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.events import EventStream, TaskExitEvent, TaskOOMEvent
+from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, NotFound, Unavailable
-from ctrexec.events import EventStream, TaskExitEvent, TaskOOMEvent
 from ctrexec.executor import Executor
-from ctrexec.tasks import ExitStatus, Status
 
 log = logging.getLogger("ctrexec.supervisor")
 #: How often the stop watcher checks that run() is still going (only then: a set

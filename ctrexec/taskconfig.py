@@ -16,13 +16,13 @@ import attrs
 
 from ctrexec import fields
 from ctrexec import labels as lbl
+from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.ids import validate_id
 from ctrexec.logdriver import check_limits
 from ctrexec.oci import caps, namespaces, process, resources
 from ctrexec.oci.spec import with_annotations
 from ctrexec.oci.user import split_user_spec
-from ctrexec.tasks import ExitStatus, Status
 
 DEFAULT_STOP_TIMEOUT = 10.0
 DEFAULT_LOG_MAX_SIZE = 10 * 1024 * 1024

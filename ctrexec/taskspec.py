@@ -16,12 +16,12 @@ import attrs
 
 from ctrexec import fields, oci
 from ctrexec import labels as lbl
+from ctrexec.containerd.runtimes import RuntimeChoice
+from ctrexec.containerd.runtimes import resolve as resolve_runtime
 from ctrexec.errors import InvalidArgument
-from ctrexec.hostfiles import HostFiles
+from ctrexec.net.hostfiles import HostFiles
 from ctrexec.oci import caps, mounts, namespaces, process, resources
 from ctrexec.oci.user import ResolvedUser
-from ctrexec.runtimes import RuntimeChoice
-from ctrexec.runtimes import resolve as resolve_runtime
 from ctrexec.taskconfig import TaskConfig
 
 

@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ctrexec import _rpc, containers, tasks
+from ctrexec import _rpc
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
-from ctrexec.client import Client
-from ctrexec.daemon import DaemonPaths, EmbeddedContainerd
+from ctrexec.containerd import containers, tasks
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
 from ctrexec.mounts_table import mount_points, mounts_under
 
 TEST_ADDRESS_ENV = "CTREXEC_TEST_ADDRESS"

@@ -88,7 +88,7 @@ def containerd_address() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def client(containerd_address: str) -> Iterator[object]:
     """A client in the test namespace; the session fails if anything leaked into it."""
-    from ctrexec.client import Client
+    from ctrexec.containerd.client import Client
     from ctrexec.testing import audit
 
     c = Client.connect(containerd_address, namespace=TEST_NAMESPACE)

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ctrexec.client import ADDRESS_ENV, DEFAULT_ADDRESS, Client
-from ctrexec.daemon import EmbeddedContainerd
+from ctrexec.containerd.client import ADDRESS_ENV, DEFAULT_ADDRESS, Client
+from ctrexec.containerd.daemon import EmbeddedContainerd
 from ctrexec.errors import CtrexecError, InvalidArgument
 
 EXIT_ERROR = 125

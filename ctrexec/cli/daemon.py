@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ctrexec.cli._common import ArgumentParser
-from ctrexec.daemon import EmbeddedContainerd
+from ctrexec.containerd.daemon import EmbeddedContainerd
 
 
 def cmd_start(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_
 from ctrexec.cli._common import print_table as table
 from ctrexec.executor import DEFAULT_LOG_DIR, Executor
 from ctrexec.groups import Groups, load_group_file
-from ctrexec.networks import Networks
+from ctrexec.net.networks import Networks
 from ctrexec.supervisor import Supervisor
 from ctrexec.taskconfig import TaskInfo
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ctrexec import images
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
+from ctrexec.containerd import images
 
 
 def _size(n: int) -> str:

@@ -6,7 +6,6 @@ import argparse
 
 import attrs
 
-from ctrexec import netns
 from ctrexec.cli._common import (
     ArgumentParser,
     connect,
@@ -17,6 +16,7 @@ from ctrexec.cli._common import (
 )
 from ctrexec.executor import Executor
 from ctrexec.groups import remove_netns, tasks_in_netns
+from ctrexec.net import netns
 
 
 def cmd_create(args: argparse.Namespace) -> int:

@@ -16,12 +16,12 @@ from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
+from ctrexec.containerd.tasks import Status
 from ctrexec.errors import CtrexecError, InvalidArgument, InvalidField, NotFound
 from ctrexec.executor import DEFAULT_LOG_DIR, Executor
 from ctrexec.labels import parse_key_values
 from ctrexec.supervisor import is_supervised
 from ctrexec.taskconfig import TaskConfig
-from ctrexec.tasks import Status
 
 
 def _executor(args: argparse.Namespace) -> Executor:

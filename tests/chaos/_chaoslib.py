@@ -18,10 +18,11 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ctrexec import _rpc, containers, errors, snapshots, tasks
+from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.leases.v1 import leases_pb2
-from ctrexec.client import LEASE_EXPIRE_LABEL, Client
-from ctrexec.daemon import EmbeddedContainerd
+from ctrexec.containerd import containers, snapshots, tasks
+from ctrexec.containerd.client import LEASE_EXPIRE_LABEL, Client
+from ctrexec.containerd.daemon import EmbeddedContainerd
 from ctrexec.executor import Executor
 from ctrexec.labels import LOG_PATH, MANAGED
 from ctrexec.mounts_table import mounts_under
@@ -372,13 +373,13 @@ def release_leases(client: Client, out: Outcome) -> None:
 
 #: Points inside Executor.start_task, as (module, attribute, before|after a call).
 KILL_POINTS: dict[str, tuple[str, str, str]] = {
-    "after-hostfiles": ("ctrexec.hostfiles", "ensure", "after"),
-    "before-prepare": ("ctrexec.snapshots", "prepare_rootfs", "before"),
-    "before-container-create": ("ctrexec.containers", "create", "before"),
-    "after-container-create": ("ctrexec.containers", "create", "after"),
-    "before-task-create": ("ctrexec.tasks", "create", "before"),
-    "before-task-start": ("ctrexec.tasks", "start", "before"),
-    "after-task-start": ("ctrexec.tasks", "start", "after"),
+    "after-hostfiles": ("ctrexec.net.hostfiles", "ensure", "after"),
+    "before-prepare": ("ctrexec.containerd.snapshots", "prepare_rootfs", "before"),
+    "before-container-create": ("ctrexec.containerd.containers", "create", "before"),
+    "after-container-create": ("ctrexec.containerd.containers", "create", "after"),
+    "before-task-create": ("ctrexec.containerd.tasks", "create", "before"),
+    "before-task-start": ("ctrexec.containerd.tasks", "start", "before"),
+    "after-task-start": ("ctrexec.containerd.tasks", "start", "after"),
 }
 
 

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from _chaoslib import ChaosDaemon, gc_pass, kill_strays, remove_cgroups
 
-from ctrexec import errors, netns
-from ctrexec.client import Client
+from ctrexec import errors
+from ctrexec.containerd.client import Client
 from ctrexec.executor import Executor
 from ctrexec.mounts_table import mounts_under, unmount_all
+from ctrexec.net import netns
 from ctrexec.testing import audit, import_image, private_containerd
 
 #: Prefix of every container id the chaos tests create on the session daemon.

@@ -31,10 +31,10 @@ from _chaoslib import (
 )
 
 from ctrexec import errors
+from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
 from ctrexec.mounts_table import mounts_under
 from ctrexec.taskconfig import TaskConfig, TaskHandle
-from ctrexec.tasks import Status
 from ctrexec.testing import audit
 
 IMAGE = "docker.io/library/ctrexec-test:latest"

@@ -28,11 +28,11 @@ from _chaoslib import (
     wait_for,
 )
 
-from ctrexec import hostfiles
-from ctrexec.client import Client
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
+from ctrexec.net import hostfiles
 from ctrexec.taskconfig import TaskConfig, TaskHandle
-from ctrexec.tasks import Status
 from ctrexec.testing import audit
 
 KILLPOINT = Path(__file__).with_name("_killpoint.py")

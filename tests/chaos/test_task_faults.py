@@ -23,12 +23,13 @@ from _chaoslib import (
     wait_for,
 )
 
-from ctrexec import containers, errors, snapshots, tasks
-from ctrexec.client import Client
+from ctrexec import errors
+from ctrexec.containerd import containers, snapshots, tasks
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
 from ctrexec.mounts_table import mounts_under
 from ctrexec.taskconfig import TaskConfig
-from ctrexec.tasks import Status
 from ctrexec.testing import audit
 
 TICKER = "echo up; while true; do sleep 0.1; done"

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec import containers
-from ctrexec.client import Client
+from ctrexec.containerd import containers
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import Status
 from ctrexec.errors import NotFound
 from ctrexec.executor import Executor
 from ctrexec.supervisor import Supervisor, is_supervised
 from ctrexec.taskconfig import RestartPolicy, TaskConfig
-from ctrexec.tasks import Status
 
 WARNING = "ctrexec: warning: --rm: no `ctrexec supervise` runs for namespace ctrexec-test"
 

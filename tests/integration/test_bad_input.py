@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec.client import Client
+from ctrexec.containerd.client import Client
 from ctrexec.mounts_table import mounts_under
 from ctrexec.testing import NETNS_RELEASE_TIMEOUT, audit, wait_for
 
@@ -191,8 +191,8 @@ def test_group_up_that_fails_to_start_a_task_is_non_zero_and_undone(
 def test_netns_rm_refuses_running_tasks(
     client: Client, containerd_address: str, test_image: str, tmp_path: Path
 ) -> None:
-    from ctrexec import netns
     from ctrexec.executor import Executor
+    from ctrexec.net import netns
     from ctrexec.taskconfig import TaskConfig
 
     ns = netns.create("cxt-busy")

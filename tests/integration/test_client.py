@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from ctrexec import errors
-from ctrexec.client import Client
+from ctrexec.containerd.client import Client
 
 ROOT = Path(__file__).resolve().parents[2]
 

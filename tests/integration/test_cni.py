@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from ctrexec import cni, netns
 from ctrexec.errors import AlreadyExists, CNIError, InvalidArgument
+from ctrexec.net import cni, netns
 from ctrexec.testing import NETNS_RELEASE_TIMEOUT, wait_for
 
 PLUGIN_DIR = Path("/usr/lib/cni")

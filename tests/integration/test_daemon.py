@@ -5,8 +5,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from ctrexec.client import Client
-from ctrexec.daemon import DaemonPaths, EmbeddedContainerd
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
 from ctrexec.executor import Executor
 from ctrexec.mounts_table import mounts_under
 from ctrexec.taskconfig import TaskConfig

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from ctrexec import errors
-from ctrexec.client import Client
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
 from ctrexec.taskconfig import TaskConfig
-from ctrexec.tasks import Status
 
 HANG_GUARD = 20.0
 

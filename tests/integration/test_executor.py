@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec import errors, netns
-from ctrexec.client import Client
+from ctrexec import errors
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
 from ctrexec.mounts_table import mounts_under
+from ctrexec.net import netns
 from ctrexec.taskconfig import TaskConfig
-from ctrexec.tasks import Status
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec import errors, netns
-from ctrexec.client import Client
+from ctrexec import errors
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
 from ctrexec.groups import Groups, GroupSpec, load_group_file, parse_group
 from ctrexec.mounts_table import mounts_under
-from ctrexec.networks import Networks
+from ctrexec.net import netns
+from ctrexec.net.networks import Networks
 from ctrexec.supervisor import Supervisor
-from ctrexec.tasks import Status
 
 SUBNET = "10.231.180.0/24"
 

@@ -16,10 +16,11 @@ from pathlib import Path
 import attrs
 import pytest
 
-from ctrexec import _rpc, content, errors, images, snapshots
+from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
-from ctrexec.client import Client
-from ctrexec.content import Platform
+from ctrexec.containerd import content, images, snapshots
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.content import Platform
 
 SOURCE_NS = "default"
 PASSWD = b"root:x:0:0:root:/root:/bin/sh\nsvc:x:4242:4242:svc:/srv:/bin/false\n"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec import _nslib, netns
+from ctrexec import _nslib
 from ctrexec.cli.main import main as cli_main
 from ctrexec.errors import (
     AlreadyExists,
@@ -27,6 +27,7 @@ from ctrexec.errors import (
     NotFound,
     PermissionDenied,
 )
+from ctrexec.net import netns
 from ctrexec.testing import NETNS_RELEASE_TIMEOUT, namespace_id, netns_references, wait_for
 
 pytestmark = [

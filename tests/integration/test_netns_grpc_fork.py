@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from ctrexec import cni, netns
+from ctrexec.net import cni, netns
 
 pytestmark = [
     pytest.mark.integration,

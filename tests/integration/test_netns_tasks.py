@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec import errors, netns
-from ctrexec.client import Client
+from ctrexec import errors
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
 from ctrexec.mounts_table import mounts_under
+from ctrexec.net import netns
 from ctrexec.taskconfig import TaskConfig
-from ctrexec.tasks import Status
 from ctrexec.testing import host_audit, wait_for
 
 TAG = f"cxt-nt{secrets.token_hex(3)}"

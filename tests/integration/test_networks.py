@@ -27,10 +27,10 @@ from typing import Any
 
 import pytest
 
-from ctrexec import cni, netns
-from ctrexec.cni import PortMapping
 from ctrexec.errors import AlreadyExists, FailedPrecondition, InvalidArgument
-from ctrexec.networks import Networks
+from ctrexec.net import cni, netns
+from ctrexec.net.cni import PortMapping
+from ctrexec.net.networks import Networks
 from ctrexec.testing import NETNS_RELEASE_TIMEOUT, wait_for
 
 PLUGIN_DIR = Path("/usr/lib/cni")

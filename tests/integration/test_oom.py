@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec.client import Client
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
 from ctrexec.taskconfig import TaskConfig
-from ctrexec.tasks import Status
 
 #: Doubles a shell string for ever: the busybox-only way to allocate without end.
 HOG = ("sh", "-c", "x=a; while :; do x=$x$x; done")

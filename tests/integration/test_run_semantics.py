@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec.client import Client
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import Status
 from ctrexec.errors import CtrexecError
 from ctrexec.executor import Executor
 from ctrexec.taskconfig import TaskConfig
-from ctrexec.tasks import Status
 from ctrexec.testing import audit
 
 pytestmark = pytest.mark.integration

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from ctrexec import labels as lbl
-from ctrexec import netns
-from ctrexec.client import Client
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
+from ctrexec.net import netns
 from ctrexec.supervisor import Supervisor, should_restart
 from ctrexec.taskconfig import RestartPolicy, TaskConfig
-from ctrexec.tasks import Status
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from ctrexec import cni
 from ctrexec.errors import (
     AlreadyExists,
     CNIError,
@@ -26,6 +25,7 @@ from ctrexec.errors import (
     NetworkError,
     NotFound,
 )
+from ctrexec.net import cni
 
 pytestmark = pytest.mark.unit
 

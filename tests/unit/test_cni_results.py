@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ctrexec import cni
 from ctrexec.errors import CNIError, InvalidArgument, NetworkError
+from ctrexec.net import cni
 
 pytestmark = pytest.mark.unit
 

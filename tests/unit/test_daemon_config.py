@@ -3,7 +3,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from ctrexec.daemon import DaemonPaths, render_config
+from ctrexec.containerd.daemon import DaemonPaths, render_config
 from ctrexec.mounts_table import mount_points, mounts_under
 
 

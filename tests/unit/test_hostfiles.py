@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from ctrexec import hostfiles
+from ctrexec.net import hostfiles
 
 
 def _ensure_all_at_once(base: Path, netns_path: str, count: int) -> list[BaseException]:

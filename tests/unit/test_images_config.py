@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from ctrexec import content, errors
-from ctrexec.content import Descriptor, Platform
-from ctrexec.images import ImageConfig, parse_config_blob
-from ctrexec.snapshots import chain_ids
+from ctrexec import errors
+from ctrexec.containerd import content
+from ctrexec.containerd.content import Descriptor, Platform
+from ctrexec.containerd.images import ImageConfig, parse_config_blob
+from ctrexec.containerd.snapshots import chain_ids
 
 A = "sha256:c6f988f4874bb0add23a778f753c65efe992244e148a1d2ec2a8b664fb66bbd1"
 B = "sha256:5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"

@@ -12,9 +12,10 @@ import pytest
 from google.protobuf import empty_pb2
 from google.protobuf.message import Message
 
-from ctrexec import _rpc, content, errors, snapshots
+from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.content.v1 import content_pb2
-from ctrexec.content import Descriptor
+from ctrexec.containerd import content, snapshots
+from ctrexec.containerd.content import Descriptor
 
 
 class FakeStore:

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from ctrexec import content, errors
-from ctrexec.content import Platform, compatible_platforms, select_manifests
+from ctrexec import errors
+from ctrexec.containerd import content
+from ctrexec.containerd.content import Platform, compatible_platforms, select_manifests
 
 
 def _d(n: int) -> str:

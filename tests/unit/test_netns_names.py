@@ -8,8 +8,9 @@ import uuid
 
 import pytest
 
-from ctrexec import _nslib, netns
+from ctrexec import _nslib
 from ctrexec.errors import InvalidArgument, NotFound
+from ctrexec.net import netns
 
 pytestmark = pytest.mark.unit
 

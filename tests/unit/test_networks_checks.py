@@ -17,10 +17,10 @@ from typing import Any
 import attrs
 import pytest
 
-from ctrexec import cni, networks, ports
-from ctrexec.cni import PortMapping
 from ctrexec.errors import AlreadyExists, FailedPrecondition, InvalidArgument
-from ctrexec.networks import HostRoute, NetworkMode, Networks, parse_mode, parse_port
+from ctrexec.net import cni, networks, ports
+from ctrexec.net.cni import PortMapping
+from ctrexec.net.networks import HostRoute, NetworkMode, Networks, parse_mode, parse_port
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ from google.protobuf import any_pb2
 from ctrexec import errors
 from ctrexec._api.cgroups.v1 import metrics_pb2 as v1
 from ctrexec._api.cgroups.v2 import metrics_pb2 as v2
-from ctrexec.stats import decode
+from ctrexec.containerd.stats import decode
 
 
 def _pack(msg: v1.Metrics | v2.Metrics, name: str) -> any_pb2.Any:

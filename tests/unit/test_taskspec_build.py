@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from ctrexec import taskspec
+from ctrexec.containerd.runtimes import RUNC_V2, RuntimeChoice
 from ctrexec.oci.caps import DEFAULT_CAPABILITIES
 from ctrexec.oci.user import ResolvedUser
-from ctrexec.runtimes import RUNC_V2, RuntimeChoice
 from ctrexec.taskconfig import TaskConfig
 
 pytestmark = pytest.mark.unit

@@ -37,8 +37,8 @@ from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.diff.v1 import diff_pb2
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec._api.containerd.types import mount_pb2
-from ctrexec.client import Client
-from ctrexec.content import DATA_TIMEOUT, Descriptor, layer_compression, timestamp
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.content import DATA_TIMEOUT, Descriptor, layer_compression, timestamp
 
 T = TypeVar("T")
 

@@ -1,6 +1,6 @@
 """CNI configuration and results as values: parse, validate, derive -- never exec.
 
-This is the data half of the CNI spec, split from :mod:`ctrexec.cni` (which runs
+This is the data half of the CNI spec, split from :mod:`ctrexec.net.cni` (which runs
 plugins and keeps the result cache) so that it stays pure: nothing here spawns a
 process, enters a namespace or writes a file, so every rule is unit-testable
 without root, and the runtime reads as what it does with these values.
@@ -17,7 +17,7 @@ without root, and the runtime reads as what it does with these values.
 - :class:`Attachment` is the record of one ADD that the runtime caches;
   :func:`bridge_conflist` builds ctrexec's default network.
 
-:mod:`ctrexec.cni` re-exports the public names, so ``from ctrexec.cni import X``
+:mod:`ctrexec.net.cni` re-exports the public names, so ``from ctrexec.net.cni import X``
 keeps working.
 """
 
@@ -35,8 +35,8 @@ from typing import Any
 
 import attrs
 
-from ctrexec import netns as _netns
 from ctrexec.errors import CNIError, InvalidArgument, NetworkError, NotFound
+from ctrexec.net import netns as _netns
 
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0")
 #: host-local's state; under /run so a reboot (which also drops every namespace)
@@ -191,8 +191,8 @@ class PortMapping:
 class Attachment:
     """A cached ADD: enough to CHECK and DEL later, and to recover the addresses.
 
-    :class:`ctrexec.cni.CNI` owns the cache file format; this is only the value
-    it stores and returns (:meth:`ctrexec.cni.CNI.attachment`).
+    :class:`ctrexec.net.cni.CNI` owns the cache file format; this is only the value
+    it stores and returns (:meth:`ctrexec.net.cni.CNI.attachment`).
 
     ``result`` is None while the ADD runs -- and forever if the process died
     mid-ADD: the record is written *before* the first plugin runs so that DEL
@@ -538,7 +538,7 @@ def bridge_conflist(
     ``isGateway`` gives the bridge the gateway address (and the host a route to
     the subnet, which portmap needs for 127.0.0.1); ``hairpinMode`` lets a task
     reach itself through a published port; portmap's ``snat`` makes published
-    ports answer on localhost. ``lo`` is not a plugin here: :func:`ctrexec.netns.create`
+    ports answer on localhost. ``lo`` is not a plugin here: :func:`ctrexec.net.netns.create`
     already set it up. Note: the bridge plugin enables net.ipv4.ip_forward.
     """
     validate_network_name(name)

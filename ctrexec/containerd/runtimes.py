@@ -14,7 +14,7 @@ import attrs
 from google.protobuf import any_pb2
 
 from ctrexec._api.runc.options import oci_pb2
-from ctrexec.containers import Runtime
+from ctrexec.containerd.containers import Runtime
 from ctrexec.errors import InvalidArgument
 
 RUNC_V2 = "io.containerd.runc.v2"

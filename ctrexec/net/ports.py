@@ -11,7 +11,7 @@ here before an ADD:
   by an interrupted ADD counts too, since its rules may exist);
 - :func:`check_host_free` by binding a socket to the port for a moment.
 
-The value type is :class:`ctrexec.cni.PortMapping` (what portmap receives as its
+The value type is :class:`ctrexec.net.cni.PortMapping` (what portmap receives as its
 ``portMappings`` capability), so nothing is translated twice.
 """
 
@@ -27,9 +27,9 @@ from typing import Any
 
 import attrs
 
-from ctrexec import cni
-from ctrexec.cni import PortMapping
 from ctrexec.errors import AlreadyExists, InvalidArgument, NetworkError
+from ctrexec.net import cni
+from ctrexec.net.cni import PortMapping
 
 #: What ``parse_port`` accepts after the "/". portmap also knows sctp, but a busy
 #: sctp port cannot be probed portably, so ctrexec does not offer it.

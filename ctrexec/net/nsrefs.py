@@ -14,7 +14,7 @@ a thread of some process. A bridge port is *going away* when it is a veth whose 
 namespace is dying (no nsid, or the nsid no longer resolves) or pinned by neither;
 every other port (a live peer, a peer in the host namespace, not a veth) is in use.
 A namespace held only by an open fd or socket somewhere looks like going away; the
-caller's bound on the wait (:meth:`ctrexec.networks.Networks.remove_bridge`) is what
+caller's bound on the wait (:meth:`ctrexec.net.networks.Networks.remove_bridge`) is what
 turns that into an error instead of a hang.
 """
 

@@ -21,7 +21,7 @@ from google.protobuf import empty_pb2
 
 from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.tasks.v1 import tasks_pb2
-from ctrexec.client import Client
+from ctrexec.containerd.client import Client
 from ctrexec.mounts_table import mounts_under, unmount_all
 
 DEFAULT_STATE_DIR = Path("/run/ctrexec/containerd")

@@ -37,7 +37,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._api.containerd.types import descriptor_pb2
-from ctrexec.client import Client
+from ctrexec.containerd.client import Client
 
 # -- media types ---------------------------------------------------------------------
 

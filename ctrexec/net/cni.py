@@ -30,9 +30,9 @@ Choices that matter for ctrexec's reliability goals:
   plugins; each plugin gets its own session so a timeout kills its helpers too.
 
 The value side -- conflist validation, each plugin's stdin, result and error
-parsing -- lives in :mod:`ctrexec.cniconf`, which never execs anything; this module
-runs plugins and remembers what they did. The public names of :mod:`ctrexec.cniconf`
-are re-exported here, so ``from ctrexec.cni import X`` works for both.
+parsing -- lives in :mod:`ctrexec.net.cniconf`, which never execs anything; this module
+runs plugins and remembers what they did. The public names of :mod:`ctrexec.net.cniconf`
+are re-exported here, so ``from ctrexec.net.cni import X`` works for both.
 """
 
 from __future__ import annotations
@@ -50,8 +50,15 @@ from typing import Any
 
 import attrs
 
-from ctrexec import netns as _netns
-from ctrexec.cniconf import (
+from ctrexec.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NetworkError,
+    NotFound,
+)
+from ctrexec.net import netns as _netns
+from ctrexec.net.cniconf import (
     _NAME_RE,
     CNIDNS,
     DEFAULT_IPAM_DIR,
@@ -77,13 +84,6 @@ from ctrexec.cniconf import (
     parse_result,
     validate_container_id,
     validate_network_name,
-)
-from ctrexec.errors import (
-    AlreadyExists,
-    FailedPrecondition,
-    InvalidArgument,
-    NetworkError,
-    NotFound,
 )
 
 __all__ = [

@@ -23,10 +23,11 @@ from typing import Any
 import attrs
 from google.protobuf import empty_pb2
 
-from ctrexec import _rpc, content, errors, snapshots
+from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.images.v1 import images_pb2
-from ctrexec.client import Client
-from ctrexec.content import (
+from ctrexec.containerd import content, snapshots
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.content import (
     Descriptor,
     Platform,
     as_platform,

@@ -13,8 +13,8 @@ import attrs
 from ctrexec import _rpc
 from ctrexec._api.containerd.events import task_pb2 as task_events
 from ctrexec._api.containerd.services.events.v1 import events_pb2
-from ctrexec.client import Client
-from ctrexec.tasks import ExitStatus, from_timestamp
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import ExitStatus, from_timestamp
 
 TASK_EXIT_TOPIC = "/tasks/exit"
 TASK_OOM_TOPIC = "/tasks/oom"

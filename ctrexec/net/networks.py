@@ -1,7 +1,7 @@
 """Wiring a group's network namespace: none, host, ctrexec's bridge, or a CNI network.
 
-A group owns one pinned namespace (:mod:`ctrexec.netns`); this module gives it its
-network through CNI (:mod:`ctrexec.cni`), keyed by the group name as the CNI
+A group owns one pinned namespace (:mod:`ctrexec.net.netns`); this module gives it its
+network through CNI (:mod:`ctrexec.net.cni`), keyed by the group name as the CNI
 container id, always as ``eth0``. What the design asks of it:
 
 - **One ADD per attachment, even across crashes.** :meth:`Networks.setup` is
@@ -38,11 +38,6 @@ from typing import Any, Literal
 
 import attrs
 
-from ctrexec import cni as _cni
-from ctrexec import netns as _netns
-from ctrexec import nsrefs as _nsrefs
-from ctrexec import ports as _ports
-from ctrexec.cni import CNI, NetworkConfigList, PortMapping
 from ctrexec.errors import (
     CtrexecError,
     FailedPrecondition,
@@ -50,7 +45,12 @@ from ctrexec.errors import (
     NetworkError,
     NotFound,
 )
-from ctrexec.ports import parse_port
+from ctrexec.net import cni as _cni
+from ctrexec.net import netns as _netns
+from ctrexec.net import nsrefs as _nsrefs
+from ctrexec.net import ports as _ports
+from ctrexec.net.cni import CNI, NetworkConfigList, PortMapping
+from ctrexec.net.ports import parse_port
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class Attachment:
     interface: str | None = None
 
     def addresses(self) -> list[str]:
-        """Bare IPs, for /etc/hosts (:func:`ctrexec.hostfiles.ensure`)."""
+        """Bare IPs, for /etc/hosts (:func:`ctrexec.net.hostfiles.ensure`)."""
         return [str(ipaddress.ip_interface(ip).ip) for ip in self.ips]
 
 
@@ -547,7 +547,7 @@ class Networks:
         for ``network prune``, tests and uninstall. The kernel frees a removed
         namespace asynchronously, so the host end of its veth can hang on the bridge
         for a while after ``group down`` or ``netns rm`` returned; such ports (see
-        :mod:`ctrexec.nsrefs`) are waited for, up to ``timeout`` seconds. A port
+        :mod:`ctrexec.net.nsrefs`) are waited for, up to ``timeout`` seconds. A port
         whose namespace is still pinned is refused at once (FailedPrecondition), as
         is a port still there when the wait runs out. The route and per-interface
         sysctls go with the link; portmap's CNI-HOSTPORT-* chains are shared by

@@ -20,11 +20,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ctrexec import tasks
-from ctrexec.client import Client
+from ctrexec.containerd import tasks
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import ExitStatus, Stdio
 from ctrexec.errors import CtrexecError, DeadlineExceeded
 from ctrexec.taskconfig import ExecResult
-from ctrexec.tasks import ExitStatus, Stdio
 
 #: Output beyond this is dropped (and counted) so a chatty exec cannot exhaust memory.
 MAX_CAPTURE = 16 * 1024 * 1024

@@ -24,7 +24,7 @@ from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.tasks.v1 import tasks_pb2
 from ctrexec._api.containerd.types import mount_pb2
 from ctrexec._api.containerd.types.task import task_pb2
-from ctrexec.client import Client
+from ctrexec.containerd.client import Client
 
 PROCESS_SPEC_TYPE_URL = "types.containerd.io/opencontainers/runtime-spec/1/Process"
 
@@ -325,7 +325,7 @@ def resume(client: Client, container_id: str) -> None:
 
 
 def metrics(client: Client, container_id: str) -> any_pb2.Any | None:
-    """The raw cgroup metrics Any for one task (decode with :mod:`ctrexec.stats`)."""
+    """The raw cgroup metrics Any for one task (decode with :mod:`ctrexec.containerd.stats`)."""
     return metrics_of(client, [container_id]).get(container_id)
 
 

@@ -17,7 +17,7 @@ from google.protobuf import any_pb2, empty_pb2, field_mask_pb2
 
 from ctrexec import _rpc
 from ctrexec._api.containerd.services.containers.v1 import containers_pb2
-from ctrexec.client import Client
+from ctrexec.containerd.client import Client
 
 SPEC_TYPE_URL = "types.containerd.io/opencontainers/runtime-spec/1/Spec"
 
