@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Iterator, Sequence
@@ -236,13 +237,15 @@ class Dockerd:
 @contextlib.contextmanager
 def dockerd(base: Path, containerd: str, archive: Path) -> Iterator[Dockerd]:
     daemon = Dockerd(base, containerd)
-    problems: list[str] = []
     try:
         daemon.start()
         daemon.import_image(archive)
         yield daemon
-    finally:
-        problems = daemon.stop()
+    except BaseException:
+        for p in daemon.stop():  # the step's own error is the one raised
+            print(f"bench/run: {p}", file=sys.stderr)
+        raise
+    problems = daemon.stop()
     if problems:
         raise BenchError("; ".join(problems))
 

@@ -166,13 +166,13 @@ def _latency_details(r: Results) -> list[tuple[str, ...]]:
     for key, values in r.samples.get("burst", {}).items():
         rows.append(
             (f"{r.burst} at once, groups/s: {key}", f"{statistics.median(values):.1f}",
-             f"{percentile(values, 10):.1f} (p10)", f"{min(values):.1f}", str(len(values)))
+             f"{percentile(values, 10):.1f}", f"{min(values):.1f}", str(len(values)))
         )  # fmt: skip
     return rows
 
 
 def details(r: Results) -> tuple[Table, Table]:
-    lat = (("latency, ms", "median", "p90", "min", "n"), _latency_details(r))
+    lat = (("latency, ms", "median", "p90 (rates: p10)", "min", "n"), _latency_details(r))
     order = ("group", "single", "ctr", "docker")
     header = (
         f"memory, {r.group_size} tasks in one group",
