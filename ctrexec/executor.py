@@ -19,9 +19,9 @@ from pathlib import Path
 
 import attrs
 
+from ctrexec import _linux, taskspec
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
-from ctrexec import taskspec
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.execs import run_exec
@@ -468,7 +468,7 @@ class Executor:
             leaf = f"ctrexec/{self.client.namespace}/{task_id}"
             last = not containers.list_containers(self.client)
             tasks.wait_until(
-                lambda: remove_empty_cgroups(leaf, parents=last),
+                lambda: _linux.remove_empty_cgroups(leaf, parents=last),
                 timeout=2.0,
             )
         with self._locks_guard:
@@ -513,34 +513,6 @@ class Executor:
             raise
         except CtrexecError as exc:
             raise _command_error(exc) from exc
-
-
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-
-
-def remove_empty_cgroups(relative: str, *, parents: bool = True) -> bool:
-    """rmdir a task's cgroup and, with ``parents``, the parents runc made for it.
-
-    runc removes a task's own cgroup but not the ``/ctrexec/<namespace>`` parents it
-    created; the kernel refuses to remove a cgroup that still has children or
-    processes, so a parent still in use by another task stays. Returns True when the
-    task's own cgroup is gone from every hierarchy.
-    """
-    hierarchies = [CGROUP_ROOT, *[p for p in CGROUP_ROOT.iterdir() if p.is_dir()]]
-    parts = Path(relative).parts
-    gone = True
-    for base in hierarchies:
-        for depth in range(len(parts), 0 if parents else len(parts) - 1, -1):
-            path = base.joinpath(*parts[:depth])
-            try:
-                path.rmdir()
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            except OSError:
-                if depth == len(parts):
-                    gone = False
-                break
-    return gone
 
 
 def _command_error(exc: CtrexecError) -> CtrexecError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal as signals
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -51,6 +52,14 @@ def parse_signal(value: str | int) -> int:
         return int(signals.Signals[name])
     except KeyError as exc:
         raise InvalidArgument(f"invalid signal {value!r}") from exc
+
+
+def host_bounding_capabilities() -> list[str]:
+    """This process's capability bounding set: all that ``--privileged`` can grant.
+
+    Read here, not in :mod:`ctrexec.oci`, so the spec builders stay free of I/O.
+    """
+    return caps.bounding_capabilities(Path("/proc/self/status").read_text())
 
 
 def check_config(config: TaskConfig, *, containerd_address: str | None = None) -> CheckedConfig:
@@ -133,7 +142,7 @@ def build(
     if cfg.pids_limit is not None:
         opts.append(resources.with_pids_limit(cfg.pids_limit))
     if cfg.privileged:
-        opts.append(oci.with_privileged())
+        opts.append(oci.with_privileged(capabilities=host_bounding_capabilities()))
     else:
         # Drop first, then add: docker reads ``--cap-drop ALL --cap-add X`` as "only X".
         if cfg.cap_drop:

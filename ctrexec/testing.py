@@ -21,10 +21,10 @@ from pathlib import Path
 
 from ctrexec import _rpc
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
+from ctrexec._linux import mount_points, mounts_under
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
-from ctrexec.mounts_table import mount_points, mounts_under
 
 TEST_ADDRESS_ENV = "CTREXEC_TEST_ADDRESS"
 #: Snapshot kinds from containerd's snapshots API.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -17,6 +17,7 @@ from google.protobuf import any_pb2, empty_pb2, field_mask_pb2
 
 from ctrexec import _rpc
 from ctrexec._api.containerd.services.containers.v1 import containers_pb2
+from ctrexec.containerd._proto import from_timestamp
 from ctrexec.containerd.client import Client
 
 SPEC_TYPE_URL = "types.containerd.io/opencontainers/runtime-spec/1/Spec"
@@ -47,11 +48,7 @@ class Container:
     @classmethod
     def from_proto(cls, c: containers_pb2.Container) -> Container:
         spec = json.loads(c.spec.value) if c.spec.value else {}
-        created = (
-            datetime.fromtimestamp(c.created_at.seconds + c.created_at.nanos / 1e9, tz=UTC)
-            if c.HasField("created_at")
-            else None
-        )
+        created = from_timestamp(c.created_at)
         options = any_pb2.Any()
         if c.runtime.HasField("options"):
             options.CopyFrom(c.runtime.options)

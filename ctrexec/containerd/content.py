@@ -26,17 +26,17 @@ import queue
 import re
 import secrets
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import attrs
 from google.protobuf import empty_pb2, field_mask_pb2
 from google.protobuf.message import Message
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._api.containerd.types import descriptor_pb2
+from ctrexec.containerd._proto import from_timestamp
 from ctrexec.containerd.client import Client
 
 # -- media types ---------------------------------------------------------------------
@@ -193,16 +193,9 @@ class ContentInfo:
             msg.digest,
             msg.size,
             dict(msg.labels),
-            timestamp(msg.created_at),
-            timestamp(msg.updated_at),
+            from_timestamp(msg.created_at),
+            from_timestamp(msg.updated_at),
         )
-
-
-def timestamp(ts: Timestamp) -> datetime | None:
-    """A protobuf timestamp as an aware datetime; None when unset."""
-    if ts.seconds == 0 and ts.nanos == 0:
-        return None
-    return ts.ToDatetime(tzinfo=UTC)
 
 
 # -- platforms ---------------------------------------------------------------------------

@@ -17,12 +17,11 @@ import time
 from pathlib import Path
 
 import attrs
-from google.protobuf import empty_pb2
 
-from ctrexec import _rpc, errors
-from ctrexec._api.containerd.services.tasks.v1 import tasks_pb2
+from ctrexec import errors
+from ctrexec._linux import mounts_under, unmount_all
+from ctrexec.containerd import tasks
 from ctrexec.containerd.client import Client
-from ctrexec.mounts_table import mounts_under, unmount_all
 
 DEFAULT_STATE_DIR = Path("/run/ctrexec/containerd")
 DEFAULT_ROOT_DIR = Path("/var/lib/ctrexec/containerd")
@@ -188,11 +187,12 @@ class EmbeddedContainerd:
         with Client.connect(self.address) as root:
             for ns in root.namespaces():
                 client = root.with_namespace(ns)
-                tasks = client.call(
-                    _rpc.TASKS, "List", tasks_pb2.ListTasksRequest(), tasks_pb2.ListTasksResponse
-                )
-                for t in tasks.tasks:
-                    _kill_and_delete(client, t.id, timeout)
+                for state in tasks.list_tasks(client):
+                    # One stuck task must not keep the others' shims alive.
+                    with contextlib.suppress(
+                        errors.NotFound, errors.FailedPrecondition, errors.DeadlineExceeded
+                    ):
+                        tasks.force_delete(client, state.container_id, timeout=timeout)
 
     def stop(self, *, timeout: float = 10.0, kill_tasks: bool = True) -> None:
         """Stop the daemon (and, by default, its tasks) and detach leftover mounts."""
@@ -206,30 +206,6 @@ class EmbeddedContainerd:
         with contextlib.suppress(FileNotFoundError):
             self.paths.pidfile.unlink()
         unmount_all(mounts_under(self.paths.state) + mounts_under(self.paths.root))
-
-
-def _kill_and_delete(client: Client, task_id: str, timeout: float) -> None:
-    with contextlib.suppress(errors.NotFound, errors.FailedPrecondition):
-        client.call(
-            _rpc.TASKS,
-            "Kill",
-            tasks_pb2.KillRequest(container_id=task_id, signal=signal.SIGKILL, all=True),
-            empty_pb2.Empty,
-        )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            client.call(
-                _rpc.TASKS,
-                "Delete",
-                tasks_pb2.DeleteTaskRequest(container_id=task_id),
-                tasks_pb2.DeleteResponse,
-            )
-            return
-        except errors.NotFound:
-            return
-        except errors.FailedPrecondition:
-            time.sleep(0.05)  # still stopping
 
 
 def _terminate(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float) -> None:

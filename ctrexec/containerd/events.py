@@ -13,8 +13,9 @@ import attrs
 from ctrexec import _rpc
 from ctrexec._api.containerd.events import task_pb2 as task_events
 from ctrexec._api.containerd.services.events.v1 import events_pb2
+from ctrexec.containerd._proto import from_timestamp
 from ctrexec.containerd.client import Client
-from ctrexec.containerd.tasks import ExitStatus, from_timestamp
+from ctrexec.containerd.tasks import ExitStatus
 
 TASK_EXIT_TOPIC = "/tasks/exit"
 TASK_OOM_TOPIC = "/tasks/oom"

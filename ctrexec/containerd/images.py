@@ -23,9 +23,10 @@ from typing import Any
 import attrs
 from google.protobuf import empty_pb2
 
-from ctrexec import _rpc, errors
+from ctrexec import _linux, _rpc, errors
 from ctrexec._api.containerd.services.images.v1 import images_pb2
 from ctrexec.containerd import content, snapshots
+from ctrexec.containerd._proto import from_timestamp
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import (
     Descriptor,
@@ -400,9 +401,7 @@ def list_images(client: Client, *, platform: Platform | str | None = None) -> li
             size = _find(client, rec, want)[0].size
         except (errors.NotFound, errors.InvalidArgument, errors.ResourceExhausted, errors.Internal):
             size = rec.target.size  # content missing or for other platforms only
-        out.append(
-            ImageSummary(rec.name, rec.target.digest, size, content.timestamp(rec.created_at))
-        )
+        out.append(ImageSummary(rec.name, rec.target.digest, size, from_timestamp(rec.created_at)))
     return sorted(out, key=lambda s: s.name)
 
 
@@ -550,7 +549,7 @@ def read_rootfs_files(
     paths: Iterable[str],
     *,
     snapshotter: str = DEFAULT_SNAPSHOTTER,
-    max_bytes: int = snapshots.MAX_FILE_BYTES,
+    max_bytes: int = _linux.MAX_FILE_BYTES,
 ) -> dict[str, bytes | None]:
     """Read files from the unpacked image without running it (None: no such file).
 

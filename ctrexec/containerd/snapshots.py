@@ -8,39 +8,32 @@ Create snapshots under a lease (``lease=``): containerd collects any snapshot th
 lease, container or GC label references, sometimes before the caller's next call.
 
 :func:`read_files` mounts a snapshot's mounts in a mount namespace private to one
-short-lived thread, so the mount is never visible on the host and disappears with
-the thread even if ctrexec is killed halfway.
+short-lived thread (:func:`ctrexec._linux.in_private_mount_namespace`), so the mount
+is never visible on the host and disappears with the thread even if ctrexec is
+killed halfway; the files are read through the one root-confined reader,
+:func:`ctrexec._linux.read_in_root`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
-import errno
 import hashlib
-import os
 import secrets
-import stat
 import tempfile
-import threading
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
 
 import attrs
 from google.protobuf import empty_pb2
 
-from ctrexec import _rpc, errors
+from ctrexec import _linux, _rpc, errors
 from ctrexec._api.containerd.services.diff.v1 import diff_pb2
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec._api.containerd.types import mount_pb2
+from ctrexec.containerd._proto import from_timestamp
 from ctrexec.containerd.client import Client
-from ctrexec.containerd.content import DATA_TIMEOUT, Descriptor, layer_compression, timestamp
-
-T = TypeVar("T")
+from ctrexec.containerd.content import DATA_TIMEOUT, Descriptor, layer_compression
 
 DEFAULT_SNAPSHOTTER = "overlayfs"
 _KINDS = {
@@ -110,7 +103,11 @@ def stat_snapshot(client: Client, key: str, snapshotter: str) -> SnapshotInfo | 
         return None
     i = resp.info
     return SnapshotInfo(
-        i.name, i.parent, _KINDS.get(i.kind, "unknown"), dict(i.labels), timestamp(i.created_at)
+        i.name,
+        i.parent,
+        _KINDS.get(i.kind, "unknown"),
+        dict(i.labels),
+        from_timestamp(i.created_at),
     )
 
 
@@ -287,225 +284,7 @@ def _apply(
         )
 
 
-# -- mounting in a private mount namespace -----------------------------------------------
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-CLONE_NEWNS = 0x00020000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-MNT_DETACH = 2
-#: containerd's mount option words that are flags (``mount_linux.go``); the rest is data.
-_FLAG_OPTIONS = {
-    "bind": MS_BIND,
-    "rbind": MS_BIND | MS_REC,
-    "ro": MS_RDONLY,
-    "nosuid": MS_NOSUID,
-    "nodev": MS_NODEV,
-    "noexec": MS_NOEXEC,
-}
-_IGNORED_OPTIONS = frozenset(
-    {
-        "rw",
-        "defaults",
-        "suid",
-        "dev",
-        "exec",
-        "remount",
-        "private",
-        "rprivate",
-        "shared",
-        "rshared",
-        "slave",
-        "rslave",
-        "relatime",
-        "noatime",
-        "strictatime",
-        "sync",
-        "async",
-    }
-)
-#: Every mount made for reading is read-only, without setuid, devices or exec.
-_SAFE_FLAGS = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
-
-
-def _check(ret: int, what: str) -> None:
-    if ret != 0:
-        err = ctypes.get_errno()
-        cls = errors.PermissionDenied if err in (errno.EPERM, errno.EACCES) else errors.Internal
-        raise cls(f"{what}: {os.strerror(err)}")
-
-
-def _sys_mount(source: str | None, target: str, fstype: str | None, flags: int, data: str) -> None:
-    def enc(s: str | None) -> bytes | None:
-        return None if s is None else os.fsencode(s)
-
-    ret = _libc.mount(
-        enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data or None)
-    )
-    _check(ret, f"mount {fstype or 'bind'} {source} on {target}")
-
-
-def split_options(options: Iterable[str]) -> tuple[int, list[str]]:
-    """Split containerd mount options into mount(2) flags and filesystem data."""
-    flags, data = 0, []
-    for opt in options:
-        if opt in _FLAG_OPTIONS:
-            flags |= _FLAG_OPTIONS[opt]
-        elif opt not in _IGNORED_OPTIONS:
-            data.append(opt)
-    return flags, data
-
-
-def compact_lowerdir(data: list[str], limit: int) -> tuple[list[str], str | None]:
-    """Shorten a too-long ``lowerdir=`` by making it relative to a common directory.
-
-    The kernel takes at most a page of mount data; containerd chdirs into the
-    snapshots directory for that. Returns the new data and the directory to chdir to.
-    """
-    if len(",".join(data)) < limit:
-        return data, None
-    idx = next((i for i, d in enumerate(data) if d.startswith("lowerdir=")), None)
-    if idx is None:
-        return data, None
-    dirs = data[idx].removeprefix("lowerdir=").split(":")
-    common = os.path.commonpath(dirs)
-    if not common or common == "/" or any(d == common for d in dirs):
-        return data, None
-    rel = [os.path.relpath(d, common) for d in dirs]
-    return [*data[:idx], "lowerdir=" + ":".join(rel), *data[idx + 1 :]], common
-
-
-def mount_readonly(mounts: Sequence[Mount], target: str) -> None:
-    """Mount ``mounts`` one over the other on ``target``, read-only and inert.
-
-    Call only from a thread inside :func:`in_private_mount_namespace`: a relative
-    ``lowerdir`` changes that thread's working directory.
-    """
-    for m in mounts:
-        flags, data = split_options(m.options)
-        if m.type == "bind" or flags & MS_BIND:
-            _sys_mount(m.source, target, None, MS_BIND | (flags & MS_REC), "")
-            _sys_mount(None, target, None, MS_REMOUNT | MS_BIND | _SAFE_FLAGS, "")
-            continue
-        data, chdir = compact_lowerdir(data, os.sysconf("SC_PAGE_SIZE") - 1)
-        if chdir is not None:
-            os.chdir(chdir)
-        _sys_mount(m.source, target, m.type, (flags & ~MS_BIND) | _SAFE_FLAGS, ",".join(data))
-
-
-def unmount_all_at(target: str) -> None:
-    """Detach every mount stacked on ``target``."""
-    for _ in range(64):
-        if _libc.umount2(os.fsencode(target), MNT_DETACH) != 0:
-            return
-
-
-def in_private_mount_namespace(fn: Callable[[], T]) -> T:
-    """Run ``fn`` in a new thread that has its own mount namespace, and return its result.
-
-    The namespace (and every mount made in it) ends with the thread; nothing ever
-    propagates to the host. Needs CAP_SYS_ADMIN. No fork happens, so it is safe
-    while gRPC threads run.
-    """
-    result: list[T] = []
-    failure: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            _check(_libc.unshare(CLONE_NEWNS), "unshare mount namespace")
-            _sys_mount(None, "/", None, MS_REC | MS_PRIVATE, "")
-            result.append(fn())
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=body, name="ctrexec-mountns", daemon=True)
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return result[0]
-
-
-# -- reading files inside a root, never escaping it --------------------------------------
-
-MAX_FILE_BYTES = 16 * 1024 * 1024
-_MAX_SYMLINKS = 40
-
-
-def _components(path: str) -> list[str]:
-    return [p for p in path.split("/") if p not in ("", ".")]
-
-
-def open_in_root(root_fd: int, path: str) -> int | None:
-    """Open a regular file as if ``root_fd`` were ``/`` (symlinks and ``..`` stay inside).
-
-    Each component is looked at with no symlink following; symlinks are resolved by
-    hand against the root. Returns an fd, or None when there is no regular file there.
-    """
-    todo = deque(_components(path))
-    stack = [os.dup(root_fd)]
-    links = 0
-    try:
-        while todo:
-            name = todo.popleft()
-            if name == "..":
-                if len(stack) > 1:
-                    os.close(stack.pop())
-                continue
-            try:
-                st = os.stat(name, dir_fd=stack[-1], follow_symlinks=False)
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-            if stat.S_ISLNK(st.st_mode):
-                links += 1
-                if links > _MAX_SYMLINKS:
-                    return None
-                target = os.readlink(name, dir_fd=stack[-1])
-                if target.startswith("/"):
-                    while len(stack) > 1:
-                        os.close(stack.pop())
-                todo.extendleft(reversed(_components(target)))
-                continue
-            if todo:
-                if not stat.S_ISDIR(st.st_mode):
-                    return None
-                flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-                stack.append(os.open(name, flags, dir_fd=stack[-1]))
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                return None
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            fd = os.open(name, flags, dir_fd=stack[-1])
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                os.close(fd)
-                return None
-            return fd
-        return None  # the root itself, or a path ending in a directory
-    finally:
-        for fd in stack:
-            os.close(fd)
-
-
-def read_in_root(
-    root: str, paths: Iterable[str], *, max_bytes: int = MAX_FILE_BYTES
-) -> dict[str, bytes | None]:
-    """Read each path below ``root`` (see :func:`open_in_root`); None when absent."""
-    out: dict[str, bytes | None] = {}
-    root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for path in paths:
-            fd = open_in_root(root_fd, path)
-            if fd is None:
-                out[path] = None
-                continue
-            with os.fdopen(fd, "rb") as f:
-                data = f.read(max_bytes + 1)
-            if len(data) > max_bytes:
-                raise errors.ResourceExhausted(f"{path} is larger than {max_bytes} bytes")
-            out[path] = data
-    finally:
-        os.close(root_fd)
-    return out
+# -- reading files of a snapshot ----------------------------------------------------------
 
 
 def check_paths(paths: Iterable[str]) -> list[str]:
@@ -517,21 +296,21 @@ def check_paths(paths: Iterable[str]) -> list[str]:
 
 
 def read_files(
-    mounts: Sequence[Mount], paths: Iterable[str], *, max_bytes: int = MAX_FILE_BYTES
+    mounts: Sequence[Mount], paths: Iterable[str], *, max_bytes: int = _linux.MAX_FILE_BYTES
 ) -> dict[str, bytes | None]:
     """Mount ``mounts`` read-only in a private namespace and read ``paths`` inside them."""
     wanted = check_paths(paths)
     tmp = tempfile.mkdtemp(prefix="ctrexec-rootfs-")
 
     def work() -> dict[str, bytes | None]:
-        mount_readonly(mounts, tmp)
+        _linux.mount_readonly(mounts, tmp)
         try:
-            return read_in_root(tmp, wanted, max_bytes=max_bytes)
+            return _linux.read_in_root(tmp, wanted, max_bytes=max_bytes)
         finally:
-            unmount_all_at(tmp)
+            _linux.unmount_all_at(tmp)
 
     try:
-        return in_private_mount_namespace(work)
+        return _linux.in_private_mount_namespace(work)
     finally:
         with contextlib.suppress(OSError):
             Path(tmp).rmdir()
@@ -543,7 +322,7 @@ def read_snapshot_files(
     paths: Iterable[str],
     *,
     snapshotter: str = DEFAULT_SNAPSHOTTER,
-    max_bytes: int = MAX_FILE_BYTES,
+    max_bytes: int = _linux.MAX_FILE_BYTES,
 ) -> dict[str, bytes | None]:
     """Read files of the committed snapshot ``parent`` through a temporary view.
 

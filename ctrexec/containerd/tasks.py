@@ -14,7 +14,7 @@ import json
 import signal as signals
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -24,6 +24,7 @@ from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.tasks.v1 import tasks_pb2
 from ctrexec._api.containerd.types import mount_pb2
 from ctrexec._api.containerd.types.task import task_pb2
+from ctrexec.containerd._proto import from_timestamp
 from ctrexec.containerd.client import Client
 
 PROCESS_SPEC_TYPE_URL = "types.containerd.io/opencontainers/runtime-spec/1/Process"
@@ -104,12 +105,6 @@ class Stdio:
     stdout: str = ""
     stderr: str = ""
     terminal: bool = False
-
-
-def from_timestamp(ts: Any) -> datetime | None:
-    if ts is None or (ts.seconds == 0 and ts.nanos == 0):
-        return None
-    return datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=UTC)
 
 
 def _exit(code: int, ts: Any) -> ExitStatus:

@@ -8,7 +8,7 @@ every task of a group can die, restart or be replaced and rejoin the same networ
 Why no fork: gRPC channels live in this process and gRPC does not support fork once
 a channel exists. ``pyroute2.netns.create`` and ``IPRoute(netns=...)`` fork a helper,
 so they are not used. Instead, the network namespace being a per-*thread* attribute,
-namespace work happens on a fresh, short-lived thread (see :mod:`ctrexec._nslib`):
+namespace work happens on a fresh, short-lived thread (see :mod:`ctrexec._linux`):
 
 - :func:`create` unshares CLONE_NEWNET on that thread, bind-mounts
   ``/proc/thread-self/ns/net`` (not ``/proc/self``: that is the main thread's) onto
@@ -42,7 +42,7 @@ import attrs
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from ctrexec import _nslib
+from ctrexec import _linux
 from ctrexec.errors import (
     AlreadyExists,
     CtrexecError,
@@ -217,20 +217,20 @@ def _verify_fd(fd: int, path: str, *, allow_host: bool) -> os.stat_result:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise InvalidArgument(f"{path} is not a network namespace (not a regular file)")
-    if _nslib.fstatfs_type(fd) != _nslib.NSFS_MAGIC:
+    if _linux.fstatfs_type(fd) != _linux.NSFS_MAGIC:
         raise InvalidArgument(
             f"{path} is not a network namespace: it is a plain file, not an nsfs "
             "mount (a namespace that was removed, or never bind-mounted)"
         )
     try:
-        kind = _nslib.ns_type(fd)
+        kind = _linux.ns_type(fd)
     except OSError as exc:  # kernels < 4.11 lack the ioctl; nsfs magic already matched
         if exc.errno not in (errno.ENOTTY, errno.EINVAL):
             raise
-        kind = _nslib.CLONE_NEWNET
-    if kind != _nslib.CLONE_NEWNET:
+        kind = _linux.CLONE_NEWNET
+    if kind != _linux.CLONE_NEWNET:
         raise InvalidArgument(f"{path} is a namespace of type {kind:#x}, not a network one")
-    if not allow_host and any(_nslib.same_file(st, h) for h in _host_netns_stats()):
+    if not allow_host and any(_linux.same_file(st, h) for h in _host_netns_stats()):
         raise InvalidArgument(
             f"{path} is the host's network namespace; host networking must be asked for explicitly"
         )
@@ -293,7 +293,7 @@ def ensure_loopback_up(path: str | os.PathLike[str]) -> None:
     fd = _open_ns(text)
     try:
         _verify_fd(fd, text, allow_host=False)
-        _nslib.run_in_fresh_thread(lambda: _nslib.in_netns(fd, lambda: _nslib.set_link_up("lo")))
+        _linux.run_in_fresh_thread(lambda: _linux.in_netns(fd, lambda: _linux.set_link_up("lo")))
     except OSError as exc:
         raise _os_error(f"cannot bring up lo in {text}", exc) from exc
     finally:
@@ -339,12 +339,12 @@ def _prepare_run_dir() -> None:
         made_mount = False
         while True:
             try:
-                _nslib.mount("", NETNS_RUN_DIR, "none", _nslib.MS_SHARED | _nslib.MS_REC)
+                _linux.mount("", NETNS_RUN_DIR, "none", _linux.MS_SHARED | _linux.MS_REC)
                 return
             except OSError as exc:
                 if exc.errno != errno.EINVAL or made_mount:
                     raise
-            _nslib.mount(NETNS_RUN_DIR, NETNS_RUN_DIR, "none", _nslib.MS_BIND | _nslib.MS_REC)
+            _linux.mount(NETNS_RUN_DIR, NETNS_RUN_DIR, "none", _linux.MS_BIND | _linux.MS_REC)
             made_mount = True
     finally:
         os.close(lock)  # also drops the flock
@@ -354,17 +354,17 @@ def _unshare_and_pin(path: str) -> None:
     """Runs on a fresh thread: new namespace, pinned at ``path``, ``lo`` up."""
 
     def inside() -> None:
-        _nslib.mount(_nslib.THREAD_NETNS, path, "none", _nslib.MS_BIND)
-        _nslib.set_link_up("lo")
+        _linux.mount(_linux.THREAD_NETNS, path, "none", _linux.MS_BIND)
+        _linux.set_link_up("lo")
 
-    _nslib.in_netns(None, inside)
+    _linux.in_netns(None, inside)
 
 
 def _discard(path: str) -> None:
     """Undo a (partial) namespace file: detach every mount on it, then unlink."""
     for _ in range(16):  # stacked mounts are possible; never loop forever
         try:
-            _nslib.umount2(path, _nslib.MNT_DETACH)
+            _linux.umount2(path, _linux.MNT_DETACH)
         except OSError as exc:
             if exc.errno in (errno.EINVAL, errno.ENOENT):
                 break
@@ -406,7 +406,7 @@ def create(name: str, *, exist_ok: bool = False) -> NetNS:
             raise _os_error(f"cannot create {path}", exc) from exc
         os.close(fd)
         try:
-            _nslib.run_in_fresh_thread(lambda: _unshare_and_pin(path))
+            _linux.run_in_fresh_thread(lambda: _unshare_and_pin(path))
         except BaseException as exc:
             try:
                 _discard(path)
@@ -442,10 +442,10 @@ def remove(name_or_path: str | os.PathLike[str]) -> None:
         if is_mounted(path):
             fd = _open_ns(path)
             try:
-                if _nslib.fstatfs_type(fd) != _nslib.NSFS_MAGIC:
+                if _linux.fstatfs_type(fd) != _linux.NSFS_MAGIC:
                     raise InvalidArgument(f"{path} has a non-namespace mount on it")
                 with contextlib.suppress(OSError):
-                    if _nslib.ns_type(fd) != _nslib.CLONE_NEWNET:
+                    if _linux.ns_type(fd) != _linux.CLONE_NEWNET:
                         raise InvalidArgument(f"{path} is not a network namespace")
             finally:
                 os.close(fd)
@@ -519,7 +519,7 @@ def netlink(path: str | os.PathLike[str], *, allow_host: bool = False) -> Iterat
     fd = _open_ns(text)
     try:
         _verify_fd(fd, text, allow_host=allow_host)
-        sock = _nslib.run_in_fresh_thread(lambda: _nslib.in_netns(fd, _open_rtnl_socket))
+        sock = _linux.run_in_fresh_thread(lambda: _linux.in_netns(fd, _open_rtnl_socket))
     except OSError as exc:
         raise _os_error(f"cannot open netlink in {text}", exc) from exc
     finally:

@@ -29,7 +29,7 @@ from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
-from ctrexec import _nslib
+from ctrexec import _linux
 
 
 def _unescape(field: str) -> str:
@@ -73,9 +73,9 @@ def _nsid_of(ipr: Any, path: str, seen: set[tuple[int, int]]) -> int | None:
     except OSError:
         return None
     try:
-        if _nslib.fstatfs_type(fd) != _nslib.NSFS_MAGIC:
+        if _linux.fstatfs_type(fd) != _linux.NSFS_MAGIC:
             return None
-        if _nslib.ns_type(fd) != _nslib.CLONE_NEWNET:
+        if _linux.ns_type(fd) != _linux.CLONE_NEWNET:
             return None
         answer = ipr.get_netnsid(fd=fd)
     except (OSError, NetlinkError):

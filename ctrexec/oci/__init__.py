@@ -13,11 +13,11 @@ options in order::
         with_memory_limit("512m"),
     )
 
-Every function here is pure except :func:`resolve_user` / ``read_rootfs_file``
-(read an unpacked rootfs), :func:`validate_mount_sources` (looks at host paths),
-:func:`with_devices` (stats host devices when the option is made) and
-:func:`with_privileged` / :func:`bounding_capabilities` (read this process's
-capability bounding set, unless given the capabilities).
+Nothing here reads a file (only this package's own seccomp profile data) or calls
+libc: the caller reads passwd/group from the image and the capability bounding
+set from /proc and passes their text in (``ctrexec.taskspec``, ``ctrexec.executor``).
+Every function is pure except :func:`validate_mount_sources` (looks up host paths)
+and :func:`with_devices` (stats host devices when the option is made).
 Bad input raises :class:`ctrexec.errors.InvalidArgument`.
 """
 
@@ -97,8 +97,6 @@ from ctrexec.oci.user import (
     ResolvedUser,
     parse_group,
     parse_passwd,
-    read_rootfs_file,
-    resolve_user,
     resolve_user_spec,
 )
 
@@ -132,9 +130,7 @@ __all__ = [
     "parse_size",
     "parse_tmpfs",
     "parse_volume",
-    "read_rootfs_file",
     "resolve_args",
-    "resolve_user",
     "resolve_user_spec",
     "validate_mount_sources",
     "validate_profile",

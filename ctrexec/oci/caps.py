@@ -18,7 +18,6 @@ is left exactly as it is.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from ctrexec.errors import InvalidArgument
@@ -186,17 +185,17 @@ def capabilities_from_mask(mask: int) -> list[str]:
     return [cap for bit, cap in enumerate(ALL_CAPABILITIES) if mask >> bit & 1]
 
 
-def bounding_capabilities(status_text: str | None = None) -> list[str]:
-    """Capabilities in this process's bounding set, from ``/proc/self/status``.
+def bounding_capabilities(status_text: str) -> list[str]:
+    """Capabilities in a process's bounding set, from the text of its ``/proc/<pid>/status``.
 
     A runtime cannot grant a capability it does not hold itself: runc fails with
     "unable to apply caps" when asked to. Sandboxed hosts (this development VM
     lacks CAP_SYS_RESOURCE, for one) hold fewer than the kernel knows, so
     "every capability" must mean every capability we have, which is also what
-    docker's ``--privileged`` grants. ``status_text`` is for tests.
+    docker's ``--privileged`` grants. The caller reads the file
+    (:func:`ctrexec.taskspec.host_bounding_capabilities`): this package reads none.
     """
-    text = status_text if status_text is not None else Path("/proc/self/status").read_text()
-    for line in text.splitlines():
+    for line in status_text.splitlines():
         key, _, value = line.partition(":")
         if key == "CapBnd":
             return capabilities_from_mask(int(value.strip(), 16))

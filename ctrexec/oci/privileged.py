@@ -19,22 +19,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ctrexec.oci._base import Spec, SpecOpt, linux_of, mutating, resources_of
-from ctrexec.oci.caps import bounding_capabilities, expand_capabilities, set_capabilities
+from ctrexec.oci.caps import expand_capabilities, set_capabilities
 
 _REMOUNTED_RW = frozenset({"/sys", "/sys/fs/cgroup"})
 
 
-def with_privileged(*, capabilities: Sequence[str] | None = None) -> SpecOpt:
-    """Lift the sandbox: all capabilities, no seccomp, all devices, /sys writable.
+def with_privileged(*, capabilities: Sequence[str]) -> SpecOpt:
+    """Lift the sandbox: ``capabilities``, no seccomp, all devices, /sys writable.
 
-    "All capabilities" defaults to this process's bounding set, read when the
-    option is made: the runtime cannot grant more than it holds (see
-    :func:`ctrexec.oci.caps.bounding_capabilities`). Pass ``capabilities`` to
-    choose them yourself (``["ALL"]`` for every one the kernel defines).
+    "All capabilities" should be this process's bounding set: the runtime cannot
+    grant more than it holds (see :func:`ctrexec.oci.caps.bounding_capabilities`;
+    :func:`ctrexec.taskspec.host_bounding_capabilities` reads it). ``["ALL"]`` means
+    every one the kernel defines. The caller passes them because this package
+    reads no file.
     """
-    caps = expand_capabilities(
-        capabilities if capabilities is not None else bounding_capabilities()
-    )
+    caps = expand_capabilities(capabilities)
 
     def apply(spec: Spec) -> None:
         linux = linux_of(spec)

@@ -11,29 +11,19 @@ Docker's rules, which we keep:
 - without an explicit group, the user also gets the supplementary groups that
   list it as a member in /etc/group; with one, it gets only that group.
 
-Parsing is pure (functions take file text). Reading the files from an unpacked
-rootfs is the only I/O, and it never leaves the rootfs: an image is untrusted,
-and a symlink such as ``/etc/passwd -> /../../etc/shadow`` must resolve inside
-it, the way the process will see it after pivot_root.
+Everything here is pure: functions take the files' text. The caller reads them
+from the image through the one root-confined reader
+(:func:`ctrexec._linux.read_in_root`, via :func:`ctrexec.containerd.images.read_rootfs_files`),
+because an image is untrusted and a symlink such as
+``/etc/passwd -> /../../etc/shadow`` must resolve inside it.
 """
 
 from __future__ import annotations
-
-import errno
-import os
-import stat
-from pathlib import Path
 
 import attrs
 
 from ctrexec.errors import InvalidArgument
 from ctrexec.oci.process import MAX_ID
-
-#: Files larger than this are not read: passwd/group files are small, and an
-#: image must not make us load gigabytes.
-MAX_FILE_BYTES = 4 * 1024 * 1024
-
-_MAX_SYMLINKS = 40
 
 
 @attrs.frozen
@@ -166,82 +156,3 @@ def resolve_user_spec(user: str, passwd_text: str | None, group_text: str | None
     elif name is not None:
         additional = [g.gid for g in groups if name in g.members]
     return ResolvedUser(uid, gid, tuple(dict.fromkeys(additional)), home, name)
-
-
-def _open_in_root(root_fd: int, path: str) -> int:
-    """Open ``path`` read-only as if ``root_fd`` were ``/``; never escape it.
-
-    Each component is opened with ``O_NOFOLLOW`` relative to its parent's fd.
-    Symlinks are read and their targets walked the same way, absolute ones from
-    ``root_fd`` and ``..`` stopping at ``root_fd``, like ``openat2`` with
-    ``RESOLVE_IN_ROOT`` (which Python does not expose).
-    """
-    pending = [c for c in path.split("/") if c not in ("", ".")]
-    stack = [os.dup(root_fd)]
-    links = 0
-    try:
-        while pending:
-            part = pending.pop(0)
-            if part == "..":
-                if len(stack) > 1:
-                    os.close(stack.pop())
-                continue
-            fd = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stack[-1])
-            st = os.fstat(fd)
-            if stat.S_ISLNK(st.st_mode):
-                target = os.readlink(part, dir_fd=stack[-1])
-                os.close(fd)
-                links += 1
-                if links > _MAX_SYMLINKS:
-                    raise OSError(errno.ELOOP, "too many symlinks", path)
-                if target.startswith("/"):
-                    while len(stack) > 1:
-                        os.close(stack.pop())
-                pending[:0] = [c for c in target.split("/") if c not in ("", ".")]
-                continue
-            if pending and not stat.S_ISDIR(st.st_mode):
-                os.close(fd)
-                raise OSError(errno.ENOTDIR, "not a directory", path)
-            stack.append(fd)
-        if len(stack) == 1:
-            raise OSError(errno.EISDIR, "is the root directory", path)
-        # Check the type on the O_PATH fd, so no FIFO or device is ever opened,
-        # then re-open that very inode for reading through its /proc magic link.
-        final = stack[-1]
-        if not stat.S_ISREG(os.fstat(final).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        return os.open(f"/proc/self/fd/{final}", os.O_RDONLY | os.O_CLOEXEC)
-    finally:
-        for fd in stack:
-            os.close(fd)
-
-
-def read_rootfs_file(rootfs: str | os.PathLike[str], path: str) -> str | None:
-    """Text of regular file ``path`` inside ``rootfs``, or None if it does not exist.
-
-    Symlinks are resolved inside ``rootfs``; non-regular and oversized files are
-    refused with :class:`InvalidArgument`.
-    """
-    root_fd = os.open(os.fspath(rootfs), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fd = _open_in_root(root_fd, path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise InvalidArgument(f"cannot read {path} in the image: {exc.strerror}") from exc
-    finally:
-        os.close(root_fd)
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise InvalidArgument(f"{path} in the image is larger than {MAX_FILE_BYTES} bytes")
-    return data.decode("utf-8", errors="replace")
-
-
-def resolve_user(rootfs: str | Path, user: str) -> ResolvedUser:
-    """Resolve ``user`` against ``rootfs``'s /etc/passwd and /etc/group."""
-    return resolve_user_spec(
-        user,
-        read_rootfs_file(rootfs, "/etc/passwd"),
-        read_rootfs_file(rootfs, "/etc/group"),
-    )

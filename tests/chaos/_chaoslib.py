@@ -20,12 +20,12 @@ import attrs
 
 from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.leases.v1 import leases_pb2
+from ctrexec._linux import mounts_under
 from ctrexec.containerd import containers, snapshots, tasks
 from ctrexec.containerd.client import LEASE_EXPIRE_LABEL, Client
 from ctrexec.containerd.daemon import EmbeddedContainerd
 from ctrexec.executor import Executor
 from ctrexec.labels import LOG_PATH, MANAGED
-from ctrexec.mounts_table import mounts_under
 from ctrexec.taskconfig import TaskConfig
 from ctrexec.testing import audit
 

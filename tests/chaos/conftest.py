@@ -19,9 +19,9 @@ import pytest
 from _chaoslib import ChaosDaemon, gc_pass, kill_strays, remove_cgroups
 
 from ctrexec import errors
+from ctrexec._linux import mounts_under, unmount_all
 from ctrexec.containerd.client import Client
 from ctrexec.executor import Executor
-from ctrexec.mounts_table import mounts_under, unmount_all
 from ctrexec.net import netns
 from ctrexec.testing import audit, import_image, private_containerd
 

@@ -31,9 +31,9 @@ from _chaoslib import (
 )
 
 from ctrexec import errors
+from ctrexec._linux import mounts_under
 from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
-from ctrexec.mounts_table import mounts_under
 from ctrexec.taskconfig import TaskConfig, TaskHandle
 from ctrexec.testing import audit
 

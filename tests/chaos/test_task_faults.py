@@ -24,11 +24,11 @@ from _chaoslib import (
 )
 
 from ctrexec import errors
+from ctrexec._linux import mounts_under
 from ctrexec.containerd import containers, snapshots, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
-from ctrexec.mounts_table import mounts_under
 from ctrexec.taskconfig import TaskConfig
 from ctrexec.testing import audit
 

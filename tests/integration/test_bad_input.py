@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
-from ctrexec.mounts_table import mounts_under
 from ctrexec.testing import NETNS_RELEASE_TIMEOUT, audit, wait_for
 
 
@@ -142,7 +142,9 @@ def test_bad_group_file(
     assert _snapshot(client, tmp_path, containerd_address) == before
     # No new link: one from an earlier test may still be freed by the kernel meanwhile,
     # so compare by what was added, and give a rolled-back veth the kernel's bound.
-    wait_for(lambda: not _links() - links_before, timeout=NETNS_RELEASE_TIMEOUT, what="no new links")
+    wait_for(
+        lambda: not _links() - links_before, timeout=NETNS_RELEASE_TIMEOUT, what="no new links"
+    )
     assert not list(Path("/run/netns").glob("cx-g*"))
 
 
@@ -158,7 +160,9 @@ def test_bad_group_file_line_names_file_task_key_value(
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 125
-    assert out.stderr == f"ctrexec: group file {group_file}: task t: cpus = '2': expected a number\n"
+    assert (
+        out.stderr == f"ctrexec: group file {group_file}: task t: cpus = '2': expected a number\n"
+    )
     assert not [c for c in audit(client) if "g11" in c]
 
 

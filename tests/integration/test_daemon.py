@@ -5,10 +5,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
 from ctrexec.executor import Executor
-from ctrexec.mounts_table import mounts_under
 from ctrexec.taskconfig import TaskConfig
 from ctrexec.testing import import_image
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from ctrexec import errors
+from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
-from ctrexec.mounts_table import mounts_under
 from ctrexec.net import netns
 from ctrexec.taskconfig import TaskConfig
 
@@ -80,10 +80,7 @@ def test_two_tasks_share_netns_and_restart(ex: Executor, ns: str, test_image: st
     # Kill the server with SIGKILL: the namespace must survive with no pause container.
     ex.signal("srv", "SIGKILL")
     assert ex.wait("srv", timeout=30).code == 137
-    assert (
-        ex.exec("cli", ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/"]).exit_code
-        != 0
-    )
+    assert ex.exec("cli", ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/"]).exit_code != 0
     again = ex.start("srv")
     assert again.netns_path == server.netns_path
     _wait_for(fetch)

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from ctrexec import errors
+from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
 from ctrexec.groups import Groups, GroupSpec, load_group_file, parse_group
-from ctrexec.mounts_table import mounts_under
 from ctrexec.net import netns
 from ctrexec.net.networks import Networks
 from ctrexec.supervisor import Supervisor

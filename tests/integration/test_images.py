@@ -16,7 +16,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from ctrexec import _rpc, errors
+from ctrexec import _linux, _rpc, errors
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec.containerd import content, images, snapshots
 from ctrexec.containerd.client import Client
@@ -435,15 +435,15 @@ def test_private_mount_namespace_hides_mounts(tmp_path: Path) -> None:
     target.mkdir()
 
     def inside() -> tuple[bool, bool]:
-        snapshots.mount_readonly([snapshots.Mount("tmpfs", "tmpfs", "", ("size=1m",))], str(target))
+        _linux.mount_readonly([snapshots.Mount("tmpfs", "tmpfs", "", ("size=1m",))], str(target))
         try:
             here = str(target) in Path("/proc/thread-self/mountinfo").read_text()
             main = str(target) in Path("/proc/self/mountinfo").read_text()
             return here, main
         finally:
-            snapshots.unmount_all_at(str(target))
+            _linux.unmount_all_at(str(target))
 
-    assert snapshots.in_private_mount_namespace(inside) == (True, False)
+    assert _linux.in_private_mount_namespace(inside) == (True, False)
     assert str(target) not in Path("/proc/self/mountinfo").read_text()
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec import _nslib
+from ctrexec import _linux
 from ctrexec.cli.main import main as cli_main
 from ctrexec.errors import (
     AlreadyExists,
@@ -170,7 +170,7 @@ def test_host_namespace_is_refused(names: Callable[..., str]) -> None:
     netns.create(names())
     host_pin = f"/run/netns/{names()}"
     Path(host_pin).touch()
-    _nslib.mount("/proc/self/ns/net", host_pin, None, _nslib.MS_BIND)
+    _linux.mount("/proc/self/ns/net", host_pin, None, _linux.MS_BIND)
     with pytest.raises(InvalidArgument, match="host"):
         netns.verify(host_pin)
     with pytest.raises(InvalidArgument, match="host"):
@@ -188,7 +188,7 @@ def test_failed_create_leaves_nothing(
     def broken_link_up(ifname: str) -> None:
         raise OSError(5, "injected failure after the bind mount")
 
-    monkeypatch.setattr(_nslib, "set_link_up", broken_link_up)
+    monkeypatch.setattr(_linux, "set_link_up", broken_link_up)
     name = names()
     with pytest.raises(NetworkError, match="injected"):
         netns.create(name)
@@ -198,7 +198,7 @@ def test_failed_create_leaves_nothing(
     def broken_unshare(flags: int) -> None:
         raise PermissionError(1, "injected unshare failure")
 
-    monkeypatch.setattr(_nslib, "unshare", broken_unshare)
+    monkeypatch.setattr(_linux, "unshare", broken_unshare)
     name = names()
     with pytest.raises(PermissionDenied):
         netns.create(name)
@@ -323,7 +323,7 @@ def test_removed_namespace_is_not_kept_alive_by_ctrexec(
         # The check sees what it must: an nsfs fd, and a socket opened inside.
         fd = os.open(ns.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            sock = _nslib.run_in_fresh_thread(lambda: _nslib.in_netns(fd, socket.socket))
+            sock = _linux.run_in_fresh_thread(lambda: _linux.in_netns(fd, socket.socket))
             with sock:
                 refs = netns_references(ident)
                 assert f"fd {fd} ({ns.path})" in refs

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from ctrexec import errors
+from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
-from ctrexec.mounts_table import mounts_under
 from ctrexec.net import netns
 from ctrexec.taskconfig import TaskConfig
 from ctrexec.testing import host_audit, wait_for

@@ -3,8 +3,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from ctrexec._linux import mount_points, mounts_under
 from ctrexec.containerd.daemon import DaemonPaths, render_config
-from ctrexec.mounts_table import mount_points, mounts_under
 
 
 def test_config_is_valid_toml_with_private_paths() -> None:

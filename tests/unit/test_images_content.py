@@ -12,7 +12,7 @@ import pytest
 from google.protobuf import empty_pb2
 from google.protobuf.message import Message
 
-from ctrexec import _rpc, errors
+from ctrexec import _linux, _rpc, errors
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec.containerd import content, snapshots
 from ctrexec.containerd.content import Descriptor
@@ -203,7 +203,7 @@ def root(tmp_path: Path) -> Path:
 
 
 def test_read_in_root_never_escapes(root: Path) -> None:
-    got = snapshots.read_in_root(
+    got = _linux.read_in_root(
         str(root),
         [
             "/etc/passwd",
@@ -238,14 +238,14 @@ def test_read_in_root_never_escapes(root: Path) -> None:
 
 def test_read_in_root_size_limit(root: Path) -> None:
     with pytest.raises(errors.ResourceExhausted):
-        snapshots.read_in_root(str(root), ["/etc/passwd"], max_bytes=3)
+        _linux.read_in_root(str(root), ["/etc/passwd"], max_bytes=3)
 
 
 def test_mount_options() -> None:
-    flags, data = snapshots.split_options(
+    flags, data = _linux.split_options(
         ["ro", "rbind", "nosuid", "index=off", "lowerdir=/a:/b", "rw"]
     )
-    assert flags == snapshots.MS_RDONLY | snapshots.MS_BIND | snapshots.MS_REC | snapshots.MS_NOSUID
+    assert flags == _linux.MS_RDONLY | _linux.MS_BIND | _linux.MS_REC | _linux.MS_NOSUID
     assert data == ["index=off", "lowerdir=/a:/b"]
 
 
@@ -253,11 +253,11 @@ def test_compact_lowerdir() -> None:
     base = "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots"
     dirs = [f"{base}/{n}/fs" for n in range(200, 100, -1)]
     data = ["index=off", "lowerdir=" + ":".join(dirs)]
-    short, chdir = snapshots.compact_lowerdir(data, 4095)
+    short, chdir = _linux.compact_lowerdir(data, 4095)
     assert chdir == base
     assert short[1] == "lowerdir=" + ":".join(f"{n}/fs" for n in range(200, 100, -1))
     assert len(",".join(short)) < 4095
-    assert snapshots.compact_lowerdir(["lowerdir=/a:/b"], 4095) == (["lowerdir=/a:/b"], None)
+    assert _linux.compact_lowerdir(["lowerdir=/a:/b"], 4095) == (["lowerdir=/a:/b"], None)
 
 
 def test_mount_round_trip() -> None:

@@ -61,3 +61,110 @@ def test_modules_stay_small() -> None:
         if (n := len(p.read_text().splitlines())) > 650
     ]
     assert big == []
+
+
+def _rel(p: Path) -> str:
+    return str(p.relative_to(PKG))
+
+
+def _tree(p: Path) -> ast.AST:
+    return ast.parse(p.read_text(), filename=str(p))
+
+
+def test_only_linux_calls_libc() -> None:
+    """One libc binding: ctypes (and find_library, which forks ldconfig) only in _linux."""
+    offenders = [
+        _rel(p)
+        for p in _hand_written()
+        if p.name != "_linux.py" and any(m.split(".")[0] == "ctypes" for m in _imports(p))
+    ]
+    assert offenders == []
+    assert "find_library" not in _attributes(PKG / "_linux.py")
+
+
+def _attributes(p: Path) -> set[str]:
+    return {n.attr for n in ast.walk(_tree(p)) if isinstance(n, ast.Attribute)}
+
+
+def test_one_root_confined_reader() -> None:
+    """Resolving a path inside an untrusted root takes O_PATH; only _linux does that."""
+    offenders = [_rel(p) for p in _hand_written() if "O_PATH" in _attributes(p)]
+    assert offenders == ["_linux.py"]
+
+
+def test_one_timestamp_converter() -> None:
+    """Protobuf Timestamps are read in one place, so unset (zero) means None everywhere."""
+    readers = {"nanos", "ToDatetime", "FromDatetime", "ToNanoseconds", "FromNanoseconds"}
+    offenders = [_rel(p) for p in _hand_written() if readers & _attributes(p)]
+    assert offenders == ["containerd/_proto.py"]
+
+
+def test_only_the_tasks_module_calls_the_tasks_service() -> None:
+    """The daemon's teardown (and anything else) goes through containerd/tasks.py."""
+    offenders = [
+        _rel(p)
+        for p in _hand_written()
+        if p.name != "tasks.py" and any(m.endswith("tasks.v1.tasks_pb2") for m in _imports(p))
+    ]
+    assert offenders == []
+
+
+def _oci_modules() -> list[Path]:
+    return sorted((PKG / "oci").glob("*.py"))
+
+
+def test_oci_imports_only_errors_and_itself() -> None:
+    offenders = [
+        f"{p.name}: {m}"
+        for p in _oci_modules()
+        for m in _imports(p)
+        if m.startswith("ctrexec") and not m.startswith(("ctrexec.errors", "ctrexec.oci"))
+    ]
+    assert offenders == []
+
+
+#: Calls that read files or directories; oci/ gets file contents from its callers.
+_READ_CALLS = {"open", "fdopen", "read", "readlink", "listdir", "scandir", "walk"}
+_READ_METHODS = {"read_text", "read_bytes", "open", "iterdir", "glob", "rglob"}
+
+
+def _package_data(node: ast.AST) -> bool:
+    """``resources.files(...)...``: the package's own data file, not the host's."""
+    while isinstance(node, ast.Attribute | ast.Call):
+        node = node.func if isinstance(node, ast.Call) else node.value
+        if isinstance(node, ast.Attribute) and node.attr == "files":
+            return isinstance(node.value, ast.Name) and node.value.id == "resources"
+    return False
+
+
+def _file_reads(source: str, name: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func
+        if isinstance(fn, ast.Name) and fn.id == "open":
+            found.append(f"{name}:{node.lineno} open()")
+        elif isinstance(fn, ast.Attribute):
+            on_os = isinstance(fn.value, ast.Name) and fn.value.id == "os"
+            if (on_os and fn.attr in _READ_CALLS) or (
+                fn.attr in _READ_METHODS and not on_os and not _package_data(fn.value)
+            ):
+                found.append(f"{name}:{node.lineno} {fn.attr}()")
+    return found
+
+
+def test_oci_reads_no_files() -> None:
+    """The spec builders are pure: passwd, group and /proc come in as text."""
+    assert [r for p in _oci_modules() for r in _file_reads(p.read_text(), p.name)] == []
+
+
+def test_the_file_read_rule_sees_reads() -> None:
+    sample = (
+        "open('/etc/passwd')\n"
+        "os.fdopen(fd)\n"
+        "Path('/proc/self/status').read_text()\n"
+        "resources.files('ctrexec.oci').joinpath('x.json').read_text()\n"
+        "os.path.join('a', 'b')\n"
+    )
+    assert _file_reads(sample, "s") == ["s:1 open()", "s:2 fdopen()", "s:3 read_text()"]

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from ctrexec import _nslib
+from ctrexec import _linux
 from ctrexec.errors import InvalidArgument, NotFound
 from ctrexec.net import netns
 
@@ -143,19 +143,19 @@ def test_mountinfo_unescape() -> None:
 
 def test_fresh_thread_returns_and_raises() -> None:
     caller = threading.get_ident()
-    assert _nslib.run_in_fresh_thread(threading.get_ident) != caller
+    assert _linux.run_in_fresh_thread(threading.get_ident) != caller
 
     def boom() -> None:
         raise ValueError("inside")
 
     with pytest.raises(ValueError, match="inside"):
-        _nslib.run_in_fresh_thread(boom)
+        _linux.run_in_fresh_thread(boom)
 
 
 def test_nsfs_checks_on_our_own_namespace() -> None:
     fd = os.open("/proc/self/ns/net", os.O_RDONLY)
     try:
-        assert _nslib.fstatfs_type(fd) == _nslib.NSFS_MAGIC
-        assert _nslib.ns_type(fd) == _nslib.CLONE_NEWNET
+        assert _linux.fstatfs_type(fd) == _linux.NSFS_MAGIC
+        assert _linux.ns_type(fd) == _linux.CLONE_NEWNET
     finally:
         os.close(fd)

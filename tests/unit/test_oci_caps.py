@@ -146,4 +146,5 @@ def test_bounding_capabilities_parses_status() -> None:
     assert len(caps) == 40
     with pytest.raises(InvalidArgument):
         bounding_capabilities("Name:\tx\n")
-    assert set(bounding_capabilities()) <= set(ALL_CAPABILITIES)  # this process
+    with pytest.raises(TypeError):
+        bounding_capabilities()  # type: ignore[call-arg]  # oci reads no /proc file

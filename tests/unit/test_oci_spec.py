@@ -12,6 +12,7 @@ import attrs
 import pytest
 
 import ctrexec.oci as oci
+from ctrexec import taskspec
 from ctrexec.errors import InvalidArgument
 from ctrexec.oci import (
     ALL_CAPABILITIES,
@@ -210,9 +211,11 @@ def test_with_privileged() -> None:
     assert spec["process"]["noNewPrivileges"] is True
 
 
-def test_with_privileged_defaults_to_what_this_process_holds() -> None:
-    spec = build_spec(with_privileged())
-    assert spec["process"]["capabilities"]["bounding"] == oci.bounding_capabilities()
+def test_with_privileged_grants_what_this_process_holds() -> None:
+    held = taskspec.host_bounding_capabilities()
+    assert set(held) <= set(ALL_CAPABILITIES)
+    spec = build_spec(with_privileged(capabilities=held))
+    assert spec["process"]["capabilities"]["bounding"] == held
     assert "seccomp" not in spec["linux"]
 
 
@@ -269,7 +272,7 @@ OPTION_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "with_no_new_privileges": ((False,), {}),
     "with_oom_score_adj": ((500,), {}),
     "with_pids_limit": ((100,), {}),
-    "with_privileged": ((), {}),
+    "with_privileged": ((), {"capabilities": ["ALL"]}),
     "with_readonly_rootfs": ((), {}),
     "with_rlimits": (({"nproc": (10, 20)},), {}),
     "with_seccomp": ((None,), {}),

@@ -1,4 +1,5 @@
-"""User strings against passwd/group text, and reading them safely from a rootfs."""
+"""User strings against passwd/group text, and that text read from a rootfs by the one
+root-confined reader (``ctrexec._linux.read_in_root``), as the executor does."""
 
 from __future__ import annotations
 
@@ -7,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from ctrexec import _linux
 from ctrexec.errors import InvalidArgument
 from ctrexec.oci import (
     ResolvedUser,
     parse_group,
     parse_passwd,
-    read_rootfs_file,
-    resolve_user,
     resolve_user_spec,
 )
 
@@ -97,6 +97,18 @@ def test_malformed_user_strings(bad: str) -> None:
         resolve_user_spec(bad, PASSWD, GROUP)
 
 
+def read_rootfs_file(rootfs: Path, path: str) -> str | None:
+    data = _linux.read_in_root(str(rootfs), [path])[path]
+    return None if data is None else data.decode(errors="replace")
+
+
+def resolve_user(rootfs: Path, user: str) -> ResolvedUser:
+    """As ``Executor._resolve_user`` does it, with the rootfs already mounted."""
+    return resolve_user_spec(
+        user, read_rootfs_file(rootfs, "/etc/passwd"), read_rootfs_file(rootfs, "/etc/group")
+    )
+
+
 def _rootfs(tmp_path: Path) -> Path:
     rootfs = tmp_path / "rootfs"
     (rootfs / "etc").mkdir(parents=True)
@@ -152,26 +164,28 @@ def test_malicious_symlink_does_not_escape(tmp_path: Path, kind: str) -> None:
         resolve_user(rootfs, "evil")
 
 
-def test_symlink_loop_is_refused(tmp_path: Path) -> None:
+def test_symlink_loop_is_no_file(tmp_path: Path) -> None:
     rootfs = _rootfs(tmp_path)
     (rootfs / "etc" / "passwd").symlink_to("passwd2")
     (rootfs / "etc" / "passwd2").symlink_to("passwd")
-    with pytest.raises(InvalidArgument, match="cannot read /etc/passwd"):
+    assert read_rootfs_file(rootfs, "/etc/passwd") is None
+    with pytest.raises(InvalidArgument, match="user 'app' not found in image"):
         resolve_user(rootfs, "app")
 
 
-def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+def test_fifo_is_no_file_and_never_blocks(tmp_path: Path) -> None:
     rootfs = _rootfs(tmp_path)
     os.mkfifo(rootfs / "etc" / "passwd")
-    with pytest.raises(InvalidArgument, match="not a regular file"):
+    assert read_rootfs_file(rootfs, "/etc/passwd") is None
+    with pytest.raises(InvalidArgument, match="user 'app' not found in image"):
         resolve_user(rootfs, "app")
 
 
-def test_directory_is_refused(tmp_path: Path) -> None:
+def test_directory_is_no_file(tmp_path: Path) -> None:
     rootfs = _rootfs(tmp_path)
     (rootfs / "etc" / "passwd").mkdir()
-    with pytest.raises(InvalidArgument):
-        read_rootfs_file(rootfs, "/etc/passwd")
+    assert read_rootfs_file(rootfs, "/etc/passwd") is None
+    assert resolve_user(rootfs, "1000") == ResolvedUser(1000, 0, (), "/", None)
 
 
 def test_missing_etc_allows_numeric_users(tmp_path: Path) -> None:

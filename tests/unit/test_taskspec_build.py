@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ctrexec import taskspec
 from ctrexec.containerd.runtimes import RUNC_V2, RuntimeChoice
-from ctrexec.oci.caps import DEFAULT_CAPABILITIES
+from ctrexec.oci.caps import ALL_CAPABILITIES, DEFAULT_CAPABILITIES
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.taskconfig import TaskConfig
 
@@ -61,3 +62,16 @@ def test_cap_add_and_drop_of_others_compose() -> None:
 def test_same_capability_added_and_dropped_is_added() -> None:
     # docker applies the drop list, then the add list.
     assert "CAP_KILL" in _caps(_spec(cap_drop=["KILL"], cap_add=["KILL"]))["effective"]
+
+
+def test_privileged_grants_this_process_bounding_set() -> None:
+    # The bounding set is read here, in taskspec, and handed to the pure oci option.
+    line = next(
+        x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("CapBnd:")
+    )
+    mask = int(line.split()[1], 16)
+    held = [c for bit, c in enumerate(ALL_CAPABILITIES) if mask >> bit & 1]
+    assert taskspec.host_bounding_capabilities() == held
+    caps = _caps(_spec(privileged=True))
+    for kind in ("bounding", "effective", "permitted"):
+        assert caps[kind] == held
