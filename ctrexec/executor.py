@@ -24,7 +24,7 @@ from ctrexec import logs as logstore
 from ctrexec import taskspec
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
-from ctrexec.containerd.execs import run_exec
+from ctrexec.containerd.execs import ExecResult, run_exec
 from ctrexec.containerd.tasks import ExitStatus, Status, Stdio
 from ctrexec.errors import (
     AlreadyExists,
@@ -40,7 +40,7 @@ from ctrexec.errors import (
 from ctrexec.net import hostfiles, netns
 from ctrexec.oci.process import merge_env
 from ctrexec.oci.user import ResolvedUser, resolve_user_spec
-from ctrexec.taskconfig import ExecResult, TaskConfig, TaskHandle, TaskInfo
+from ctrexec.taskconfig import TaskConfig, TaskHandle, TaskInfo
 
 DEFAULT_LOG_DIR = Path("/var/log/ctrexec")
 #: The lease that guards a new snapshot until the container record holds it.
@@ -306,6 +306,25 @@ class Executor:
         state = tasks.find(self.client, task_id)
         exits = self.with_oom({task_id: state.exit} if state and state.exit else {})
         return self._info(record, state, exits.get(task_id))
+
+    def tasks_in_netns(self, path: str) -> list[TaskInfo]:
+        """Every task, stopped ones too, that names ``path`` as its namespace."""
+        return [i for i in self.list(all_tasks=True) if i.netns_path == path]
+
+    def remove_netns(self, spec: str, *, force: bool = False) -> None:
+        """``netns rm``: refuse while tasks run inside, unless forced (then stop them first)."""
+        path = netns.resolve(spec)
+        users = self.tasks_in_netns(path)
+        running = [i.id for i in users if i.status in (Status.RUNNING, Status.PAUSED)]
+        if running and not force:
+            raise FailedPrecondition(
+                f"netns {spec} has running tasks ({', '.join(running)}); stop them or use --force"
+            )
+        for info in users:
+            if force:
+                with contextlib.suppress(CtrexecError):
+                    self.stop(info.id)
+        netns.remove(path)
 
     def list(self, *, all_tasks: bool = False) -> list[TaskInfo]:
         records = containers.list_containers(
