@@ -134,3 +134,15 @@ def test_one_name_per_class() -> None:
                 seen.setdefault(node.name, []).append(str(p.relative_to(PKG)))
     shared = {name: sorted(where) for name, where in seen.items() if len(where) > 1}
     assert shared == _SHARED_CLASS_NAMES
+
+
+def test_functions_stay_short() -> None:
+    """A function over 60 lines does more than one thing; split it by meaning."""
+    long = [
+        f"{p.relative_to(PKG)}:{node.lineno} {node.name} ({size} lines)"
+        for p in _hand_written()
+        for node in ast.walk(ast.parse(p.read_text(), filename=str(p)))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (size := (node.end_lineno or node.lineno) - node.lineno + 1) > 60
+    ]
+    assert long == []
