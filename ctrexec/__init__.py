@@ -13,6 +13,7 @@ from ctrexec.containerd.client import (
 )
 from ctrexec.containerd.content import Platform
 from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
+from ctrexec.containerd.execs import ExecResult
 from ctrexec.containerd.images import (
     Image,
     ImageConfig,
@@ -51,7 +52,7 @@ from ctrexec.errors import (
 )
 from ctrexec.executor import Executor
 from ctrexec.net.netns import NetNS, NetNSInfo
-from ctrexec.taskconfig import ExecResult, RestartPolicy, TaskConfig, TaskHandle, TaskInfo
+from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
 
 __all__ = [
     "DEFAULT_NAMESPACE",

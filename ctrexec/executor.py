@@ -16,6 +16,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -24,7 +25,7 @@ from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
-from ctrexec.containerd.execs import run_exec
+from ctrexec.containerd.execs import ExecResult, run_exec
 from ctrexec.containerd.tasks import ExitStatus, Status, Stdio
 from ctrexec.errors import (
     AlreadyExists,
@@ -40,7 +41,7 @@ from ctrexec.errors import (
 from ctrexec.net import hostfiles, netns
 from ctrexec.oci.process import merge_env
 from ctrexec.oci.user import ResolvedUser, resolve_user_spec
-from ctrexec.taskconfig import ExecResult, TaskConfig, TaskHandle, TaskInfo
+from ctrexec.taskconfig import TaskConfig, TaskHandle, TaskInfo
 
 DEFAULT_LOG_DIR = Path("/var/log/ctrexec")
 #: The lease that guards a new snapshot until the container record holds it.
@@ -100,7 +101,6 @@ class Executor:
             raise AlreadyExists(f"container name {config.name!r} is already in use")
         image = images.ensure_image(self.client, config.image, snapshotter=config.snapshotter)
         user = self._resolve_user(image, config.user or image.config.user, config.snapshotter)
-        top = image.chain_ids[-1] if image.chain_ids else ""
         log_path = self.log_dir / self.client.namespace / config.name / "task.log"
         # The spec needs only the files' paths; they are written once the record exists
         # (here, or by start()), so a crash in between leaves no orphan files behind.
@@ -122,37 +122,40 @@ class Executor:
             namespace=self.client.namespace,
             containerd_address=self.client.address,
         )
-        record_labels = {
-            **checked.labels,
-            lbl.MANAGED: "true",
-            lbl.NETNS_MODE: mode,
-            lbl.LOG_PATH: str(log_path),
-            lbl.IMAGE_REF: config.image,
-            lbl.STOP_TIMEOUT: str(config.stop_timeout),
-            lbl.STOP_SIGNAL: config.stop_signal or image.config.stop_signal or "SIGTERM",
-            **(owner_labels or {}),
-        }
-        if netns_path is not None:
-            record_labels[lbl.NETNS_PATH] = netns_path
-        if files is not None:
-            record_labels[lbl.HOSTFILES_DIR] = str(files.directory)
-        if config.group:
-            record_labels[lbl.GROUP] = config.group
-        if config.auto_remove:
-            record_labels[lbl.AUTO_REMOVE] = "true"
-        if config.restart.policy != "no":
-            record_labels[lbl.RESTART_POLICY] = config.restart.policy
-            record_labels[lbl.RESTART_MAX] = str(config.restart.max_attempts)
-            record_labels[lbl.RESTART_DELAY] = str(config.restart.delay)
+        record_labels = _record_labels(
+            checked,
+            image,
+            mode=mode,
+            netns_path=netns_path,
+            files=files,
+            log_path=log_path,
+            owner_labels=owner_labels or {},
+        )
+        record = self._create_record(checked, image, spec, record_labels)
+        if files is not None and netns_path is not None:
+            self._ensure_files(record, netns_path, config)
+        return record
+
+    def _create_record(
+        self,
+        checked: taskspec.CheckedConfig,
+        image: images.Image,
+        spec: dict[str, Any],
+        record_labels: Mapping[str, str],
+    ) -> containers.Container:
+        """The rootfs snapshot and the container record, under one lease so that
+        containerd's GC cannot take the snapshot before the record holds it."""
+        config = checked.config
         # A unique key: a snapshot orphaned by a crash before Containers.Create (held
         # only by the expiring lease) must not block the name until the lease expires.
         snapshot_key = f"{config.name}-{secrets.token_hex(4)}"
+        top = image.chain_ids[-1] if image.chain_ids else ""
         with self.client.lease(ttl=CREATE_LEASE_TTL) as lease:
             snapshots.prepare_rootfs(
                 self.client, snapshot_key, top, snapshotter=config.snapshotter, lease=lease.id
             )
             try:
-                record = containers.create(
+                return containers.create(
                     self.client,
                     config.name,
                     image=image.name,
@@ -171,9 +174,6 @@ class Executor:
             except BaseException:
                 snapshots.remove_snapshot(self.client, snapshot_key, config.snapshotter)
                 raise
-        if files is not None and netns_path is not None:
-            self._ensure_files(record, netns_path, config)
-        return record
 
     @staticmethod
     def _ensure_files(
@@ -224,19 +224,7 @@ class Executor:
         backoff, as docker does; the supervisor passes ``by_policy=True`` to keep them.
         """
         with self._lock(task_id):
-            record = containers.get(self.client, task_id)
-            marks = [k for k in _SUPERVISOR_MARKS if k in record.labels]
-            if not by_policy and marks:
-                record = containers.update_labels(self.client, task_id, dict.fromkeys(marks))
-            state = tasks.find(self.client, task_id)
-            if state is not None and state.status not in (Status.STOPPED, Status.CREATED):
-                raise FailedPrecondition(f"container {task_id} is already {state.status.value}")
-            if state is not None and state.status is Status.CREATED:
-                # A start that died between Tasks.Create and Tasks.Start: begin again.
-                tasks.force_delete(self.client, task_id)
-            # Also with no task: this shuts down a shim left without one (see
-            # tasks.force_delete); a plain NotFound is ignored.
-            tasks.delete(self.client, task_id)
+            record = self._clear_previous_run(task_id, by_policy=by_policy)
             log_path = record.labels.get(lbl.LOG_PATH, "")
             cfg = self._config_of(record)
             Path(log_path).parent.mkdir(parents=True, exist_ok=True)
@@ -253,23 +241,7 @@ class Executor:
                 files_dir = record.labels.get(lbl.HOSTFILES_DIR)
                 if files_dir and not host_files_ready(Path(files_dir)):
                     self._ensure_files(record, netns_path, cfg)
-            try:
-                tasks.create(
-                    self.client,
-                    task_id,
-                    rootfs=[m.to_proto() for m in mounts],
-                    stdio=Stdio(stdout=uri, stderr=uri),
-                )
-            except CtrexecError as exc:
-                raise _command_error(exc) from exc
-            pending = tasks.arm_wait(self.client, task_id)
-            try:
-                pid = tasks.start(self.client, task_id)
-            except CtrexecError as exc:
-                pending.cancel()
-                tasks.force_delete(self.client, task_id)
-                raise _command_error(exc) from exc
-            pending.cancel()
+            pid = self._run_task(task_id, mounts, Stdio(stdout=uri, stderr=uri))
             return TaskHandle(
                 id=task_id,
                 namespace=self.client.namespace,
@@ -279,6 +251,41 @@ class Executor:
                 netns_path=netns_path,
                 log_path=log_path,
             )
+
+    def _clear_previous_run(self, task_id: str, *, by_policy: bool) -> containers.Container:
+        """Refuse a task that runs; clear what a previous run left behind, in the
+        record's labels and in containerd, so the new run starts from nothing."""
+        record = containers.get(self.client, task_id)
+        marks = [k for k in _SUPERVISOR_MARKS if k in record.labels]
+        if not by_policy and marks:
+            record = containers.update_labels(self.client, task_id, dict.fromkeys(marks))
+        state = tasks.find(self.client, task_id)
+        if state is not None and state.status not in (Status.STOPPED, Status.CREATED):
+            raise FailedPrecondition(f"container {task_id} is already {state.status.value}")
+        if state is not None and state.status is Status.CREATED:
+            # A start that died between Tasks.Create and Tasks.Start: begin again.
+            tasks.force_delete(self.client, task_id)
+        # Also with no task: this shuts down a shim left without one (see
+        # tasks.force_delete); a plain NotFound is ignored.
+        tasks.delete(self.client, task_id)
+        return record
+
+    def _run_task(self, task_id: str, mounts: Sequence[snapshots.Mount], stdio: Stdio) -> int:
+        """Create and start the task; its pid. Wait is armed first so that an exit in
+        the first instant is not missed, and a failed start leaves no task behind."""
+        try:
+            tasks.create(self.client, task_id, rootfs=[m.to_proto() for m in mounts], stdio=stdio)
+        except CtrexecError as exc:
+            raise _command_error(exc) from exc
+        pending = tasks.arm_wait(self.client, task_id)
+        try:
+            pid = tasks.start(self.client, task_id)
+        except CtrexecError as exc:
+            pending.cancel()
+            tasks.force_delete(self.client, task_id)
+            raise _command_error(exc) from exc
+        pending.cancel()
+        return pid
 
     def start_task(self, config: TaskConfig) -> TaskHandle:
         """Create and start; a start that fails removes what create made."""
@@ -306,6 +313,25 @@ class Executor:
         state = tasks.find(self.client, task_id)
         exits = self.with_oom({task_id: state.exit} if state and state.exit else {})
         return self._info(record, state, exits.get(task_id))
+
+    def tasks_in_netns(self, path: str) -> list[TaskInfo]:
+        """Every task, stopped ones too, that names ``path`` as its namespace."""
+        return [i for i in self.list(all_tasks=True) if i.netns_path == path]
+
+    def remove_netns(self, spec: str, *, force: bool = False) -> None:
+        """``netns rm``: refuse while tasks run inside, unless forced (then stop them first)."""
+        path = netns.resolve(spec)
+        users = self.tasks_in_netns(path)
+        running = [i.id for i in users if i.status in (Status.RUNNING, Status.PAUSED)]
+        if running and not force:
+            raise FailedPrecondition(
+                f"netns {spec} has running tasks ({', '.join(running)}); stop them or use --force"
+            )
+        for info in users:
+            if force:
+                with contextlib.suppress(CtrexecError):
+                    self.stop(info.id)
+        netns.remove(path)
 
     def list(self, *, all_tasks: bool = False) -> list[TaskInfo]:
         records = containers.list_containers(
@@ -513,6 +539,44 @@ class Executor:
             raise
         except CtrexecError as exc:
             raise _command_error(exc) from exc
+
+
+def _record_labels(
+    checked: taskspec.CheckedConfig,
+    image: images.Image,
+    *,
+    mode: str,
+    netns_path: str | None,
+    files: hostfiles.HostFiles | None,
+    log_path: Path,
+    owner_labels: Mapping[str, str],
+) -> dict[str, str]:
+    """Everything a later start, stop, supervisor or recovering process needs to
+    know about the task, kept where ctrexec keeps all state: the record's labels."""
+    config = checked.config
+    labels = {
+        **checked.labels,
+        lbl.MANAGED: "true",
+        lbl.NETNS_MODE: mode,
+        lbl.LOG_PATH: str(log_path),
+        lbl.IMAGE_REF: config.image,
+        lbl.STOP_TIMEOUT: str(config.stop_timeout),
+        lbl.STOP_SIGNAL: config.stop_signal or image.config.stop_signal or "SIGTERM",
+        **owner_labels,
+    }
+    if netns_path is not None:
+        labels[lbl.NETNS_PATH] = netns_path
+    if files is not None:
+        labels[lbl.HOSTFILES_DIR] = str(files.directory)
+    if config.group:
+        labels[lbl.GROUP] = config.group
+    if config.auto_remove:
+        labels[lbl.AUTO_REMOVE] = "true"
+    if config.restart.policy != "no":
+        labels[lbl.RESTART_POLICY] = config.restart.policy
+        labels[lbl.RESTART_MAX] = str(config.restart.max_attempts)
+        labels[lbl.RESTART_DELAY] = str(config.restart.delay)
+    return labels
 
 
 def _command_error(exc: CtrexecError) -> CtrexecError:

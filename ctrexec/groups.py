@@ -275,23 +275,3 @@ class Groups:
         hostfiles.remove(path, base=self.executor.files_dir)
         with contextlib.suppress(CtrexecError):
             netns.remove(path)
-
-
-def tasks_in_netns(executor: Executor, path: str) -> list[TaskInfo]:
-    return [i for i in executor.list(all_tasks=True) if i.netns_path == path]
-
-
-def remove_netns(executor: Executor, spec: str, *, force: bool = False) -> None:
-    """``netns rm``: refuse while tasks run inside, unless forced (then stop them first)."""
-    path = netns.resolve(spec)
-    users = tasks_in_netns(executor, path)
-    running = [i.id for i in users if i.status in (Status.RUNNING, Status.PAUSED)]
-    if running and not force:
-        raise FailedPrecondition(
-            f"netns {spec} has running tasks ({', '.join(running)}); stop them or use --force"
-        )
-    for info in users:
-        if force:
-            with contextlib.suppress(CtrexecError):
-                executor.stop(info.id)
-    netns.remove(path)

@@ -287,12 +287,3 @@ class TaskInfo:
             "created_at": self.created_at.isoformat() if self.created_at else None,
             "config": self.config.to_json() if self.config else None,
         }
-
-
-@attrs.frozen
-class ExecResult:
-    """The outcome of an exec'd process, with its captured output."""
-
-    exit_code: int
-    stdout: bytes = b""
-    stderr: bytes = b""

@@ -108,20 +108,66 @@ def build(
 ) -> dict[str, Any]:
     """The OCI spec for one task."""
     cfg = checked.config
+    return oci.build_spec(
+        *_process_opts(
+            cfg,
+            image_entrypoint=image_entrypoint,
+            image_cmd=image_cmd,
+            image_env=image_env,
+            image_workdir=image_workdir,
+            user=user,
+        ),
+        *_network_opts(cfg, netns_path, host_network=host_network),
+        *_filesystem_opts(checked, hostfiles, containerd_address),
+        *_resource_opts(checked, namespace),
+        *_privilege_opts(checked),
+        *_annotation_opts(cfg, namespace),
+    )
+
+
+def _process_opts(
+    cfg: TaskConfig,
+    *,
+    image_entrypoint: Sequence[str] | None,
+    image_cmd: Sequence[str] | None,
+    image_env: Sequence[str],
+    image_workdir: str,
+    user: ResolvedUser,
+) -> list[oci.SpecOpt]:
+    """What runs and as whom: the config's values over the image's defaults."""
     args = process.resolve_args(image_entrypoint, image_cmd, cfg.entrypoint, cfg.command)
-    opts: list[oci.SpecOpt] = [
+    opts = [
         process.with_args(args),
         process.with_env(process.merge_env(list(image_env), dict(cfg.env))),
         process.with_cwd(cfg.workdir or image_workdir or "/"),
         process.with_user_ids(user.uid, user.gid, user.additional_gids),
         process.with_tty(cfg.tty),
-        resources.with_cgroups_path(f"/ctrexec/{namespace}/{cfg.name}"),
     ]
+    if cfg.oom_score_adj is not None:
+        opts.append(process.with_oom_score_adj(cfg.oom_score_adj))
+    return opts
+
+
+def _network_opts(
+    cfg: TaskConfig, netns_path: str | None, *, host_network: bool
+) -> list[oci.SpecOpt]:
+    """The namespace to join, and what is set inside it (so sysctls come after it)."""
+    opts: list[oci.SpecOpt] = []
     if host_network:
         opts.append(namespaces.with_host_network())
     elif netns_path is not None:
         opts.append(namespaces.with_network_namespace(netns_path))
     opts.append(namespaces.with_hostname(cfg.hostname or default_hostname(cfg)))
+    if cfg.sysctls:
+        opts.append(namespaces.with_sysctls(cfg.sysctls))
+    return opts
+
+
+def _filesystem_opts(
+    checked: CheckedConfig, hostfiles: HostFiles | None, containerd_address: str | None
+) -> list[oci.SpecOpt]:
+    """The namespace's shared files, the user's volumes and tmpfs, a read-only root."""
+    opts: list[oci.SpecOpt] = []
     if hostfiles is not None:
         opts += [
             mounts.with_bind_mount(str(src), dst, readonly=dst != "/etc/hosts")
@@ -129,8 +175,15 @@ def build(
         ]
     for m in (*checked.volumes, *checked.tmpfs):
         opts.append(mounts.with_mount(m, containerd_address=containerd_address))
-    if cfg.read_only:
+    if checked.config.read_only:
         opts.append(mounts.with_readonly_rootfs())
+    return opts
+
+
+def _resource_opts(checked: CheckedConfig, namespace: str) -> list[oci.SpecOpt]:
+    """The task's cgroup (where ctrexec finds it again) and its limits."""
+    cfg = checked.config
+    opts = [resources.with_cgroups_path(f"/ctrexec/{namespace}/{cfg.name}")]
     if checked.memory is not None:
         opts.append(resources.with_memory_limit(checked.memory))
     if cfg.cpus is not None:
@@ -141,6 +194,14 @@ def build(
         opts.append(resources.with_cpuset(cpus=cfg.cpuset_cpus))
     if cfg.pids_limit is not None:
         opts.append(resources.with_pids_limit(cfg.pids_limit))
+    return opts
+
+
+def _privilege_opts(checked: CheckedConfig) -> list[oci.SpecOpt]:
+    """How much of the host the task may reach: capabilities, then devices (after
+    privileged, which replaces the device rules with its own "allow all")."""
+    cfg = checked.config
+    opts: list[oci.SpecOpt] = []
     if cfg.privileged:
         opts.append(oci.with_privileged(capabilities=host_bounding_capabilities()))
     else:
@@ -151,16 +212,15 @@ def build(
             opts.append(caps.with_added_capabilities(cfg.cap_add))
     if checked.devices:
         opts.append(mounts.with_devices(checked.devices))
-    if cfg.sysctls:
-        opts.append(namespaces.with_sysctls(cfg.sysctls))
-    if cfg.oom_score_adj is not None:
-        opts.append(process.with_oom_score_adj(cfg.oom_score_adj))
+    return opts
+
+
+def _annotation_opts(cfg: TaskConfig, namespace: str) -> list[oci.SpecOpt]:
+    """The user's annotations, plus the one that puts a group's tasks in one shim."""
     annotations = dict(cfg.annotations)
     if cfg.group and cfg.share_shim:
         annotations[lbl.SHIM_GROUP_ANNOTATION] = f"ctrexec-{namespace}-{cfg.group}"
-    if annotations:
-        opts.append(oci.with_annotations(annotations))
-    return oci.build_spec(*opts)
+    return [oci.with_annotations(annotations)] if annotations else []
 
 
 def default_hostname(cfg: TaskConfig) -> str:

@@ -15,7 +15,6 @@ from ctrexec.cli._common import (
     print_table,
 )
 from ctrexec.executor import Executor
-from ctrexec.groups import remove_netns, tasks_in_netns
 from ctrexec.net import netns
 
 
@@ -38,7 +37,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     path = netns.resolve(args.name)
     info = attrs.asdict(netns.inspect(path))
     with connect(args) as client:
-        users = tasks_in_netns(Executor(client), path)
+        users = Executor(client).tasks_in_netns(path)
     info["tasks"] = [{"id": i.id, "status": i.status.value, "pid": i.pid} for i in users]
     print_json(info)
     return 0
@@ -48,7 +47,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
     with connect(args) as client:
         ex = Executor(client)
         for name in args.names:
-            remove_netns(ex, name, force=args.force)
+            ex.remove_netns(name, force=args.force)
             print(name)
     return 0
 

@@ -20,11 +20,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from ctrexec.containerd import tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus, Stdio
 from ctrexec.errors import CtrexecError, DeadlineExceeded
-from ctrexec.taskconfig import ExecResult
 
 #: Output beyond this is dropped (and counted) so a chatty exec cannot exhaust memory.
 MAX_CAPTURE = 16 * 1024 * 1024
@@ -33,6 +34,15 @@ MAX_CAPTURE = 16 * 1024 * 1024
 DRAIN_GRACE = 2.0
 #: How long a killed exec may take to be reported as exited.
 KILL_GRACE = 10.0
+
+
+@attrs.frozen
+class ExecResult:
+    """The outcome of an exec'd process, with its captured output."""
+
+    exit_code: int
+    stdout: bytes = b""
+    stderr: bytes = b""
 
 
 class _Reader(threading.Thread):

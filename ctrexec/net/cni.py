@@ -59,31 +59,31 @@ from ctrexec.errors import (
 )
 from ctrexec.net import netns as _netns
 from ctrexec.net.cniconf import (
-    _NAME_RE,
     CNIDNS,
     DEFAULT_IPAM_DIR,
     ERROR_CODES,
     SUPPORTED_VERSIONS,
-    Attachment,
+    CNIAttachment,
     CNIInterface,
     CNIIPConfig,
     CNIResult,
     CNIRoute,
     JSONDict,
     NetworkConfigList,
+    PluginCall,
     PortMapping,
-    _Call,
-    _capability_args,
-    _is_040_or_later,
-    _parse_conflist,
     bridge_conflist,
     build_plugin_config,
     format_cni_args,
+    is_040_or_later,
     load_conflist,
+    merge_capability_args,
+    parse_conflist,
     parse_error,
     parse_result,
     validate_container_id,
     validate_network_name,
+    validate_plugin_type,
 )
 
 __all__ = [
@@ -96,22 +96,27 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "ERROR_CODES",
     "SUPPORTED_VERSIONS",
-    "Attachment",
+    "CNIAttachment",
     "CNIIPConfig",
     "CNIInterface",
     "CNIResult",
     "CNIRoute",
     "JSONDict",
     "NetworkConfigList",
+    "PluginCall",
     "PortMapping",
     "bridge_conflist",
     "build_plugin_config",
     "format_cni_args",
+    "is_040_or_later",
     "load_conflist",
+    "merge_capability_args",
+    "parse_conflist",
     "parse_error",
     "parse_result",
     "validate_container_id",
     "validate_network_name",
+    "validate_plugin_type",
 ]
 
 log = logging.getLogger(__name__)
@@ -190,8 +195,7 @@ class CNI:
 
     def find_plugin(self, kind: str) -> str:
         """The executable for plugin ``type``; InvalidArgument if not installed."""
-        if not _NAME_RE.match(kind):
-            raise InvalidArgument(f"invalid CNI plugin type {kind!r}")
+        validate_plugin_type(kind)
         for directory in self.plugin_dirs:
             candidate = Path(directory) / kind
             if candidate.is_file() and os.access(candidate, os.X_OK):
@@ -214,7 +218,7 @@ class CNI:
                 log.warning("skipping unreadable CNI config %s: %s", path, exc)
                 continue
             if isinstance(data, dict) and data.get("name") == name:
-                return _parse_conflist(data, str(path))
+                return parse_conflist(data, str(path))
         raise NotFound(f"no CNI network {name!r} in {self.conf_dir}")
 
     def _conflist(self, network: str | NetworkConfigList) -> NetworkConfigList:
@@ -267,7 +271,7 @@ class CNI:
         _netns.validate_ifname(ifname)
         return self.cache_dir / f"{network}+{container_id}+{ifname}.json"
 
-    def _write_cache(self, path: Path, attachment: Attachment) -> None:
+    def _write_cache(self, path: Path, attachment: CNIAttachment) -> None:
         record = {
             "kind": _CACHE_KIND,
             "network": attachment.network,
@@ -292,7 +296,7 @@ class CNI:
             tmp.unlink(missing_ok=True)
             raise NetworkError(f"cannot write CNI result cache {path}: {exc}") from exc
 
-    def _read_cache(self, path: Path) -> Attachment | None:
+    def _read_cache(self, path: Path) -> CNIAttachment | None:
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -302,8 +306,8 @@ class CNI:
         if not isinstance(record, dict) or record.get("kind") != _CACHE_KIND:
             raise NetworkError(f"{path} is not a ctrexec CNI result cache")
         try:
-            conf = _parse_conflist(record["config"], str(path))
-            return Attachment(
+            conf = parse_conflist(record["config"], str(path))
+            return CNIAttachment(
                 network=record["network"],
                 container_id=record["containerId"],
                 ifname=record["ifName"],
@@ -320,11 +324,11 @@ class CNI:
 
     def attachment(
         self, network: str, container_id: str, ifname: str = "eth0"
-    ) -> Attachment | None:
+    ) -> CNIAttachment | None:
         """The cached ADD for an attachment, or None: how a restart finds its IPs."""
         return self._read_cache(self.cache_path(network, container_id, ifname))
 
-    def attachments(self) -> list[Attachment]:
+    def attachments(self) -> list[CNIAttachment]:
         """Every readable cached attachment (for recovery and garbage collection)."""
         out = []
         for path in sorted(self.cache_dir.glob("*.json")):
@@ -391,7 +395,7 @@ class CNI:
         command: str,
         conf: NetworkConfigList,
         plugin: Mapping[str, Any],
-        call: _Call,
+        call: PluginCall,
         prev: Mapping[str, Any] | None,
     ) -> JSONDict | None:
         stdin = build_plugin_config(
@@ -440,19 +444,19 @@ class CNI:
         if not Path(ns_path).is_absolute():
             raise InvalidArgument(f"netns path {ns_path!r} must be absolute")
         cni_args = format_cni_args(args)
-        caps = _capability_args(capability_args, port_mappings)
+        caps = merge_capability_args(capability_args, port_mappings)
         if self.verify_netns:
             _netns.verify(ns_path)
         self.validate(conf)
         path = self.cache_path(conf.name, container_id, ifname)
-        call = _Call(container_id, ns_path, ifname, cni_args, caps)
+        call = PluginCall(container_id, ns_path, ifname, cni_args, caps)
         with _attachment_locks.hold(str(path)):
             if path.exists():
                 raise AlreadyExists(
                     f"{container_id} is already attached to {conf.name} as {ifname}; "
                     "DEL it before adding it again"
                 )
-            pending = Attachment(
+            pending = CNIAttachment(
                 network=conf.name,
                 container_id=container_id,
                 ifname=ifname,
@@ -476,9 +480,9 @@ class CNI:
                 raise
         return result
 
-    def _rollback(self, conf: NetworkConfigList, prev: JSONDict | None, call: _Call) -> bool:
+    def _rollback(self, conf: NetworkConfigList, prev: JSONDict | None, call: PluginCall) -> bool:
         """Best-effort DEL of a failed ADD; True if every plugin's DEL succeeded."""
-        if not _is_040_or_later(conf.cni_version):
+        if not is_040_or_later(conf.cni_version):
             prev = None
         ok = True
         for plugin in reversed(conf.plugins):
@@ -510,7 +514,7 @@ class CNI:
             if cached.result is None:
                 raise FailedPrecondition(f"the ADD of {container_id} to {name} did not complete")
             conf = cached.config
-            if not _is_040_or_later(conf.cni_version):
+            if not is_040_or_later(conf.cni_version):
                 raise FailedPrecondition(
                     f"CHECK needs cniVersion 0.4.0+, {name} has {conf.cni_version}"
                 )
@@ -520,7 +524,7 @@ class CNI:
             if self.verify_netns:
                 _netns.verify(ns_path)
             for plugin in conf.plugins:
-                self._invoke("CHECK", conf, plugin, cached._call(ns_path), cached.result.raw)
+                self._invoke("CHECK", conf, plugin, cached.call(ns_path), cached.result.raw)
 
     def delete(
         self,
@@ -556,7 +560,7 @@ class CNI:
                 cni_args = cached.cni_args if args is None else format_cni_args(args)
                 caps = cached.capability_args
                 if capability_args is not None or port_mappings:
-                    caps = _capability_args(capability_args, port_mappings)
+                    caps = merge_capability_args(capability_args, port_mappings)
                 ns_path = cached.netns if netns_path is None else os.fspath(netns_path)
             else:
                 try:
@@ -565,11 +569,11 @@ class CNI:
                     log.info("DEL %s/%s: nothing cached and %s", name, container_id, exc)
                     return
                 cni_args = format_cni_args(args)
-                caps = _capability_args(capability_args, port_mappings)
+                caps = merge_capability_args(capability_args, port_mappings)
                 ns_path = "" if netns_path is None else os.fspath(netns_path)
-            if not _is_040_or_later(conf.cni_version):
+            if not is_040_or_later(conf.cni_version):
                 prev = None
-            call = _Call(container_id, self._usable_netns(ns_path), ifname, cni_args, caps)
+            call = PluginCall(container_id, self._usable_netns(ns_path), ifname, cni_args, caps)
             for plugin in reversed(conf.plugins):
                 self._invoke("DEL", conf, plugin, call, prev)
             try:

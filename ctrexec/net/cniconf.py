@@ -11,10 +11,10 @@ without root, and the runtime reads as what it does with these values.
 - What one plugin run is given is derived here: its stdin
   (:func:`build_plugin_config`, the spec's "deriving execution configuration"),
   its ``CNI_ARGS`` (:func:`format_cni_args`), its capability args and the rest of
-  its ``CNI_*`` environment (``_Call``).
+  its ``CNI_*`` environment (``PluginCall``).
 - What plugins print is parsed into a :class:`CNIResult` (any supported
   cniVersion) or a :class:`~ctrexec.errors.CNIError`.
-- :class:`Attachment` is the record of one ADD that the runtime caches;
+- :class:`CNIAttachment` is the record of one ADD that the runtime caches;
   :func:`bridge_conflist` builds ctrexec's default network.
 
 :mod:`ctrexec.net.cni` re-exports the public names, so ``from ctrexec.net.cni import X``
@@ -68,7 +68,7 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
 
-def _is_040_or_later(version: str) -> bool:
+def is_040_or_later(version: str) -> bool:
     """prevResult on DEL and the CHECK command arrived with spec 0.4.0."""
     return _version_key(version) >= (0, 4, 0)
 
@@ -188,7 +188,7 @@ class PortMapping:
 
 
 @attrs.frozen
-class Attachment:
+class CNIAttachment:
     """A cached ADD: enough to CHECK and DEL later, and to recover the addresses.
 
     :class:`ctrexec.net.cni.CNI` owns the cache file format; this is only the value
@@ -209,15 +209,18 @@ class Attachment:
     cni_args: str
     capability_args: Mapping[str, Any]
 
-    def _call(self, netns: str) -> _Call:
-        return _Call(self.container_id, netns, self.ifname, self.cni_args, self.capability_args)
+    def call(self, netns: str) -> PluginCall:
+        """The environment of this ADD again, for CHECK and DEL on ``netns``."""
+        return PluginCall(
+            self.container_id, netns, self.ifname, self.cni_args, self.capability_args
+        )
 
 
 @attrs.frozen
-class _Call:
+class PluginCall:
     """The per-invocation parameters that become the CNI_* environment.
 
-    A value, so an :class:`Attachment` can rebuild the exact call of its ADD for
+    A value, so a :class:`CNIAttachment` can rebuild the exact call of its ADD for
     CHECK and DEL.
     """
 
@@ -244,6 +247,13 @@ def validate_network_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise InvalidArgument(f"invalid CNI network name {name!r}")
     return name
+
+
+def validate_plugin_type(kind: str) -> str:
+    """A plugin's ``type`` becomes an executable name, so no "/" or ".." gets through."""
+    if not isinstance(kind, str) or not _NAME_RE.match(kind):
+        raise InvalidArgument(f"invalid CNI plugin type {kind!r}")
+    return kind
 
 
 def validate_container_id(container_id: str) -> str:
@@ -279,7 +289,12 @@ def _validate_plugin(origin: str, index: int, plugin: object) -> Mapping[str, An
     return plugin
 
 
-def _parse_conflist(data: object, origin: str) -> NetworkConfigList:
+def parse_conflist(data: object, origin: str) -> NetworkConfigList:
+    """Validate already-decoded JSON; ``origin`` (a path) names it in every error.
+
+    The runtime calls this too, on the config a cache record kept, so a DEL
+    replays exactly what the ADD was given.
+    """
     if not isinstance(data, dict):
         raise _invalid(origin, "the top level is not a JSON object")
     name = data.get("name")
@@ -316,7 +331,7 @@ def load_conflist(source: str | os.PathLike[str] | Mapping[str, Any]) -> Network
     The result owns a deep copy, so later changes to ``source`` do not leak in.
     """
     if isinstance(source, Mapping):
-        return _parse_conflist(copy.deepcopy(dict(source)), "<mapping>")
+        return parse_conflist(copy.deepcopy(dict(source)), "<mapping>")
     path = Path(os.fspath(source))
     try:
         text = path.read_text(encoding="utf-8")
@@ -328,7 +343,7 @@ def load_conflist(source: str | os.PathLike[str] | Mapping[str, Any]) -> Network
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise _invalid(str(path), f"not valid JSON ({exc})") from exc
-    return _parse_conflist(data, str(path))
+    return parse_conflist(data, str(path))
 
 
 def format_cni_args(args: Mapping[str, str] | None) -> str:
@@ -377,7 +392,7 @@ def build_plugin_config(
     return out
 
 
-def _capability_args(
+def merge_capability_args(
     capability_args: Mapping[str, Any] | None, port_mappings: Sequence[PortMapping]
 ) -> JSONDict:
     """Merge ``port_mappings`` into the capability args and check they are JSON.

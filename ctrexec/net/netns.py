@@ -557,50 +557,8 @@ def inspect(path: str | os.PathLike[str], *, allow_host: bool = False) -> NetNSI
             routes = list(ipr.route("dump"))
         except OSError as exc:
             raise _os_error(f"netlink dump in {text} failed", exc) from exc
-    names: dict[int, str] = {}
-    interfaces = []
-    for msg in links:
-        name = _attr(msg, "IFLA_IFNAME") or f"if{msg['index']}"
-        names[msg["index"]] = name
-        interfaces.append(
-            Interface(
-                index=msg["index"],
-                name=name,
-                kind=_link_kind(msg),
-                mac=_attr(msg, "IFLA_ADDRESS"),
-                mtu=_attr(msg, "IFLA_MTU") or 0,
-                up=bool(msg["flags"] & _IFF_UP),
-                oper_state=_attr(msg, "IFLA_OPERSTATE") or "UNKNOWN",
-            )
-        )
-    addresses = []
-    for msg in addrs:
-        address = _attr(msg, "IFA_LOCAL") or _attr(msg, "IFA_ADDRESS")
-        if address is None:
-            continue
-        addresses.append(
-            Address(
-                ifname=names.get(msg["index"], f"if{msg['index']}"),
-                family=ipaddress.ip_address(address).version,
-                address=address,
-                prefixlen=msg["prefixlen"],
-            )
-        )
-    route_list = []
-    for msg in routes:
-        table = _attr(msg, "RTA_TABLE") or msg["table"]
-        if table != _RT_TABLE_MAIN or msg["family"] not in (socket.AF_INET, socket.AF_INET6):
-            continue
-        dst = _attr(msg, "RTA_DST")
-        oif = _attr(msg, "RTA_OIF")
-        route_list.append(
-            Route(
-                family=4 if msg["family"] == socket.AF_INET else 6,
-                dst="default" if dst is None else f"{dst}/{msg['dst_len']}",
-                gateway=_attr(msg, "RTA_GATEWAY"),
-                ifname=names.get(oif) if oif is not None else None,
-            )
-        )
+    interfaces = tuple(_interface(msg) for msg in links)
+    names = {i.index: i.name for i in interfaces}
     try:
         inode = Path(text).stat().st_ino
     except OSError as exc:
@@ -608,9 +566,51 @@ def inspect(path: str | os.PathLike[str], *, allow_host: bool = False) -> NetNSI
     return NetNSInfo(
         path=text,
         inode=inode,
-        interfaces=tuple(interfaces),
-        addresses=tuple(addresses),
-        routes=tuple(route_list),
+        interfaces=interfaces,
+        addresses=tuple(a for msg in addrs if (a := _address(msg, names)) is not None),
+        routes=tuple(r for msg in routes if (r := _route(msg, names)) is not None),
+    )
+
+
+def _interface(msg: Any) -> Interface:
+    return Interface(
+        index=msg["index"],
+        name=_attr(msg, "IFLA_IFNAME") or f"if{msg['index']}",
+        kind=_link_kind(msg),
+        mac=_attr(msg, "IFLA_ADDRESS"),
+        mtu=_attr(msg, "IFLA_MTU") or 0,
+        up=bool(msg["flags"] & _IFF_UP),
+        oper_state=_attr(msg, "IFLA_OPERSTATE") or "UNKNOWN",
+    )
+
+
+def _address(msg: Any, names: dict[int, str]) -> Address | None:
+    """IFA_LOCAL is the interface's own address; on point-to-point links IFA_ADDRESS
+    is the peer's, so it is only the fallback."""
+    address = _attr(msg, "IFA_LOCAL") or _attr(msg, "IFA_ADDRESS")
+    if address is None:
+        return None
+    return Address(
+        ifname=names.get(msg["index"], f"if{msg['index']}"),
+        family=ipaddress.ip_address(address).version,
+        address=address,
+        prefixlen=msg["prefixlen"],
+    )
+
+
+def _route(msg: Any, names: dict[int, str]) -> Route | None:
+    """Main-table IPv4/IPv6 routes only: local and broadcast entries are the
+    kernel's bookkeeping, not what a user set up."""
+    table = _attr(msg, "RTA_TABLE") or msg["table"]
+    if table != _RT_TABLE_MAIN or msg["family"] not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    dst = _attr(msg, "RTA_DST")
+    oif = _attr(msg, "RTA_OIF")
+    return Route(
+        family=4 if msg["family"] == socket.AF_INET else 6,
+        dst="default" if dst is None else f"{dst}/{msg['dst_len']}",
+        gateway=_attr(msg, "RTA_GATEWAY"),
+        ifname=names.get(oif) if oif is not None else None,
     )
 
 

@@ -228,7 +228,7 @@ class Attachment:
         return [str(ipaddress.ip_interface(ip).ip) for ip in self.ips]
 
 
-def _result_ips(cached: _cni.Attachment) -> tuple[_cni.CNIIPConfig, ...]:
+def _result_ips(cached: _cni.CNIAttachment) -> tuple[_cni.CNIIPConfig, ...]:
     if cached.result is None:
         return ()
     # Plugins that do not say which interface an IP is on get the benefit of the doubt.
@@ -251,7 +251,7 @@ def _iptables(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _remove_masq(cached: _cni.Attachment) -> None:
+def _remove_masq(cached: _cni.CNIAttachment) -> None:
     """Remove an attachment's ipMasq rules that the bridge plugin's DEL left.
 
     The bridge plugin (1.1.1) learns which source addresses to un-masquerade from
@@ -352,7 +352,7 @@ class Networks:
     def _mode_of(self, network: str) -> str:
         return "bridge" if network == self.network else f"cni:{network}"
 
-    def _attachment(self, cached: _cni.Attachment) -> Attachment:
+    def _attachment(self, cached: _cni.CNIAttachment) -> Attachment:
         ips = _result_ips(cached)
         return Attachment(
             owner=cached.container_id,
@@ -365,7 +365,7 @@ class Networks:
             interface=cached.ifname,
         )
 
-    def _cached(self, network: str, owner: str) -> tuple[_cni.Attachment | None, bool]:
+    def _cached(self, network: str, owner: str) -> tuple[_cni.CNIAttachment | None, bool]:
         """The cached ADD and whether there is a record at all (it may be unreadable)."""
         try:
             return self.cni.attachment(network, owner, IFNAME), False
@@ -408,7 +408,7 @@ class Networks:
         _ports.check_taken(ports, others)
         _ports.check_host_free(ports)
 
-    def _holds(self, cached: _cni.Attachment) -> bool:
+    def _holds(self, cached: _cni.CNIAttachment) -> bool:
         """Whether the cached namespace still carries the cached addresses on eth0."""
         want = {ipaddress.ip_interface(i.address) for i in _result_ips(cached)}
         if not want:
@@ -442,7 +442,7 @@ class Networks:
         self,
         conf: NetworkConfigList,
         owner: str,
-        cached: _cni.Attachment | None,
+        cached: _cni.CNIAttachment | None,
         netns_path: str | None,
     ) -> None:
         """CNI DEL, plus the masquerade rules the bridge plugin cannot find itself."""

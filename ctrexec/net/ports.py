@@ -158,13 +158,13 @@ def _mappings_of(raw: object) -> list[PortMapping]:
     return out
 
 
-def ports_of(attachment: cni.Attachment) -> tuple[PortMapping, ...]:
+def ports_of(attachment: cni.CNIAttachment) -> tuple[PortMapping, ...]:
     """The port mappings an attachment's ADD was given."""
     caps: Any = attachment.capability_args
     return tuple(_mappings_of(caps.get("portMappings")))
 
 
-def mapped_ports(attachments: Iterable[cni.Attachment]) -> list[MappedPort]:
+def mapped_ports(attachments: Iterable[cni.CNIAttachment]) -> list[MappedPort]:
     """Every host port published by these cached attachments."""
     return [
         MappedPort(owner=a.container_id, network=a.network, ifname=a.ifname, mapping=m)

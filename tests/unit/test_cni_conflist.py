@@ -91,7 +91,7 @@ def test_invalid_json_is_invalid_argument(tmp_path: Path) -> None:
 )
 def test_invalid_conflists(data: Any, match: str) -> None:
     with pytest.raises(InvalidArgument, match=match):
-        cni.load_conflist(data) if isinstance(data, dict) else cni._parse_conflist(data, "<t>")
+        cni.load_conflist(data) if isinstance(data, dict) else cni.parse_conflist(data, "<t>")
 
 
 def test_single_plugin_conf_gets_a_hint() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 import ctrexec
@@ -168,3 +169,86 @@ def test_the_file_read_rule_sees_reads() -> None:
         "os.path.join('a', 'b')\n"
     )
     assert _file_reads(sample, "s") == ["s:1 open()", "s:2 fdopen()", "s:3 read_text()"]
+
+PRODUCT = ("executor", "taskconfig", "taskspec", "groups", "supervisor", "fields", "cli")
+
+
+def _layer_offenders(layer: str, forbidden: tuple[str, ...]) -> list[str]:
+    prefixes = tuple(f"ctrexec.{name}" for name in forbidden)
+    return [
+        f"{p.relative_to(PKG)}: {m}"
+        for p in (PKG / layer).rglob("*.py")
+        for m in sorted(_imports(p))
+        if m in prefixes or m.startswith(tuple(f"{x}." for x in prefixes))
+    ]
+
+
+def test_containerd_imports_neither_net_nor_product() -> None:
+    assert _layer_offenders("containerd", ("net", *PRODUCT)) == []
+
+
+def test_net_imports_neither_containerd_nor_product() -> None:
+    assert _layer_offenders("net", ("containerd", *PRODUCT)) == []
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # the parent is a module, not a package
+        return False
+
+
+def test_no_private_name_crosses_modules() -> None:
+    """``from ctrexec.x import _y`` couples to what x may change freely; private
+    submodules (``from ctrexec import _rpc``) are modules, not names, and are allowed."""
+    offenders = []
+    for p in _hand_written():
+        for node in ast.walk(ast.parse(p.read_text(), filename=str(p))):
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ctrexec")):
+                continue
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if alias.name.startswith("_") and not _is_module(full):
+                    offenders.append(f"{p.relative_to(PKG)}: {full}")
+    assert offenders == []
+
+
+def test_cli_families_do_not_reach_into_groups() -> None:
+    """Only ``cli/groups.py`` drives :mod:`ctrexec.groups`; other commands use the
+    executor's API, so the group file format can change without touching them."""
+    offenders = [
+        p.name
+        for p in (PKG / "cli").glob("*.py")
+        if p.name != "groups.py"
+        and any(m == "ctrexec.groups" or m.startswith("ctrexec.groups.") for m in _imports(p))
+    ]
+    assert offenders == []
+
+
+#: Known pairs still to be named apart. containerd/snapshots.py's Mount is used by the
+#: mount code that is moving to ``_linux``; rename it there, then drop this entry.
+_SHARED_CLASS_NAMES = {"Mount": ["containerd/snapshots.py", "oci/mounts.py"]}
+
+
+def test_one_name_per_class() -> None:
+    """Two classes of one name in different modules read alike in every signature
+    that uses them; each hand-written class name is unique across the package."""
+    seen: dict[str, list[str]] = {}
+    for p in _hand_written():
+        for node in ast.walk(ast.parse(p.read_text(), filename=str(p))):
+            if isinstance(node, ast.ClassDef):
+                seen.setdefault(node.name, []).append(str(p.relative_to(PKG)))
+    shared = {name: sorted(where) for name, where in seen.items() if len(where) > 1}
+    assert shared == _SHARED_CLASS_NAMES
+
+
+def test_functions_stay_short() -> None:
+    """A function over 60 lines does more than one thing; split it by meaning."""
+    long = [
+        f"{p.relative_to(PKG)}:{node.lineno} {node.name} ({size} lines)"
+        for p in _hand_written()
+        for node in ast.walk(ast.parse(p.read_text(), filename=str(p)))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (size := (node.end_lineno or node.lineno) - node.lineno + 1) > 60
+    ]
+    assert long == []

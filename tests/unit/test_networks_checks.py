@@ -154,12 +154,12 @@ def test_check_unique() -> None:
 
 def fake_cached(
     owner: str, mappings: Sequence[PortMapping] = (), *, network: str = "ctrexec"
-) -> cni.Attachment:
+) -> cni.CNIAttachment:
     conf = cni.bridge_conflist(network, "cxtbr0", "10.231.200.0/24")
     caps: dict[str, Any] = {}
     if mappings:
         caps["portMappings"] = [m.to_json() for m in mappings]
-    return cni.Attachment(
+    return cni.CNIAttachment(
         network=network,
         container_id=owner,
         ifname="eth0",
@@ -345,7 +345,7 @@ class FakeCNI(cni.CNI):
             conf_dir=tmp_path / "conf", cache_dir=tmp_path / "cache", verify_netns=False
         )
         self.calls: list[tuple[str, str]] = []
-        self.cached: dict[tuple[str, str], cni.Attachment] = {}
+        self.cached: dict[tuple[str, str], cni.CNIAttachment] = {}
 
     def validate(self, network: str | cni.NetworkConfigList) -> cni.NetworkConfigList:
         conf = self._conflist(network)
@@ -386,10 +386,10 @@ class FakeCNI(cni.CNI):
 
     def attachment(
         self, network: str, container_id: str, ifname: str = "eth0"
-    ) -> cni.Attachment | None:
+    ) -> cni.CNIAttachment | None:
         return self.cached.get((network, container_id))
 
-    def attachments(self) -> list[cni.Attachment]:
+    def attachments(self) -> list[cni.CNIAttachment]:
         return list(self.cached.values())
 
 
