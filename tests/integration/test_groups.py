@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
-import socket
 import subprocess
 import threading
 import time
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _nethelpers import free_port
 
 from ctrexec import errors
 from ctrexec.containerd.client import Client
@@ -26,12 +26,6 @@ from ctrexec.net.networks import Networks
 from ctrexec.supervisor import Supervisor
 
 SUBNET = "10.231.180.0/24"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -104,7 +98,7 @@ def _ip(g: Groups, name: str) -> str:
 
 
 def test_group_up_localhost_port_and_restart_same_ip(groups: Groups, test_image: str) -> None:
-    port = _free_port()
+    port = free_port()
     name = f"cxt{secrets.token_hex(2)}"
     infos = groups.up(_spec(name, test_image, port))
     assert {i.status for i in infos} == {Status.RUNNING}
@@ -190,7 +184,7 @@ def test_second_group_with_same_name_is_refused(groups: Groups, test_image: str)
 
 
 def test_port_already_mapped_by_another_group(groups: Groups, test_image: str) -> None:
-    port = _free_port()
+    port = free_port()
     a, b = f"cxt{secrets.token_hex(2)}", f"cxt{secrets.token_hex(2)}"
     groups.up(_spec(a, test_image, port))
     with pytest.raises(errors.AlreadyExists, match=str(port)):
