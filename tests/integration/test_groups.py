@@ -6,7 +6,6 @@ import ipaddress
 import os
 import secrets
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from _nethelpers import free_port
+from _support import supervising
 
 from ctrexec import errors
 from ctrexec.containerd.client import Client
@@ -23,7 +23,6 @@ from ctrexec.groups import Groups, GroupSpec, load_group_file, parse_group
 from ctrexec.mounts_table import mounts_under
 from ctrexec.net import netns
 from ctrexec.net.networks import Networks
-from ctrexec.supervisor import Supervisor
 
 SUBNET = "10.231.180.0/24"
 
@@ -120,11 +119,7 @@ def test_group_up_localhost_port_and_restart_same_ip(groups: Groups, test_image:
     # /etc/hosts of the namespace names the group's address.
     assert ip.encode() in ex.exec(cid, ["cat", "/etc/hosts"]).stdout
 
-    sup = Supervisor(ex, reconnect_delay=0.2)
-    stop = threading.Event()
-    t = threading.Thread(target=sup.run, args=(stop,), daemon=True)
-    t.start()
-    try:
+    with supervising(ex):
         old_pid = ex.inspect(f"{name}-server").pid
         os.kill(old_pid, 9)
         _until(
@@ -137,9 +132,6 @@ def test_group_up_localhost_port_and_restart_same_ip(groups: Groups, test_image:
         _until(local, "served again after restart")
         assert _ip(groups, name) == ip
         assert ex.inspect(cid).status is Status.RUNNING
-    finally:
-        stop.set()
-        t.join(timeout=30)
     groups.down(name, timeout=2)
     assert not Path(f"/run/netns/cx-{name}").exists()
     assert groups.ps(name) == []
