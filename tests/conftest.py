@@ -6,6 +6,7 @@
   any skipped integration or chaos test, or a run with none, fails the session.
 - One private containerd serves the whole session unless ``CTREXEC_TEST_ADDRESS``
   names one; at the end, an audit fails the run if anything was left behind.
+- ``cli`` runs the real CLI against it (tests/_cli.py builds every argv).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _cli import TEST_NAMESPACE, Cli
 
 ROOT = Path(__file__).resolve().parent.parent
-TEST_NAMESPACE = "ctrexec-test"
 TEST_IMAGE = "docker.io/library/ctrexec-test:latest"
 REQUIRE_ENV = "CTREXEC_REQUIRE_INTEGRATION"
 
@@ -126,3 +127,9 @@ def test_image(containerd_address: str, test_image_archive: Path) -> str:
 
     import_image(containerd_address, TEST_NAMESPACE, test_image_archive)
     return TEST_IMAGE
+
+
+@pytest.fixture
+def cli(containerd_address: str, tmp_path: Path) -> Cli:
+    """The ctrexec CLI on the session's containerd; task logs go to ``tmp_path/logs``."""
+    return Cli(containerd_address, log_dir=tmp_path / "logs")

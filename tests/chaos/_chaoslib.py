@@ -382,6 +382,21 @@ KILL_POINTS: dict[str, tuple[str, str, str]] = {
     "after-task-start": ("ctrexec.containerd.tasks", "start", "after"),
 }
 
+#: What a SIGKILL at each kill point leaves, as :meth:`Outcome.kind`: the same whether
+#: containerd dies there (and is started again) or ctrexec does (containerd stays up).
+LEFT_AFTER_KILL: dict[str, str] = {
+    # The namespace's host files are written only once the record exists.
+    "after-hostfiles": "container",
+    # The lease (with containerd.io/gc.expire, one hour) is never deleted.
+    "before-prepare": "lease",
+    # ... and it holds the rootfs snapshot; its key is unique, so the name stays free.
+    "before-container-create": "lease+snapshot",
+    "after-container-create": "container",
+    "before-task-create": "container",
+    "before-task-start": "container+task:created",
+    "after-task-start": "container+task:running",
+}
+
 
 def hook(module: Any, attr: str, when: str, action: Callable[[], None]) -> Callable[[], None]:
     """Run ``action`` just before or after ``module.attr`` runs; return an undo."""

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from _chaoslib import (
     KILL_POINTS,
+    LEFT_AFTER_KILL,
     ChaosDaemon,
     Scope,
     alive,
@@ -48,6 +49,22 @@ def _cfg(name: str, netns: str) -> TaskConfig:
 
 def _executor(daemon: ChaosDaemon, tmp_path: Path) -> Executor:
     return Executor(daemon.client(), log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
+
+
+def _start_in_thread(ex: Executor, cfg: TaskConfig) -> tuple[threading.Thread, list[object]]:
+    """start_task in a thread of its own, so that containerd can die under it; the
+    list gets its handle or its error."""
+    result: list[object] = []
+
+    def run() -> None:
+        try:
+            result.append(ex.start_task(cfg))
+        except errors.CtrexecError as exc:
+            result.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    return worker, result
 
 
 def _ticks(log_path: str) -> int:
@@ -99,21 +116,6 @@ def test_task_outlives_containerd_and_is_recovered(
     assert strays(chaos_daemon.address, chaos_daemon.namespace, "", tmp_path) == []
 
 
-#: What a SIGKILL of containerd at each kill point leaves once containerd is back.
-EXPECTED_AFTER_CONTAINERD_KILL = {
-    # The namespace's host files are written only once the record exists.
-    "after-hostfiles": "container",
-    # The lease (with containerd.io/gc.expire, one hour) is never deleted.
-    "before-prepare": "lease",
-    # ... and it holds the rootfs snapshot; its key is unique, so the name stays free.
-    "before-container-create": "lease+snapshot",
-    "after-container-create": "container",
-    "before-task-create": "container",
-    "before-task-start": "container+task:created",
-    "after-task-start": "container+task:running",
-}
-
-
 @pytest.mark.parametrize(
     "point",
     list(KILL_POINTS),
@@ -153,7 +155,7 @@ def test_containerd_killed_inside_start_task(
     chaos_daemon.restart()
     ex2 = _executor(chaos_daemon, tmp_path)
     out = observe(ex2.client, name, known_leases=set())
-    assert out.kind() == EXPECTED_AFTER_CONTAINERD_KILL[point], out
+    assert out.kind() == LEFT_AFTER_KILL[point], out
     if handle is not None:
         assert out.task_pid == handle.pid and alive(proc(handle.pid))
     settle(ex2, name, out, _scope(chaos_daemon, tmp_path), retry=_cfg(name, ns))
@@ -172,17 +174,7 @@ def test_containerd_killed_while_the_shim_starts(
     """
     ns = make_netns()
     name = "victim"
-    ex = _executor(chaos_daemon, tmp_path)
-    result: list[object] = []
-
-    def run() -> None:
-        try:
-            result.append(ex.start_task(_cfg(name, ns)))
-        except errors.CtrexecError as exc:
-            result.append(exc)
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
+    worker, result = _start_in_thread(_executor(chaos_daemon, tmp_path), _cfg(name, ns))
     wait_for(
         lambda: shims(chaos_daemon.address, chaos_daemon.namespace, name) or not worker.is_alive(),
         "the task's shim to start",
@@ -246,17 +238,7 @@ def test_containerd_killed_at_arbitrary_points(
 
 def _kill_round(daemon: ChaosDaemon, tmp_path: Path, ns: str, name: str, delay: float | str) -> str:
     """One start_task in a thread, containerd killed after ``delay``; what it left."""
-    ex = _executor(daemon, tmp_path)
-    result: list[object] = []
-
-    def run() -> None:
-        try:
-            result.append(ex.start_task(_cfg(name, ns)))
-        except errors.CtrexecError as exc:
-            result.append(exc)
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
+    worker, result = _start_in_thread(_executor(daemon, tmp_path), _cfg(name, ns))
     if delay == "shim":
         wait_for(
             lambda: shims(daemon.address, daemon.namespace, name) or not worker.is_alive(),

@@ -20,6 +20,7 @@ import pytest
 from _chaoslib import (
     IMAGE,
     KILL_POINTS,
+    LEFT_AFTER_KILL,
     Scope,
     alive,
     observe,
@@ -27,6 +28,7 @@ from _chaoslib import (
     settle,
     wait_for,
 )
+from _cli import CLI_PROG, cli_argv
 
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
@@ -39,25 +41,25 @@ KILLPOINT = Path(__file__).with_name("_killpoint.py")
 TICKER = "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.1; done"
 
 
-CLI = (sys.executable, "-m", "ctrexec.cli.main")
-
-
 def _run_d(
-    containerd_address: str, namespace: str, logs: Path, *args: str, cli: tuple[str, ...] = CLI
+    address: str, namespace: str, logs: Path, *args: str, prog: tuple[str, ...] = CLI_PROG
 ) -> list[str]:
     """``ctrexec run -d`` with the connection flags, as a scheduler's script would call it."""
-    return [
-        *cli,
-        "run",
-        "-d",
-        "--address",
-        containerd_address,
-        "--namespace",
-        namespace,
-        "--log-dir",
-        str(logs),
-        *args,
-    ]
+    return cli_argv("run", address, "-d", *args, namespace=namespace, log_dir=logs, prog=prog)
+
+
+def _scope(
+    address: str, client: Client, tmp_path: Path, netns_files: Callable[[], list[Path]]
+) -> Scope:
+    """The leak checks' scope: ``chaos-...`` ids on the session daemon, logs in tmp_path."""
+    return Scope(
+        address=address,
+        namespace=client.namespace,
+        prefix="chaos-",
+        logs=tmp_path,
+        daemon_dir=Path(address).parent.parent,
+        netns_files=netns_files,
+    )
 
 
 def _ticks(path: Path) -> int:
@@ -68,18 +70,6 @@ def _assert_log_survives(log: Path) -> None:
     """The shim's log driver, not ctrexec, writes the log: it keeps growing."""
     seen = wait_for(lambda: _ticks(log), f"the task's first line in {log}")
     wait_for(lambda: _ticks(log) >= seen + 3, "the log to keep growing after ctrexec died")
-
-
-#: What a SIGKILL of ctrexec at each point of ``run -d`` leaves (containerd stays up).
-EXPECTED_AFTER_CTREXEC_KILL = {
-    "after-hostfiles": "container",
-    "before-prepare": "lease",
-    "before-container-create": "lease+snapshot",
-    "after-container-create": "container",
-    "before-task-create": "container",
-    "before-task-start": "container+task:created",
-    "after-task-start": "container+task:running",
-}
 
 
 @pytest.mark.parametrize(
@@ -113,7 +103,7 @@ def test_ctrexec_killed_inside_run(
                 client.namespace,
                 logs,
                 *args,
-                cli=(sys.executable, str(KILLPOINT), point, "--"),
+                prog=(sys.executable, str(KILLPOINT), point, "--"),
             ),
             capture_output=True,
             text=True,
@@ -123,16 +113,11 @@ def test_ctrexec_killed_inside_run(
         assert run.returncode == -signal.SIGKILL, (run.returncode, run.stderr)
 
         out = observe(client, name, leases_before)
-        assert out.kind() == EXPECTED_AFTER_CTREXEC_KILL[point], out
+        assert out.kind() == LEFT_AFTER_KILL[point], out
         if out.task is Status.RUNNING:
             _assert_log_survives(logs / client.namespace / name / "task.log")
-        scope = Scope(
-            address=containerd_address,
-            namespace=client.namespace,
-            prefix="chaos-",
-            logs=tmp_path,
-            daemon_dir=Path(containerd_address).parent.parent,
-            netns_files=lambda: [files] if files.exists() else [],
+        scope = _scope(
+            containerd_address, client, tmp_path, lambda: [files] if files.exists() else []
         )
         settle(
             session_ex,
@@ -171,14 +156,7 @@ def test_ctrexec_killed_at_arbitrary_points(
     ex.destroy("chaos-probe", force=True)
 
     delays = [0.05, 0.2, 0.5] + [took * f for f in (0.6, 0.7, 0.8, 0.9, 0.95, 1.1)]
-    scope = Scope(
-        address=containerd_address,
-        namespace=client.namespace,
-        prefix="chaos-",
-        logs=tmp_path,
-        daemon_dir=Path(containerd_address).parent.parent,
-        netns_files=lambda: [],
-    )
+    scope = _scope(containerd_address, client, tmp_path, lambda: [])
     seen = []
     for i, delay in enumerate(delays):
         name = f"chaos-t{i}"

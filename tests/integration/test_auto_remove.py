@@ -8,14 +8,12 @@ once, or by its reconcile when it starts). Without one, ``run -d --rm`` warns, a
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _cli import Cli
+from _support import supervising, until
 
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
@@ -39,24 +37,9 @@ def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
 
 @pytest.fixture
 def supervised(ex: Executor) -> Iterator[Supervisor]:
-    sup = Supervisor(ex, reconnect_delay=0.2)
-    stop = threading.Event()
-    t = threading.Thread(target=sup.run, args=(stop,), daemon=True)
-    t.start()
-    _until(lambda: is_supervised(ex.client), "the supervisor's presence lock")
-    yield sup
-    stop.set()
-    t.join(timeout=30)
-    assert not t.is_alive()
-
-
-def _until(pred: object, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    with supervising(ex) as sup:
+        until(lambda: is_supervised(ex.client), "the supervisor's presence lock")
+        yield sup
 
 
 def _gone(client: Client, name: str) -> bool:
@@ -67,114 +50,52 @@ def _gone(client: Client, name: str) -> bool:
     return False
 
 
-def _cli(address: str, ex: Executor, *args: str) -> subprocess.CompletedProcess[str]:
-    command, rest = args[0], args[1:]
-    return subprocess.run(  # noqa: PLW1510 - callers check the exit code
-        [
-            sys.executable,
-            "-m",
-            "ctrexec.cli.main",
-            command,
-            "--address",
-            address,
-            "--namespace",
-            "ctrexec-test",
-            *(["--log-dir", str(ex.log_dir)] if command == "run" else []),
-            *rest,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_run_d_rm_without_supervisor_warns_and_stop_removes(
-    ex: Executor, containerd_address: str, test_image: str
+    ex: Executor, cli: Cli, test_image: str
 ) -> None:
     assert not is_supervised(ex.client)
-    out = _cli(
-        containerd_address,
-        ex,
-        "run",
-        "-d",
-        "--rm",
-        "--name",
-        "rm-nosup",
-        test_image,
-        "sleep",
-        "1000",
-    )
+    out = cli("run", "-d", "--rm", "--name", "rm-nosup", test_image, "sleep", "1000")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "rm-nosup"
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(WARNING), out.stderr
     assert ex.inspect("rm-nosup").status is Status.RUNNING
-    out = _cli(containerd_address, ex, "stop", "-t", "1", "rm-nosup")
+    out = cli("stop", "-t", "1", "rm-nosup")
     assert out.returncode == 0, out.stderr
     assert _gone(ex.client, "rm-nosup")
 
 
 def test_exit_without_supervisor_is_removed_when_one_starts(
-    ex: Executor, containerd_address: str, test_image: str
+    ex: Executor, cli: Cli, test_image: str
 ) -> None:
-    out = _cli(containerd_address, ex, "run", "-d", "--rm", "--name", "rm-late", test_image, "true")
+    out = cli("run", "-d", "--rm", "--name", "rm-late", test_image, "true")
     assert out.returncode == 0, out.stderr
-    _until(lambda: ex.inspect("rm-late").status is Status.STOPPED, "the exit")
+    until(lambda: ex.inspect("rm-late").status is Status.STOPPED, "the exit")
     assert not _gone(ex.client, "rm-late")  # nobody watches: it stays, as warned
     log_dir = Path(ex.inspect("rm-late").log_path).parent
-    sup = Supervisor(ex, reconnect_delay=0.2)
-    stop = threading.Event()
-    t = threading.Thread(target=sup.run, args=(stop,), daemon=True)
-    t.start()
-    try:
-        _until(lambda: _gone(ex.client, "rm-late"), "removal by the supervisor's reconcile")
-    finally:
-        stop.set()
-        t.join(timeout=30)
+    with supervising(ex):
+        until(lambda: _gone(ex.client, "rm-late"), "removal by the supervisor's reconcile")
     assert not log_dir.exists()
 
 
 def test_run_d_rm_with_supervisor_is_removed_on_exit(
-    ex: Executor, supervised: Supervisor, containerd_address: str, test_image: str
+    ex: Executor, supervised: Supervisor, cli: Cli, test_image: str
 ) -> None:
-    out = _cli(
-        containerd_address,
-        ex,
-        "run",
-        "-d",
-        "--rm",
-        "--name",
-        "rm-sup",
-        test_image,
-        "sh",
-        "-c",
-        "sleep 0.5",
-    )
+    out = cli("run", "-d", "--rm", "--name", "rm-sup", test_image, "sh", "-c", "sleep 0.5")
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
-    _until(lambda: _gone(ex.client, "rm-sup"), "removal on exit")
+    until(lambda: _gone(ex.client, "rm-sup"), "removal on exit")
 
 
 def test_foreground_rm_with_supervisor_keeps_output_and_exit_code(
-    ex: Executor, supervised: Supervisor, containerd_address: str, test_image: str
+    ex: Executor, supervised: Supervisor, cli: Cli, test_image: str
 ) -> None:
     # Both the CLI and the supervisor remove it; whoever comes second must not fail.
-    out = _cli(
-        containerd_address,
-        ex,
-        "run",
-        "--rm",
-        "--name",
-        "rm-fg",
-        test_image,
-        "sh",
-        "-c",
-        "echo hello; exit 3",
-    )
+    out = cli("run", "--rm", "--name", "rm-fg", test_image, "sh", "-c", "echo hello; exit 3")
     assert out.returncode == 3, out.stderr
     assert out.stdout == "hello\n"
     assert out.stderr == ""
-    _until(lambda: _gone(ex.client, "rm-fg"), "removal")
+    until(lambda: _gone(ex.client, "rm-fg"), "removal")
 
 
 def test_rm_with_restart_policy_is_removed_once_the_policy_gives_up(
@@ -190,7 +111,7 @@ def test_rm_with_restart_policy_is_removed_once_the_policy_gives_up(
             restart=RestartPolicy(policy="on-failure", max_attempts=2, delay=0.1),
         )
     )
-    _until(lambda: _gone(ex.client, "rm-policy"), "removal after the last attempt")
+    until(lambda: _gone(ex.client, "rm-policy"), "removal after the last attempt")
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rm-policy ")]
     assert said == [
         "rm-policy exited with code 1; restarting in 0.1s",

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _cli import Cli
 
 from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
@@ -54,7 +53,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_run_input(
-    case: str, client: Client, containerd_address: str, test_image: str, tmp_path: Path
+    case: str, client: Client, containerd_address: str, test_image: str, tmp_path: Path, cli: Cli
 ) -> None:
     flags = [f.replace("SOCKET", containerd_address) for f in CASES[case]]
     image = test_image
@@ -62,28 +61,8 @@ def test_bad_run_input(
         image = flags.pop(0).removeprefix("IMAGE=")
     if "--name" not in flags:
         flags += ["--name", f"bad-{case}"]
-    logs = tmp_path / "logs"
     before = _snapshot(client, tmp_path, containerd_address)
-    out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertion
-        [
-            sys.executable,
-            "-m",
-            "ctrexec.cli.main",
-            "run",
-            "--address",
-            containerd_address,
-            "--namespace",
-            "ctrexec-test",
-            "--log-dir",
-            str(logs),
-            *flags,
-            image,
-            "true",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = cli("run", *flags, image, "true")
     assert out.returncode == 125, (out.stdout, out.stderr)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
@@ -123,18 +102,13 @@ def _links() -> set[str]:
 
 @pytest.mark.parametrize("case", sorted(GROUP_CASES))
 def test_bad_group_file(
-    case: str, client: Client, containerd_address: str, test_image: str, tmp_path: Path
+    case: str, client: Client, containerd_address: str, test_image: str, tmp_path: Path, cli: Cli
 ) -> None:
     group_file = tmp_path / "group.toml"
     group_file.write_text(GROUP_CASES[case].replace("IMAGE", test_image))
     before = _snapshot(client, tmp_path, containerd_address)
     links_before = _links()
-    out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertion
-        [sys.executable, "-m", "ctrexec.cli.main", "group", "up", "--address",
-         containerd_address, "--namespace", "ctrexec-test", "--log-dir",
-         str(tmp_path / "logs"), str(group_file)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    out = cli("group up", str(group_file))
     assert out.returncode == 125, (out.stdout, out.stderr)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
@@ -149,16 +123,11 @@ def test_bad_group_file(
 
 
 def test_bad_group_file_line_names_file_task_key_value(
-    client: Client, containerd_address: str, test_image: str, tmp_path: Path
+    client: Client, test_image: str, tmp_path: Path, cli: Cli
 ) -> None:
     group_file = tmp_path / "group.toml"
     group_file.write_text(GROUP_CASES["cpus-a-string"].replace("IMAGE", test_image))
-    out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertion
-        [sys.executable, "-m", "ctrexec.cli.main", "group", "up", "--address",
-         containerd_address, "--namespace", "ctrexec-test", "--log-dir",
-         str(tmp_path / "logs"), str(group_file)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    out = cli("group up", str(group_file))
     assert out.returncode == 125
     assert (
         out.stderr == f"ctrexec: group file {group_file}: task t: cpus = '2': expected a number\n"
@@ -167,7 +136,7 @@ def test_bad_group_file_line_names_file_task_key_value(
 
 
 def test_group_up_that_fails_to_start_a_task_is_non_zero_and_undone(
-    client: Client, containerd_address: str, test_image: str, tmp_path: Path
+    client: Client, containerd_address: str, test_image: str, tmp_path: Path, cli: Cli
 ) -> None:
     """The second task's command does not exist: up fails, exits 127, leaves nothing."""
     group_file = tmp_path / "group.toml"
@@ -177,12 +146,7 @@ def test_group_up_that_fails_to_start_a_task_is_non_zero_and_undone(
         f'[[task]]\nname = "bad"\nimage = "{test_image}"\ncommand = ["/no/such/cmd"]\n'
     )
     before = _snapshot(client, tmp_path, containerd_address)
-    out = subprocess.run(  # noqa: PLW1510 - the exit code is the assertion
-        [sys.executable, "-m", "ctrexec.cli.main", "group", "up", "--address",
-         containerd_address, "--namespace", "ctrexec-test", "--log-dir",
-         str(tmp_path / "logs"), str(group_file)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    out = cli("group up", str(group_file))
     assert out.returncode == 127, (out.stdout, out.stderr)
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert out.stdout == ""
@@ -193,7 +157,7 @@ def test_group_up_that_fails_to_start_a_task_is_non_zero_and_undone(
 
 
 def test_netns_rm_refuses_running_tasks(
-    client: Client, containerd_address: str, test_image: str, tmp_path: Path
+    client: Client, test_image: str, tmp_path: Path, cli: Cli
 ) -> None:
     from ctrexec.executor import Executor
     from ctrexec.net import netns
@@ -205,15 +169,11 @@ def test_netns_rm_refuses_running_tasks(
         ex.start_task(
             TaskConfig(name="busy1", image=test_image, command=["sleep", "100"], netns=ns.name)
         )
-        base = [sys.executable, "-m", "ctrexec.cli.main", "netns", "rm", "--address",
-                containerd_address, "--namespace", "ctrexec-test"]  # fmt: skip
-        out = subprocess.run([*base, ns.name], capture_output=True, text=True, check=False)
+        out = cli("netns rm", ns.name)
         assert out.returncode == 125
         assert "running tasks" in out.stderr
         assert Path(ns.path).exists()
-        out = subprocess.run(
-            [*base, "--force", ns.name], capture_output=True, text=True, check=False
-        )
+        out = cli("netns rm", "--force", ns.name)
         assert out.returncode == 0, out.stderr
         assert not Path(ns.path).exists()
     finally:
@@ -222,12 +182,8 @@ def test_netns_rm_refuses_running_tasks(
             netns.remove(ns.path)
 
 
-def test_images_command_lists_the_test_image(containerd_address: str, test_image: str) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "ctrexec.cli.main", "images", "--address", containerd_address,
-         "--namespace", "ctrexec-test", "--json"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+def test_images_command_lists_the_test_image(cli: Cli, test_image: str) -> None:
+    out = cli("images", "--json", check=True)
     import json
 
     names = [i["name"] for i in json.loads(out.stdout)]

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
 from concurrent import futures
 from pathlib import Path
 
 import grpc
 import pytest
+from _cli import Cli
 
 from ctrexec import errors
 from ctrexec.containerd.client import Client
@@ -98,21 +97,8 @@ def test_thread_safe_concurrent_calls(client: Client) -> None:
     assert len(results) == 160
 
 
-def test_cli_info_json(containerd_address: str) -> None:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ctrexec.cli.main",
-            "info",
-            "--address",
-            containerd_address,
-            "--json",
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+def test_cli_info_json(containerd_address: str, cli: Cli) -> None:
+    out = cli("info", "--json", namespace=None, check=True)
     info = json.loads(out.stdout)
     assert info["address"] == containerd_address
     assert "overlayfs" in info["snapshotters"]

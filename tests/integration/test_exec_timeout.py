@@ -7,14 +7,13 @@ deadline), not performance figures.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _cli import Cli
 
 from ctrexec import errors
 from ctrexec.containerd.client import Client
@@ -77,19 +76,15 @@ def test_exec_output_with_background_child_is_bounded(ex: Executor) -> None:
     assert done == [b"ready\n"]  # the task's destroy ends the background child
 
 
-def test_cli_exec_timeout(ex: Executor, containerd_address: str) -> None:
-    argv = [sys.executable, "-m", "ctrexec.cli.main", "exec", "--address", containerd_address,
-            "--namespace", "ctrexec-test", "--timeout", "1", "exto", "sleep", "120"]  # fmt: skip
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_GUARD, check=False)
+def test_cli_exec_timeout(ex: Executor, cli: Cli) -> None:
+    res = cli("exec", "--timeout", "1", "exto", "sleep", "120", timeout=HANG_GUARD)
     assert res.returncode == 125
     assert res.stderr.count("\n") == 1 and "did not finish within 1s" in res.stderr
     assert _sleepers(ex) == []
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "abc", "inf"])
-def test_cli_exec_timeout_bad_value(ex: Executor, containerd_address: str, bad: str) -> None:
-    argv = [sys.executable, "-m", "ctrexec.cli.main", "exec", "--address", containerd_address,
-            "--namespace", "ctrexec-test", "--timeout", bad, "exto", "true"]  # fmt: skip
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_GUARD, check=False)
+def test_cli_exec_timeout_bad_value(ex: Executor, cli: Cli, bad: str) -> None:
+    res = cli("exec", "--timeout", bad, "exto", "true", timeout=HANG_GUARD)
     assert res.returncode == 125
     assert res.stderr.count("\n") == 1 and "--timeout" in res.stderr

@@ -5,11 +5,12 @@ from __future__ import annotations
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _cli import Cli
+from _support import until
 
 from ctrexec import errors
 from ctrexec._linux import mounts_under
@@ -56,13 +57,9 @@ def _cfg(name: str, image: str, *cmd: str, **kw: object) -> TaskConfig:
     return TaskConfig(name=name, image=image, command=cmd or None, **kw)  # type: ignore[arg-type]
 
 
-def _wait_for(pred: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met")
+def _log_has(path: str, text: bytes) -> bool:
+    log = Path(path)
+    return log.exists() and text in log.read_bytes()
 
 
 def test_two_tasks_share_netns_and_restart(ex: Executor, ns: str, test_image: str) -> None:
@@ -76,14 +73,14 @@ def test_two_tasks_share_netns_and_restart(ex: Executor, ns: str, test_image: st
         r = ex.exec("cli", ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/"])
         return r.exit_code == 0 and b"hello from ctrexec" in r.stdout
 
-    _wait_for(fetch)
+    until(fetch, "the server to answer", timeout=20)
     # Kill the server with SIGKILL: the namespace must survive with no pause container.
     ex.signal("srv", "SIGKILL")
     assert ex.wait("srv", timeout=30).code == 137
     assert ex.exec("cli", ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/"]).exit_code != 0
     again = ex.start("srv")
     assert again.netns_path == server.netns_path
-    _wait_for(fetch)
+    until(fetch, "the restarted server to answer", timeout=20)
     # The other task never noticed: same pid, still running; addresses unchanged.
     info = ex.inspect("cli")
     assert info.status is Status.RUNNING
@@ -107,12 +104,10 @@ def test_exec_exit_code_and_output(ex: Executor, test_image: str) -> None:
 def test_stop_honours_signal_and_timeout(ex: Executor, test_image: str) -> None:
     script = 'trap "echo got-term; exit 3" TERM; echo ready; while true; do sleep 0.1; done'
     h = ex.start_task(_cfg("stop1", test_image, "sh", "-c", script))
-    _wait_for(
-        lambda: b"ready" in Path(h.log_path).read_bytes() if Path(h.log_path).exists() else False
-    )
+    until(lambda: _log_has(h.log_path, b"ready"), "ready in the log", timeout=20)
     status = ex.stop("stop1", timeout=30)
     assert status is not None and status.code == 3
-    _wait_for(lambda: b"got-term" in Path(h.log_path).read_bytes())
+    until(lambda: b"got-term" in Path(h.log_path).read_bytes(), "got-term in the log", timeout=20)
     # A task that ignores the stop signal is killed when the timeout passes.
     h2 = ex.start_task(
         _cfg(
@@ -123,7 +118,7 @@ def test_stop_honours_signal_and_timeout(ex: Executor, test_image: str) -> None:
             'trap "" TERM; echo ready; while true; do sleep 0.1; done',
         )
     )
-    _wait_for(lambda: Path(h2.log_path).exists() and b"ready" in Path(h2.log_path).read_bytes())
+    until(lambda: _log_has(h2.log_path, b"ready"), "ready in the log", timeout=20)
     status = ex.stop("stop2", timeout=0.5)
     assert status is not None and status.code == 137
     # The image's StopSignal is the default: ctrexec-test declares SIGTERM.
@@ -133,7 +128,7 @@ def test_stop_honours_signal_and_timeout(ex: Executor, test_image: str) -> None:
 def test_stop_signal_option(ex: Executor, test_image: str) -> None:
     script = 'trap "echo got-usr1; exit 5" USR1; echo ready; while true; do sleep 0.1; done'
     h = ex.start_task(_cfg("sig1", test_image, "sh", "-c", script, stop_signal="SIGUSR1"))
-    _wait_for(lambda: Path(h.log_path).exists() and b"ready" in Path(h.log_path).read_bytes())
+    until(lambda: _log_has(h.log_path, b"ready"), "ready in the log", timeout=20)
     status = ex.stop("sig1", timeout=30)
     assert status is not None and status.code == 5
 
@@ -152,7 +147,7 @@ def test_stats_show_memory_and_cpu(ex: Executor, test_image: str) -> None:
     s = ex.stats("st1")
     assert s.memory_usage > 0
     assert s.memory_limit == 64 * 1024 * 1024
-    _wait_for(lambda: ex.stats("st1").cpu_usage_ns > 0)
+    until(lambda: ex.stats("st1").cpu_usage_ns > 0, "CPU time in the stats", timeout=20)
     assert s.pids_current >= 1
 
 
@@ -171,111 +166,39 @@ def test_handle_roundtrip_and_recover(ex: Executor, test_image: str, client: Cli
     from ctrexec.taskconfig import TaskHandle
 
     other = Executor(client, log_dir=ex.log_dir, files_dir=ex.files_dir)
-    _wait_for(lambda: other.inspect("rec").status is Status.STOPPED)
+    until(lambda: other.inspect("rec").status is Status.STOPPED, "the exit", timeout=20)
     info = other.recover(TaskHandle.from_json(persisted))
     assert info.exit is not None and info.exit.code == 4
     assert info.config is not None and info.config.command == ("sh", "-c", "exit 4")
 
 
-def test_logs_survive_ctrexec_exit(
-    containerd_address: str, test_image: str, tmp_path: Path, ex: Executor
-) -> None:
+def test_logs_survive_ctrexec_exit(cli: Cli, test_image: str, tmp_path: Path, ex: Executor) -> None:
     """A detached run from a CLI process that exits: the shim's log driver keeps writing."""
     logs = tmp_path / "logs"
-    cmd = [
-        sys.executable,
-        "-m",
-        "ctrexec.cli.main",
-        "run",
-        "-d",
-        "--address",
-        containerd_address,
-        "--namespace",
-        "ctrexec-test",
-        "--log-dir",
-        str(logs),
-        "--name",
-        "bg",
-        test_image,
-        "sh",
-        "-c",
-        "echo first; sleep 1; echo second >&2; sleep 1000",
-    ]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    script = "echo first; sleep 1; echo second >&2; sleep 1000"
+    out = cli("run", "-d", "--name", "bg", test_image, "sh", "-c", script, check=True)
     assert out.stdout.strip() == "bg"
     log = logs / "ctrexec-test" / "bg" / "task.log"
-    _wait_for(lambda: log.exists() and b"second" in log.read_bytes())
+    until(lambda: log.exists() and b"second" in log.read_bytes(), "the second line", timeout=20)
     text = log.read_text()
     assert '"stream":"stdout"' in text.replace(" ", "") and '"stream":"stderr"' in text.replace(
         " ", ""
     )
-    got = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ctrexec.cli.main",
-            "logs",
-            "--address",
-            containerd_address,
-            "--namespace",
-            "ctrexec-test",
-            "bg",
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    got = cli("logs", "bg", check=True)
     assert got.stdout == "first\n"
     assert got.stderr == "second\n"
 
 
-def test_foreground_run_streams_and_exits_with_code(
-    containerd_address: str, test_image: str, tmp_path: Path
-) -> None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "ctrexec.cli.main",
-        "run",
-        "--rm",
-        "--address",
-        containerd_address,
-        "--namespace",
-        "ctrexec-test",
-        "--log-dir",
-        str(tmp_path / "logs"),
-        "--name",
-        "fg",
-        test_image,
-        "sh",
-        "-c",
-        "echo hello; echo oops >&2; exit 3",
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+def test_foreground_run_streams_and_exits_with_code(cli: Cli, test_image: str) -> None:
+    script = "echo hello; echo oops >&2; exit 3"
+    out = cli("run", "--rm", "--name", "fg", test_image, "sh", "-c", script)
     assert out.returncode == 3, out.stderr
     assert out.stdout == "hello\n"
     assert out.stderr == "oops\n"
 
 
-def test_command_not_found_is_127(containerd_address: str, test_image: str, tmp_path: Path) -> None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "ctrexec.cli.main",
-        "run",
-        "--rm",
-        "--address",
-        containerd_address,
-        "--namespace",
-        "ctrexec-test",
-        "--log-dir",
-        str(tmp_path / "logs"),
-        "--name",
-        "nf",
-        test_image,
-        "/no/such/cmd",
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+def test_command_not_found_is_127(cli: Cli, test_image: str) -> None:
+    out = cli("run", "--rm", "--name", "nf", test_image, "/no/such/cmd")
     assert out.returncode == 127, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
@@ -312,7 +235,7 @@ def test_image_from_default_namespace_runs(
     try:
         h = ex.start_task(_cfg("dflt", name, "echo", "from-default"))
         assert ex.wait("dflt", timeout=60).code == 0
-        _wait_for(lambda: b"from-default" in Path(h.log_path).read_bytes())
+        until(lambda: b"from-default" in Path(h.log_path).read_bytes(), "the output", timeout=20)
     finally:
         subprocess.run(
             ["ctr", "-a", containerd_address, "-n", "default", "images", "rm", name],

@@ -5,15 +5,15 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
-import socket
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _nethelpers import free_port
+from _support import supervising
 
 from ctrexec import errors
 from ctrexec._linux import mounts_under
@@ -23,15 +23,8 @@ from ctrexec.executor import Executor
 from ctrexec.groups import Groups, GroupSpec, load_group_file, parse_group
 from ctrexec.net import netns
 from ctrexec.net.networks import Networks
-from ctrexec.supervisor import Supervisor
 
 SUBNET = "10.231.180.0/24"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -104,7 +97,7 @@ def _ip(g: Groups, name: str) -> str:
 
 
 def test_group_up_localhost_port_and_restart_same_ip(groups: Groups, test_image: str) -> None:
-    port = _free_port()
+    port = free_port()
     name = f"cxt{secrets.token_hex(2)}"
     infos = groups.up(_spec(name, test_image, port))
     assert {i.status for i in infos} == {Status.RUNNING}
@@ -126,11 +119,7 @@ def test_group_up_localhost_port_and_restart_same_ip(groups: Groups, test_image:
     # /etc/hosts of the namespace names the group's address.
     assert ip.encode() in ex.exec(cid, ["cat", "/etc/hosts"]).stdout
 
-    sup = Supervisor(ex, reconnect_delay=0.2)
-    stop = threading.Event()
-    t = threading.Thread(target=sup.run, args=(stop,), daemon=True)
-    t.start()
-    try:
+    with supervising(ex):
         old_pid = ex.inspect(f"{name}-server").pid
         os.kill(old_pid, 9)
         _until(
@@ -143,9 +132,6 @@ def test_group_up_localhost_port_and_restart_same_ip(groups: Groups, test_image:
         _until(local, "served again after restart")
         assert _ip(groups, name) == ip
         assert ex.inspect(cid).status is Status.RUNNING
-    finally:
-        stop.set()
-        t.join(timeout=30)
     groups.down(name, timeout=2)
     assert not Path(f"/run/netns/cx-{name}").exists()
     assert groups.ps(name) == []
@@ -190,7 +176,7 @@ def test_second_group_with_same_name_is_refused(groups: Groups, test_image: str)
 
 
 def test_port_already_mapped_by_another_group(groups: Groups, test_image: str) -> None:
-    port = _free_port()
+    port = free_port()
     a, b = f"cxt{secrets.token_hex(2)}", f"cxt{secrets.token_hex(2)}"
     groups.up(_spec(a, test_image, port))
     with pytest.raises(errors.AlreadyExists, match=str(port)):

@@ -1,109 +1,53 @@
 """Networks on real namespaces, bridges and plugins (Debian's containernetworking-plugins).
 
-Traffic stays on loopback or inside the namespaces and bridges these tests make.
-Every name carries the run tag (namespaces, networks and groups ``cxt...``,
-bridges ``cxtbr<hex>``); subnets come from 10.231.200.0/24 .. 10.231.250.0/24 and
-are checked to be unused on the host first; cache and IPAM dirs live under
-tmp_path. Each test ends with a leak audit (namespaces, links, iptables rules that
-name the tag, subnet or bridge, IPAM files, cached attachments) after removing its
-bridges, and the module puts net.ipv4.ip_forward back as it found it.
+Names, subnets, cleanup and the leak audit that ends each test (namespaces, links,
+iptables rules that name the tag, subnet or bridge, IPAM files, cached attachments,
+after removing its bridges) come from the shared harness, ``_nethelpers``.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import random
 import socket
-import subprocess
 import sys
 import threading
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _nethelpers import (
+    NET_MARKS,
+    PLUGIN_DIR,
+    NetEnv,
+    fetch,
+    free_port,
+    free_subnet,
+    iptables_dump,
+    new_bridge_name,
+    ping,
+    run_env,
+    sh,
+    tag_of,
+)
 
 from ctrexec.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from ctrexec.net import cni, netns
 from ctrexec.net.cni import PortMapping
-from ctrexec.net.networks import Networks
+from ctrexec.net.networks import Attachment, Networks
 from ctrexec.testing import NETNS_RELEASE_TIMEOUT, wait_for
 
-PLUGIN_DIR = Path("/usr/lib/cni")
-
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="CNI plugins need root"),
-    pytest.mark.skipif(
-        not (PLUGIN_DIR / "bridge").exists(), reason="containernetworking-plugins missing"
-    ),
-]
-
-RUN_TAG = f"cxt{os.getpid() % 100000}{uuid.uuid4().hex[:3]}"
-IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
-_taken_subnets: set[int] = set()
+pytestmark = NET_MARKS
 
 
-def sh(*cmd: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(cmd), check=False, capture_output=True, text=True)
-
-
-def iptables_dump() -> str:
-    return "".join(sh(tool).stdout for tool in ("iptables-save", "ip6tables-save"))
-
-
-def free_subnet() -> ipaddress.IPv4Network:
-    """A /24 in 10.231.200-250 with no route or address on the host right now."""
-    used = sh("ip", "-4", "route").stdout + sh("ip", "-4", "addr").stdout
-    candidates = [n for n in range(200, 251) if n not in _taken_subnets]
-    random.shuffle(candidates)
-    for third in candidates:
-        if f"10.231.{third}." not in used:
-            _taken_subnets.add(third)
-            return ipaddress.IPv4Network(f"10.231.{third}.0/24")
-    raise RuntimeError("no free test subnet in 10.231.200.0/24 .. 10.231.250.0/24")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def new_bridge_name() -> str:
-    return f"cxtbr{uuid.uuid4().hex[:6]}"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def restore_ip_forward() -> Iterator[None]:
-    """The bridge plugin (isGateway) turns net.ipv4.ip_forward on; undo that."""
-    before = IP_FORWARD.read_text()
-    yield
-    IP_FORWARD.write_text(before)
-    assert [p.name for p in Path("/run/netns").glob(f"{RUN_TAG}*")] == []
-    assert RUN_TAG not in iptables_dump()
-    assert RUN_TAG not in sh("ip", "-o", "link").stdout
-
-
-class Env:
+class Env(NetEnv):
     """One test's Networks, everything it made, and how to clean and audit it."""
 
     def __init__(self, tmp_path: Path, tag: str) -> None:
-        self.tmp = tmp_path
-        self.tag = f"{RUN_TAG}{tag}"
-        self.bridge = new_bridge_name()
-        self.subnet = free_subnet()
-        self.ipam_dir = tmp_path / "ipam"
-        self.cache_dir = tmp_path / "cache"
-        self.conf_dir = tmp_path / "conf"
+        super().__init__(tmp_path, tag)
+        self.network = f"{self.tag}net"
         self.nets = self.networks()
-        self.namespaces: list[netns.NetNS] = []
-        self.bridges = {self.bridge}
-        self.procs: list[subprocess.Popen[Any]] = []
 
     def networks(self) -> Networks:
         """A Networks over this test's dirs; a new one is what a restarted process makes."""
@@ -112,7 +56,7 @@ class Env:
             conf_dir=self.conf_dir,
             cache_dir=self.cache_dir,
             ipam_dir=self.ipam_dir,
-            network=f"{self.tag}net",
+            network=self.network,
             bridge=self.bridge,
             subnet=str(self.subnet),
         )
@@ -121,72 +65,37 @@ class Env:
     def gateway(self) -> str:
         return str(next(self.subnet.hosts()))
 
-    def new_netns(self, n: int = 0) -> netns.NetNS:
-        ns = netns.create(f"{self.tag}-ns{n}")
-        self.namespaces.append(ns)
-        return ns
-
     def owner(self, n: int = 0) -> str:
         return f"{self.tag}-g{n}"
-
-    def ipam_files(self, network: str | None = None) -> list[str]:
-        """Addresses host-local holds (its lock and last_reserved files aside)."""
-        folder = self.ipam_dir / (network or self.nets.network)
-        if not folder.exists():
-            return []
-        return sorted(p.name for p in folder.iterdir() if p.name[0].isdigit())
-
-    def rules(self) -> list[str]:
-        """iptables lines that name this test's tag, subnet or bridge."""
-        marks = (self.tag, f"{self.subnet.network_address}"[:-1], *self.bridges)
-        return [line for line in iptables_dump().splitlines() if any(m in line for m in marks)]
 
     def bridge_ports(self, bridge: str | None = None) -> list[str]:
         out = sh("ip", "-o", "link", "show", "master", bridge or self.bridge).stdout
         return [line.split(":")[1].strip().split("@")[0] for line in out.splitlines()]
 
-    def cleanup(self) -> None:
-        for proc in self.procs:
-            proc.kill()
-            proc.communicate()
+    def attachments(self) -> list[Attachment]:
+        return self.nets.attachments()
+
+    def detach_all(self) -> None:
         for att in self.nets.attachments():
             try:
                 self.nets.teardown(att.owner, None, att.mode)
             except Exception as exc:  # keep cleaning; the audit reports
                 print(f"cleanup teardown failed: {exc}", file=sys.stderr)
-        for ns in self.namespaces:
-            if os.path.lexists(ns.path):
-                netns.remove(ns.path)
-        for bridge in self.bridges:
-            if bridge == self.bridge:
-                self.nets.remove_bridge()
-            sh("ip", "link", "del", bridge)
 
-    def audit(self) -> None:
-        assert [p.name for p in Path("/run/netns").glob(f"{self.tag}*")] == []
+    def remove_bridges(self) -> None:
+        self.nets.remove_bridge()  # it waits, bounded, for ports of freed namespaces
+        super().remove_bridges()
+
+    def audit_links(self) -> None:
         links = sh("ip", "-o", "link").stdout
         for bridge in self.bridges:
             assert f" {bridge}:" not in links, f"bridge {bridge} left"
             assert f"master {bridge}" not in links, f"a link on {bridge} left"
-        assert self.rules() == [], "iptables rules left behind"
-        assert self.ipam_files() == [], "IPAM allocations left behind"
-        assert self.nets.attachments() == []
-        assert sh("ip", "-4", "route", "show", str(self.subnet)).stdout == ""
 
 
 @pytest.fixture
 def env(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
-    tag = request.node.name.replace("test_", "").replace("_", "")[:8]
-    e = Env(tmp_path, tag)
-    try:
-        yield e
-    finally:
-        e.cleanup()
-    e.audit()
-
-
-def ping(ns: netns.NetNS, address: str) -> subprocess.CompletedProcess[str]:
-    return sh("ip", "netns", "exec", ns.name, "busybox", "ping", "-c1", "-W2", address)
+    yield from run_env(Env(tmp_path, tag_of(request, 8)))
 
 
 def wait_ports(env: Env, count: int, why: str) -> None:
@@ -210,38 +119,6 @@ def count_adds(nets: Networks) -> list[str]:
 
     nets.cni.add = add  # type: ignore[method-assign]
     return calls
-
-
-def serve_once(env: Env, ns: netns.NetNS, port: int, reply: bytes) -> None:
-    """A one-shot TCP server inside ``ns``, started by pid and killed by cleanup."""
-    server = (
-        "import socket, sys\n"
-        "s = socket.socket()\n"
-        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-        f"s.bind(('0.0.0.0', {port})); s.listen()\n"
-        "print('ready', flush=True)\n"
-        f"c, _ = s.accept(); c.sendall({reply!r}); c.close()\n"
-    )
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", ns.name, sys.executable, "-c", server],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    env.procs.append(proc)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "ready"
-
-
-def fetch(port: int) -> bytes:
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
-                return s.recv(64)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 # ------------------------------------------------------------------------ tests
@@ -291,7 +168,7 @@ def test_published_port_and_conflicts(env: Env) -> None:
     host_port = free_port()
     att = env.nets.setup(env.owner(0), a.path, "bridge", [PortMapping(host_port, 8080)])
     assert att.ports == (PortMapping(host_port, 8080),)
-    serve_once(env, a, 8080, b"cxt-hello")
+    env.serve_once(a, 8080, b"cxt-hello")
     assert fetch(host_port) == b"cxt-hello"
 
     adds = count_adds(env.nets)

@@ -7,12 +7,11 @@ No supervisor runs here: the fact comes from the stopped task's cgroup counter, 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _cli import Cli
 
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
@@ -32,27 +31,7 @@ def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
             executor.destroy(info.id, force=True)
 
 
-def _cli(address: str, *args: str) -> str:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ctrexec.cli.main",
-            *args,
-            "--address",
-            address,
-            "--namespace",
-            "ctrexec-test",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return out.stdout
-
-
-def test_oom_killed_task_says_so(ex: Executor, test_image: str, containerd_address: str) -> None:
+def test_oom_killed_task_says_so(ex: Executor, test_image: str, cli: Cli) -> None:
     name = "oom-hog"
     ex.start_task(TaskConfig(name=name, image=test_image, command=HOG, memory="8m"))
     status = ex.wait(name, timeout=60)
@@ -66,9 +45,11 @@ def test_oom_killed_task_says_so(ex: Executor, test_image: str, containerd_addre
     listed = {i.id: i for i in ex.list(all_tasks=True)}
     assert listed[name].oom_killed
 
-    shown = json.loads(_cli(containerd_address, "inspect", name))
+    shown = json.loads(cli("inspect", name, timeout=60, check=True).stdout)
     assert shown[0]["oom_killed"] is True
-    rows = [line for line in _cli(containerd_address, "ps", "-a").splitlines() if name in line]
+    rows = [
+        line for line in cli("ps", "-a", timeout=60, check=True).stdout.splitlines() if name in line
+    ]
     assert len(rows) == 1 and "exited (137, OOM killed)" in rows[0], rows
 
 

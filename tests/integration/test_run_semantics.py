@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _cli import Cli
 
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
@@ -27,14 +27,10 @@ from ctrexec.testing import audit
 
 pytestmark = pytest.mark.integration
 
-NAMESPACE = "ctrexec-test"
-
 
 @pytest.fixture
-def cli(
-    containerd_address: str, client: Client, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[CLI]:
-    runner = CLI(containerd_address, tmp_path / "logs")
+def cli(containerd_address: str, client: Client, tmp_path: Path) -> Iterator[RunCli]:
+    runner = RunCli(containerd_address, log_dir=tmp_path / "logs")
     yield runner
     ex = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
     for name in runner.names:
@@ -42,22 +38,12 @@ def cli(
             ex.destroy(name, force=True)
 
 
-class CLI:
-    """Runs ``ctrexec`` against the session containerd; remembers names to clean up."""
+class RunCli(Cli):
+    """The CLI on the session containerd, remembering the names it ran to clean them up."""
 
-    def __init__(self, address: str, logs: Path) -> None:
-        self.address = address
-        self.logs = logs
+    def __init__(self, address: str, log_dir: Path) -> None:
+        super().__init__(address, log_dir)
         self.names: list[str] = []
-
-    def __call__(self, command: str, *argv: str) -> subprocess.CompletedProcess[str]:
-        base = [sys.executable, "-m", "ctrexec.cli.main", command, "--address", self.address,
-                "--namespace", NAMESPACE]  # fmt: skip
-        if command in ("run", "create"):
-            base += ["--log-dir", str(self.logs)]
-        return subprocess.run(
-            [*base, *argv], capture_output=True, text=True, timeout=120, check=False
-        )
 
     def run(self, name: str, *argv: str) -> subprocess.CompletedProcess[str]:
         self.names.append(name)
@@ -71,7 +57,7 @@ def _id_fields(text: str) -> tuple[str, str, set[str]]:
     return fields["uid"], fields["gid"], groups
 
 
-def test_cap_drop_all_then_add_one(cli: CLI, test_image: str) -> None:
+def test_cap_drop_all_then_add_one(cli: RunCli, test_image: str) -> None:
     out = cli.run(
         "sem-caps", "--cap-drop", "ALL", "--cap-add", "NET_BIND_SERVICE",
         test_image, "grep", "^Cap", "/proc/self/status",
@@ -104,7 +90,7 @@ def _check_id(user: str, out: subprocess.CompletedProcess[str]) -> None:
 
 
 @pytest.mark.parametrize("user", sorted(USERS))
-def test_run_user_takes_groups_from_image(cli: CLI, test_image: str, user: str) -> None:
+def test_run_user_takes_groups_from_image(cli: RunCli, test_image: str, user: str) -> None:
     name = "sem-run-u" + re.sub(r"\W", "-", user)
     _check_id(user, cli.run(name, "-u", user, test_image, "id"))
 
@@ -117,7 +103,7 @@ def _wait_running(ex: Executor, name: str) -> None:
 
 
 def test_exec_user_takes_groups_from_image(
-    cli: CLI, client: Client, test_image: str, tmp_path: Path
+    cli: RunCli, client: Client, test_image: str, tmp_path: Path
 ) -> None:
     ex = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
     cli.names.append("sem-exec-u")
@@ -127,12 +113,12 @@ def test_exec_user_takes_groups_from_image(
         _check_id(user, cli("exec", "-u", user, "sem-exec-u", "id"))
 
 
-def test_empty_entrypoint_runs_the_command(cli: CLI, test_image: str) -> None:
+def test_empty_entrypoint_runs_the_command(cli: RunCli, test_image: str) -> None:
     out = cli.run("sem-ep-empty", "--entrypoint", "", test_image, "echo", "hi")
     assert (out.returncode, out.stdout) == (0, "hi\n"), out.stderr
 
 
-def test_entrypoint_replaces_image_cmd(cli: CLI, test_image: str) -> None:
+def test_entrypoint_replaces_image_cmd(cli: RunCli, test_image: str) -> None:
     # The image's Cmd is ["sh"]: a given entrypoint clears it, so echo prints an empty line.
     out = cli.run("sem-ep-echo", "--entrypoint", "echo", test_image)
     assert (out.returncode, out.stdout) == (0, "\n"), out.stderr
@@ -141,7 +127,7 @@ def test_entrypoint_replaces_image_cmd(cli: CLI, test_image: str) -> None:
 
 
 def test_empty_entrypoint_without_command_is_refused(
-    cli: CLI, client: Client, test_image: str
+    cli: RunCli, client: Client, test_image: str
 ) -> None:
     before = sorted(audit(client))
     out = cli.run("sem-ep-none", "--entrypoint", "", test_image)

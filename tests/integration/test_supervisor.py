@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import re
 import secrets
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _support import supervising, until
 
 from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
@@ -31,24 +31,9 @@ def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
 
 @pytest.fixture
 def supervisor(ex: Executor) -> Iterator[Supervisor]:
-    sup = Supervisor(ex, reconnect_delay=0.2)
-    stop = threading.Event()
-    t = threading.Thread(target=sup.run, args=(stop,), daemon=True)
-    t.start()
-    time.sleep(0.3)  # let it subscribe; a missed event is caught by reconcile anyway
-    yield sup
-    stop.set()
-    t.join(timeout=30)
-    assert not t.is_alive()
-
-
-def _until(pred: object, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    with supervising(ex) as sup:
+        time.sleep(0.3)  # let it subscribe; a missed event is caught by reconcile anyway
+        yield sup
 
 
 def test_sigkilled_task_restarts_in_same_netns(
@@ -66,7 +51,7 @@ def test_sigkilled_task_restarts_in_same_netns(
         )
         first = ex.start_task(cfg)
         ex.signal("always1", "SIGKILL")
-        _until(
+        until(
             lambda: (
                 ex.inspect("always1").status is Status.RUNNING
                 and ex.inspect("always1").pid != first.pid
@@ -97,8 +82,8 @@ def test_on_failure_with_max_attempts(
         restart=RestartPolicy(policy="on-failure", max_attempts=2, delay=0.1),
     )
     ex.start_task(cfg)
-    _until(lambda: ex.inspect("fail1").labels.get("io.ctrexec.restart.count") == "2", "2 restarts")
-    _until(lambda: ex.inspect("fail1").status is Status.STOPPED, "final stop")
+    until(lambda: ex.inspect("fail1").labels.get("io.ctrexec.restart.count") == "2", "2 restarts")
+    until(lambda: ex.inspect("fail1").status is Status.STOPPED, "final stop")
     time.sleep(0.5)
     info = ex.inspect("fail1")
     assert info.status is Status.STOPPED
@@ -110,7 +95,7 @@ def test_on_failure_with_max_attempts(
         restart=RestartPolicy(policy="on-failure", delay=0.1),
     )
     ex.start_task(ok)
-    _until(lambda: ex.inspect("ok1").status is Status.STOPPED, "exit")
+    until(lambda: ex.inspect("ok1").status is Status.STOPPED, "exit")
     time.sleep(0.5)
     assert "io.ctrexec.restart.count" not in ex.inspect("ok1").labels
 
@@ -123,16 +108,9 @@ def test_exit_while_supervisor_was_down_is_reconciled(ex: Executor, test_image: 
         restart=RestartPolicy(policy="on-failure", max_attempts=1, delay=0.1),
     )
     ex.start_task(cfg)
-    _until(lambda: ex.inspect("late1").status is Status.STOPPED, "exit")
-    sup = Supervisor(ex, reconnect_delay=0.2)
-    stop = threading.Event()
-    t = threading.Thread(target=sup.run, args=(stop,), daemon=True)
-    t.start()
-    try:
-        _until(lambda: ex.inspect("late1").labels.get("io.ctrexec.restart.count") == "1", "restart")
-    finally:
-        stop.set()
-        t.join(timeout=30)
+    until(lambda: ex.inspect("late1").status is Status.STOPPED, "exit")
+    with supervising(ex):
+        until(lambda: ex.inspect("late1").labels.get("io.ctrexec.restart.count") == "1", "restart")
 
 
 def test_policy_table() -> None:
@@ -160,8 +138,8 @@ def test_crash_loop_restart_delays_grow(
             restart=RestartPolicy(policy="on-failure", max_attempts=5, delay=0.1),
         )
     )
-    _until(lambda: ex.inspect(name).labels.get(lbl.RESTART_COUNT) == "5", "5 restarts")
-    _until(lambda: ex.inspect(name).status is Status.STOPPED, "the last exit")
+    until(lambda: ex.inspect(name).labels.get(lbl.RESTART_COUNT) == "5", "5 restarts")
+    until(lambda: ex.inspect(name).status is Status.STOPPED, "the last exit")
     delays = [
         float(m.group(1))
         for r in caplog.records
@@ -178,11 +156,7 @@ def test_crash_loop_restart_delays_grow(
 
 def test_a_long_enough_run_resets_the_backoff(ex: Executor, test_image: str) -> None:
     name = "sup-reset"
-    sup = Supervisor(ex, reconnect_delay=0.2, reset_after=0.5)
-    stop = threading.Event()
-    t = threading.Thread(target=sup.run, args=(stop,), daemon=True)
-    t.start()
-    try:
+    with supervising(ex, reset_after=0.5):
         ex.start_task(
             TaskConfig(
                 name=name,
@@ -191,11 +165,8 @@ def test_a_long_enough_run_resets_the_backoff(ex: Executor, test_image: str) -> 
                 restart=RestartPolicy(policy="on-failure", max_attempts=3, delay=0.1),
             )
         )
-        _until(lambda: ex.inspect(name).labels.get(lbl.RESTART_COUNT) == "3", "3 restarts")
+        until(lambda: ex.inspect(name).labels.get(lbl.RESTART_COUNT) == "3", "3 restarts")
         assert ex.inspect(name).labels[lbl.RESTART_BACKOFF] == "0.1"
-    finally:
-        stop.set()
-        t.join(timeout=30)
 
 
 def test_oom_kill_is_in_the_supervisor_log(
@@ -213,10 +184,10 @@ def test_oom_kill_is_in_the_supervisor_log(
         )
     )
     line = f"{name} exited with code 137 (OOM killed); restarting in 0.1s"
-    _until(lambda: any(r.getMessage() == line for r in caplog.records), "the OOM exit logged")
+    until(lambda: any(r.getMessage() == line for r in caplog.records), "the OOM exit logged")
     assert any(r.getMessage().startswith(f"{name}: the OOM killer ran") for r in caplog.records)
-    _until(lambda: ex.inspect(name).labels.get(lbl.RESTART_COUNT) == "1", "the restart")
-    _until(lambda: ex.inspect(name).status is Status.STOPPED, "the second OOM kill")
+    until(lambda: ex.inspect(name).labels.get(lbl.RESTART_COUNT) == "1", "the restart")
+    until(lambda: ex.inspect(name).status is Status.STOPPED, "the second OOM kill")
     final = f"{name} exited with code 137 (OOM killed)"
-    _until(lambda: any(r.getMessage() == final for r in caplog.records), "the last exit logged")
+    until(lambda: any(r.getMessage() == final for r in caplog.records), "the last exit logged")
     assert ex.inspect(name).oom_killed
