@@ -270,7 +270,7 @@ class Executor:
         tasks.delete(self.client, task_id)
         return record
 
-    def _run_task(self, task_id: str, mounts: Sequence[snapshots.Mount], stdio: Stdio) -> int:
+    def _run_task(self, task_id: str, mounts: Sequence[snapshots.RootfsMount], stdio: Stdio) -> int:
         """Create and start the task; its pid. Wait is armed first so that an exit in
         the first instant is not missed, and a failed start leaves no task behind."""
         try:

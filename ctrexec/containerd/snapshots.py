@@ -44,7 +44,7 @@ _KINDS = {
 
 
 @attrs.frozen
-class Mount:
+class RootfsMount:
     """One mount containerd hands out for a snapshot (type, source, options)."""
 
     type: str
@@ -53,7 +53,7 @@ class Mount:
     options: tuple[str, ...] = ()
 
     @classmethod
-    def from_proto(cls, msg: mount_pb2.Mount) -> Mount:
+    def from_proto(cls, msg: mount_pb2.Mount) -> RootfsMount:
         return cls(msg.type, msg.source, msg.target, tuple(msg.options))
 
     def to_proto(self) -> mount_pb2.Mount:
@@ -83,8 +83,8 @@ def chain_ids(diff_ids: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _mounts(msgs: Iterable[mount_pb2.Mount]) -> list[Mount]:
-    return [Mount.from_proto(m) for m in msgs]
+def _mounts(msgs: Iterable[mount_pb2.Mount]) -> list[RootfsMount]:
+    return [RootfsMount.from_proto(m) for m in msgs]
 
 
 # -- the Snapshots service --------------------------------------------------------------
@@ -119,7 +119,7 @@ def prepare_rootfs(
     snapshotter: str = DEFAULT_SNAPSHOTTER,
     lease: str | None,
     labels: Mapping[str, str] | None = None,
-) -> list[Mount]:
+) -> list[RootfsMount]:
     """A writable (active) snapshot on top of ``parent_chain_id``; its mounts."""
     resp = client.call(
         _rpc.SNAPSHOTS,
@@ -135,7 +135,7 @@ def prepare_rootfs(
 
 def view_snapshot(
     client: Client, key: str, parent: str, *, snapshotter: str, lease: str | None
-) -> list[Mount]:
+) -> list[RootfsMount]:
     """A read-only view of the committed snapshot ``parent``; its mounts."""
     resp = client.call(
         _rpc.SNAPSHOTS,
@@ -149,7 +149,7 @@ def view_snapshot(
 
 def snapshot_mounts(
     client: Client, key: str, snapshotter: str = DEFAULT_SNAPSHOTTER
-) -> list[Mount]:
+) -> list[RootfsMount]:
     resp = client.call(
         _rpc.SNAPSHOTS,
         "Mounts",
@@ -263,7 +263,7 @@ def _apply_layer(
 def _apply(
     client: Client,
     layer: Descriptor,
-    mounts: Sequence[Mount],
+    mounts: Sequence[RootfsMount],
     *,
     diff_id: str,
     lease: str,
@@ -296,7 +296,7 @@ def check_paths(paths: Iterable[str]) -> list[str]:
 
 
 def read_files(
-    mounts: Sequence[Mount], paths: Iterable[str], *, max_bytes: int = _linux.MAX_FILE_BYTES
+    mounts: Sequence[RootfsMount], paths: Iterable[str], *, max_bytes: int = _linux.MAX_FILE_BYTES
 ) -> dict[str, bytes | None]:
     """Mount ``mounts`` read-only in a private namespace and read ``paths`` inside them."""
     wanted = check_paths(paths)

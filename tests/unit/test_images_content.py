@@ -261,5 +261,5 @@ def test_compact_lowerdir() -> None:
 
 
 def test_mount_round_trip() -> None:
-    m = snapshots.Mount("overlay", "overlay", "", ("lowerdir=/a:/b",))
-    assert snapshots.Mount.from_proto(m.to_proto()) == m
+    m = snapshots.RootfsMount("overlay", "overlay", "", ("lowerdir=/a:/b",))
+    assert snapshots.RootfsMount.from_proto(m.to_proto()) == m

@@ -225,11 +225,6 @@ def test_cli_families_do_not_reach_into_groups() -> None:
     assert offenders == []
 
 
-#: Known pairs still to be named apart. containerd/snapshots.py's Mount is used by the
-#: mount code that is moving to ``_linux``; rename it there, then drop this entry.
-_SHARED_CLASS_NAMES = {"Mount": ["containerd/snapshots.py", "oci/mounts.py"]}
-
-
 def test_one_name_per_class() -> None:
     """Two classes of one name in different modules read alike in every signature
     that uses them; each hand-written class name is unique across the package."""
@@ -239,7 +234,7 @@ def test_one_name_per_class() -> None:
             if isinstance(node, ast.ClassDef):
                 seen.setdefault(node.name, []).append(str(p.relative_to(PKG)))
     shared = {name: sorted(where) for name, where in seen.items() if len(where) > 1}
-    assert shared == _SHARED_CLASS_NAMES
+    assert shared == {}
 
 
 def test_functions_stay_short() -> None:
