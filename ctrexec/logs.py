@@ -13,7 +13,11 @@ Format: docker's ``json-file`` format, one JSON object per line,
 so tools that read docker's logs (log shippers, ``jq`` recipes) read these too.
 As in docker, ``log`` keeps the line's newline; a line whose text is longer than
 :data:`MAX_LINE` bytes is split into several entries and only the last carries the
-newline; a final line without a newline is written as is when the stream ends.
+newline; a line without a newline yet is written as is (a partial entry, as docker
+marks one: no trailing newline in ``log``) when the stream ends, on SIGTERM, or once
+its pipe has been quiet for :data:`ctrexec.logdriver.PARTIAL_IDLE`; the rest of that
+line, if any comes, follows in later entries. Readers join the pieces by printing
+the messages one after the other, as ``docker logs`` does.
 Bytes that are not UTF-8 become U+FFFD. ``time`` always has nine fraction digits.
 
 Rotation follows docker too: the current file is ``path``; rotated files are
@@ -44,6 +48,7 @@ from ctrexec.logdriver import (
     DEFAULT_MAX_SIZE,
     DRIVER_NAME,
     MAX_LINE,
+    PARTIAL_IDLE,
     STDERR,
     STDOUT,
     STREAMS,
@@ -63,6 +68,7 @@ __all__ = [
     "DEFAULT_MAX_FILES",
     "DEFAULT_MAX_SIZE",
     "DRIVER_NAME",
+    "EXIT_SETTLE",
     "MAX_LINE",
     "STDERR",
     "STDOUT",
@@ -83,6 +89,12 @@ __all__ = [
 #: Where :func:`log_uri` writes the launcher when no driver is given: a tmpfs that a
 #: reboot clears, like the tasks that used it.
 DEFAULT_LAUNCHER_DIR = "/run/ctrexec/bin"
+
+#: How long a log may still grow after its task has exited, for followers that stop
+#: at the exit: the driver writes a last line without a newline once its pipe has
+#: been quiet for PARTIAL_IDLE (the shim never ends the stream at the exit); the rest
+#: is margin for a busy host.
+EXIT_SETTLE = PARTIAL_IDLE + 0.25
 
 _NS = 1_000_000_000
 _READ_CHUNK = 1024 * 1024
@@ -334,7 +346,8 @@ def read_logs(
     ``since`` (an aware datetime, or ns since the epoch) and ``streams`` filter first;
     ``tail`` then keeps the last N of the entries present now. With ``follow``, entries
     written later are yielded as they appear (polling every ``poll_interval`` seconds,
-    across rotations) until ``stop()`` returns true (e.g. ``event.is_set``); without
+    across rotations) until ``stop()`` returns true (e.g. ``event.is_set``), and then
+    once more, so whatever was written before ``stop()`` said so is yielded; without
     ``stop`` it follows until the caller stops iterating. A missing log yields nothing
     (or, when following, waits for it). Lines that are not entries are skipped.
     """
@@ -367,6 +380,7 @@ def read_logs(
                 yield entry
             if not got:
                 time.sleep(poll_interval)
+        yield from select(cursor.poll())
     finally:
         cursor.close()
 

@@ -8,6 +8,8 @@ import secrets
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ctrexec import logs as logstore
@@ -88,14 +90,7 @@ def _stream_until_exit(ex: Executor, task_id: str, log_path: str) -> int:
             done.set()
 
     threading.Thread(target=waiter, daemon=True).start()
-    polls_after_exit = [0]
-
-    def stop() -> bool:
-        # Keep reading a few polls after the exit: the log driver flushes the last
-        # lines after the process is gone.
-        if done.is_set():
-            polls_after_exit[0] += 1
-        return polls_after_exit[0] > 3
+    stop = _stop_after_exit(done.is_set)
 
     def forward(signum: int, _frame: object) -> None:
         ex.signal(task_id, signum)
@@ -112,6 +107,22 @@ def _stream_until_exit(ex: Executor, task_id: str, log_path: str) -> int:
     if errors:
         raise errors[0]
     return result["code"]
+
+
+def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
+    """A ``stop`` for read_logs: true once the task has been gone for EXIT_SETTLE.
+
+    The log driver writes a last line without a newline only after the exit (once its
+    pipe is quiet), so stopping at the exit itself would lose it.
+    """
+    since: list[float] = []
+
+    def stop() -> bool:
+        if not since and exited():
+            since.append(time.monotonic())
+        return bool(since) and time.monotonic() - since[0] >= logstore.EXIT_SETTLE
+
+    return stop
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -199,9 +210,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     stop = None
     if args.follow:
 
-        def stop() -> bool:
+        def exited() -> bool:
             state = ex.inspect(args.id).status
             return state not in (Status.RUNNING, Status.PAUSED, Status.CREATED)
+
+        stop = _stop_after_exit(exited)
 
     for entry in logstore.read_logs(info.log_path, follow=args.follow, tail=args.tail, stop=stop):
         out = sys.stdout if entry.stream == "stdout" else sys.stderr

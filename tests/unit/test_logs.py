@@ -357,6 +357,21 @@ def test_follow_stops_when_told(tmp_path: Path) -> None:
     assert not t.is_alive() and got == []
 
 
+def test_follow_reads_once_more_after_stop(tmp_path: Path) -> None:
+    """What was written before stop() said so is yielded (the task's last words)."""
+    path = tmp_path / "last.log"
+    w = LogWriter(path)
+    w.write("stdout", "first\n", T0)
+
+    def stop() -> bool:
+        w.write("stdout", "last words", T0 + 1)  # e.g. a partial line flushed at exit
+        return True
+
+    got = list(read_logs(path, follow=True, stop=stop, poll_interval=0.01))
+    w.close()
+    assert [e.message for e in got] == ["first\n", "last words"]
+
+
 # ----------------------------------------------------------------------------- URI
 
 
@@ -436,6 +451,20 @@ os.execve(sys.argv[4], sys.argv[4:], {"CONTAINER_ID": "t1", "CONTAINER_NAMESPACE
 """
 
 
+_started: list[Driver] = []
+
+
+@pytest.fixture(autouse=True)
+def _kill_left_drivers() -> Iterator[None]:
+    """A failed test must not leave its driver processes running."""
+    yield
+    while _started:
+        d = _started.pop()
+        if d.proc.poll() is None:
+            d.proc.kill()
+        d.proc.communicate(timeout=10)
+
+
 class Driver:
     """A driver process wired like the shim wires it."""
 
@@ -452,6 +481,7 @@ class Driver:
         )
         for fd in fds:
             os.close(fd)
+        _started.append(self)
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         os.set_blocking(self.ready_r, True)
@@ -542,6 +572,97 @@ def test_driver_exits_promptly_on_sigterm(tmp_path: Path, launcher: str) -> None
     code, _ = d.finish()
     assert code == 0
     assert [e.message for e in entries(path)] == ["before term\n", "half a line"]
+
+
+def stdout_text(path: Path) -> str:
+    """The task's stdout as ``docker logs`` prints it: the messages one after another."""
+    return "".join(e.message for e in entries(path) if e.stream == "stdout")
+
+
+def stderr_text(path: Path) -> str:
+    return "".join(e.message for e in entries(path) if e.stream == "stderr")
+
+
+def test_driver_writes_a_partial_line_while_the_pipes_stay_open(
+    tmp_path: Path, launcher: str
+) -> None:
+    """The shim holds the write ends until delete: a quiet partial line is written anyway."""
+    path = tmp_path / "task.log"
+    d = Driver([launcher, "path", str(path)])
+    d.wait_ready()
+    assert d.out_w is not None
+    os.write(d.out_w, b"whole\npart")
+    wait_for(lambda: [e.message for e in entries(path)] == ["whole\n", "part"])
+    assert all(not e.partial for e in entries(path)[:1]) and entries(path)[1].partial
+    os.write(d.out_w, b"ial, then the rest\n")
+    wait_for(lambda: len(entries(path)) == 3)
+    code, err = d.finish()
+    assert code == 0, err
+    assert [e.message for e in entries(path)] == ["whole\n", "part", "ial, then the rest\n"]
+    assert stdout_text(path) == "whole\npartial, then the rest\n"
+
+
+def test_driver_one_mib_line_and_binary_bytes(tmp_path: Path, launcher: str) -> None:
+    path = tmp_path / "task.log"
+    d = Driver([launcher, "path", str(path)])
+    d.wait_ready()
+    assert d.out_w is not None and d.err_w is not None
+    big = "".join(chr(0x61 + i % 26) for i in range(1 << 20))
+    blob = random.Random(7).randbytes(4096) + b"\xff\xfe tail"  # no newline at the end
+    writer = threading.Thread(target=os.write, args=(d.out_w, big.encode() + b"\n" + big.encode()))
+    writer.start()  # 2 MiB: blocks until the driver has drained it
+    os.write(d.err_w, blob)
+    writer.join(30)
+    assert not writer.is_alive(), "the driver stopped draining"
+    # Both ends are partial and the pipes stay open: the quiet-pipe flush writes them.
+    wait_for(lambda: len(stdout_text(path)) == 2 * len(big) + 1, timeout=30)
+    wait_for(lambda: stderr_text(path).endswith(" tail"))
+    code, err = d.finish()
+    assert code == 0, err
+    assert stdout_text(path) == big + "\n" + big
+    out = [e for e in entries(path) if e.stream == "stdout"]
+    assert all(len(e.message.rstrip("\n").encode()) <= MAX_LINE for e in out)
+    assert sum(not e.partial for e in out) == 1  # one newline, one complete entry
+    # Under 16 KiB per line, and written at once: the pieces decode as the whole does.
+    assert stderr_text(path) == blob.decode("utf-8", "replace")
+
+
+_PRINT_AND_DIE = "import os, sys; os.write(1, b'half a li'); os.kill(os.getpid(), 9)"
+
+
+def test_driver_keeps_a_line_cut_by_a_killed_task(tmp_path: Path, launcher: str) -> None:
+    """A task SIGKILLed mid-line: the shim's write end stays open, the text is kept."""
+    path = tmp_path / "task.log"
+    d = Driver([launcher, "path", str(path)])
+    d.wait_ready()
+    task = subprocess.run([sys.executable, "-c", _PRINT_AND_DIE], stdout=d.out_w, check=False)
+    assert task.returncode == -signal.SIGKILL
+    wait_for(lambda: stdout_text(path) == "half a li")
+    code, err = d.finish()
+    assert code == 0, err
+    assert [e.message for e in entries(path)] == ["half a li"]
+
+
+def test_driver_exits_on_sigterm_as_the_pipes_close(tmp_path: Path, launcher: str) -> None:
+    """The shim's delete: close the pipes, SIGTERM at once. SIGTERM used to be handled
+    with Event.set(), which deadlocks when it lands while the main thread holds that
+    Event's lock (woken by a pump that just saw the end of its stream)."""
+    slowest = 0.0
+    for i in range(60):
+        path = tmp_path / f"t{i}.log"
+        d = Driver([launcher, "path", str(path)])
+        d.wait_ready()
+        assert d.out_w is not None
+        os.write(d.out_w, b"line\nhalf")
+        start = time.monotonic()
+        d.close_pipes()
+        d.proc.send_signal(signal.SIGTERM)
+        d.proc.wait(timeout=10)  # a hang guard only; the shim kills at 12 s
+        slowest = max(slowest, time.monotonic() - start)
+        code, err = d.finish()
+        assert code == 0, err
+        assert [e.message for e in entries(path)] == ["line\n", "half"]
+    print(f"slowest exit after close + SIGTERM: {slowest:.3f}s")
 
 
 def test_driver_keeps_draining_when_it_cannot_write(tmp_path: Path, launcher: str) -> None:
