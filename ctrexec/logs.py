@@ -31,8 +31,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
+import itertools
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -83,6 +85,7 @@ __all__ = [
     "parse_time",
     "read_logs",
     "rotated_paths",
+    "stop_orphaned_drivers",
     "write_launcher",
 ]
 
@@ -462,3 +465,106 @@ def log_uri(
         [("path", log_path), ("max-size", str(max_size)), ("max-files", str(max_files))]
     )
     return "binary://" + urllib.parse.quote(driver_path, safe="/") + "?" + query
+
+
+# --------------------------------------------------------------------------- orphans
+
+_SHIM_PREFIX = "containerd-shim"
+#: How long destroy waits for a cancelled Tasks.Create to finish failing in the shim.
+ORPHAN_SETTLE = 5.0
+
+
+def _processes() -> dict[int, tuple[int, list[bytes]]]:
+    """Every process as pid -> (parent pid, argv); kernel threads and the vanished skipped."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if argv:
+            found[int(entry.name)] = (parent, argv)
+    return found
+
+
+def _arg(argv: list[bytes], flag: bytes) -> bytes | None:
+    return next((v for k, v in itertools.pairwise(argv) if k == flag), None)
+
+
+def _writes_to(argv: list[bytes], path: bytes) -> bool:
+    """Whether a command line is a log driver's for ``path`` (see parse_args' forms)."""
+    if not any(DRIVER_NAME.encode() in a for a in argv[:3]):
+        return False
+    pairs = itertools.pairwise(argv)
+    return any(k.lstrip(b"-") == b"path" and v == path for k, v in pairs) or (
+        b"--path=" + path in argv
+    )
+
+
+def _is_shim(argv: list[bytes], namespace: str) -> bool:
+    name = Path(os.fsdecode(argv[0])).name
+    return name.startswith(_SHIM_PREFIX) and _arg(argv, b"-namespace") == namespace.encode()
+
+
+def _is_runc_for(argv: list[bytes], container_id: str) -> bool:
+    return Path(os.fsdecode(argv[0])).name == "runc" and argv[-1] == container_id.encode()
+
+
+def stop_orphaned_drivers(
+    log_path: str | os.PathLike[str],
+    namespace: str,
+    container_id: str,
+    *,
+    settle: float = ORPHAN_SETTLE,
+) -> list[int]:
+    """Stop a shim left serving nothing but this task's log driver; return pids signalled.
+
+    Why (containerd 1.6): when ``runc create`` fails after the shim has started the
+    ``binary://`` driver, as it does when the client dies inside Tasks.Create and
+    containerd cancels the call, the shim never closes the driver's pipes
+    (``pkg/process`` ``Init.Create`` drops its I/O unclosed), and containerd, having
+    dropped the task and disconnected from that shim, never shuts it down. Both then
+    live on with nothing to serve, out of reach of containerd's API. Call this once
+    containerd has no task for ``container_id``.
+
+    That failure may still be under way: while a shim of ours (the driver's parent,
+    or one started for this id) still runs ``runc`` for this id, or has no child
+    yet, wait up to ``settle`` seconds. A shim whose children are all this log's
+    drivers is SIGKILLed (its driver then sees its pipes end and exits), and so is
+    one started for this id that still has no child after ``settle`` (the client
+    died while containerd started it: that shim is never given a task, nor shut
+    down). A shim that runs anything else (a group's other tasks) is left alone.
+    """
+    wanted = os.fsencode(os.fspath(log_path))
+    deadline = time.monotonic() + settle
+    signalled: list[int] = []
+    while True:
+        procs = _processes()
+        drivers = {pid for pid, (_, argv) in procs.items() if _writes_to(argv, wanted)}
+        parents = {procs[d][0] for d in drivers}
+        late = time.monotonic() > deadline
+        busy = False
+        for shim, (_, argv) in procs.items():
+            if not _is_shim(argv, namespace):
+                continue
+            if shim not in parents and _arg(argv, b"-id") != container_id.encode():
+                continue
+            children = {pid for pid, (parent, _) in procs.items() if parent == shim}
+            if (children or late) and children <= drivers:
+                signalled += _signal(shim, signal.SIGKILL)
+            elif not children or any(_is_runc_for(procs[c][1], container_id) for c in children):
+                busy = True
+        if not busy or late:
+            return signalled
+        time.sleep(0.05)
+
+
+def _signal(pid: int, sig: int) -> list[int]:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return []
+    return [pid]

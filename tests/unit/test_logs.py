@@ -7,6 +7,7 @@ CONTAINER_ID and CONTAINER_NAMESPACE.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -16,9 +17,10 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,6 +38,7 @@ from ctrexec.logs import (
     parse_time,
     read_logs,
     rotated_paths,
+    stop_orphaned_drivers,
     write_launcher,
 )
 
@@ -693,3 +696,86 @@ def test_driver_with_bad_arguments_still_drains(tmp_path: Path, launcher: str) -
     code, err = d.finish()
     assert code == logdriver.EXIT_BAD_CONFIG
     assert "absolute log path is required" in err
+
+
+# ----------------------------------------------------------------------------- orphans
+
+_FAKE_SHIM = """
+import os, subprocess, sys, time
+driver, log, mode = sys.argv[1:4]
+r, w = os.pipe()  # the shim keeps the write end, as containerd 1.6 leaks it
+kids = []
+if mode != "childless":
+    code = "import sys; sys.stdin.buffer.read()"
+    kids.append(subprocess.Popen([driver, "-c", code, "path", log], stdin=r))
+if mode == "busy":
+    kids.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]))
+os.close(r)
+print(" ".join(str(k.pid) for k in kids), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def fake_shim(
+    tmp_path: Path,
+) -> Iterator[Callable[[str, str], tuple[subprocess.Popen[str], list[int]]]]:
+    """A process named like a runc shim with a child named like our log driver."""
+    shim_exe = tmp_path / "containerd-shim-runc-v2"
+    driver_exe = tmp_path / logdriver.DRIVER_NAME
+    shim_exe.symlink_to(sys.executable)
+    driver_exe.symlink_to(sys.executable)
+    started: list[tuple[subprocess.Popen[str], list[int]]] = []
+
+    def start(mode: str, namespace: str) -> tuple[subprocess.Popen[str], list[int]]:
+        args = [str(driver_exe), str(tmp_path / "t1" / "task.log"), mode]
+        flags = ["-namespace", namespace, "-id", "t1"]
+        shim = subprocess.Popen(
+            [str(shim_exe), "-c", _FAKE_SHIM, *args, *flags], stdout=subprocess.PIPE, text=True
+        )
+        assert shim.stdout is not None
+        kids = [int(p) for p in shim.stdout.readline().split()]
+        started.append((shim, kids))
+        return shim, kids
+
+    yield start
+    for shim, kids in started:
+        for pid in kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shim.kill()
+        shim.communicate(timeout=10)  # also closes its stdout
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_orphaned_shim_and_driver_are_stopped(tmp_path: Path, fake_shim: Any) -> None:
+    """containerd 1.6 leaves a shim holding the driver's pipes after a cancelled Create."""
+    shim, (driver,) = fake_shim("orphan", "ns1")
+    log = tmp_path / "t1" / "task.log"
+    assert stop_orphaned_drivers(log, "ns1", "t1", settle=5) == [shim.pid]
+    assert shim.wait(10) == -signal.SIGKILL
+    wait_for(lambda: _gone(driver))  # its pipe ended with the shim
+
+
+def test_a_shim_that_runs_more_is_left_alone(tmp_path: Path, fake_shim: Any) -> None:
+    busy, _ = fake_shim("busy", "ns1")
+    other, _ = fake_shim("orphan", "ns2")  # another namespace's
+    log = tmp_path / "t1" / "task.log"
+    assert stop_orphaned_drivers(log, "ns1", "t1", settle=5) == []
+    assert busy.poll() is None and other.poll() is None
+
+
+def test_a_shim_never_given_its_task_is_stopped_after_settle(fake_shim: Any) -> None:
+    shim, _ = fake_shim("childless", "ns1")
+    started = time.monotonic()
+    assert stop_orphaned_drivers("/nowhere/task.log", "ns1", "t1", settle=0.3) == [shim.pid]
+    assert time.monotonic() - started >= 0.3  # it waited for a Create still under way
+    assert shim.wait(10) == -signal.SIGKILL
+    assert stop_orphaned_drivers("/nowhere/task.log", "ns1", "t2", settle=5) == []
