@@ -470,8 +470,10 @@ def log_uri(
 # --------------------------------------------------------------------------- orphans
 
 _SHIM_PREFIX = "containerd-shim"
-#: How long destroy waits for a cancelled Tasks.Create to finish failing in the shim.
+#: How long destroy waits, at most, for a cancelled Tasks.Create to finish failing.
 ORPHAN_SETTLE = 5.0
+#: How long a shim must stay with nothing but our driver before it counts as orphaned.
+ORPHAN_STABLE = 1.0
 
 
 def _processes() -> dict[int, tuple[int, list[bytes]]]:
@@ -505,8 +507,13 @@ def _writes_to(argv: list[bytes], path: bytes) -> bool:
 
 
 def _is_shim(argv: list[bytes], namespace: str) -> bool:
+    """A shim daemon of ``namespace`` (not containerd's ``start`` or ``delete`` runs)."""
     name = Path(os.fsdecode(argv[0])).name
-    return name.startswith(_SHIM_PREFIX) and _arg(argv, b"-namespace") == namespace.encode()
+    return (
+        name.startswith(_SHIM_PREFIX)
+        and argv[-1] not in (b"start", b"delete")
+        and _arg(argv, b"-namespace") == namespace.encode()
+    )
 
 
 def _is_runc_for(argv: list[bytes], container_id: str) -> bool:
@@ -519,6 +526,7 @@ def stop_orphaned_drivers(
     container_id: str,
     *,
     settle: float = ORPHAN_SETTLE,
+    stable: float = ORPHAN_STABLE,
 ) -> list[int]:
     """Stop a shim left serving nothing but this task's log driver; return pids signalled.
 
@@ -527,39 +535,55 @@ def stop_orphaned_drivers(
     containerd cancels the call, the shim never closes the driver's pipes
     (``pkg/process`` ``Init.Create`` drops its I/O unclosed), and containerd, having
     dropped the task and disconnected from that shim, never shuts it down. Both then
-    live on with nothing to serve, out of reach of containerd's API. Call this once
-    containerd has no task for ``container_id``.
+    live on with nothing to serve, out of reach of containerd's API. A client that
+    dies while containerd starts the shim can likewise leave a shim with no task.
+    Call this once containerd has no task for ``container_id``.
 
-    That failure may still be under way: while a shim of ours (the driver's parent,
-    or one started for this id) still runs ``runc`` for this id, or has no child
-    yet, wait up to ``settle`` seconds. A shim whose children are all this log's
-    drivers is SIGKILLed (its driver then sees its pipes end and exits), and so is
-    one started for this id that still has no child after ``settle`` (the client
-    died while containerd started it: that shim is never given a task, nor shut
-    down). A shim that runs anything else (a group's other tasks) is left alone.
+    The shims looked at are ours: the driver's parent, or the daemon started for this
+    id. One whose children are all this log's drivers, or that has none, is SIGKILLed
+    once it has stayed so for ``stable`` seconds (a shim deleting normally passes
+    through that state for milliseconds; an orphan stays); its driver then sees its
+    pipes end and exits. While one still runs ``runc`` for this id, it is waited for.
+    A shim that runs anything else (a group's other tasks) is left alone. All of it
+    within ``settle`` seconds; with no such shim, it returns at once.
     """
     wanted = os.fsencode(os.fspath(log_path))
     deadline = time.monotonic() + settle
+    idle_since: dict[int, float] = {}
     signalled: list[int] = []
     while True:
-        procs = _processes()
-        drivers = {pid for pid, (_, argv) in procs.items() if _writes_to(argv, wanted)}
-        parents = {procs[d][0] for d in drivers}
-        late = time.monotonic() > deadline
+        procs, now = _processes(), time.monotonic()
         busy = False
-        for shim, (_, argv) in procs.items():
-            if not _is_shim(argv, namespace):
-                continue
-            if shim not in parents and _arg(argv, b"-id") != container_id.encode():
-                continue
-            children = {pid for pid, (parent, _) in procs.items() if parent == shim}
-            if (children or late) and children <= drivers:
-                signalled += _signal(shim, signal.SIGKILL)
-            elif not children or any(_is_runc_for(procs[c][1], container_id) for c in children):
+        for shim, children in _our_shims(procs, wanted, namespace, container_id).items():
+            if all(_writes_to(procs[c][1], wanted) for c in children):
+                if now - idle_since.setdefault(shim, now) >= stable:
+                    signalled += _signal(shim, signal.SIGKILL)
+                else:
+                    busy = True
+            elif any(_is_runc_for(procs[c][1], container_id) for c in children):
+                idle_since.pop(shim, None)
                 busy = True
-        if not busy or late:
+        if not busy or now > deadline:
             return signalled
         time.sleep(0.05)
+
+
+def _our_shims(
+    procs: dict[int, tuple[int, list[bytes]]], log: bytes, namespace: str, container_id: str
+) -> dict[int, set[int]]:
+    """Shim daemons of this task (parent of its driver, or started for its id) -> children."""
+    parents = {parent for parent, argv in procs.values() if _writes_to(argv, log)}
+    shims = {
+        pid
+        for pid, (_, argv) in procs.items()
+        if _is_shim(argv, namespace)
+        and (pid in parents or _arg(argv, b"-id") == container_id.encode())
+    }
+    children: dict[int, set[int]] = {shim: set() for shim in shims}
+    for pid, (parent, _) in procs.items():
+        if parent in children:
+            children[parent].add(pid)
+    return children
 
 
 def _signal(pid: int, sig: int) -> list[int]:

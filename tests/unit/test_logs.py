@@ -759,7 +759,7 @@ def test_orphaned_shim_and_driver_are_stopped(tmp_path: Path, fake_shim: Any) ->
     """containerd 1.6 leaves a shim holding the driver's pipes after a cancelled Create."""
     shim, (driver,) = fake_shim("orphan", "ns1")
     log = tmp_path / "t1" / "task.log"
-    assert stop_orphaned_drivers(log, "ns1", "t1", settle=5) == [shim.pid]
+    assert stop_orphaned_drivers(log, "ns1", "t1", settle=5, stable=0.2) == [shim.pid]
     assert shim.wait(10) == -signal.SIGKILL
     wait_for(lambda: _gone(driver))  # its pipe ended with the shim
 
@@ -768,14 +768,20 @@ def test_a_shim_that_runs_more_is_left_alone(tmp_path: Path, fake_shim: Any) -> 
     busy, _ = fake_shim("busy", "ns1")
     other, _ = fake_shim("orphan", "ns2")  # another namespace's
     log = tmp_path / "t1" / "task.log"
-    assert stop_orphaned_drivers(log, "ns1", "t1", settle=5) == []
+    assert stop_orphaned_drivers(log, "ns1", "t1", settle=5, stable=0.2) == []
     assert busy.poll() is None and other.poll() is None
 
 
-def test_a_shim_never_given_its_task_is_stopped_after_settle(fake_shim: Any) -> None:
+def test_a_shim_never_given_its_task_is_stopped(fake_shim: Any) -> None:
     shim, _ = fake_shim("childless", "ns1")
     started = time.monotonic()
-    assert stop_orphaned_drivers("/nowhere/task.log", "ns1", "t1", settle=0.3) == [shim.pid]
-    assert time.monotonic() - started >= 0.3  # it waited for a Create still under way
+    got = stop_orphaned_drivers("/nowhere/task.log", "ns1", "t1", settle=5, stable=0.3)
+    assert got == [shim.pid]
+    assert time.monotonic() - started >= 0.3  # a shim may be childless for a moment
     assert shim.wait(10) == -signal.SIGKILL
-    assert stop_orphaned_drivers("/nowhere/task.log", "ns1", "t2", settle=5) == []
+
+
+def test_no_shim_of_ours_returns_at_once(fake_shim: Any) -> None:
+    shim, _ = fake_shim("childless", "ns1")
+    assert stop_orphaned_drivers("/nowhere/task.log", "ns1", "t2", settle=30, stable=20) == []
+    assert shim.poll() is None
