@@ -521,6 +521,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{DRIVER_NAME}: last write error: {writer.last_error}", file=sys.stderr)
     if dropped:
         print(f"{DRIVER_NAME}: dropped {dropped} entries", file=sys.stderr)
+    # Python's exit restores SIG_DFL for handled signals (not ignored ones): the shim's
+    # SIGTERM may still be on its way, and would turn a clean exit into a kill.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return status
 
 
