@@ -552,18 +552,19 @@ def stop_orphaned_drivers(
     idle_since: dict[int, float] = {}
     signalled: list[int] = []
     while True:
-        procs, now = _processes(), time.monotonic()
+        procs, now = _processes(), time.monotonic()  # a scan can block on a dying process
         busy = False
         for shim, children in _our_shims(procs, wanted, namespace, container_id).items():
             if all(_writes_to(procs[c][1], wanted) for c in children):
-                if now - idle_since.setdefault(shim, now) >= stable:
+                seen = shim in idle_since
+                if now - idle_since.setdefault(shim, now) >= stable or (seen and now > deadline):
                     signalled += _signal(shim, signal.SIGKILL)
                 else:
                     busy = True
             elif any(_is_runc_for(procs[c][1], container_id) for c in children):
                 idle_since.pop(shim, None)
                 busy = True
-        if not busy or now > deadline:
+        if not busy or now > deadline + stable:
             return signalled
         time.sleep(0.05)
 
