@@ -516,10 +516,6 @@ def _is_shim(argv: list[bytes], namespace: str) -> bool:
     )
 
 
-def _is_runc_for(argv: list[bytes], container_id: str) -> bool:
-    return Path(os.fsdecode(argv[0])).name == "runc" and argv[-1] == container_id.encode()
-
-
 def stop_orphaned_drivers(
     log_path: str | os.PathLike[str],
     namespace: str,
@@ -543,30 +539,45 @@ def stop_orphaned_drivers(
     id. One whose children are all this log's drivers, or that has none, is SIGKILLed
     once it has stayed so for ``stable`` seconds (a shim deleting normally passes
     through that state for milliseconds; an orphan stays); its driver then sees its
-    pipes end and exits. While one still runs ``runc`` for this id, it is waited for.
-    A shim that runs anything else (a group's other tasks) is left alone. All of it
-    within ``settle`` seconds; with no such shim, it returns at once.
+    pipes end and exits. While ``runc`` still works for this id under it (a ``runc
+    init`` left by the cancelled create lingers until containerd's own cleanup kills
+    it, ~20 s here), it is waited for until ``settle`` runs out, then SIGKILLed all
+    the same: containerd never shuts it down. A shim that runs anything else (a
+    group's other tasks) is left alone. With no shim of ours, it returns at once.
     """
     wanted = os.fsencode(os.fspath(log_path))
     deadline = time.monotonic() + settle
-    idle_since: dict[int, float] = {}
+    first_seen: dict[int, float] = {}
     signalled: list[int] = []
     while True:
-        procs, now = _processes(), time.monotonic()  # a scan can block on a dying process
+        procs, now = _processes(), time.monotonic()
         busy = False
         for shim, children in _our_shims(procs, wanted, namespace, container_id).items():
-            if all(_writes_to(procs[c][1], wanted) for c in children):
-                seen = shim in idle_since
-                if now - idle_since.setdefault(shim, now) >= stable or (seen and now > deadline):
-                    signalled += _signal(shim, signal.SIGKILL)
-                else:
-                    busy = True
-            elif any(_is_runc_for(procs[c][1], container_id) for c in children):
-                idle_since.pop(shim, None)
+            kinds = {_child_kind(procs[c][1], wanted, container_id) for c in children}
+            if "other" in kinds:
+                first_seen.pop(shim, None)  # it serves something else: not ours to stop
+                continue
+            seen_before = shim in first_seen
+            since = first_seen.setdefault(shim, now)
+            if "runc" in kinds:
+                first_seen[shim] = now  # runc still at work: not idle yet
+            if (kinds <= {"driver"} and now - since >= stable) or (seen_before and now > deadline):
+                signalled += _signal(shim, signal.SIGKILL)
+            else:
                 busy = True
         if not busy or now > deadline + stable:
             return signalled
         time.sleep(0.05)
+
+
+def _child_kind(argv: list[bytes], log: bytes, container_id: str) -> str:
+    """A shim's child: this log's ``driver``, ``runc`` at work for this id, or ``other``."""
+    if _writes_to(argv, log):
+        return "driver"
+    runc = Path(os.fsdecode(argv[0])).name == "runc"
+    if runc and (argv[-1] == container_id.encode() or argv[1:] == [b"init"]):
+        return "runc"
+    return "other"
 
 
 def _our_shims(

@@ -712,6 +712,9 @@ if mode != "childless":
     kids.append(subprocess.Popen([driver, "-c", code, "path", log], stdin=r))
 if mode == "busy":
     kids.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]))
+if mode == "runc":  # named like runc, working for container t1
+    runc = os.path.join(os.path.dirname(driver), "runc")
+    kids.append(subprocess.Popen([runc, "-c", "import time; time.sleep(600)", "t1"]))
 os.close(r)
 print(" ".join(str(k.pid) for k in kids), flush=True)
 time.sleep(600)
@@ -725,8 +728,8 @@ def fake_shim(
     """A process named like a runc shim with a child named like our log driver."""
     shim_exe = tmp_path / "containerd-shim-runc-v2"
     driver_exe = tmp_path / logdriver.DRIVER_NAME
-    shim_exe.symlink_to(sys.executable)
-    driver_exe.symlink_to(sys.executable)
+    for exe in (shim_exe, driver_exe, tmp_path / "runc"):
+        exe.symlink_to(sys.executable)
     started: list[tuple[subprocess.Popen[str], list[int]]] = []
 
     def start(mode: str, namespace: str) -> tuple[subprocess.Popen[str], list[int]]:
@@ -772,6 +775,16 @@ def test_a_shim_that_runs_more_is_left_alone(tmp_path: Path, fake_shim: Any) -> 
     log = tmp_path / "t1" / "task.log"
     assert stop_orphaned_drivers(log, "ns1", "t1", settle=5, stable=0.2) == []
     assert busy.poll() is None and other.poll() is None
+
+
+def test_a_shim_whose_runc_lingers_is_stopped_after_settle(tmp_path: Path, fake_shim: Any) -> None:
+    """A cancelled create's ``runc init`` can outlive destroy's wait; the shim cannot stay."""
+    shim, _ = fake_shim("runc", "ns1")
+    started = time.monotonic()
+    got = stop_orphaned_drivers(tmp_path / "t1" / "task.log", "ns1", "t1", settle=0.5, stable=0.1)
+    assert got == [shim.pid]
+    assert time.monotonic() - started >= 0.5  # runc at work: it waited
+    assert shim.wait(10) == -signal.SIGKILL
 
 
 def test_a_shim_never_given_its_task_is_stopped(fake_shim: Any) -> None:
