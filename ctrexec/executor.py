@@ -478,6 +478,12 @@ class Executor:
             # A Tasks.Create sent by a ctrexec that died mid-call can still land after
             # the first delete; containerd does not stop it for a deleted container.
             tasks.force_delete(self.client, task_id)
+            # Such a Create that containerd cancelled can leave a shim serving nothing,
+            # with our log driver, that containerd no longer knows (containerd 1.6).
+            if record.labels.get(lbl.LOG_PATH):
+                logstore.stop_orphaned_drivers(
+                    record.labels[lbl.LOG_PATH], self.client.namespace, task_id
+                )
             snapshots.remove_snapshot(self.client, record.snapshot_key, record.snapshotter)
             log_path = record.labels.get(lbl.LOG_PATH)
             if log_path:

@@ -10,9 +10,17 @@ Contract (containerd 1.6, ``pkg/process.NewBinaryIO`` / ``NewBinaryCmd``):
 - fd 5: write end of a "ready" pipe; the shim waits for it to close before it starts
   the task, so it is closed as soon as the log file is open and the readers run;
 - stdout and stderr of this process go to ``/dev/null``;
+- the shim keeps its own copies of the pipes' write ends until the task is deleted, so
+  a task's exit does not end the streams here: a last line without a newline would
+  wait in memory until the delete (and ``run --rm`` deletes the log with the task).
+  A partial line is therefore written, as a partial entry, once its pipe has been
+  quiet for :data:`PARTIAL_IDLE`;
 - when the task is deleted, the shim closes its copies of the pipes, sends SIGTERM and
   kills this process if it is still there after 12 s; the shim's Delete call waits
-  for it, so this process exits promptly.
+  for it, so this process exits promptly. The signal lands at any instruction, so
+  the handler only lets ``signal.set_wakeup_fd`` write a byte to a pipe that the
+  main thread waits on with ``select``: taking a lock there (``Event.set``) deadlocks
+  when the main thread holds it at that moment.
 
 The driver never blocks the task: two threads drain the pipes whatever happens to the
 disk. An entry that cannot be written is dropped and counted, never retried in a loop
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import sys
 import threading
@@ -79,6 +88,14 @@ READ_CHUNK = 64 * 1024
 TERM_IDLE = 0.2
 #: After SIGTERM, stop at the latest after this long (the shim kills at 12 s).
 TERM_GRACE = 5.0
+#: A partial line whose pipe has been quiet this long is written as a partial entry
+#: (no trailing newline, as docker's json-file writes one): the shim's open write
+#: ends mean no end of stream comes when the task exits. Long enough that a line
+#: written in several quick writes stays one entry.
+PARTIAL_IDLE = 0.05
+#: The byte a finished pump writes to the main thread's wake-up pipe; signals write
+#: their number there, and no signal is numbered 0.
+_PUMP_DONE = b"\0"
 
 EXIT_OK = 0
 EXIT_BAD_CONFIG = 2
@@ -151,8 +168,13 @@ class LineSplitter:
         del buf[:start]
         return out
 
+    @property
+    def pending(self) -> bool:
+        """Whether an unterminated line is waiting for more bytes."""
+        return bool(self._buf)
+
     def flush(self) -> list[bytes]:
-        """The unterminated rest of the stream, if any (called at end of stream)."""
+        """The unterminated rest of the stream, if any (end of stream, or a quiet pipe)."""
         if not self._buf:
             return []
         rest = bytes(self._buf)
@@ -351,14 +373,12 @@ def parse_args(argv: Sequence[str]) -> tuple[str, int, int]:
 class _Pump(threading.Thread):
     """Drains one pipe into the writer, line by line, until end of stream."""
 
-    def __init__(
-        self, fd: int, stream: str, writer: LogWriter | None, wake: threading.Event
-    ) -> None:
+    def __init__(self, fd: int, stream: str, writer: LogWriter | None, wake_fd: int) -> None:
         super().__init__(name=f"pump-{stream}", daemon=True)
         self.fd = fd
         self.stream = stream
         self.writer = writer
-        self.wake = wake
+        self.wake_fd = wake_fd
         self.finished = False
         self.last_data = time.monotonic()
         self.dropped = 0
@@ -369,27 +389,36 @@ class _Pump(threading.Thread):
 
     def run(self) -> None:
         try:
-            while True:
-                try:
-                    data = os.read(self.fd, READ_CHUNK)
-                except OSError:
-                    break
-                if not data:
-                    break
-                now = time.time_ns()
-                self.last_data = time.monotonic()
-                with self._lock:
-                    for piece in self._splitter.feed(data):
-                        self._emit(piece, now)
+            self._drain()
             self.flush_rest()
         finally:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
             self.finished = True
-            self.wake.set()
+            with contextlib.suppress(OSError):
+                os.write(self.wake_fd, _PUMP_DONE)
+
+    def _drain(self) -> None:
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        while True:
+            if self._splitter.pending and not poller.poll(PARTIAL_IDLE * 1000):
+                self.flush_rest()  # quiet pipe: the task may have exited mid-line
+                continue
+            try:
+                data = os.read(self.fd, READ_CHUNK)
+            except OSError:
+                return
+            if not data:
+                return
+            now = time.time_ns()
+            self.last_data = time.monotonic()
+            with self._lock:
+                for piece in self._splitter.feed(data):
+                    self._emit(piece, now)
 
     def flush_rest(self) -> None:
-        """Write the unterminated last line; also used when exiting on SIGTERM."""
+        """Write the unterminated last line as a partial entry (quiet pipe, end, SIGTERM)."""
         with self._lock:
             for piece in self._splitter.flush():
                 self._emit(piece, time.time_ns())
@@ -412,25 +441,57 @@ def _is_open(fd: int) -> bool:
     return True
 
 
-def _close_ready() -> None:
-    with contextlib.suppress(OSError):
-        os.close(READY_FD)
+class _Wakeup:
+    """The main thread's wake-up pipe: SIGTERM and finished pumps each write a byte.
+
+    ``signal.set_wakeup_fd`` makes the C-level handler write the signal's number, which
+    is safe at any instruction; the Python-level handler does nothing at all, so
+    there is no lock it could wait for. Whether SIGTERM came is read from the bytes.
+    """
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.terminated = False
+        signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, _ignore_signal)
+
+    def wait(self, timeout: float) -> None:
+        """Sleep until a byte arrives or ``timeout`` passes; note a SIGTERM."""
+        select.select([self.read_fd], [], [], timeout)
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while data := os.read(self.read_fd, 64):
+                self.terminated = self.terminated or signal.SIGTERM in data
+
+
+def _ignore_signal(signum: int, frame: FrameType | None) -> None:
+    """Installed so SIGTERM does not kill; the wake-up byte carries the news."""
+
+
+def _await_end(pumps: Sequence[_Pump], wakeup: _Wakeup) -> None:
+    """Wait until both streams end, or after SIGTERM until they end or go quiet."""
+    while not all(p.finished for p in pumps) and not wakeup.terminated:
+        wakeup.wait(5.0)
+    if not wakeup.terminated:
+        return
+    deadline = time.monotonic() + TERM_GRACE
+    while not all(p.finished for p in pumps) and time.monotonic() < deadline:
+        now = time.monotonic()
+        if all(p.finished or now - p.last_data >= TERM_IDLE for p in pumps):
+            break
+        wakeup.wait(0.05)
+    for pump in pumps:
+        if not pump.finished:
+            pump.flush_rest()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the driver until both streams end (or SIGTERM and they go quiet)."""
-    wake = threading.Event()
-    terminated = threading.Event()
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        terminated.set()
-        wake.set()
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    # Check the pipes before anything opens a file: a missing fd 3 or 4 would
-    # otherwise be reused by the log file itself.
+    # Check the inherited fds before anything opens one: a missing fd 3, 4 or 5
+    # would otherwise be reused by the wake-up pipe or the log file itself.
     present = {fd for fd in (STDOUT_FD, STDERR_FD) if _is_open(fd)}
+    ready_open = _is_open(READY_FD)
+    wakeup = _Wakeup()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     status = EXIT_OK
     writer: LogWriter | None = None
     try:
@@ -441,27 +502,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{DRIVER_NAME}: {exc}; discarding output", file=sys.stderr)
         status = EXIT_BAD_CONFIG
     pumps = [
-        _Pump(fd, stream, writer, wake)
+        _Pump(fd, stream, writer, wakeup.write_fd)
         for fd, stream in ((STDOUT_FD, STDOUT), (STDERR_FD, STDERR))
         if fd in present
     ]
     for pump in pumps:
         pump.start()
-    _close_ready()
-
-    while not all(p.finished for p in pumps) and not terminated.is_set():
-        wake.wait(5.0)
-        wake.clear()
-    if terminated.is_set():
-        deadline = time.monotonic() + TERM_GRACE
-        while not all(p.finished for p in pumps) and time.monotonic() < deadline:
-            now = time.monotonic()
-            if all(p.finished or now - p.last_data >= TERM_IDLE for p in pumps):
-                break
-            time.sleep(0.05)
-        for pump in pumps:
-            if not pump.finished:
-                pump.flush_rest()
+    if ready_open:
+        with contextlib.suppress(OSError):
+            os.close(READY_FD)
+    _await_end(pumps, wakeup)
 
     dropped = sum(p.dropped for p in pumps)
     if writer is not None:
@@ -471,6 +521,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{DRIVER_NAME}: last write error: {writer.last_error}", file=sys.stderr)
     if dropped:
         print(f"{DRIVER_NAME}: dropped {dropped} entries", file=sys.stderr)
+    # Python's exit restores SIG_DFL for handled signals (not ignored ones): the shim's
+    # SIGTERM may still be on its way, and would turn a clean exit into a kill.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return status
 
 

@@ -13,7 +13,11 @@ Format: docker's ``json-file`` format, one JSON object per line,
 so tools that read docker's logs (log shippers, ``jq`` recipes) read these too.
 As in docker, ``log`` keeps the line's newline; a line whose text is longer than
 :data:`MAX_LINE` bytes is split into several entries and only the last carries the
-newline; a final line without a newline is written as is when the stream ends.
+newline; a line without a newline yet is written as is (a partial entry, as docker
+marks one: no trailing newline in ``log``) when the stream ends, on SIGTERM, or once
+its pipe has been quiet for :data:`ctrexec.logdriver.PARTIAL_IDLE`; the rest of that
+line, if any comes, follows in later entries. Readers join the pieces by printing
+the messages one after the other, as ``docker logs`` does.
 Bytes that are not UTF-8 become U+FFFD. ``time`` always has nine fraction digits.
 
 Rotation follows docker too: the current file is ``path``; rotated files are
@@ -27,8 +31,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
+import itertools
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -44,6 +50,7 @@ from ctrexec.logdriver import (
     DEFAULT_MAX_SIZE,
     DRIVER_NAME,
     MAX_LINE,
+    PARTIAL_IDLE,
     STDERR,
     STDOUT,
     STREAMS,
@@ -63,6 +70,7 @@ __all__ = [
     "DEFAULT_MAX_FILES",
     "DEFAULT_MAX_SIZE",
     "DRIVER_NAME",
+    "EXIT_SETTLE",
     "MAX_LINE",
     "STDERR",
     "STDOUT",
@@ -77,12 +85,19 @@ __all__ = [
     "parse_time",
     "read_logs",
     "rotated_paths",
+    "stop_orphaned_drivers",
     "write_launcher",
 ]
 
 #: Where :func:`log_uri` writes the launcher when no driver is given: a tmpfs that a
 #: reboot clears, like the tasks that used it.
 DEFAULT_LAUNCHER_DIR = "/run/ctrexec/bin"
+
+#: How long a log may still grow after its task has exited, for followers that stop
+#: at the exit: the driver writes a last line without a newline once its pipe has
+#: been quiet for PARTIAL_IDLE (the shim never ends the stream at the exit); the rest
+#: is margin for a busy host.
+EXIT_SETTLE = PARTIAL_IDLE + 0.25
 
 _NS = 1_000_000_000
 _READ_CHUNK = 1024 * 1024
@@ -334,7 +349,8 @@ def read_logs(
     ``since`` (an aware datetime, or ns since the epoch) and ``streams`` filter first;
     ``tail`` then keeps the last N of the entries present now. With ``follow``, entries
     written later are yielded as they appear (polling every ``poll_interval`` seconds,
-    across rotations) until ``stop()`` returns true (e.g. ``event.is_set``); without
+    across rotations) until ``stop()`` returns true (e.g. ``event.is_set``), and then
+    once more, so whatever was written before ``stop()`` said so is yielded; without
     ``stop`` it follows until the caller stops iterating. A missing log yields nothing
     (or, when following, waits for it). Lines that are not entries are skipped.
     """
@@ -367,6 +383,7 @@ def read_logs(
                 yield entry
             if not got:
                 time.sleep(poll_interval)
+        yield from select(cursor.poll())
     finally:
         cursor.close()
 
@@ -448,3 +465,142 @@ def log_uri(
         [("path", log_path), ("max-size", str(max_size)), ("max-files", str(max_files))]
     )
     return "binary://" + urllib.parse.quote(driver_path, safe="/") + "?" + query
+
+
+# --------------------------------------------------------------------------- orphans
+
+_SHIM_PREFIX = "containerd-shim"
+#: How long destroy waits, at most, for a cancelled Tasks.Create to finish failing.
+ORPHAN_SETTLE = 5.0
+#: How long a shim must stay with nothing but our driver before it counts as orphaned.
+ORPHAN_STABLE = 1.0
+
+
+def _processes() -> dict[int, tuple[int, list[bytes]]]:
+    """Every process as pid -> (parent pid, argv); kernel threads and the vanished skipped."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if argv:
+            found[int(entry.name)] = (parent, argv)
+    return found
+
+
+def _arg(argv: list[bytes], flag: bytes) -> bytes | None:
+    return next((v for k, v in itertools.pairwise(argv) if k == flag), None)
+
+
+def _writes_to(argv: list[bytes], path: bytes) -> bool:
+    """Whether a command line is a log driver's for ``path`` (see parse_args' forms)."""
+    if not any(DRIVER_NAME.encode() in a for a in argv[:3]):
+        return False
+    pairs = itertools.pairwise(argv)
+    return any(k.lstrip(b"-") == b"path" and v == path for k, v in pairs) or (
+        b"--path=" + path in argv
+    )
+
+
+def _is_shim(argv: list[bytes], namespace: str) -> bool:
+    """A shim daemon of ``namespace`` (not containerd's ``start`` or ``delete`` runs)."""
+    name = Path(os.fsdecode(argv[0])).name
+    return (
+        name.startswith(_SHIM_PREFIX)
+        and argv[-1] not in (b"start", b"delete")
+        and _arg(argv, b"-namespace") == namespace.encode()
+    )
+
+
+def stop_orphaned_drivers(
+    log_path: str | os.PathLike[str],
+    namespace: str,
+    container_id: str,
+    *,
+    settle: float = ORPHAN_SETTLE,
+    stable: float = ORPHAN_STABLE,
+) -> list[int]:
+    """Stop a shim left serving nothing but this task's log driver; return pids signalled.
+
+    Why (containerd 1.6): when ``runc create`` fails after the shim has started the
+    ``binary://`` driver, as it does when the client dies inside Tasks.Create and
+    containerd cancels the call, the shim never closes the driver's pipes
+    (``pkg/process`` ``Init.Create`` drops its I/O unclosed), and containerd, having
+    dropped the task and disconnected from that shim, never shuts it down. Both then
+    live on with nothing to serve, out of reach of containerd's API. A client that
+    dies while containerd starts the shim can likewise leave a shim with no task.
+    Call this once containerd has no task for ``container_id``.
+
+    The shims looked at are ours: the driver's parent, or the daemon started for this
+    id. One whose children are all this log's drivers, or that has none, is SIGKILLed
+    once it has stayed so for ``stable`` seconds (a shim deleting normally passes
+    through that state for milliseconds; an orphan stays); its driver then sees its
+    pipes end and exits. While ``runc`` still works for this id under it (a ``runc
+    init`` left by the cancelled create lingers until containerd's own cleanup kills
+    it, ~20 s here), it is waited for until ``settle`` runs out, then SIGKILLed all
+    the same: containerd never shuts it down. A shim that runs anything else (a
+    group's other tasks) is left alone. With no shim of ours, it returns at once.
+    """
+    wanted = os.fsencode(os.fspath(log_path))
+    deadline = time.monotonic() + settle
+    first_seen: dict[int, float] = {}
+    signalled: list[int] = []
+    while True:
+        procs, now = _processes(), time.monotonic()
+        busy = False
+        for shim, children in _our_shims(procs, wanted, namespace, container_id).items():
+            kinds = {_child_kind(procs[c][1], wanted, container_id) for c in children}
+            if "other" in kinds:
+                first_seen.pop(shim, None)  # it serves something else: not ours to stop
+                continue
+            seen_before = shim in first_seen
+            since = first_seen.setdefault(shim, now)
+            if "runc" in kinds:
+                first_seen[shim] = now  # runc still at work: not idle yet
+            if (kinds <= {"driver"} and now - since >= stable) or (seen_before and now > deadline):
+                signalled += _signal(shim, signal.SIGKILL)
+            else:
+                busy = True
+        if not busy or now > deadline + stable:
+            return signalled
+        time.sleep(0.05)
+
+
+def _child_kind(argv: list[bytes], log: bytes, container_id: str) -> str:
+    """A shim's child: this log's ``driver``, ``runc`` at work for this id, or ``other``."""
+    if _writes_to(argv, log):
+        return "driver"
+    runc = Path(os.fsdecode(argv[0])).name == "runc"
+    if runc and (argv[-1] == container_id.encode() or argv[1:] == [b"init"]):
+        return "runc"
+    return "other"
+
+
+def _our_shims(
+    procs: dict[int, tuple[int, list[bytes]]], log: bytes, namespace: str, container_id: str
+) -> dict[int, set[int]]:
+    """Shim daemons of this task (parent of its driver, or started for its id) -> children."""
+    parents = {parent for parent, argv in procs.values() if _writes_to(argv, log)}
+    shims = {
+        pid
+        for pid, (_, argv) in procs.items()
+        if _is_shim(argv, namespace)
+        and (pid in parents or _arg(argv, b"-id") == container_id.encode())
+    }
+    children: dict[int, set[int]] = {shim: set() for shim in shims}
+    for pid, (parent, _) in procs.items():
+        if parent in children:
+            children[parent].add(pid)
+    return children
+
+
+def _signal(pid: int, sig: int) -> list[int]:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return []
+    return [pid]

@@ -9,7 +9,8 @@ import secrets
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from ctrexec import labels as lbl
@@ -134,21 +135,29 @@ def _stream_until_exit(ex: Executor, task_id: str, log_path: str) -> int:
             done.set()
 
     threading.Thread(target=waiter, daemon=True).start()
-    polls_after_exit = [0]
+    stop = _stop_after_exit(done.is_set)
+    # The handler only records the signal: an RPC there could deadlock on a lock the
+    # interrupted code holds. The read loop forwards it at its next poll.
+    received: list[int] = []
 
-    def stop() -> bool:
-        # Keep reading a few polls after the exit: the log driver flushes the last
-        # lines after the process is gone.
-        if done.is_set():
-            polls_after_exit[0] += 1
-        return polls_after_exit[0] > 3
+    def forward_pending() -> None:
+        while received:
+            with contextlib.suppress(CtrexecError):  # the task may have exited meanwhile
+                ex.signal(task_id, received.pop(0))
 
-    def forward(signum: int, _frame: object) -> None:
-        ex.signal(task_id, signum)
+    def forward_then_stop() -> bool:
+        forward_pending()
+        return stop()
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    def record(signum: int, _frame: object) -> None:
+        received.append(signum)
+
+    old = {s: signal.signal(s, record) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for entry in logstore.read_logs(log_path, follow=True, stop=stop, poll_interval=0.05):
+        for entry in logstore.read_logs(
+            log_path, follow=True, stop=forward_then_stop, poll_interval=0.05
+        ):
+            forward_pending()
             out = sys.stdout if entry.stream == "stdout" else sys.stderr
             out.write(entry.message)
             out.flush()
@@ -158,6 +167,22 @@ def _stream_until_exit(ex: Executor, task_id: str, log_path: str) -> int:
     if errors:
         raise errors[0]
     return result["code"]
+
+
+def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
+    """A ``stop`` for read_logs: true once the task has been gone for EXIT_SETTLE.
+
+    The log driver writes a last line without a newline only after the exit (once its
+    pipe is quiet), so stopping at the exit itself would lose it.
+    """
+    since: list[float] = []
+
+    def stop() -> bool:
+        if not since and exited():
+            since.append(time.monotonic())
+        return bool(since) and time.monotonic() - since[0] >= logstore.EXIT_SETTLE
+
+    return stop
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -270,9 +295,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     stop = None
     if args.follow:
 
-        def stop() -> bool:
+        def exited() -> bool:
             state = ex.inspect(args.id).status
             return state not in (Status.RUNNING, Status.PAUSED, Status.CREATED)
+
+        stop = _stop_after_exit(exited)
 
     for entry in logstore.read_logs(info.log_path, follow=args.follow, tail=args.tail, stop=stop):
         out = sys.stdout if entry.stream == "stdout" else sys.stderr

@@ -7,6 +7,7 @@ CONTAINER_ID and CONTAINER_NAMESPACE.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -16,9 +17,10 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,6 +38,7 @@ from ctrexec.logs import (
     parse_time,
     read_logs,
     rotated_paths,
+    stop_orphaned_drivers,
     write_launcher,
 )
 
@@ -357,6 +360,21 @@ def test_follow_stops_when_told(tmp_path: Path) -> None:
     assert not t.is_alive() and got == []
 
 
+def test_follow_reads_once_more_after_stop(tmp_path: Path) -> None:
+    """What was written before stop() said so is yielded (the task's last words)."""
+    path = tmp_path / "last.log"
+    w = LogWriter(path)
+    w.write("stdout", "first\n", T0)
+
+    def stop() -> bool:
+        w.write("stdout", "last words", T0 + 1)  # e.g. a partial line flushed at exit
+        return True
+
+    got = list(read_logs(path, follow=True, stop=stop, poll_interval=0.01))
+    w.close()
+    assert [e.message for e in got] == ["first\n", "last words"]
+
+
 # ----------------------------------------------------------------------------- URI
 
 
@@ -436,6 +454,20 @@ os.execve(sys.argv[4], sys.argv[4:], {"CONTAINER_ID": "t1", "CONTAINER_NAMESPACE
 """
 
 
+_started: list[Driver] = []
+
+
+@pytest.fixture(autouse=True)
+def _kill_left_drivers() -> Iterator[None]:
+    """A failed test must not leave its driver processes running."""
+    yield
+    while _started:
+        d = _started.pop()
+        if d.proc.poll() is None:
+            d.proc.kill()
+        d.proc.communicate(timeout=10)
+
+
 class Driver:
     """A driver process wired like the shim wires it."""
 
@@ -452,6 +484,7 @@ class Driver:
         )
         for fd in fds:
             os.close(fd)
+        _started.append(self)
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         os.set_blocking(self.ready_r, True)
@@ -544,6 +577,99 @@ def test_driver_exits_promptly_on_sigterm(tmp_path: Path, launcher: str) -> None
     assert [e.message for e in entries(path)] == ["before term\n", "half a line"]
 
 
+def stdout_text(path: Path) -> str:
+    """The task's stdout as ``docker logs`` prints it: the messages one after another."""
+    return "".join(e.message for e in entries(path) if e.stream == "stdout")
+
+
+def stderr_text(path: Path) -> str:
+    return "".join(e.message for e in entries(path) if e.stream == "stderr")
+
+
+def test_driver_writes_a_partial_line_while_the_pipes_stay_open(
+    tmp_path: Path, launcher: str
+) -> None:
+    """The shim holds the write ends until delete: a quiet partial line is written anyway."""
+    path = tmp_path / "task.log"
+    d = Driver([launcher, "path", str(path)])
+    d.wait_ready()
+    assert d.out_w is not None
+    os.write(d.out_w, b"whole\npart")
+    wait_for(lambda: [e.message for e in entries(path)] == ["whole\n", "part"])
+    assert all(not e.partial for e in entries(path)[:1]) and entries(path)[1].partial
+    os.write(d.out_w, b"ial, then the rest\n")
+    wait_for(lambda: len(entries(path)) == 3)
+    code, err = d.finish()
+    assert code == 0, err
+    assert [e.message for e in entries(path)] == ["whole\n", "part", "ial, then the rest\n"]
+    assert stdout_text(path) == "whole\npartial, then the rest\n"
+
+
+def test_driver_one_mib_line_and_binary_bytes(tmp_path: Path, launcher: str) -> None:
+    path = tmp_path / "task.log"
+    d = Driver([launcher, "path", str(path)])
+    d.wait_ready()
+    assert d.out_w is not None and d.err_w is not None
+    big = "".join(chr(0x61 + i % 26) for i in range(1 << 20))
+    blob = random.Random(7).randbytes(4096) + b"\xff\xfe tail"  # no newline at the end
+    writer = threading.Thread(target=os.write, args=(d.out_w, big.encode() + b"\n" + big.encode()))
+    writer.start()  # 2 MiB: blocks until the driver has drained it
+    os.write(d.err_w, blob)
+    writer.join(30)
+    assert not writer.is_alive(), "the driver stopped draining"
+    # Both ends are partial and the pipes stay open: the quiet-pipe flush writes them.
+    wait_for(lambda: len(stdout_text(path)) == 2 * len(big) + 1, timeout=30)
+    wait_for(lambda: stderr_text(path).endswith(" tail"))
+    code, err = d.finish()
+    assert code == 0, err
+    assert stdout_text(path) == big + "\n" + big
+    out = [e for e in entries(path) if e.stream == "stdout"]
+    assert all(len(e.message.rstrip("\n").encode()) <= MAX_LINE for e in out)
+    assert sum(not e.partial for e in out) == 1  # one newline, one complete entry
+    # Under 16 KiB per line, and written at once: the pieces decode as the whole does.
+    assert stderr_text(path) == blob.decode("utf-8", "replace")
+
+
+_PRINT_AND_DIE = "import os, sys; os.write(1, b'half a li'); os.kill(os.getpid(), 9)"
+
+
+def test_driver_keeps_a_line_cut_by_a_killed_task(tmp_path: Path, launcher: str) -> None:
+    """A task SIGKILLed mid-line: the shim's write end stays open, the text is kept."""
+    path = tmp_path / "task.log"
+    d = Driver([launcher, "path", str(path)])
+    d.wait_ready()
+    task = subprocess.run([sys.executable, "-c", _PRINT_AND_DIE], stdout=d.out_w, check=False)
+    assert task.returncode == -signal.SIGKILL
+    wait_for(lambda: stdout_text(path) == "half a li")
+    code, err = d.finish()
+    assert code == 0, err
+    assert [e.message for e in entries(path)] == ["half a li"]
+
+
+def test_driver_exits_on_sigterm_as_the_pipes_close(tmp_path: Path, launcher: str) -> None:
+    """The shim's delete: close the pipes, SIGTERM at once. SIGTERM used to be handled
+    with Event.set(), which deadlocks when it lands while the main thread holds that
+    Event's lock (woken by a pump that just saw the end of its stream). A SIGTERM
+    that comes as the driver exits must not turn its clean exit into a kill."""
+    slowest = 0.0
+    for i in range(60):
+        path = tmp_path / f"t{i}.log"
+        d = Driver([launcher, "path", str(path)])
+        d.wait_ready()
+        assert d.out_w is not None
+        os.write(d.out_w, b"line\nhalf")
+        start = time.monotonic()
+        d.close_pipes()
+        time.sleep(random.random() * 0.03 if i % 2 else 0)  # also as the driver exits
+        d.proc.send_signal(signal.SIGTERM)
+        d.proc.wait(timeout=10)  # a hang guard only; the shim kills at 12 s
+        slowest = max(slowest, time.monotonic() - start)
+        code, err = d.finish()
+        assert code == 0, err
+        assert [e.message for e in entries(path)] == ["line\n", "half"]
+    print(f"slowest exit after close + SIGTERM: {slowest:.3f}s")
+
+
 def test_driver_keeps_draining_when_it_cannot_write(tmp_path: Path, launcher: str) -> None:
     path = tmp_path / "dir-not-file"
     path.mkdir()
@@ -572,3 +698,105 @@ def test_driver_with_bad_arguments_still_drains(tmp_path: Path, launcher: str) -
     code, err = d.finish()
     assert code == logdriver.EXIT_BAD_CONFIG
     assert "absolute log path is required" in err
+
+
+# ----------------------------------------------------------------------------- orphans
+
+_FAKE_SHIM = """
+import os, subprocess, sys, time
+driver, log, mode = sys.argv[1:4]
+r, w = os.pipe()  # the shim keeps the write end, as containerd 1.6 leaks it
+kids = []
+if mode != "childless":
+    code = "import sys; sys.stdin.buffer.read()"
+    kids.append(subprocess.Popen([driver, "-c", code, "path", log], stdin=r))
+if mode == "busy":
+    kids.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]))
+if mode == "runc":  # named like runc, working for container t1
+    runc = os.path.join(os.path.dirname(driver), "runc")
+    kids.append(subprocess.Popen([runc, "-c", "import time; time.sleep(600)", "t1"]))
+os.close(r)
+print(" ".join(str(k.pid) for k in kids), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def fake_shim(
+    tmp_path: Path,
+) -> Iterator[Callable[[str, str], tuple[subprocess.Popen[str], list[int]]]]:
+    """A process named like a runc shim with a child named like our log driver."""
+    shim_exe = tmp_path / "containerd-shim-runc-v2"
+    driver_exe = tmp_path / logdriver.DRIVER_NAME
+    for exe in (shim_exe, driver_exe, tmp_path / "runc"):
+        exe.symlink_to(sys.executable)
+    started: list[tuple[subprocess.Popen[str], list[int]]] = []
+
+    def start(mode: str, namespace: str) -> tuple[subprocess.Popen[str], list[int]]:
+        args = [str(driver_exe), str(tmp_path / "t1" / "task.log"), mode]
+        flags = ["-namespace", namespace, "-id", "t1"]
+        shim = subprocess.Popen(
+            [str(shim_exe), "-c", _FAKE_SHIM, *args, *flags], stdout=subprocess.PIPE, text=True
+        )
+        assert shim.stdout is not None
+        kids = [int(p) for p in shim.stdout.readline().split()]
+        started.append((shim, kids))
+        return shim, kids
+
+    yield start
+    for shim, kids in started:
+        for pid in kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shim.kill()
+        shim.communicate(timeout=10)  # also closes its stdout
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_orphaned_shim_and_driver_are_stopped(tmp_path: Path, fake_shim: Any) -> None:
+    """containerd 1.6 leaves a shim holding the driver's pipes after a cancelled Create."""
+    shim, (driver,) = fake_shim("orphan", "ns1")
+    log = tmp_path / "t1" / "task.log"
+    assert stop_orphaned_drivers(log, "ns1", "t1", settle=5, stable=0.2) == [shim.pid]
+    assert shim.wait(10) == -signal.SIGKILL
+    wait_for(lambda: _gone(driver))  # its pipe ended with the shim
+
+
+def test_a_shim_that_runs_more_is_left_alone(tmp_path: Path, fake_shim: Any) -> None:
+    busy, _ = fake_shim("busy", "ns1")
+    other, _ = fake_shim("orphan", "ns2")  # another namespace's
+    log = tmp_path / "t1" / "task.log"
+    assert stop_orphaned_drivers(log, "ns1", "t1", settle=5, stable=0.2) == []
+    assert busy.poll() is None and other.poll() is None
+
+
+def test_a_shim_whose_runc_lingers_is_stopped_after_settle(tmp_path: Path, fake_shim: Any) -> None:
+    """A cancelled create's ``runc init`` can outlive destroy's wait; the shim cannot stay."""
+    shim, _ = fake_shim("runc", "ns1")
+    started = time.monotonic()
+    got = stop_orphaned_drivers(tmp_path / "t1" / "task.log", "ns1", "t1", settle=0.5, stable=0.1)
+    assert got == [shim.pid]
+    assert time.monotonic() - started >= 0.5  # runc at work: it waited
+    assert shim.wait(10) == -signal.SIGKILL
+
+
+def test_a_shim_never_given_its_task_is_stopped(fake_shim: Any) -> None:
+    shim, _ = fake_shim("childless", "ns1")
+    started = time.monotonic()
+    got = stop_orphaned_drivers("/nowhere/task.log", "ns1", "t1", settle=5, stable=0.3)
+    assert got == [shim.pid]
+    assert time.monotonic() - started >= 0.3  # a shim may be childless for a moment
+    assert shim.wait(10) == -signal.SIGKILL
+
+
+def test_no_shim_of_ours_returns_at_once(fake_shim: Any) -> None:
+    shim, _ = fake_shim("childless", "ns1")
+    assert stop_orphaned_drivers("/nowhere/task.log", "ns1", "t2", settle=30, stable=20) == []
+    assert shim.poll() is None
