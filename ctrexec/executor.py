@@ -14,7 +14,7 @@ import shutil
 import signal as signals
 import threading
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,10 @@ from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.execs import ExecResult, run_exec
+from ctrexec.containerd.memo import Memo
 from ctrexec.containerd.tasks import ExitStatus, Status, Stdio
 from ctrexec.errors import (
     AlreadyExists,
-    CommandNotExecutable,
-    CommandNotFound,
     CtrexecError,
     DeadlineExceeded,
     FailedPrecondition,
@@ -44,13 +43,6 @@ from ctrexec.oci.user import ResolvedUser, resolve_user_spec
 from ctrexec.taskconfig import TaskConfig, TaskHandle, TaskInfo
 
 DEFAULT_LOG_DIR = Path("/var/log/ctrexec")
-#: The lease that guards a new snapshot until the container record holds it.
-CREATE_LEASE_TTL = timedelta(minutes=10)
-
-
-def host_files_ready(directory: Path) -> bool:
-    """Whether a namespace's shared files were all written."""
-    return all((directory / n).exists() for n in ("hosts", "resolv.conf", "hostname"))
 
 
 DEFAULT_KILL_GRACE = 10.0
@@ -65,7 +57,8 @@ _SUPERVISOR_MARKS = (
 
 class Executor:
     """Runs tasks in one containerd namespace. Thread-safe: it holds no mutable state
-    besides per-container locks that serialise start/stop/destroy of the same task."""
+    besides per-container locks that serialise start/stop/destroy of the same task,
+    and caches of what digests fix (image documents, resolved users)."""
 
     def __init__(
         self,
@@ -79,6 +72,9 @@ class Executor:
         self.files_dir = Path(files_dir)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        #: Image documents and unpack state by digest; shared by every start.
+        self.images = images.ImageCache()
+        self._users: Memo[tuple[str, str, str, str], ResolvedUser] = Memo()
 
     def _lock(self, task_id: str) -> threading.Lock:
         with self._locks_guard:
@@ -95,11 +91,17 @@ class Executor:
         ``owner_labels`` are ctrexec's own keys set by a caller such as groups (user
         labels may not use that prefix); they land in the same Create call.
         """
+        return self._create(config, owner_labels or {})[0]
+
+    def _create(
+        self, config: TaskConfig, owner_labels: Mapping[str, str]
+    ) -> tuple[containers.Container, list[snapshots.RootfsMount]]:
+        """The record and its rootfs mounts (which start_task passes on to the task)."""
         checked = taskspec.check_config(config, containerd_address=self.client.address)
         netns_path, mode = self._resolve_netns(config.netns)
-        if self._exists(config.name):
-            raise AlreadyExists(f"container name {config.name!r} is already in use")
-        image = images.ensure_image(self.client, config.image, snapshotter=config.snapshotter)
+        image = images.ensure_image(
+            self.client, config.image, snapshotter=config.snapshotter, cache=self.images
+        )
         user = self._resolve_user(image, config.user or image.config.user, config.snapshotter)
         log_path = self.log_dir / self.client.namespace / config.name / "task.log"
         # The spec needs only the files' paths; they are written once the record exists
@@ -122,19 +124,19 @@ class Executor:
             namespace=self.client.namespace,
             containerd_address=self.client.address,
         )
-        record_labels = _record_labels(
+        record_labels = taskspec.record_labels(
             checked,
-            image,
+            image_stop_signal=image.config.stop_signal,
             mode=mode,
             netns_path=netns_path,
             files=files,
             log_path=log_path,
-            owner_labels=owner_labels or {},
+            owner_labels=owner_labels,
         )
-        record = self._create_record(checked, image, spec, record_labels)
+        record, mounts = self._create_record(checked, image, spec, record_labels)
         if files is not None and netns_path is not None:
             self._ensure_files(record, netns_path, config)
-        return record
+        return record, mounts
 
     def _create_record(
         self,
@@ -142,38 +144,72 @@ class Executor:
         image: images.Image,
         spec: dict[str, Any],
         record_labels: Mapping[str, str],
-    ) -> containers.Container:
-        """The rootfs snapshot and the container record, under one lease so that
-        containerd's GC cannot take the snapshot before the record holds it."""
+    ) -> tuple[containers.Container, list[snapshots.RootfsMount]]:
+        """The container record first, then its rootfs snapshot: no lease needed.
+
+        containerd's GC treats every container record as a root that holds the
+        snapshot its ``snapshot_key`` names, whether or not that snapshot exists yet
+        (metadata/gc.go; Containers.Create does not check it). So a snapshot
+        prepared after the record is held from its first instant, and the name's
+        uniqueness is checked by Create itself, before anything else exists. A crash
+        between the two leaves a complete record whose rootfs start() prepares.
+        """
         config = checked.config
-        # A unique key: a snapshot orphaned by a crash before Containers.Create (held
-        # only by the expiring lease) must not block the name until the lease expires.
+        # A unique key, so a snapshot left by a crash can never block a later one.
         snapshot_key = f"{config.name}-{secrets.token_hex(4)}"
-        top = image.chain_ids[-1] if image.chain_ids else ""
-        with self.client.lease(ttl=CREATE_LEASE_TTL) as lease:
-            snapshots.prepare_rootfs(
-                self.client, snapshot_key, top, snapshotter=config.snapshotter, lease=lease.id
+        try:
+            record = containers.create(
+                self.client,
+                config.name,
+                image=image.name,
+                spec=spec,
+                snapshotter=config.snapshotter,
+                snapshot_key=snapshot_key,
+                runtime=checked.runtime.to_runtime(),
+                labels=record_labels,
+                extensions={
+                    lbl.CONFIG_EXTENSION: containers.json_extension(
+                        lbl.CONFIG_TYPE_URL, config.to_json()
+                    )
+                },
             )
-            try:
-                return containers.create(
-                    self.client,
-                    config.name,
-                    image=image.name,
-                    spec=spec,
-                    snapshotter=config.snapshotter,
-                    snapshot_key=snapshot_key,
-                    runtime=checked.runtime.to_runtime(),
-                    labels=record_labels,
-                    extensions={
-                        lbl.CONFIG_EXTENSION: containers.json_extension(
-                            lbl.CONFIG_TYPE_URL, config.to_json()
-                        )
-                    },
-                    lease=lease.id,
-                )
-            except BaseException:
-                snapshots.remove_snapshot(self.client, snapshot_key, config.snapshotter)
-                raise
+        except AlreadyExists as exc:
+            raise AlreadyExists(f"container name {config.name!r} is already in use") from exc
+        try:
+            return record, self._prepare_rootfs(record, image)
+        except BaseException:
+            with contextlib.suppress(CtrexecError):
+                containers.delete(self.client, config.name)
+            raise
+
+    def _prepare_rootfs(
+        self, record: containers.Container, image: images.Image
+    ) -> list[snapshots.RootfsMount]:
+        """Prepare the record's snapshot; when the image's layers went (removed and
+        collected since the cache saw them) unpack them again, once."""
+        key, snapshotter = record.snapshot_key, record.snapshotter
+        try:
+            return snapshots.prepare_rootfs(
+                self.client, key, image.top_chain_id, snapshotter=snapshotter, lease=None
+            )
+        except NotFound:
+            self.images.forget(self.client, image, snapshotter)
+            image = images.ensure_image(
+                self.client, image.name, snapshotter=snapshotter, cache=self.images
+            )
+        return snapshots.prepare_rootfs(
+            self.client, key, image.top_chain_id, snapshotter=snapshotter, lease=None
+        )
+
+    def _rootfs_mounts(self, record: containers.Container) -> list[snapshots.RootfsMount]:
+        """The rootfs mounts, prepared now for a record whose create was cut short."""
+        try:
+            return snapshots.snapshot_mounts(self.client, record.snapshot_key, record.snapshotter)
+        except NotFound:
+            image = images.ensure_image(
+                self.client, record.image, snapshotter=record.snapshotter, cache=self.images
+            )
+            return self._prepare_rootfs(record, image)
 
     @staticmethod
     def _ensure_files(
@@ -183,13 +219,6 @@ class Executor:
         directory = Path(record.labels[lbl.HOSTFILES_DIR])
         hostname = (config.hostname or taskspec.default_hostname(config)) if config else record.id
         hostfiles.ensure(netns_path, hostname=hostname, base=directory.parent)
-
-    def _exists(self, task_id: str) -> bool:
-        try:
-            containers.get(self.client, task_id)
-        except NotFound:
-            return False
-        return True
 
     def _resolve_netns(self, value: str) -> tuple[str | None, str]:
         if value == "host":
@@ -202,9 +231,18 @@ class Executor:
 
     def _resolve_user(self, image: images.Image, user: str, snapshotter: str) -> ResolvedUser:
         """Always through the image's files: docker takes even a numeric uid's primary
-        and supplementary groups from /etc/passwd and /etc/group when it is listed."""
+        and supplementary groups from /etc/passwd and /etc/group when it is listed.
+
+        Cached by the image's top chain ID: those files are part of a committed
+        snapshot, which its digest fixes; reading them mounts the image (a lease, a
+        view, a private mount namespace), which costs more than the rest of a start.
+        """
         if not user:
             return ResolvedUser(uid=0, gid=0)
+        key = (self.client.namespace, snapshotter, image.top_chain_id, user)
+        return self._users.get_or_compute(key, lambda: self._read_user(image, user, snapshotter))
+
+    def _read_user(self, image: images.Image, user: str, snapshotter: str) -> ResolvedUser:
         files = images.read_rootfs_files(
             self.client, image, ["/etc/passwd", "/etc/group"], snapshotter=snapshotter
         )
@@ -225,32 +263,51 @@ class Executor:
         """
         with self._lock(task_id):
             record = self._clear_previous_run(task_id, by_policy=by_policy)
-            log_path = record.labels.get(lbl.LOG_PATH, "")
-            cfg = self._config_of(record)
-            Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-            uri = logstore.log_uri(
-                log_path,
-                cfg.log_max_size if cfg else logstore.DEFAULT_MAX_SIZE,
-                cfg.log_max_files if cfg else logstore.DEFAULT_MAX_FILES,
-            )
-            mounts = snapshots.snapshot_mounts(self.client, record.snapshot_key, record.snapshotter)
-            netns_path = record.labels.get(lbl.NETNS_PATH)
-            if netns_path:
-                # Verified again (it may have been removed since); `ip netns add` leaves lo down.
-                netns.ensure_loopback_up(netns_path)
-                files_dir = record.labels.get(lbl.HOSTFILES_DIR)
-                if files_dir and not host_files_ready(Path(files_dir)):
-                    self._ensure_files(record, netns_path, cfg)
-            pid = self._run_task(task_id, mounts, Stdio(stdout=uri, stderr=uri))
-            return TaskHandle(
-                id=task_id,
-                namespace=self.client.namespace,
-                address=self.client.address,
-                pid=pid,
-                started_at=datetime.now(UTC),
-                netns_path=netns_path,
-                log_path=log_path,
-            )
+            return self._launch(record, self._rootfs_mounts(record))
+
+    def _launch(
+        self,
+        record: containers.Container,
+        mounts: Sequence[snapshots.RootfsMount],
+        *,
+        fresh: bool = False,
+    ) -> TaskHandle:
+        """Create and start the record's task. ``fresh``: the record was just made, so
+        no previous run can be in the way unless Tasks.Create says so."""
+        task_id = record.id
+        log_path = record.labels.get(lbl.LOG_PATH, "")
+        cfg = self._config_of(record)
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        uri = logstore.log_uri(
+            log_path,
+            cfg.log_max_size if cfg else logstore.DEFAULT_MAX_SIZE,
+            cfg.log_max_files if cfg else logstore.DEFAULT_MAX_FILES,
+        )
+        netns_path = record.labels.get(lbl.NETNS_PATH)
+        if netns_path:
+            # Verified again (it may have been removed since); `ip netns add` leaves lo down.
+            netns.ensure_loopback_up(netns_path)
+            files_dir = record.labels.get(lbl.HOSTFILES_DIR)
+            if files_dir and not hostfiles.all_written(Path(files_dir)):
+                self._ensure_files(record, netns_path, cfg)
+        stdio = Stdio(stdout=uri, stderr=uri)
+        try:
+            pid = self._run_task(task_id, mounts, stdio)
+        except AlreadyExists:
+            if not fresh:
+                raise
+            # A shim left by an earlier container of this name (containerd#6860).
+            self._clear_previous_run(task_id, by_policy=True)
+            pid = self._run_task(task_id, mounts, stdio)
+        return TaskHandle(
+            id=task_id,
+            namespace=self.client.namespace,
+            address=self.client.address,
+            pid=pid,
+            started_at=datetime.now(UTC),
+            netns_path=netns_path,
+            log_path=log_path,
+        )
 
     def _clear_previous_run(self, task_id: str, *, by_policy: bool) -> containers.Container:
         """Refuse a task that runs; clear what a previous run left behind, in the
@@ -271,27 +328,34 @@ class Executor:
         return record
 
     def _run_task(self, task_id: str, mounts: Sequence[snapshots.RootfsMount], stdio: Stdio) -> int:
-        """Create and start the task; its pid. Wait is armed first so that an exit in
-        the first instant is not missed, and a failed start leaves no task behind."""
+        """Create and start the task; its pid. A failed start leaves no task behind.
+
+        No Wait is armed here: nothing of this call reads the exit, and wait()
+        arms its own (containerd keeps a stopped task's exit until it is deleted).
+        """
         try:
             tasks.create(self.client, task_id, rootfs=[m.to_proto() for m in mounts], stdio=stdio)
+        except AlreadyExists:
+            raise
         except CtrexecError as exc:
-            raise _command_error(exc) from exc
-        pending = tasks.arm_wait(self.client, task_id)
+            raise tasks.command_error(exc) from exc
         try:
-            pid = tasks.start(self.client, task_id)
+            return tasks.start(self.client, task_id)
         except CtrexecError as exc:
-            pending.cancel()
             tasks.force_delete(self.client, task_id)
-            raise _command_error(exc) from exc
-        pending.cancel()
-        return pid
+            raise tasks.command_error(exc) from exc
 
     def start_task(self, config: TaskConfig) -> TaskHandle:
-        """Create and start; a start that fails removes what create made."""
-        self.create(config)
+        """Create and start; a start that fails removes what create made.
+
+        The new record and its mounts go straight to the task: the record cannot
+        have a previous run to clear, so that costs no round trip unless
+        Tasks.Create finds one in the way.
+        """
+        record, mounts = self._create(config, {})
         try:
-            return self.start(config.name)
+            with self._lock(config.name):
+                return self._launch(record, mounts, fresh=True)
         except BaseException:
             with contextlib.suppress(CtrexecError):
                 self.destroy(config.name, force=True)
@@ -544,57 +608,4 @@ class Executor:
         except TaskError:
             raise
         except CtrexecError as exc:
-            raise _command_error(exc) from exc
-
-
-def _record_labels(
-    checked: taskspec.CheckedConfig,
-    image: images.Image,
-    *,
-    mode: str,
-    netns_path: str | None,
-    files: hostfiles.HostFiles | None,
-    log_path: Path,
-    owner_labels: Mapping[str, str],
-) -> dict[str, str]:
-    """Everything a later start, stop, supervisor or recovering process needs to
-    know about the task, kept where ctrexec keeps all state: the record's labels."""
-    config = checked.config
-    labels = {
-        **checked.labels,
-        lbl.MANAGED: "true",
-        lbl.NETNS_MODE: mode,
-        lbl.LOG_PATH: str(log_path),
-        lbl.IMAGE_REF: config.image,
-        lbl.STOP_TIMEOUT: str(config.stop_timeout),
-        lbl.STOP_SIGNAL: config.stop_signal or image.config.stop_signal or "SIGTERM",
-        **owner_labels,
-    }
-    if netns_path is not None:
-        labels[lbl.NETNS_PATH] = netns_path
-    if files is not None:
-        labels[lbl.HOSTFILES_DIR] = str(files.directory)
-    if config.group:
-        labels[lbl.GROUP] = config.group
-    if config.auto_remove:
-        labels[lbl.AUTO_REMOVE] = "true"
-    if config.restart.policy != "no":
-        labels[lbl.RESTART_POLICY] = config.restart.policy
-        labels[lbl.RESTART_MAX] = str(config.restart.max_attempts)
-        labels[lbl.RESTART_DELAY] = str(config.restart.delay)
-    return labels
-
-
-def _command_error(exc: CtrexecError) -> CtrexecError:
-    """Turn runc's 'not found' / 'permission denied' into docker's 126/127 errors."""
-    text = str(exc)
-    if "executable file not found" in text or "no such file or directory" in text:
-        return CommandNotFound(f"command not found: {_runc_reason(text)}")
-    if "permission denied" in text:
-        return CommandNotExecutable(f"command cannot be executed: {_runc_reason(text)}")
-    return exc
-
-
-def _runc_reason(text: str) -> str:
-    marker = "exec: "
-    return text[text.rfind(marker) + len(marker) :] if marker in text else text
+            raise tasks.command_error(exc) from exc

@@ -227,3 +227,41 @@ def default_hostname(cfg: TaskConfig) -> str:
     """The group's (else the task's) name, made a valid hostname label."""
     name = cfg.group or cfg.name
     return name.replace("_", "-").replace(".", "-")[:63].strip("-") or "ctrexec"
+
+
+def record_labels(
+    checked: CheckedConfig,
+    *,
+    image_stop_signal: str,
+    mode: str,
+    netns_path: str | None,
+    files: HostFiles | None,
+    log_path: Path,
+    owner_labels: Mapping[str, str],
+) -> dict[str, str]:
+    """Everything a later start, stop, supervisor or recovering process needs to
+    know about the task, kept where ctrexec keeps all state: the record's labels."""
+    config = checked.config
+    labels = {
+        **checked.labels,
+        lbl.MANAGED: "true",
+        lbl.NETNS_MODE: mode,
+        lbl.LOG_PATH: str(log_path),
+        lbl.IMAGE_REF: config.image,
+        lbl.STOP_TIMEOUT: str(config.stop_timeout),
+        lbl.STOP_SIGNAL: config.stop_signal or image_stop_signal or "SIGTERM",
+        **owner_labels,
+    }
+    if netns_path is not None:
+        labels[lbl.NETNS_PATH] = netns_path
+    if files is not None:
+        labels[lbl.HOSTFILES_DIR] = str(files.directory)
+    if config.group:
+        labels[lbl.GROUP] = config.group
+    if config.auto_remove:
+        labels[lbl.AUTO_REMOVE] = "true"
+    if config.restart.policy != "no":
+        labels[lbl.RESTART_POLICY] = config.restart.policy
+        labels[lbl.RESTART_MAX] = str(config.restart.max_attempts)
+        labels[lbl.RESTART_DELAY] = str(config.restart.delay)
+    return labels

@@ -35,6 +35,7 @@ from ctrexec.containerd.content import (
     compatible_platforms,
     select_manifests,
 )
+from ctrexec.containerd.memo import Memo
 from ctrexec.ids import validate_id
 
 DEFAULT_SNAPSHOTTER = snapshots.DEFAULT_SNAPSHOTTER
@@ -330,9 +331,39 @@ def _walk(
     return _Walk(parents, desc, obj, config, blob, layers)
 
 
-def _find(client: Client, record: images_pb2.Image, want: Platform) -> tuple[Image, _Walk]:
+class ImageCache:
+    """What one start needs to know about an image that its digests fix.
+
+    ``walks``: the blobs from a target digest down to one platform's config (two
+    Content.Read round trips and the JSON parsing, per start, without it). ``ready``:
+    the image's top snapshot was seen committed with the config's GC label (a
+    Snapshots.Stat and a Content.Info); a caller whose Prepare finds the parent gone
+    calls :meth:`forget`. Both are keyed by namespace, as content is per namespace.
+    """
+
+    def __init__(self) -> None:
+        self.walks: Memo[tuple[str, str, Platform], _Walk] = Memo()
+        self.ready: Memo[tuple[str, str, str, str], bool] = Memo()
+
+    @staticmethod
+    def ready_key(client: Client, image: Image, snapshotter: str) -> tuple[str, str, str, str]:
+        return (client.namespace, snapshotter, image.config_digest, image.top_chain_id)
+
+    def forget(self, client: Client, image: Image, snapshotter: str) -> None:
+        self.ready.forget(self.ready_key(client, image, snapshotter))
+        self.walks.forget((client.namespace, image.target.digest, image.platform))
+
+
+def _find(
+    client: Client, record: images_pb2.Image, want: Platform, cache: ImageCache | None = None
+) -> tuple[Image, _Walk]:
     target = Descriptor.from_proto(record.target)
-    found = _walk(client, target, want, check_config=True)
+    key = (client.namespace, target.digest, want)
+    found = cache.walks.get(key) if cache is not None else None
+    if found is None:
+        found = _walk(client, target, want, check_config=True)
+        if found is not None and cache is not None:
+            cache.walks.put(key, found)
     if found is None:
         raise errors.NotFound(f"image {record.name} has no manifest for platform {want}")
     blob = found.blob
@@ -519,9 +550,13 @@ def ensure_image(
     platform: Platform | str | None = None,
     snapshotter: str = DEFAULT_SNAPSHOTTER,
     source_namespaces: Sequence[str] | None = None,
+    cache: ImageCache | None = None,
 ) -> Image:
     """The image ``ref``, ready to run: found here or adopted from another namespace
-    (no data copied when the blobs are on disk), then unpacked. A no-op when it is."""
+    (no data copied when the blobs are on disk), then unpacked. A no-op when it is.
+
+    The image record is always read (a tag can move); with ``cache``, what its
+    digests fix is not read again (see :class:`ImageCache`)."""
     parsed = parse_reference(ref)
     want = as_platform(platform)
     validate_id(snapshotter, kind="snapshotter")
@@ -534,9 +569,14 @@ def ensure_image(
             image = _find(client, record, want)[0]
             unpack(client, image, snapshotter=snapshotter, lease=lease.id)
         return image
-    image = _find(client, record, want)[0]
+    image = _find(client, record, want, cache)[0]
+    key = ImageCache.ready_key(client, image, snapshotter)
+    if cache is not None and key in cache.ready:
+        return image
     if not (is_unpacked(client, image, snapshotter) and _labelled(client, image, snapshotter)):
         unpack(client, image, snapshotter=snapshotter)
+    if cache is not None:
+        cache.ready.put(key, True)
     return image
 
 

@@ -8,6 +8,7 @@ PATH. Anything else is refused before a container is created.
 
 from __future__ import annotations
 
+import functools
 import shutil
 
 import attrs
@@ -31,6 +32,9 @@ class RuntimeChoice:
     binary: str | None = None
 
     def to_runtime(self) -> Runtime:
+        return _runtime_of(self)
+
+    def _build(self) -> Runtime:
         if self.shim != RUNC_V2 or self.binary in (None, "runc"):
             return Runtime(name=self.shim)
         opts = oci_pb2.Options(binary_name=self.binary or "")
@@ -38,6 +42,12 @@ class RuntimeChoice:
             name=self.shim,
             options=any_pb2.Any(type_url=RUNC_OPTIONS_TYPE_URL, value=opts.SerializeToString()),
         )
+
+
+@functools.cache
+def _runtime_of(choice: RuntimeChoice) -> Runtime:
+    """Built once per choice: the options never change, and the record copies them."""
+    return choice._build()
 
 
 def shim_binary(shim: str) -> str:
@@ -48,8 +58,13 @@ def shim_binary(shim: str) -> str:
     return "containerd-shim-" + "-".join(parts[2:])
 
 
+@functools.cache
 def resolve(name: str | None) -> RuntimeChoice:
-    """Resolve ``--runtime``; refuse a runtime whose binary is not installed."""
+    """Resolve ``--runtime``; refuse a runtime whose binary is not installed.
+
+    Cached per process: a start looks up PATH once per runtime name, not twice per
+    task. A refusal raises and so is never cached (a binary installed later works);
+    one uninstalled later fails at Tasks.Create, with runc's own message."""
     if not name or name == "runc":
         name = "runc"
     if name in OCI_BINARIES or "/" in name:

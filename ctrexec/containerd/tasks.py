@@ -346,3 +346,18 @@ def wait_until(predicate: Any, timeout: float, interval: float = 0.02) -> bool:
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def command_error(exc: errors.CtrexecError) -> errors.CtrexecError:
+    """Turn runc's 'not found' / 'permission denied' into docker's 126/127 errors."""
+    text = str(exc)
+    if "executable file not found" in text or "no such file or directory" in text:
+        return errors.CommandNotFound(f"command not found: {_runc_reason(text)}")
+    if "permission denied" in text:
+        return errors.CommandNotExecutable(f"command cannot be executed: {_runc_reason(text)}")
+    return exc
+
+
+def _runc_reason(text: str) -> str:
+    marker = "exec: "
+    return text[text.rfind(marker) + len(marker) :] if marker in text else text

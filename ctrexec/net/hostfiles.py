@@ -49,6 +49,11 @@ class HostFiles:
         ]
 
 
+def all_written(directory: Path) -> bool:
+    """Whether a namespace's shared files were all written (a crash can cut it short)."""
+    return all((directory / n).exists() for n in ("hosts", "resolv.conf", "hostname"))
+
+
 def key_for(netns_path: str) -> str:
     """A directory name for a namespace: its ip-netns name, else its inode."""
     if netns_path.startswith("/run/netns/") and "/" not in netns_path[len("/run/netns/") :]:

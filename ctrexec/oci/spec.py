@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctrexec.errors import InvalidArgument
-from ctrexec.oci._base import Spec, SpecOpt, mutating
+from ctrexec.oci._base import Spec, SpecOpt, apply_in_place, mutating
 from ctrexec.oci.caps import DEFAULT_CAPABILITIES
 from ctrexec.oci.process import DEFAULT_PATH
 from ctrexec.oci.resources import check_cgroups_path
@@ -186,9 +186,7 @@ def build_spec(*opts: SpecOpt, base: Spec | None = None) -> Spec:
     ``base`` is not modified, so one prepared base can serve many tasks.
     """
     spec = copy.deepcopy(base) if base is not None else default_spec()
-    for opt in opts:
-        spec = opt(spec)
-    return spec
+    return apply_in_place(spec, opts)
 
 
 def with_annotations(annotations: Mapping[str, str]) -> SpecOpt:

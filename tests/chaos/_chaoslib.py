@@ -315,12 +315,13 @@ def observe(client: Client, name: str, known_leases: set[str]) -> Outcome:
     if record is not None:
         out.container = True
         rootfs = snapshots.stat_snapshot(client, record.snapshot_key, record.snapshotter)
+        # No rootfs yet is complete too: a create cut short between the record and
+        # Snapshots.Prepare; start() prepares it (settle() starts such a container).
         out.complete = (
             record.labels.get(MANAGED) == "true"
             and bool(record.labels.get(LOG_PATH))
             and Executor._config_of(record) is not None
-            and rootfs is not None
-            and rootfs.kind == "active"
+            and (rootfs is None or rootfs.kind == "active")
         )
         state = tasks.find(client, name)
         if state is not None:
@@ -387,11 +388,12 @@ KILL_POINTS: dict[str, tuple[str, str, str]] = {
 LEFT_AFTER_KILL: dict[str, str] = {
     # The namespace's host files are written only once the record exists.
     "after-hostfiles": "container",
-    # The lease (with containerd.io/gc.expire, one hour) is never deleted.
-    "before-prepare": "lease",
-    # ... and it holds the rootfs snapshot; its key is unique, so the name stays free.
-    "before-container-create": "lease+snapshot",
+    # The record comes first and needs no lease (containerd's GC holds the snapshot
+    # it names from the first instant): a crash before it leaves nothing at all...
+    "before-container-create": "nothing",
+    # ... and one after it a record without its rootfs yet, which start() prepares.
     "after-container-create": "container",
+    "before-prepare": "container",
     "before-task-create": "container",
     "before-task-start": "container+task:created",
     "after-task-start": "container+task:running",
