@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as dist_version
-
-import attrs
 
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 
 
 def _own_version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
     try:
         return dist_version("ctrexec")
     except PackageNotFoundError:
@@ -39,6 +38,8 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    import attrs
+
     with connect(args) as client:
         info = client.info()
     if args.json:
