@@ -112,3 +112,31 @@ def test_public_names_load_on_first_use(name: str) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", name, "True", "True"]
+
+
+class _FakeClient:
+    address = "/fake.sock"
+
+    def __enter__(self) -> _FakeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def version(self) -> Any:
+        return argparse.Namespace(version="1.6.20", revision="abc")
+
+
+def test_version_reports_the_packaged_version(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The client version is ctrexec._version.VERSION, the one pyproject packages."""
+    from importlib.metadata import version
+
+    from ctrexec.cli import info
+
+    monkeypatch.setattr(info, "connect", lambda args: _FakeClient())
+    assert info.cmd_version(build_parser().parse_args(["version", "--json"])) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["client"] == {"version": version("ctrexec")}
+    assert out["server"]["version"] == "1.6.20"
