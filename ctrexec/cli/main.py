@@ -54,6 +54,8 @@ def entry() -> NoReturn:
     flush among them), and stdout and stderr are flushed.
     """
     code = main()
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)  # cProfile, coverage or a debugger writes its results at exit
     _finish_like_finalization()
     os._exit(code)
 

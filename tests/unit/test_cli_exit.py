@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 _PROGRAM = textwrap.dedent(
     """
@@ -58,3 +59,17 @@ def test_entry_keeps_the_exit_code_and_one_line_error() -> None:
     assert out.stderr.strip().splitlines() == [
         "ctrexec: containerd socket /nonexistent/c.sock does not exist"
     ]
+
+
+def test_under_a_profiler_entry_exits_normally_so_results_are_written(tmp_path: Path) -> None:
+    stats = tmp_path / "cli.prof"
+    argv = ["-m", "cProfile", "-o", str(stats), "-m", "ctrexec.cli.main"]
+    out = subprocess.run(
+        [sys.executable, *argv, "ps", "--address", "/nonexistent/c.sock"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "/nonexistent/c.sock does not exist" in out.stderr  # cProfile drops the code
+    assert stats.stat().st_size > 0
