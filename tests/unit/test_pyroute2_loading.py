@@ -51,3 +51,22 @@ def test_a_program_that_imported_pyroute2_first_keeps_it() -> None:
     assert got["machinery"] != []  # pyroute2's own __init__ loaded them, as before
     assert got["same"] == [True, True]
     assert got["whole_later"] == ["NDB", "IPDB", True]
+
+
+def test_only_the_loader_imports_pyroute2() -> None:
+    """Elsewhere an ``import pyroute2...`` would run its whole ``__init__`` again."""
+    import ast
+    from pathlib import Path
+
+    import ctrexec
+
+    pkg = Path(ctrexec.__file__).parent
+    offenders = []
+    for path in pkg.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n.split(".")[0] == "pyroute2" for n in names):
+                offenders.append(str(path.relative_to(pkg)))
+    assert offenders == []  # _pyroute2 goes through importlib, by name
