@@ -22,12 +22,12 @@ from typing import Any, Generic, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from ctrexec import errors
+from ctrexec import defaults, errors
 
 M = TypeVar("M", bound=Message)
 
-DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
-ADDRESS_ENV = "CONTAINERD_ADDRESS"
+DEFAULT_ADDRESS = defaults.DEFAULT_ADDRESS
+ADDRESS_ENV = defaults.ADDRESS_ENV
 NAMESPACE_HEADER = "containerd-namespace"
 LEASE_HEADER = "containerd-lease"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024

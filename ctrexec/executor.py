@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from ctrexec import _linux, taskspec
+from ctrexec import _linux, defaults, taskspec
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
@@ -42,7 +42,7 @@ from ctrexec.oci.process import merge_env
 from ctrexec.oci.user import ResolvedUser, resolve_user_spec
 from ctrexec.taskconfig import TaskConfig, TaskHandle, TaskInfo
 
-DEFAULT_LOG_DIR = Path("/var/log/ctrexec")
+DEFAULT_LOG_DIR = defaults.DEFAULT_LOG_DIR
 
 
 DEFAULT_KILL_GRACE = 10.0

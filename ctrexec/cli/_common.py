@@ -12,11 +12,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from ctrexec.containerd.client import ADDRESS_ENV, DEFAULT_ADDRESS, Client
-from ctrexec.containerd.daemon import EmbeddedContainerd
+from ctrexec.defaults import ADDRESS_ENV, DEFAULT_ADDRESS
 from ctrexec.errors import CtrexecError, InvalidArgument
+
+if TYPE_CHECKING:
+    from ctrexec.containerd.client import Client
 
 EXIT_ERROR = 125
 
@@ -54,13 +56,18 @@ def connect(args: argparse.Namespace) -> Client:
 
     An explicit ``--address`` or ``$CONTAINERD_ADDRESS`` is used strictly, so a typo
     gives an error naming the socket rather than a silently started private daemon.
+    Imported here, not at the top: parsing and ``--help`` load no grpc.
     """
+    from ctrexec.containerd.client import Client
+
     address = getattr(args, "address", None) or os.environ.get(ADDRESS_ENV)
     namespace = getattr(args, "namespace", None)
     if address:
         return Client.connect(address, namespace=namespace)
     if Path(DEFAULT_ADDRESS).exists():
         return Client.connect(DEFAULT_ADDRESS, namespace=namespace)
+    from ctrexec.containerd.daemon import EmbeddedContainerd
+
     daemon = EmbeddedContainerd()
     if not daemon.is_running():
         print(f"ctrexec: starting embedded containerd at {daemon.address}", file=sys.stderr)

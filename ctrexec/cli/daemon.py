@@ -3,26 +3,36 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ctrexec.cli._common import ArgumentParser
-from ctrexec.containerd.daemon import EmbeddedContainerd
+
+if TYPE_CHECKING:
+    from ctrexec.containerd.daemon import EmbeddedContainerd
+
+
+def _daemon() -> EmbeddedContainerd:
+    """Imported on use: the daemon module loads grpc and the stubs."""
+    from ctrexec.containerd.daemon import EmbeddedContainerd
+
+    return EmbeddedContainerd()
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    d = EmbeddedContainerd()
+    d = _daemon()
     d.start()
     print(d.address)
     return 0
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    d = EmbeddedContainerd()
+    d = _daemon()
     d.stop(kill_tasks=not args.keep_tasks)
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    d = EmbeddedContainerd()
+    d = _daemon()
     pid = d.pid()
     print(f"running (pid {pid}) at {d.address}" if pid else "not running")
     return 0 if pid else 1

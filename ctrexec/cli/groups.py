@@ -3,23 +3,34 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
-from ctrexec.executor import DEFAULT_LOG_DIR, Executor
-from ctrexec.groups import Groups, load_group_file
-from ctrexec.net.networks import Networks
-from ctrexec.supervisor import Supervisor
-from ctrexec.taskconfig import TaskInfo
+from ctrexec.defaults import DEFAULT_LOG_DIR
+
+# The library is imported inside the commands, so the parser and --help load none of it.
+if TYPE_CHECKING:
+    from ctrexec.groups import Groups
+    from ctrexec.net.networks import Networks
+    from ctrexec.taskconfig import TaskInfo
+
+
+def _networks(args: argparse.Namespace) -> Networks:
+    from ctrexec.net.networks import Networks
+
+    return Networks(subnet=args.subnet) if args.subnet else Networks()
 
 
 def _groups(args: argparse.Namespace) -> Groups:
+    from ctrexec.executor import Executor
+    from ctrexec.groups import Groups
+
     ex = Executor(connect(args), log_dir=Path(args.log_dir or DEFAULT_LOG_DIR))
-    return Groups(ex, Networks(subnet=args.subnet) if args.subnet else Networks())
+    return Groups(ex, _networks(args))
 
 
 def _print(infos: list[TaskInfo], as_json: bool) -> None:
@@ -36,6 +47,8 @@ def _print(infos: list[TaskInfo], as_json: bool) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from ctrexec.groups import load_group_file
+
     spec = load_group_file(args.file)
     _print(_groups(args).up(spec), args.json)
     return 0
@@ -63,13 +76,18 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_network_prune(args: argparse.Namespace) -> int:
-    nets = Networks(subnet=args.subnet) if args.subnet else Networks()
+    nets = _networks(args)
     removed = nets.remove_bridge()
     print(f"removed bridge {nets.bridge}" if removed else f"bridge {nets.bridge} kept")
     return 0
 
 
 def cmd_supervise(args: argparse.Namespace) -> int:
+    import logging
+
+    from ctrexec.executor import Executor
+    from ctrexec.supervisor import Supervisor
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     ex = Executor(connect(args), log_dir=Path(args.log_dir or DEFAULT_LOG_DIR))
     stop = threading.Event()

@@ -6,7 +6,8 @@ import argparse
 
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
-from ctrexec.containerd import images
+
+# ``images`` (grpc, stubs) is imported by each command, not by the parser.
 
 
 def _size(n: int) -> str:
@@ -19,6 +20,8 @@ def _size(n: int) -> str:
 
 
 def cmd_images(args: argparse.Namespace) -> int:
+    from ctrexec.containerd import images
+
     with connect(args) as client:
         found = images.list_images(client)
     if args.json:
@@ -43,6 +46,8 @@ def cmd_images(args: argparse.Namespace) -> int:
 
 
 def cmd_rmi(args: argparse.Namespace) -> int:
+    from ctrexec.containerd import images
+
     with connect(args) as client:
         for ref in args.refs:
             images.remove_image(client, ref)
@@ -52,6 +57,8 @@ def cmd_rmi(args: argparse.Namespace) -> int:
 
 def cmd_ensure(args: argparse.Namespace) -> int:
     """Make an image usable here: adopt it from another namespace and unpack it."""
+    from ctrexec.containerd import images
+
     with connect(args) as client:
         image = images.ensure_image(client, args.ref)
     print(f"{image.name} {image.digest}")

@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import argparse
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as dist_version
 
-import attrs
-
+from ctrexec._version import VERSION
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
-
-
-def _own_version() -> str:
-    try:
-        return dist_version("ctrexec")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def cmd_version(args: argparse.Namespace) -> int:
     with connect(args) as client:
         server = client.version()
     out = {
-        "client": {"version": _own_version()},
+        "client": {"version": VERSION},
         "server": {
             "version": server.version,
             "revision": server.revision,
@@ -39,6 +29,8 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    import attrs
+
     with connect(args) as client:
         info = client.info()
     if args.json:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import sys
+import threading
 from collections.abc import Sequence
+from typing import NoReturn
 
 from ctrexec.cli import _common, daemon, groups, images, info, netns, tasks
 from ctrexec.errors import CtrexecError
@@ -38,5 +43,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def entry() -> NoReturn:
+    """The ``ctrexec`` program: :func:`main`, then exit without tearing Python down.
+
+    Interpreter finalization frees every module (grpc, the protobuf descriptor pools,
+    the attrs classes) one by one: about 30 ms of each command on this machine, a
+    tenth of ``run -d``, spent on a process that is ending anyway. The part of it that
+    is observable is done here first, in the same order: non-daemon threads are
+    joined (with ``concurrent.futures``' exit hooks), atexit handlers run (logging's
+    flush among them), and stdout and stderr are flushed.
+    """
+    code = main()
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)  # cProfile, coverage or a debugger writes its results at exit
+    _finish_like_finalization()
+    os._exit(code)
+
+
+def _finish_like_finalization() -> None:
+    shutdown = getattr(threading, "_shutdown", None)  # what Py_FinalizeEx calls first
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        # a closed pipe (`ctrexec ps | head`) or stream: nothing left to tell anyone
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

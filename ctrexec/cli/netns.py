@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-import attrs
-
 from ctrexec.cli._common import (
     ArgumentParser,
     connect,
@@ -14,17 +12,23 @@ from ctrexec.cli._common import (
     print_json,
     print_table,
 )
-from ctrexec.executor import Executor
-from ctrexec.net import netns
+
+# Each command imports what it uses: ls and create need neither grpc nor pyroute2.
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    from ctrexec.net import netns
+
     ns = netns.create(args.name, exist_ok=args.exist_ok)
     print(ns.path)
     return 0
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    import attrs
+
+    from ctrexec.net import netns
+
     items = netns.list_namespaces()
     if args.json:
         print_json([attrs.asdict(n) for n in items])
@@ -34,6 +38,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    import attrs
+
+    from ctrexec.executor import Executor
+    from ctrexec.net import netns
+
     path = netns.resolve(args.name)
     info = attrs.asdict(netns.inspect(path))
     with connect(args) as client:
@@ -44,6 +53,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
+    from ctrexec.executor import Executor
+
     with connect(args) as client:
         ex = Executor(client)
         for name in args.names:

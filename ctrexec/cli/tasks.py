@@ -5,27 +5,31 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import secrets
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ctrexec import labels as lbl
-from ctrexec import logs as logstore
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
-from ctrexec.containerd.tasks import Status
+from ctrexec.defaults import DEFAULT_LOG_DIR
 from ctrexec.errors import CtrexecError, InvalidArgument, InvalidField, NotFound
-from ctrexec.executor import DEFAULT_LOG_DIR, Executor
 from ctrexec.labels import parse_key_values
-from ctrexec.supervisor import is_supervised
-from ctrexec.taskconfig import TaskConfig
+
+# The library (grpc, stubs, attrs) is imported inside the commands: building the
+# parser, --help and bad flags must not load it.
+if TYPE_CHECKING:
+    from ctrexec.executor import Executor
+    from ctrexec.taskconfig import TaskConfig
 
 
 def _executor(args: argparse.Namespace) -> Executor:
+    from ctrexec.executor import Executor
+
     return Executor(connect(args), log_dir=Path(getattr(args, "log_dir", None) or DEFAULT_LOG_DIR))
 
 
@@ -85,6 +89,10 @@ def _by_flag() -> Iterator[None]:
 
 
 def _config(args: argparse.Namespace) -> TaskConfig:
+    import secrets
+
+    from ctrexec.taskconfig import TaskConfig
+
     return TaskConfig(
         name=args.name if args.name is not None else f"ctrexec-{secrets.token_hex(4)}",
         image=args.image,
@@ -122,6 +130,8 @@ def _config(args: argparse.Namespace) -> TaskConfig:
 
 def _stream_until_exit(ex: Executor, task_id: str, log_path: str) -> int:
     """Print the task's log as it grows; return the exit code once the task ends."""
+    from ctrexec import logs as logstore
+
     done = threading.Event()
     result: dict[str, int] = {}
     errors: list[CtrexecError] = []
@@ -175,6 +185,8 @@ def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
     The log driver writes a last line without a newline only after the exit (once its
     pipe is quiet), so stopping at the exit itself would lose it.
     """
+    from ctrexec import logs as logstore
+
     since: list[float] = []
 
     def stop() -> bool:
@@ -186,6 +198,8 @@ def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ctrexec.supervisor import is_supervised
+
     with _by_flag():
         config = _config(args)  # before connecting: bad flags start no daemon
         ex = _executor(args)
@@ -265,6 +279,8 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
+    from ctrexec.containerd.tasks import Status
+
     infos = _executor(args).list(all_tasks=args.all)
     if args.json:
         print_json([i.to_json() for i in infos])
@@ -290,6 +306,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    from ctrexec import logs as logstore
+    from ctrexec.containerd.tasks import Status
+
     ex = _executor(args)
     info = ex.inspect(args.id)
     stop = None

@@ -20,7 +20,7 @@ import attrs
 from google.protobuf import empty_pb2
 from google.protobuf.message import Message
 
-from ctrexec import _rpc, errors
+from ctrexec import _rpc, defaults, errors
 from ctrexec._api.containerd.services.introspection.v1 import introspection_pb2
 from ctrexec._api.containerd.services.leases.v1 import leases_pb2
 from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
@@ -29,11 +29,10 @@ from ctrexec.ids import validate_id
 
 M = TypeVar("M", bound=Message)
 
-DEFAULT_ADDRESS = _rpc.DEFAULT_ADDRESS
-ADDRESS_ENV = _rpc.ADDRESS_ENV
-
-DEFAULT_NAMESPACE = "ctrexec"
-NAMESPACE_ENV = "CTREXEC_NAMESPACE"
+DEFAULT_ADDRESS = defaults.DEFAULT_ADDRESS
+ADDRESS_ENV = defaults.ADDRESS_ENV
+DEFAULT_NAMESPACE = defaults.DEFAULT_NAMESPACE
+NAMESPACE_ENV = defaults.NAMESPACE_ENV
 #: containerd deletes a lease carrying this label once the time has passed, so a
 #: lease left by a crashed ctrexec does not pin content forever.
 LEASE_EXPIRE_LABEL = "containerd.io/gc.expire"

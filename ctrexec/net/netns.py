@@ -39,8 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 
 from ctrexec import _linux
 from ctrexec.errors import (
@@ -52,6 +50,7 @@ from ctrexec.errors import (
     NotFound,
     PermissionDenied,
 )
+from ctrexec.net import _pyroute2
 
 log = logging.getLogger(__name__)
 
@@ -477,7 +476,7 @@ def list_namespaces() -> list[NetNS]:
 # --------------------------------------------------------------------- netlink
 
 
-def _translate_netlink(exc: NetlinkError) -> CtrexecError:
+def _translate_netlink(exc: Any) -> CtrexecError:
     code = exc.code
     message = f"netlink: {os.strerror(code) if code else exc}"
     if code == errno.EEXIST:
@@ -513,6 +512,7 @@ def netlink(path: str | os.PathLike[str], *, allow_host: bool = False) -> Iterat
     socket in the host namespace. NetlinkErrors raised in the body come out as
     ctrexec errors (EEXIST -> AlreadyExists, ENODEV/ENOENT -> NotFound, ...).
     """
+    ip_route, netlink_error = _pyroute2.load()  # only here: most callers need no netlink
     text = os.fspath(path)
     if not Path(text).is_absolute():
         raise InvalidArgument(f"netns path {text!r} must be absolute")
@@ -525,13 +525,13 @@ def netlink(path: str | os.PathLike[str], *, allow_host: bool = False) -> Iterat
     finally:
         os.close(fd)
     try:
-        ipr = IPRoute(use_socket=sock)
+        ipr = ip_route(use_socket=sock)
     except BaseException:
         sock.close()
         raise
     try:
         yield ipr
-    except NetlinkError as exc:
+    except netlink_error as exc:
         raise _translate_netlink(exc) from exc
     finally:
         ipr.close()

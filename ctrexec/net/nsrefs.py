@@ -27,9 +27,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pyroute2.netlink.exceptions import NetlinkError
-
 from ctrexec import _linux
+from ctrexec.net import _pyroute2
 
 
 def _unescape(field: str) -> str:
@@ -61,6 +60,7 @@ def _candidate_paths() -> Iterator[str]:
 
 def _nsid_of(ipr: Any, path: str, seen: set[tuple[int, int]]) -> int | None:
     """The nsid this (host) namespace gives the namespace at ``path``, once per inode."""
+    _, netlink_error = _pyroute2.load()
     try:
         st = Path(path).stat()
     except OSError:
@@ -78,7 +78,7 @@ def _nsid_of(ipr: Any, path: str, seen: set[tuple[int, int]]) -> int | None:
         if _linux.ns_type(fd) != _linux.CLONE_NEWNET:
             return None
         answer = ipr.get_netnsid(fd=fd)
-    except (OSError, NetlinkError):
+    except (OSError, netlink_error):
         return None
     finally:
         os.close(fd)

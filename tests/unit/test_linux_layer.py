@@ -12,8 +12,9 @@ import pytest
 
 from ctrexec import _linux
 
-# Run in a fresh interpreter: every ctrexec module is imported with fork, exec and
-# ctypes.CDLL watched, then libc is used once.
+# Run in a fresh interpreter: every ctrexec module (the CLI's too) is imported, the CLI
+# parses, and pyroute2 is loaded, with fork, exec and ctypes.CDLL watched; then libc is
+# used once.
 _PROBE = textwrap.dedent(
     """
     import ctypes, importlib, json, os, pkgutil, subprocess, sys
@@ -38,10 +39,16 @@ _PROBE = textwrap.dedent(
             super().__init__(name, *args, **kwargs)
 
     ctypes.CDLL = CDLL
+    import contextlib, io
     import ctrexec
     for info in pkgutil.walk_packages(ctrexec.__path__, "ctrexec."):
-        if "._api" not in info.name and not info.name.startswith("ctrexec.cli"):
+        if "._api" not in info.name:
             importlib.import_module(info.name)
+    from ctrexec.cli.main import main
+    from ctrexec.net import _pyroute2
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        main(["run", "--help"])
+    _pyroute2.load()  # netlink's first use loads pyroute2's IPRoute
     imported = list(libcs)
     from ctrexec import _linux
     used = _linux.fstatfs_type(os.open("/proc/self/ns/net", os.O_RDONLY))

@@ -1,0 +1,20 @@
+"""Defaults shared by the library and the CLI's flags, in a module that imports nothing.
+
+The CLI builds its parser (help texts, flag defaults) from these before it knows which
+command runs, so they must not live in modules that load grpc, the stubs or pyroute2.
+This is their one definition; the library modules re-export them under the old names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: containerd's system socket.
+DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
+#: Environment variable naming the containerd socket, as ``ctr`` reads it.
+ADDRESS_ENV = "CONTAINERD_ADDRESS"
+#: The containerd namespace ctrexec works in unless told otherwise.
+DEFAULT_NAMESPACE = "ctrexec"
+NAMESPACE_ENV = "CTREXEC_NAMESPACE"
+#: Where task logs go: ``<dir>/<namespace>/<id>/task.log``.
+DEFAULT_LOG_DIR = Path("/var/log/ctrexec")

@@ -1,0 +1,142 @@
+"""The CLI loads only what a command uses: checked by which modules load, not by time.
+
+Each check runs in a fresh interpreter, since this test process has long imported
+the whole library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctrexec.cli.main import build_parser
+
+#: What parsing and ``--help`` must never load: the gRPC seam, protobuf, the stubs,
+#: netlink, and attrs (the library's value types).
+HEAVY = ("grpc", "google.protobuf", "pyroute2", "ctrexec._api", "ctrexec._rpc", "attr", "attrs")
+
+# Runs each argv through main() in turn and records, after each, the heavy modules
+# loaded so far, so a failure names the first command that pulled one in.
+_PROBE = textwrap.dedent(
+    """
+    import contextlib, io, json, sys
+    from ctrexec.cli.main import main
+    heavy = tuple(sys.argv[1].split(","))
+    report = []
+    for argv in json.loads(sys.argv[2]):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exc:
+                code = exc.code
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in heavy
+                        or any(m == h or m.startswith(h + ".") for h in heavy))
+        report.append({"argv": argv, "code": code, "loaded": loaded, "out": out.getvalue(),
+                       "err": err.getvalue()})
+    print(json.dumps(report))
+    """
+)
+
+
+def _probe(argvs: list[list[str]], env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, ",".join(HEAVY), json.dumps(argvs)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env=env,
+    )
+    report: list[dict[str, Any]] = json.loads(out.stdout.strip().splitlines()[-1])
+    return report
+
+
+def _command_paths(parser: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
+    """Every command and subcommand of the parser, as argv prefixes."""
+    paths = [prefix]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                paths += _command_paths(sub, [*prefix, name])
+    return paths
+
+
+def test_every_help_loads_nothing_heavy() -> None:
+    paths = _command_paths(build_parser(), [])
+    assert ["run"] in paths and ["netns", "ls"] in paths and ["group", "up"] in paths
+    report = _probe([[*p, "--help"] for p in paths])
+    assert [r["argv"] for r in report if r["code"] != 0] == []
+    assert all(r["out"].startswith("usage: ctrexec") for r in report)
+    assert [(r["argv"], r["loaded"]) for r in report if r["loaded"]] == []
+
+
+def test_bad_flags_fail_before_loading_the_library() -> None:
+    report = _probe([["run", "--cpus", "lots", "img"], ["version", "--bogus"], ["frobnicate"]])
+    assert [r["code"] for r in report] == [125, 125, 125]
+    assert [len(r["err"].strip().splitlines()) for r in report] == [1, 1, 1]
+    assert report[-1]["loaded"] == []
+
+
+def test_netns_ls_needs_no_grpc_or_netlink() -> None:
+    (got,) = _probe([["netns", "ls", "--json"]])
+    assert got["code"] == 0, got["err"]
+    assert isinstance(json.loads(got["out"]), list)
+    assert [m for m in got["loaded"] if not m.startswith("attr")] == []
+
+
+def test_version_without_daemon_loads_no_netlink(tmp_path: Path) -> None:
+    """``version`` needs grpc to ask the server, never pyroute2; no daemon: one line, 125."""
+    env = dict(os.environ, CONTAINERD_ADDRESS=str(tmp_path / "none.sock"))
+    (got,) = _probe([["version"]], env=env)
+    assert got["code"] == 125
+    assert str(tmp_path / "none.sock") in got["err"]
+    assert [m for m in got["loaded"] if m.startswith("pyroute2")] == []
+
+
+@pytest.mark.parametrize("name", ["Executor", "TaskConfig", "Client", "NetNS", "Stats"])
+def test_public_names_load_on_first_use(name: str) -> None:
+    code = (
+        "import sys, ctrexec; before = 'grpc' in sys.modules or 'attrs' in sys.modules; "
+        f"value = getattr(ctrexec, {name!r}); "
+        "print(before, value.__name__, value is getattr(ctrexec, value.__name__), "
+        f"{name!r} in dir(ctrexec))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", name, "True", "True"]
+
+
+class _FakeClient:
+    address = "/fake.sock"
+
+    def __enter__(self) -> _FakeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def version(self) -> Any:
+        return argparse.Namespace(version="1.6.20", revision="abc")
+
+
+def test_version_reports_the_packaged_version(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The client version is ctrexec._version.VERSION, the one pyproject packages."""
+    from importlib.metadata import version
+
+    from ctrexec.cli import info
+
+    monkeypatch.setattr(info, "connect", lambda args: _FakeClient())
+    assert info.cmd_version(build_parser().parse_args(["version", "--json"])) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["client"] == {"version": version("ctrexec")}
+    assert out["server"]["version"] == "1.6.20"
