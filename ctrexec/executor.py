@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from ctrexec import _linux, taskspec
+from ctrexec import _linux, logmodes, taskspec
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
@@ -227,12 +227,7 @@ class Executor:
             record = self._clear_previous_run(task_id, by_policy=by_policy)
             log_path = record.labels.get(lbl.LOG_PATH, "")
             cfg = self._config_of(record)
-            Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-            uri = logstore.log_uri(
-                log_path,
-                cfg.log_max_size if cfg else logstore.DEFAULT_MAX_SIZE,
-                cfg.log_max_files if cfg else logstore.DEFAULT_MAX_FILES,
-            )
+            uri = logmodes.stdio_uri(cfg, log_path)
             mounts = snapshots.snapshot_mounts(self.client, record.snapshot_key, record.snapshotter)
             netns_path = record.labels.get(lbl.NETNS_PATH)
             if netns_path:
