@@ -10,6 +10,17 @@ from _common import KIB_PER_MIB, NA, MemResult, fmt_mib, fmt_ms, percentile
 from _scenarios import HEAVY, Samples
 
 HELP_TARGET_MS = 60.0
+#: ctrexec's memory scenarios: one group per ``--log-driver``, then a shim per task.
+MEMORY_LIB = ("group", "group-file", "group-none", "single")
+#: The column of each memory scenario in the details table.
+MEMORY_COLUMNS = {
+    "group": "ctrexec, shared shim (json-file)",
+    "group-file": "shared shim, --log-driver file",
+    "group-none": "shared shim, --log-driver none",
+    "single": "ctrexec, shim per task",
+    "ctr": "ctr",
+    "docker": "docker + pause",
+}
 Table = tuple[tuple[str, ...], list[tuple[str, ...]]]
 
 
@@ -133,17 +144,19 @@ def targets(r: Results) -> Table:
             "met" if fails == attempts else "missed",
         )
     )
-    mine = r.per_task_pss("group") / KIB_PER_MIB
-    for how, peer, target in (
-        ("ctr", "ctr: shim per task", "<= 1.0"),
-        ("docker", "docker: shim per container + pause's share", ""),
-    ):
-        rows.append(
-            _ratio_row(
-                "per-task PSS, grouped task: shim share + log process",
-                mine, peer, r.per_task_pss(how) / KIB_PER_MIB, target=target, unit="MiB",
-            )
-        )  # fmt: skip
+    for mode, driver in (("group", "json-file"), ("group-file", "file"), ("group-none", "none")):
+        mine = r.per_task_pss(mode) / KIB_PER_MIB
+        for how, peer, target in (
+            ("ctr", "ctr: shim per task", "<= 1.0"),
+            ("docker", "docker: shim per container + pause's share", ""),
+        ):
+            rows.append(
+                _ratio_row(
+                    f"per-task PSS, grouped task: shim share + log process (`{driver}`)",
+                    mine, peer, r.per_task_pss(how) / KIB_PER_MIB,
+                    target=target, unit="MiB",
+                )
+            )  # fmt: skip
     return header, rows
 
 
@@ -173,19 +186,16 @@ def _latency_details(r: Results) -> list[tuple[str, ...]]:
 
 def details(r: Results) -> tuple[Table, Table]:
     lat = (("latency, ms", "median", "p90 (rates: p10)", "min", "n"), _latency_details(r))
-    order = ("group", "single", "ctr", "docker")
+    order = [k for k in MEMORY_COLUMNS if k in r.mem]
     header = (
         f"memory, {r.group_size} tasks in one group",
-        "ctrexec, shared shim",
-        "ctrexec, shim per task",
-        "ctr",
-        "docker + pause",
+        *(MEMORY_COLUMNS[k] for k in order),
     )
     g = r.group_size
 
     def row(label: str, fn: object) -> tuple[str, ...]:
         assert callable(fn)
-        return (label, *(str(fn(r.mem[k])) for k in order if k in r.mem))
+        return (label, *(str(fn(r.mem[k])) for k in order))
 
     mem_rows = [
         row("shim processes", lambda m: m.shims.count),

@@ -323,14 +323,15 @@ def memory(b: Bench, g: int, how: str) -> MemResult:
             b.docker.pause("m-docker-pause")
             extra.append(b.docker.pid_of("m-docker-pause"))
             b.docker.join([f"m-docker-{i}" for i in range(g)], "m-docker-pause", SLEEP)
-        else:
+        else:  # group, single, or group-<log driver>
             ns = f"{NS_PREFIX}lib-mem-{how}"
             netns.create(ns)
+            driver = how.removeprefix("group-") if how.startswith("group-") else "json-file"
             for i in range(g):
                 b.ex.start_task(
                     TaskConfig(
                         name=f"m-{how}-{i}", image=IMAGE, command=SLEEP, netns=ns,
-                        group=f"mem-{how}", share_shim=how == "group",
+                        group=f"mem-{how}", share_shim=how != "single", log_driver=driver,
                     )
                 )  # fmt: skip
         time.sleep(SETTLE_SECONDS)

@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from ctrexec import _linux, defaults, taskspec
+from ctrexec import _linux, defaults, logmodes, taskspec
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
@@ -277,12 +277,7 @@ class Executor:
         task_id = record.id
         log_path = record.labels.get(lbl.LOG_PATH, "")
         cfg = self._config_of(record)
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        uri = logstore.log_uri(
-            log_path,
-            cfg.log_max_size if cfg else logstore.DEFAULT_MAX_SIZE,
-            cfg.log_max_files if cfg else logstore.DEFAULT_MAX_FILES,
-        )
+        uri = logmodes.stdio_uri(cfg, log_path)
         netns_path = record.labels.get(lbl.NETNS_PATH)
         if netns_path:
             # Verified again (it may have been removed since); `ip netns add` leaves lo down.

@@ -72,6 +72,7 @@ __all__ = [
     "DRIVER_NAME",
     "EXIT_SETTLE",
     "MAX_LINE",
+    "OUTPUT",
     "STDERR",
     "STDOUT",
     "STREAMS",
@@ -98,6 +99,9 @@ DEFAULT_LAUNCHER_DIR = "/run/ctrexec/bin"
 #: been quiet for PARTIAL_IDLE (the shim never ends the stream at the exit); the rest
 #: is margin for a busy host.
 EXIT_SETTLE = PARTIAL_IDLE + 0.25
+
+#: The stream of a raw log's entries (``file`` driver): stdout and stderr, merged.
+OUTPUT = "output"
 
 _NS = 1_000_000_000
 _READ_CHUNK = 1024 * 1024
@@ -290,6 +294,11 @@ class _Cursor:
             self._last = self._ident
             yield from self._read_new()
 
+    def rest(self) -> bytes:
+        """The current file's unterminated last line, taken (raw logs print it as is)."""
+        rest, self._buf = self._buf, b""
+        return rest
+
     def _read_new(self) -> Iterator[bytes]:
         if self._fd is None:
             return
@@ -343,6 +352,7 @@ def read_logs(
     streams: Collection[str] = STREAMS,
     stop: Callable[[], bool] | None = None,
     poll_interval: float = 0.1,
+    raw: bool = False,
 ) -> Iterator[LogEntry]:
     """Entries of a rotating log, oldest first, across ``path.N`` … ``path.1``, ``path``.
 
@@ -353,6 +363,9 @@ def read_logs(
     once more, so whatever was written before ``stop()`` said so is yielded; without
     ``stop`` it follows until the caller stops iterating. A missing log yields nothing
     (or, when following, waits for it). Lines that are not entries are skipped.
+    ``raw`` reads a plain file (what the shim writes for a ``file://`` URI): each line is
+    an :data:`OUTPUT` entry with time 0, and an unterminated line comes as it is, with
+    no newline, whenever a read reaches the end (its rest follows as another entry).
     """
     if tail is not None and tail < 0:
         raise InvalidArgument(f"tail must be >= 0, got {tail}")
@@ -360,6 +373,9 @@ def read_logs(
     wanted = frozenset(streams)
 
     def select(lines: Iterator[bytes]) -> Iterator[LogEntry]:
+        if raw:
+            yield from _raw_entries(lines, cursor)
+            return
         for line in lines:
             entry = decode_entry(line) if line else None
             if entry is None or entry.stream not in wanted:
@@ -386,6 +402,13 @@ def read_logs(
         yield from select(cursor.poll())
     finally:
         cursor.close()
+
+
+def _raw_entries(lines: Iterator[bytes], cursor: _Cursor) -> Iterator[LogEntry]:
+    for line in lines:
+        yield LogEntry(OUTPUT, line.decode("utf-8", "replace") + "\n", 0)
+    if rest := cursor.rest():
+        yield LogEntry(OUTPUT, rest.decode("utf-8", "replace"), 0)
 
 
 # --------------------------------------------------------------------------- URI

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from ctrexec import fields
+from ctrexec import fields, logmodes
 from ctrexec import labels as lbl
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import InvalidArgument, InvalidField
@@ -182,6 +182,9 @@ class TaskConfig:
     stop_timeout: float = attrs.field(
         default=DEFAULT_STOP_TIMEOUT, validator=fields.number(fields.non_negative)
     )
+    log_driver: str = attrs.field(
+        default=logmodes.DEFAULT_DRIVER, validator=fields.text(logmodes.check_driver)
+    )
     log_max_size: int = attrs.field(
         default=DEFAULT_LOG_MAX_SIZE, validator=fields.integer(lambda v: check_limits(v, 1))
     )
@@ -197,6 +200,19 @@ class TaskConfig:
         converter=_restart,
         validator=fields.field((RestartPolicy,), "a table with policy, max_attempts, delay"),
     )
+
+    def __attrs_post_init__(self) -> None:
+        """Only ``json-file`` rotates: limits given to another driver would be ignored."""
+        if "rotation" in logmodes.FEATURES[self.log_driver]:
+            return
+        for name, default in (
+            ("log_max_size", DEFAULT_LOG_MAX_SIZE),
+            ("log_max_files", DEFAULT_LOG_MAX_FILES),
+        ):
+            if getattr(self, name) != default:
+                raise InvalidField(
+                    name, getattr(self, name), f"the {self.log_driver} log driver does not rotate"
+                )
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self, value_serializer=_serialize)

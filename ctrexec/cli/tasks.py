@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctrexec import labels as lbl
+from ctrexec import logmodes
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
 from ctrexec.defaults import DEFAULT_LOG_DIR
@@ -23,6 +24,7 @@ from ctrexec.labels import parse_key_values
 # The library (grpc, stubs, attrs) is imported inside the commands: building the
 # parser, --help and bad flags must not load it.
 if TYPE_CHECKING:
+    from ctrexec import logs as logstore
     from ctrexec.executor import Executor
     from ctrexec.taskconfig import TaskConfig
 
@@ -73,6 +75,8 @@ _FLAGS = {
     "annotations": "--annotation",
     "labels": "--label",
     "auto_remove": "--rm",
+    "log_max_size": "--log-opt max-size",
+    "log_max_files": "--log-opt max-file",
 }
 
 
@@ -93,6 +97,8 @@ def _config(args: argparse.Namespace) -> TaskConfig:
 
     from ctrexec.taskconfig import TaskConfig
 
+    driver = logmodes.DEFAULT_DRIVER if args.log_driver is None else args.log_driver
+    max_size, max_files = logmodes.parse_log_opts(driver, args.log_opt)
     return TaskConfig(
         name=args.name if args.name is not None else f"ctrexec-{secrets.token_hex(4)}",
         image=args.image,
@@ -125,10 +131,30 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         stop_signal=args.stop_signal,
         stop_timeout=args.stop_timeout,
         auto_remove=args.rm,
+        log_driver=driver,
+        log_max_size=max_size,
+        log_max_files=max_files,
     )
 
 
-def _stream_until_exit(ex: Executor, task_id: str, log_path: str) -> int:
+def _driver_of(config: TaskConfig | None) -> str:
+    return config.log_driver if config else logmodes.DEFAULT_DRIVER
+
+
+def _attached_entries(
+    driver: str, log_path: str, stop: Callable[[], bool]
+) -> Iterator[logstore.LogEntry]:
+    """What an attached run prints: the log as it grows; with no log, nothing until stop."""
+    if driver != logmodes.NONE:
+        yield from logmodes.read_task_logs(
+            driver, log_path, follow=True, stop=stop, poll_interval=0.05
+        )
+        return
+    while not stop():
+        time.sleep(0.05)
+
+
+def _stream_until_exit(ex: Executor, task_id: str, log_path: str, driver: str) -> int:
     """Print the task's log as it grows; return the exit code once the task ends."""
     from ctrexec import logs as logstore
 
@@ -164,11 +190,9 @@ def _stream_until_exit(ex: Executor, task_id: str, log_path: str) -> int:
 
     old = {s: signal.signal(s, record) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for entry in logstore.read_logs(
-            log_path, follow=True, stop=forward_then_stop, poll_interval=0.05
-        ):
+        for entry in _attached_entries(driver, log_path, forward_then_stop):
             forward_pending()
-            out = sys.stdout if entry.stream == "stdout" else sys.stderr
+            out = sys.stderr if entry.stream == logstore.STDERR else sys.stdout
             out.write(entry.message)
             out.flush()
     finally:
@@ -210,7 +234,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_json(handle.to_json()) if args.json else print(handle.id)
         return 0
     try:
-        code = _stream_until_exit(ex, handle.id, handle.log_path)
+        code = _stream_until_exit(ex, handle.id, handle.log_path, config.log_driver)
     finally:
         if args.rm:
             _remove(ex, handle.id, force=True)
@@ -246,7 +270,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     for task_id in args.ids:
         handle = ex.start(task_id)
         if args.attach:
-            return _stream_until_exit(ex, task_id, handle.log_path)
+            driver = _driver_of(ex.inspect(task_id).config)
+            return _stream_until_exit(ex, task_id, handle.log_path, driver)
         print_json(handle.to_json()) if args.json else print(task_id)
     return 0
 
@@ -320,8 +345,14 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
         stop = _stop_after_exit(exited)
 
-    for entry in logstore.read_logs(info.log_path, follow=args.follow, tail=args.tail, stop=stop):
-        out = sys.stdout if entry.stream == "stdout" else sys.stderr
+    driver = _driver_of(info.config)
+    if args.timestamps and "timestamps" not in logmodes.FEATURES[driver]:
+        raise InvalidArgument(f"the {driver} log driver keeps no timestamps")
+    entries = logmodes.read_task_logs(
+        driver, info.log_path, follow=args.follow, tail=args.tail, stop=stop
+    )
+    for entry in entries:
+        out = sys.stderr if entry.stream == logstore.STDERR else sys.stdout
         if args.timestamps:
             out.write(f"{entry.time} ")
         out.write(entry.message)
@@ -406,6 +437,14 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("--stop-timeout", type=float, default=10.0)
     p.add_argument("--rm", action="store_true", help="remove the container when it exits")
     p.add_argument("--log-dir", help=f"where task logs go (default {DEFAULT_LOG_DIR})")
+    p.add_argument(
+        "--log-driver",
+        metavar="DRIVER",
+        help=f"{', '.join(logmodes.DRIVERS)} (default {logmodes.DEFAULT_DRIVER}); see README",
+    )
+    p.add_argument(
+        "--log-opt", action="append", default=[], metavar="K=V", help="max-size=10m, max-file=3"
+    )
     p.add_argument("image")
     p.add_argument("command", nargs=argparse.REMAINDER)
 

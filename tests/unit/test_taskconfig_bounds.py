@@ -51,6 +51,7 @@ WRONG_TYPE: dict[str, tuple[Any, str]] = {
     "runtime": (5, "expected a string"),
     "stop_signal": (["TERM"], "expected a string"),
     "stop_timeout": ("10", "expected a number"),
+    "log_driver": (["json-file"], "expected a string"),
     "log_max_size": (1.0, "expected an integer"),
     "log_max_files": ("3", "expected an integer"),
     "snapshotter": (None, "expected a string"),
@@ -81,6 +82,7 @@ OUT_OF_RANGE: dict[str, tuple[Any, str]] = {
     "labels": ({"io.ctrexec.managed": "x"}, "reserved for ctrexec"),
     "group": ("a b", "invalid group name"),
     "stop_timeout": (-1, "must not be negative"),
+    "log_driver": ("syslog", "unknown log driver 'syslog'; expected one of json-file, file"),
     "log_max_size": (0, "must be positive"),
     "log_max_files": (0, "at least 1"),
     "snapshotter": ("../x", "invalid snapshotter"),
@@ -125,6 +127,9 @@ GOOD_TASK: dict[str, Any] = {
     "labels": {"team": "web"},
     "sysctls": {"net.ipv4.ip_unprivileged_port_start": "0"},
     "runtime": "runc",
+    "log_driver": "json-file",
+    "log_max_size": 1 << 20,
+    "log_max_files": 2,
 }
 
 

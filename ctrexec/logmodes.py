@@ -1,0 +1,130 @@
+"""Log drivers a task can choose (``--log-driver``, docker's flag name), and their cost.
+
+Why a choice: the ``json-file`` driver is a process per task (see :mod:`ctrexec.logs`),
+and a Python one, about 3.5 MiB PSS each, more than a grouped task's share of its shim.
+What each driver keeps, and costs (measured in ``docs/benchmarks.md``):
+
+- ``json-file`` (default): the log driver process run by the shim; docker's json-file
+  format, stdout/stderr kept apart, nanosecond timestamps, rotation by ``max-size`` and
+  ``max-file``. One process per task.
+- ``file``: containerd's ``file://`` stdio URI; the shim itself appends the task's
+  output to ``task.log``, with no extra process. The runc v2 shim sends stdout *and*
+  stderr to that one file (containerd 1.6 parses only the stdout URI), raw, so the
+  stream split and the timestamps are gone, and nothing rotates it: its disk use is
+  unbounded while the task runs, which is why it is opt-in and refuses ``max-size``.
+- ``none``: output goes to ``/dev/null`` (the shim's null I/O); ``logs`` says so.
+
+All three outlive the ctrexec process that started the task: the shim owns the I/O.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ctrexec import logdriver
+from ctrexec.errors import FailedPrecondition, InvalidArgument
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+    from datetime import datetime
+
+    from ctrexec import logs
+    from ctrexec.taskconfig import TaskConfig
+
+JSON_FILE = "json-file"
+FILE = "file"
+NONE = "none"
+DRIVERS = (JSON_FILE, FILE, NONE)
+DEFAULT_DRIVER = JSON_FILE
+
+#: What each driver keeps: ``logs`` works, streams apart, timestamps, a disk bound.
+FEATURES: dict[str, frozenset[str]] = {
+    JSON_FILE: frozenset({"read", "streams", "timestamps", "rotation"}),
+    FILE: frozenset({"read"}),
+    NONE: frozenset(),
+}
+
+
+def check_driver(name: str) -> None:
+    """Refuse a driver name that is not one of :data:`DRIVERS`."""
+    if name not in DRIVERS:
+        raise InvalidArgument(f"unknown log driver {name!r}; expected one of {', '.join(DRIVERS)}")
+
+
+def parse_log_opts(driver: str, opts: Sequence[str]) -> tuple[int, int]:
+    """``--log-opt KEY=VALUE`` items as ``(max_size, max_files)``, refused as docker does.
+
+    ``max-size`` takes docker's sizes (``10m``, ``512k``); ``max-file`` a count. Only
+    ``json-file`` rotates, so other drivers take no option at all.
+    """
+    check_driver(driver)
+    found = {"max-size": logdriver.DEFAULT_MAX_SIZE, "max-file": logdriver.DEFAULT_MAX_FILES}
+    for item in opts:
+        key, sep, value = item.partition("=")
+        if not sep or key not in found:
+            raise InvalidArgument(f"unknown log opt {key!r}; expected {', '.join(found)}")
+        if "rotation" not in FEATURES[driver]:
+            raise InvalidArgument(f"unknown log opt {key!r} for {driver} log driver")
+        if key == "max-size":
+            from ctrexec.oci.resources import parse_size  # the oci package loads attrs
+
+            found[key] = parse_size(value)
+            continue
+        try:
+            found[key] = int(value)
+        except ValueError as exc:
+            raise InvalidArgument(f"invalid max-file {value!r}: expected a count") from exc
+    return found["max-size"], found["max-file"]
+
+
+def stdio_uri(config: TaskConfig | None, log_path: str) -> str:
+    """The stdout/stderr URI for ``Tasks.Create`` (empty: the shim's null I/O)."""
+    driver = config.log_driver if config else DEFAULT_DRIVER
+    if driver == NONE:
+        return ""
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    if driver == FILE:
+        return "file://" + urllib.parse.quote(os.fspath(log_path), safe="/")
+    from ctrexec import logs  # attrs and the reader: not for the CLI's parse
+
+    return logs.log_uri(
+        log_path,
+        config.log_max_size if config else logdriver.DEFAULT_MAX_SIZE,
+        config.log_max_files if config else logdriver.DEFAULT_MAX_FILES,
+    )
+
+
+def read_task_logs(
+    driver: str,
+    path: str,
+    *,
+    follow: bool = False,
+    since: datetime | int | None = None,
+    tail: int | None = None,
+    stop: Callable[[], bool] | None = None,
+    poll_interval: float = 0.1,
+) -> Iterator[logs.LogEntry]:
+    """A task's log entries as its driver wrote them (see :func:`ctrexec.logs.read_logs`).
+
+    ``file`` entries have the stream :data:`ctrexec.logs.OUTPUT` and no time; ``none``
+    has nothing to read and says so, in docker's words.
+    """
+    check_driver(driver)
+    if driver == NONE:
+        raise FailedPrecondition("configured logging driver does not support reading")
+    if since is not None and "timestamps" not in FEATURES[driver]:
+        raise InvalidArgument(f"the {driver} log driver keeps no timestamps to filter by")
+    from ctrexec import logs
+
+    return logs.read_logs(
+        path,
+        follow=follow,
+        since=since,
+        tail=tail,
+        stop=stop,
+        poll_interval=poll_interval,
+        raw=driver == FILE,
+    )

@@ -1,0 +1,145 @@
+"""``--log-driver``/``--log-opt``: names, options, stdio URIs and reading, per driver."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ctrexec import logmodes, logs
+from ctrexec.cli.main import build_parser, main
+from ctrexec.cli.tasks import _config
+from ctrexec.errors import FailedPrecondition, InvalidArgument, InvalidField
+from ctrexec.groups import parse_group
+from ctrexec.taskconfig import TaskConfig
+
+pytestmark = pytest.mark.unit
+
+
+def _parse(*argv: str) -> TaskConfig:
+    return _config(build_parser().parse_args(["run", "--name", "t", *argv, "img"]))
+
+
+def test_json_file_is_the_default_with_docker_s_limits() -> None:
+    cfg = _parse()
+    assert (cfg.log_driver, cfg.log_max_size, cfg.log_max_files) == (
+        "json-file",
+        logs.DEFAULT_MAX_SIZE,
+        logs.DEFAULT_MAX_FILES,
+    )
+
+
+def test_log_opts_take_docker_sizes_and_counts() -> None:
+    cfg = _parse("--log-driver", "json-file", "--log-opt", "max-size=2m", "--log-opt=max-file=5")
+    assert (cfg.log_max_size, cfg.log_max_files) == (2 << 20, 5)
+
+
+@pytest.mark.parametrize("driver", ["file", "none"])
+def test_cheap_drivers_parse(driver: str) -> None:
+    assert _parse("--log-driver", driver).log_driver == driver
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--log-driver", "syslog"], "unknown log driver 'syslog'; expected one of"),
+        (["--log-driver", ""], "unknown log driver ''"),
+        (["--log-opt", "max-size"], "unknown log opt 'max-size'"),
+        (["--log-opt", "compress=true"], "unknown log opt 'compress'"),
+        (["--log-opt", "max-size=lots"], "invalid size 'lots'"),
+        (["--log-opt", "max-file=x"], "invalid max-file 'x'"),
+        (["--log-opt", "max-file=0"], "for --log-opt max-file: max_files must be at least 1"),
+        (["--log-opt", "max-size=0"], "for --log-opt max-size: max_size must be positive"),
+        (["--log-driver", "file", "--log-opt", "max-size=1m"], "'max-size' for file log driver"),
+        (["--log-driver", "none", "--log-opt", "max-file=2"], "'max-file' for none log driver"),
+    ],
+)
+def test_bad_log_flags_are_one_line_125_and_connect_to_nothing(
+    flags: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The socket does not exist: the flags must be refused before any connection.
+    argv = ["run", "--address", str(tmp_path / "none.sock"), *flags, "img", "true"]
+    assert main(argv) == 125
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("ctrexec: ") and expected in lines[0], lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_limits_given_to_a_driver_that_does_not_rotate_are_refused() -> None:
+    with pytest.raises(InvalidField, match="the file log driver does not rotate"):
+        TaskConfig(name="t", image="img", log_driver="file", log_max_files=5)
+    assert TaskConfig(name="t", image="img", log_driver="none").log_driver == "none"
+
+
+def test_config_round_trips_the_driver() -> None:
+    cfg = TaskConfig(name="t", image="img", log_driver="file")
+    assert TaskConfig.from_json(cfg.to_json()) == cfg
+
+
+def test_group_file_key_log_driver() -> None:
+    task = {"name": "web", "image": "img", "log_driver": "none"}
+    spec = parse_group({"name": "g", "network": "none", "task": [task]})
+    assert spec.task_configs()[0].log_driver == "none"
+    with pytest.raises(InvalidArgument, match=r"task web: .*unknown log driver 'x'"):
+        parse_group({"name": "g", "network": "none", "task": [{**task, "log_driver": "x"}]})
+
+
+def test_stdio_uri_per_driver(tmp_path: Path) -> None:
+    path = tmp_path / "a b" / "task.log"
+    none = TaskConfig(name="t", image="img", log_driver="none")
+    assert logmodes.stdio_uri(none, str(path)) == ""
+    assert not path.parent.exists()  # nothing made for a task that logs nothing
+    file = TaskConfig(name="t", image="img", log_driver="file")
+    assert logmodes.stdio_uri(file, str(path)) == f"file://{tmp_path}/a%20b/task.log"
+    assert path.parent.is_dir()
+
+
+def test_none_has_nothing_to_read(tmp_path: Path) -> None:
+    with pytest.raises(FailedPrecondition, match="does not support reading"):
+        list(logmodes.read_task_logs("none", str(tmp_path / "task.log")))
+
+
+def test_file_logs_read_raw_with_the_unterminated_rest(tmp_path: Path) -> None:
+    path = tmp_path / "task.log"
+    path.write_bytes(b"out 1\nerr 2\nno newline")
+    entries = list(logmodes.read_task_logs("file", str(path)))
+    assert [e.message for e in entries] == ["out 1\n", "err 2\n", "no newline"]
+    assert {e.stream for e in entries} == {logs.OUTPUT}
+    tail = list(logmodes.read_task_logs("file", str(path), tail=1))
+    assert [e.message for e in tail] == ["no newline"]
+    with pytest.raises(InvalidArgument, match="keeps no timestamps"):
+        list(logmodes.read_task_logs("file", str(path), since=0))
+
+
+def test_following_a_raw_log_prints_the_rest_of_a_line_once(tmp_path: Path) -> None:
+    path = tmp_path / "task.log"
+    path.write_bytes(b"abc")
+    got: list[str] = []
+    for entry in logmodes.read_task_logs(
+        "file", str(path), follow=True, stop=lambda: len(got) >= 3, poll_interval=0.01
+    ):
+        got.append(entry.message)
+        if len(got) == 1:
+            with path.open("ab") as f:
+                f.write(b"def\nghi\n")
+    assert "".join(got) == "abcdef\nghi\n"
+
+
+def test_logs_timestamps_refused_for_the_file_driver(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ctrexec.cli import tasks as cli_tasks
+
+    class _Info:
+        config = TaskConfig(name="t", image="img", log_driver="file")
+        log_path = str(tmp_path / "task.log")
+
+    class _Ex:
+        def inspect(self, _task_id: str) -> _Info:
+            return _Info()
+
+    monkeypatch.setattr(cli_tasks, "_executor", lambda _args: _Ex())
+    assert main(["logs", "-t", "t"]) == 125
+    assert capsys.readouterr().err.strip() == "ctrexec: the file log driver keeps no timestamps"
