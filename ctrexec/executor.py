@@ -358,6 +358,21 @@ class Executor:
 
     # -- observe ----------------------------------------------------------------------
 
+    def reap(self, task_id: str) -> None:
+        """Delete a stopped task but keep its record (and with it the exit status is gone).
+
+        The shim holds a task's pipes until its task is deleted, so only then does a log
+        driver see the end of its streams; the shim waits for the driver to exit, so the
+        log is whole once this returns. ``run --rm`` reads the rest of its log after it.
+        """
+        with self._lock(task_id):
+            state = tasks.find(self.client, task_id)
+            if state is None:
+                return
+            if state.status is not Status.STOPPED:
+                raise FailedPrecondition(f"container {task_id} is {state.status.value}")
+            tasks.delete(self.client, task_id)
+
     def wait(self, task_id: str, timeout: float | None = None) -> ExitStatus:
         """Block until the task exits (DeadlineExceeded after ``timeout`` seconds)."""
         pending = tasks.arm_wait(self.client, task_id)

@@ -154,8 +154,14 @@ def _attached_entries(
         time.sleep(0.05)
 
 
-def _stream_until_exit(ex: Executor, task_id: str, log_path: str, driver: str) -> int:
-    """Print the task's log as it grows; return the exit code once the task ends."""
+def _stream_until_exit(
+    ex: Executor, task_id: str, log_path: str, driver: str, *, reap: bool = False
+) -> int:
+    """Print the task's log as it grows; return the exit code once the task ends.
+
+    ``reap`` (``run --rm``): the task is deleted at its exit, which ends the log at once;
+    otherwise the stopped task stays and its log is read for EXIT_SETTLE more.
+    """
     from ctrexec import logs as logstore
 
     done = threading.Event()
@@ -171,7 +177,7 @@ def _stream_until_exit(ex: Executor, task_id: str, log_path: str, driver: str) -
             done.set()
 
     threading.Thread(target=waiter, daemon=True).start()
-    stop = _stop_after_exit(done.is_set)
+    stop = _stop_after_reap(ex, task_id, done.is_set) if reap else _stop_after_exit(done.is_set)
     # The handler only records the signal: an RPC there could deadlock on a lock the
     # interrupted code holds. The read loop forwards it at its next poll.
     received: list[int] = []
@@ -201,6 +207,20 @@ def _stream_until_exit(ex: Executor, task_id: str, log_path: str, driver: str) -
     if errors:
         raise errors[0]
     return result["code"]
+
+
+def _stop_after_reap(ex: Executor, task_id: str, exited: Callable[[], bool]) -> Callable[[], bool]:
+    """A ``stop`` for read_logs: true once the exited task was deleted, so its log is whole."""
+    reaped: list[bool] = []
+
+    def stop() -> bool:
+        if not reaped and exited():
+            with contextlib.suppress(CtrexecError):  # destroy, after, does it all again
+                ex.reap(task_id)
+            reaped.append(True)
+        return bool(reaped)
+
+    return stop
 
 
 def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
@@ -234,7 +254,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_json(handle.to_json()) if args.json else print(handle.id)
         return 0
     try:
-        code = _stream_until_exit(ex, handle.id, handle.log_path, config.log_driver)
+        code = _stream_until_exit(
+            ex, handle.id, handle.log_path, config.log_driver, reap=args.rm
+        )
     finally:
         if args.rm:
             _remove(ex, handle.id, force=True)

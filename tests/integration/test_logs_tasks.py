@@ -189,3 +189,13 @@ def test_foreground_run_forwards_signals_to_the_task(
     assert proc.returncode == 7, err
     assert out == f"got {sig.name}\n"
     until(lambda: not containers.list_containers(client, f'id=={name}'), f"{name} removed")
+
+
+def test_run_rm_prints_the_whole_log_every_time(cli: Cli, test_image: str) -> None:
+    """``run --rm`` deletes the task at its exit and then reads the rest of the log: the
+    shim waits for the log driver to finish before Delete returns, so nothing is lost."""
+    outs = [
+        cli("run", "--rm", test_image, "sh", "-c", "echo one; printf partial").stdout
+        for _ in range(15)
+    ]
+    assert outs == ["one\npartial"] * 15
