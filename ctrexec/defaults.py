@@ -18,3 +18,6 @@ DEFAULT_NAMESPACE = "ctrexec"
 NAMESPACE_ENV = "CTREXEC_NAMESPACE"
 #: Where task logs go: ``<dir>/<namespace>/<id>/task.log``.
 DEFAULT_LOG_DIR = Path("/var/log/ctrexec")
+#: The shared log daemon's socket and registrations (:mod:`ctrexec.logdaemon`).
+DEFAULT_LOGD_DIR = Path("/run/ctrexec/logd")
+LOGD_DIR_ENV = "CTREXEC_LOGD_DIR"

@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from ctrexec import _linux, defaults, logmodes, taskspec
+from ctrexec import _linux, defaults, logdaemon_client, logmodes, taskspec
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
@@ -277,7 +277,7 @@ class Executor:
         task_id = record.id
         log_path = record.labels.get(lbl.LOG_PATH, "")
         cfg = self._config_of(record)
-        uri = logmodes.stdio_uri(cfg, log_path)
+        out, err, log_token = logmodes.stdio_for(cfg, log_path)
         netns_path = record.labels.get(lbl.NETNS_PATH)
         if netns_path:
             # Verified again (it may have been removed since); `ip netns add` leaves lo down.
@@ -285,15 +285,21 @@ class Executor:
             files_dir = record.labels.get(lbl.HOSTFILES_DIR)
             if files_dir and not hostfiles.all_written(Path(files_dir)):
                 self._ensure_files(record, netns_path, cfg)
-        stdio = Stdio(stdout=uri, stderr=uri)
+        stdio = Stdio(stdout=out, stderr=err)
         try:
-            pid = self._run_task(task_id, mounts, stdio)
-        except AlreadyExists:
-            if not fresh:
-                raise
-            # A shim left by an earlier container of this name (containerd#6860).
-            self._clear_previous_run(task_id, by_policy=True)
-            pid = self._run_task(task_id, mounts, stdio)
+            try:
+                pid = self._run_task(task_id, mounts, stdio)
+            except AlreadyExists:
+                if not fresh:
+                    raise
+                # A shim left by an earlier container of this name (containerd#6860).
+                self._clear_previous_run(task_id, by_policy=True)
+                pid = self._run_task(task_id, mounts, stdio)
+        except BaseException:
+            if log_token:  # the shim never opened the FIFOs: the daemon would wait
+                with contextlib.suppress(CtrexecError):
+                    logdaemon_client.drop(token=log_token)
+            raise
         return TaskHandle(
             id=task_id,
             namespace=self.client.namespace,
@@ -362,8 +368,9 @@ class Executor:
         """Delete a stopped task but keep its record (and with it the exit status is gone).
 
         The shim holds a task's pipes until its task is deleted, so only then does a log
-        driver see the end of its streams; the shim waits for the driver to exit, so the
-        log is whole once this returns. ``run --rm`` reads the rest of its log after it.
+        driver see the end of its streams; the shim waits for the driver to exit, and
+        the log daemon is waited for here, so the log is whole once this returns.
+        ``run --rm`` reads the rest of its log after it.
         """
         with self._lock(task_id):
             state = tasks.find(self.client, task_id)
@@ -372,6 +379,10 @@ class Executor:
             if state.status is not Status.STOPPED:
                 raise FailedPrecondition(f"container {task_id} is {state.status.value}")
             tasks.delete(self.client, task_id)
+            record = containers.get(self.client, task_id)
+            if logmodes.uses_daemon(self._config_of(record)):
+                with contextlib.suppress(CtrexecError):  # a kept stdout: read what is there
+                    logdaemon_client.wait_drained(record.labels.get(lbl.LOG_PATH, ""))
 
     def wait(self, task_id: str, timeout: float | None = None) -> ExitStatus:
         """Block until the task exits (DeadlineExceeded after ``timeout`` seconds)."""
@@ -561,6 +572,8 @@ class Executor:
             snapshots.remove_snapshot(self.client, record.snapshot_key, record.snapshotter)
             log_path = record.labels.get(lbl.LOG_PATH)
             if log_path:
+                with contextlib.suppress(CtrexecError):  # no daemon: nothing to forget
+                    logdaemon_client.drop(log_path=log_path)
                 shutil.rmtree(Path(log_path).parent, ignore_errors=True)
                 with contextlib.suppress(OSError):  # the namespace's dir, once empty
                     Path(log_path).parent.parent.rmdir()

@@ -43,7 +43,7 @@ _TASK_KEYS = {
     "name", "image", "command", "entrypoint", "env", "workdir", "user", "volumes", "tmpfs",
     "read_only", "memory", "cpus", "cpu_shares", "pids_limit", "cap_add", "cap_drop",
     "stop_signal", "stop_timeout", "restart", "labels", "sysctls", "runtime",
-    "log_driver", "log_max_size", "log_max_files",
+    "log_driver", "log_max_size", "log_max_files", "log_transport",
 }  # fmt: skip
 
 

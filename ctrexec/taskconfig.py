@@ -191,6 +191,9 @@ class TaskConfig:
     log_max_files: int = attrs.field(
         default=DEFAULT_LOG_MAX_FILES, validator=fields.integer(lambda v: check_limits(1, v))
     )
+    log_transport: str = attrs.field(
+        default=logmodes.DAEMON, validator=fields.text(logmodes.check_transport)
+    )
     snapshotter: str = attrs.field(
         default="overlayfs", validator=fields.text(lambda v: validate_id(v, kind="snapshotter"))
     )
@@ -208,6 +211,7 @@ class TaskConfig:
         for name, default in (
             ("log_max_size", DEFAULT_LOG_MAX_SIZE),
             ("log_max_files", DEFAULT_LOG_MAX_FILES),
+            ("log_transport", logmodes.DAEMON),
         ):
             if getattr(self, name) != default:
                 raise InvalidField(

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -177,3 +178,34 @@ def netns_references(want: tuple[int, int]) -> list[str]:
             if (st.st_dev, st.st_ino) == want:
                 found.append(f"thread {task.name}")
     return found
+
+
+def stop_log_daemon(state_dir: str | os.PathLike[str], timeout: float = 10.0) -> None:
+    """Stop the log daemon of ``state_dir`` (by the pid it wrote) and wait until it is gone.
+
+    For test sessions and benchmarks that gave the daemon a directory of their own,
+    so the daemon there is theirs to stop.
+    """
+    from ctrexec import logdaemon
+
+    try:
+        pid = int((Path(state_dir) / logdaemon.PIDFILE).read_text())
+    except (OSError, ValueError):
+        return
+    try:  # a stale pid file must not name some other process
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if logdaemon.NAME.encode() not in argv or os.fsencode(Path(state_dir).absolute()) not in argv:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not _running(pid), timeout=timeout, what=f"log daemon {pid} to exit")
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

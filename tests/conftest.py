@@ -73,6 +73,33 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = 1
 
 
+@pytest.fixture(scope="session", autouse=True)
+def log_daemon_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A private state directory for the shared log daemon, audited and stopped at the end.
+
+    Every run a test started must have ended (its registration gone) by the end of the
+    session; the daemon is then stopped by its pid, as only this session started it.
+    """
+    from ctrexec import logdaemon
+    from ctrexec.defaults import LOGD_DIR_ENV
+    from ctrexec.testing import stop_log_daemon
+
+    where = tmp_path_factory.mktemp("logd")
+    old = os.environ.get(LOGD_DIR_ENV)
+    os.environ[LOGD_DIR_ENV] = str(where)
+    try:
+        yield where
+        streams = where / logdaemon.STREAMS_DIR
+        left = sorted(p.name for p in streams.iterdir()) if streams.is_dir() else []
+        stop_log_daemon(where)
+        assert not left, f"test run left log daemon registrations: {left}"
+    finally:
+        if old is None:
+            os.environ.pop(LOGD_DIR_ENV, None)
+        else:
+            os.environ[LOGD_DIR_ENV] = old
+
+
 @pytest.fixture(scope="session")
 def containerd_address() -> Iterator[str]:
     """Address of the session's containerd: the one named by env, else a private one."""

@@ -77,6 +77,7 @@ _FLAGS = {
     "auto_remove": "--rm",
     "log_max_size": "--log-opt max-size",
     "log_max_files": "--log-opt max-file",
+    "log_transport": "--log-opt transport",
 }
 
 
@@ -98,7 +99,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
     from ctrexec.taskconfig import TaskConfig
 
     driver = logmodes.DEFAULT_DRIVER if args.log_driver is None else args.log_driver
-    max_size, max_files = logmodes.parse_log_opts(driver, args.log_opt)
+    max_size, max_files, transport = logmodes.parse_log_opts(driver, args.log_opt)
     return TaskConfig(
         name=args.name if args.name is not None else f"ctrexec-{secrets.token_hex(4)}",
         image=args.image,
@@ -134,6 +135,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         log_driver=driver,
         log_max_size=max_size,
         log_max_files=max_files,
+        log_transport=transport,
     )
 
 
@@ -254,9 +256,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_json(handle.to_json()) if args.json else print(handle.id)
         return 0
     try:
-        code = _stream_until_exit(
-            ex, handle.id, handle.log_path, config.log_driver, reap=args.rm
-        )
+        code = _stream_until_exit(ex, handle.id, handle.log_path, config.log_driver, reap=args.rm)
     finally:
         if args.rm:
             _remove(ex, handle.id, force=True)
@@ -465,7 +465,11 @@ def _run_flags(p: ArgumentParser) -> None:
         help=f"{', '.join(logmodes.DRIVERS)} (default {logmodes.DEFAULT_DRIVER}); see README",
     )
     p.add_argument(
-        "--log-opt", action="append", default=[], metavar="K=V", help="max-size=10m, max-file=3"
+        "--log-opt",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="max-size=10m, max-file=3, transport=daemon|process",
     )
     p.add_argument("image")
     p.add_argument("command", nargs=argparse.REMAINDER)

@@ -8,6 +8,8 @@ the driver has them, the disk bound where it has one, and nothing at all for ``n
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,8 @@ import pytest
 from _cli import TEST_NAMESPACE, Cli
 from _support import until
 
-from ctrexec import logs
+from ctrexec import logdaemon, logs
+from ctrexec.defaults import LOGD_DIR_ENV
 
 CHATTY = "echo out; echo err >&2; i=0; while :; do echo line $i; i=$((i+1)); sleep 0.2; done"
 
@@ -35,6 +38,27 @@ def _log(cli: Cli, name: str) -> Path:
     return cli.log_dir / TEST_NAMESPACE / name / "task.log"
 
 
+def _daemon_runs(path: Path) -> list[str]:
+    """Tokens of the shared log daemon's registrations that write ``path``."""
+    where = Path(os.environ[LOGD_DIR_ENV]) / logdaemon.STREAMS_DIR
+    if not where.is_dir():
+        return []
+    found = []
+    for reg in where.glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(reg.read_text())["log"] == str(path):
+                found.append(reg.stem)
+    return found
+
+
+#: The CLI flags of each way to log that keeps a file.
+DRIVER_FLAGS = {
+    "json-file": ["--log-driver", "json-file"],
+    "process": ["--log-driver", "json-file", "--log-opt", "transport=process"],
+    "file": ["--log-driver", "file"],
+}
+
+
 def _drivers_writing(path: Path) -> list[int]:
     """Pids of ctrexec log driver processes writing ``path``."""
     found = []
@@ -46,22 +70,24 @@ def _drivers_writing(path: Path) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("driver", ["json-file", "file"])
+@pytest.mark.parametrize("driver", list(DRIVER_FLAGS))
 def test_logs_and_follow_outlive_the_cli_that_started_the_task(
     driver: str, cli: Cli, test_image: str, names: list[str]
 ) -> None:
     name = f"logdrv-{driver}"
     names.append(name)
     started = cli(
-        "run", "-d", "--log-driver", driver, "--name", name, test_image, "sh", "-c", CHATTY
+        "run", "-d", *DRIVER_FLAGS[driver], "--name", name, test_image, "sh", "-c", CHATTY
     )
     assert started.returncode == 0, started.stderr  # that CLI process has exited
     until(lambda: "line 1" in cli("logs", name).stdout, f"{name}: line 1 in logs")
     shown = cli("logs", name)
     assert shown.returncode == 0, shown.stderr
-    if driver == "json-file":  # the streams stay apart
+    if driver in ("json-file", "process"):  # the streams stay apart
         assert shown.stdout.startswith("out\nline 0\n") and shown.stderr == "err\n"
-        assert _drivers_writing(_log(cli, name)) != []
+        # The shared daemon writes it, or a process of its own, never both.
+        assert (_drivers_writing(_log(cli, name)) != []) == (driver == "process")
+        assert (_daemon_runs(_log(cli, name)) != []) == (driver == "json-file")
     else:  # the shim writes both streams to one file, itself
         # Two pipes copied into one file: each stream keeps its order, not the two together.
         lines = shown.stdout.splitlines()
@@ -91,14 +117,13 @@ def test_logs_and_follow_outlive_the_cli_that_started_the_task(
     assert "".join(seen) + rest == cli("logs", name).stdout
 
 
-@pytest.mark.parametrize("driver", ["json-file", "file"])
+@pytest.mark.parametrize("driver", list(DRIVER_FLAGS))
 def test_attached_run_prints_the_output(driver: str, cli: Cli, test_image: str) -> None:
     name = f"logdrv-att-{driver}"
     out = cli(
         "run",
         "--rm",
-        "--log-driver",
-        driver,
+        *DRIVER_FLAGS[driver],
         "--name",
         name,
         test_image,

@@ -86,14 +86,31 @@ def test_group_file_key_log_driver() -> None:
         parse_group({"name": "g", "network": "none", "task": [{**task, "log_driver": "x"}]})
 
 
-def test_stdio_uri_per_driver(tmp_path: Path) -> None:
+def test_stdio_per_driver(tmp_path: Path) -> None:
     path = tmp_path / "a b" / "task.log"
     none = TaskConfig(name="t", image="img", log_driver="none")
-    assert logmodes.stdio_uri(none, str(path)) == ""
+    assert logmodes.stdio_for(none, str(path)) == ("", "", "")
     assert not path.parent.exists()  # nothing made for a task that logs nothing
     file = TaskConfig(name="t", image="img", log_driver="file")
-    assert logmodes.stdio_uri(file, str(path)) == f"file://{tmp_path}/a%20b/task.log"
+    uri = f"file://{tmp_path}/a%20b/task.log"
+    assert logmodes.stdio_for(file, str(path)) == (uri, uri, "")
     assert path.parent.is_dir()
+    process = TaskConfig(name="t", image="img", log_transport="process")
+    out, err, token = logmodes.stdio_for(process, str(path))
+    assert out == err and out.startswith("binary://") and not token
+    assert not logmodes.uses_daemon(process)
+    assert logmodes.uses_daemon(TaskConfig(name="t", image="img"))
+
+
+def test_log_opt_transport() -> None:
+    assert logmodes.parse_log_opts("json-file", ["transport=process"])[2] == "process"
+    assert logmodes.parse_log_opts("json-file", [])[2] == "daemon"
+    with pytest.raises(InvalidArgument, match="unknown log transport 'x'"):
+        logmodes.parse_log_opts("json-file", ["transport=x"])
+    with pytest.raises(InvalidArgument, match="for file log driver"):
+        logmodes.parse_log_opts("file", ["transport=process"])
+    with pytest.raises(InvalidArgument, match="does not rotate"):
+        TaskConfig(name="t", image="img", log_driver="none", log_transport="process")
 
 
 def test_none_has_nothing_to_read(tmp_path: Path) -> None:

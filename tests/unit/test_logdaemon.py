@@ -1,0 +1,217 @@
+"""The shared log daemon as the shim meets it: FIFOs opened for writing, then closed.
+
+A real daemon process per test, in a private state directory; no root and no
+containerd. The test plays the shim: it opens the FIFOs the daemon made for writing,
+writes, and closes them when the "task" ends.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ctrexec import logdaemon, logdaemon_client, logs
+from ctrexec.testing import wait_for
+
+
+@pytest.fixture
+def logd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    state = tmp_path / "logd"
+    monkeypatch.setenv("CTREXEC_LOGD_DIR", str(state))
+    monkeypatch.setenv(logdaemon.IDLE_ENV, "30")
+    yield state
+    pid = _pid(state)
+    if pid is not None and _alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not _alive(pid), timeout=10, what="log daemon to exit")
+
+
+def _pid(state: Path) -> int | None:
+    try:
+        return int((state / logdaemon.PIDFILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is not alive: the daemon is nobody's child here but init's.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _entries(path: Path) -> list[tuple[str, str]]:
+    return [(e.stream, e.message) for e in logs.read_logs(str(path))]
+
+
+def _as_shim(out: str, err: str) -> tuple[int, int]:
+    """Open both FIFOs for writing, as the shim does after ``runc create``.
+
+    The shim also opens each FIFO for reading (and never reads), so its writes do not
+    fail while no daemon holds the read end; that is copied here, and those read
+    ends are left to the garbage of the test process (they hold no data of note).
+    """
+    fds = []
+    for path in (out, err):
+        fds.append(os.open(path, os.O_WRONLY))
+        _keep.append(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    return fds[0], fds[1]
+
+
+_keep: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_kept() -> Iterator[None]:
+    yield
+    while _keep:
+        os.close(_keep.pop())
+
+
+def test_a_run_is_logged_with_streams_apart_and_ends_with_its_writers(
+    logd: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "logs" / "web" / "task.log"
+    token, out, err = logdaemon_client.register(log, 1 << 20, 2)
+    assert Path(out).is_fifo() and Path(err).is_fifo()
+    assert (logd / logdaemon.STREAMS_DIR / f"{token}.json").exists()
+    wo, we = _as_shim(out, err)
+    os.write(wo, b"one\ntwo\n")
+    os.write(we, b"oops\nno newline")
+    os.close(wo)
+    os.close(we)
+    logdaemon_client.wait_drained(log)
+    assert sorted(_entries(log)) == sorted(
+        [("stdout", "one\n"), ("stdout", "two\n"), ("stderr", "oops\n"), ("stderr", "no newline")]
+    )
+    assert not Path(out).exists() and not Path(err).exists()
+    assert list((logd / logdaemon.STREAMS_DIR).iterdir()) == []
+
+
+def test_a_partial_line_is_written_while_the_stream_stays_open(logd: Path, tmp_path: Path) -> None:
+    log = tmp_path / "task.log"
+    _, out, err = logdaemon_client.register(log, 1 << 20, 2)
+    wo, we = _as_shim(out, err)
+    try:
+        os.write(wo, b"prompt> ")
+        wait_for(
+            lambda: log.exists() and _entries(log) == [("stdout", "prompt> ")],
+            timeout=10,
+            what="log entries",
+        )
+    finally:
+        os.close(wo)
+        os.close(we)
+    logdaemon_client.wait_drained(log)
+
+
+def test_a_run_whose_task_never_opened_its_fifos_is_not_kept(logd: Path, tmp_path: Path) -> None:
+    """A create that failed with no ``drop`` (its client died): the probe ends it."""
+    log = tmp_path / "task.log"
+    token, out, err = logdaemon_client.fifo_paths(log)
+    logdaemon_client.request(
+        {
+            "op": "add",
+            "token": token,
+            "log": str(log),
+            "max_size": 1 << 20,
+            "max_files": 1,
+            "streams": {"stdout": out, "stderr": err},
+            "created": time.time() - logdaemon.PROBE_AFTER - 1,  # as if made long ago
+        }
+    )
+    logdaemon_client.wait_drained(log, timeout=10)
+    assert not Path(out).exists()
+    assert logdaemon_client.ping() == {"ok": True, "pid": _pid(logd), "registrations": 0}
+
+
+def test_drop_forgets_one_run(logd: Path, tmp_path: Path) -> None:
+    log = tmp_path / "task.log"
+    token, out, _ = logdaemon_client.register(log, 1 << 20, 1)
+    logdaemon_client.drop(token=token)
+    assert not Path(out).exists()
+    assert (logdaemon_client.ping() or {})["registrations"] == 0
+
+
+def test_a_killed_daemon_is_replaced_and_its_runs_adopted(logd: Path, tmp_path: Path) -> None:
+    log = tmp_path / "task.log"
+    _, out, err = logdaemon_client.register(log, 1 << 20, 2)
+    wo, we = _as_shim(out, err)
+    os.write(wo, b"before\n")
+    wait_for(lambda: log.exists() and len(_entries(log)) == 1, timeout=10, what="log entries")
+    first = _pid(logd)
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: not _alive(first), timeout=10, what="killed daemon to go")
+    os.write(wo, b"while none ran\n")  # waits in the FIFO, which the shim holds
+    assert logdaemon_client.ping() is None  # ping starts nothing
+    logdaemon_client.register(tmp_path / "other.log", 1 << 20, 1)  # starts a new one
+    second = _pid(logd)
+    assert second not in (None, first)
+    os.write(wo, b"after\n")
+    os.close(wo)
+    os.close(we)
+    logdaemon_client.wait_drained(log)
+    assert [m for _, m in _entries(log)] == ["before\n", "while none ran\n", "after\n"]
+    logdaemon_client.drop(log_path=tmp_path / "other.log")
+
+
+def test_concurrent_first_starts_make_one_daemon(logd: Path, tmp_path: Path) -> None:
+    tokens: list[str] = []
+    errors: list[BaseException] = []
+
+    def start(i: int) -> None:
+        try:
+            tokens.append(logdaemon_client.register(tmp_path / f"{i}.log", 1 << 20, 1)[0])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert (logdaemon_client.ping() or {})["registrations"] == 8
+    for token in tokens:
+        logdaemon_client.drop(token=token)
+
+
+def test_an_idle_daemon_exits_and_removes_its_socket(
+    logd: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(logdaemon.IDLE_ENV, "0.3")
+    token, _, _ = logdaemon_client.register(tmp_path / "task.log", 1 << 20, 1)
+    pid = _pid(logd)
+    assert pid is not None
+    logdaemon_client.drop(token=token)
+    wait_for(lambda: not _alive(pid), timeout=10, what="idle daemon to exit")
+    assert not (logd / logdaemon.SOCKET).exists()
+    assert not (logd / logdaemon.PIDFILE).exists()
+
+
+def test_a_bad_request_is_refused_in_one_line(logd: Path, tmp_path: Path) -> None:
+    from ctrexec.errors import FailedPrecondition
+
+    with pytest.raises(FailedPrecondition, match=r"log daemon: .*must be absolute"):
+        logdaemon_client.request(
+            {
+                "op": "add",
+                "token": "abc",
+                "log": str(tmp_path / "t.log"),
+                "max_size": 1,
+                "max_files": 1,
+                "streams": {"stdout": "rel", "stderr": "rel2"},
+            }
+        )
