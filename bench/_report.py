@@ -11,10 +11,11 @@ from _scenarios import HEAVY, Samples
 
 HELP_TARGET_MS = 60.0
 #: ctrexec's memory scenarios: one group per ``--log-driver``, then a shim per task.
-MEMORY_LIB = ("group", "group-file", "group-none", "single")
+MEMORY_LIB = ("group", "group-process", "group-file", "group-none", "single")
 #: The column of each memory scenario in the details table.
 MEMORY_COLUMNS = {
-    "group": "ctrexec, shared shim (json-file)",
+    "group": "ctrexec, shared shim (json-file, log daemon)",
+    "group-process": "shared shim, json-file, transport=process",
     "group-file": "shared shim, --log-driver file",
     "group-none": "shared shim, --log-driver none",
     "single": "ctrexec, shim per task",
@@ -46,7 +47,8 @@ class Results:
         return statistics.median(self.samples[scenario][key])
 
     def per_task_pss(self, how: str) -> float:
-        """KiB of PSS per task: shims (their share), log drivers, docker's pause."""
+        """KiB of PSS per task: shims (their share), log drivers or the log daemon,
+        docker's pause."""
         m = self.mem[how]
         return (m.shims.pss + m.drivers.pss + m.extra.pss) / self.group_size
 
@@ -144,7 +146,12 @@ def targets(r: Results) -> Table:
             "met" if fails == attempts else "missed",
         )
     )
-    for mode, driver in (("group", "json-file"), ("group-file", "file"), ("group-none", "none")):
+    for mode, driver in (
+        ("group", "json-file"),
+        ("group-process", "json-file, transport=process"),
+        ("group-file", "file"),
+        ("group-none", "none"),
+    ):
         mine = r.per_task_pss(mode) / KIB_PER_MIB
         for how, peer, target in (
             ("ctr", "ctr: shim per task", "<= 1.0"),

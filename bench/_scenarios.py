@@ -17,6 +17,8 @@ from pathlib import Path
 from _common import (
     BenchError,
     MemResult,
+    log_daemon_pids,
+    log_daemon_registrations,
     logdriver_pids,
     memory_of,
     run,
@@ -161,6 +163,7 @@ class Bench:
     def check_clean(self, what: str) -> None:
         wait_until(lambda: not shim_pids(self.address), GONE_TIMEOUT, f"shims to exit ({what})")
         left = audit(self.client)
+        left += [f"log daemon registration {r}" for r in log_daemon_registrations()]
         if self.docker.containers():
             left.append(f"docker containers {self.docker.containers()}")
         if left:
@@ -326,19 +329,23 @@ def memory(b: Bench, g: int, how: str) -> MemResult:
         else:  # group, single, or group-<log driver>
             ns = f"{NS_PREFIX}lib-mem-{how}"
             netns.create(ns)
-            driver = how.removeprefix("group-") if how.startswith("group-") else "json-file"
+            mode = how.removeprefix("group-") if how.startswith("group-") else "json-file"
+            driver = "json-file" if mode == "process" else mode
+            transport = "process" if mode == "process" else "daemon"
             for i in range(g):
                 b.ex.start_task(
                     TaskConfig(
                         name=f"m-{how}-{i}", image=IMAGE, command=SLEEP, netns=ns,
                         group=f"mem-{how}", share_shim=how != "single", log_driver=driver,
+                        log_transport=transport if driver == "json-file" else "daemon",
                     )
                 )  # fmt: skip
         time.sleep(SETTLE_SECONDS)
         shims = shim_pids(b.address)
         result = MemResult(
             shims=memory_of(shims),
-            drivers=memory_of(logdriver_pids(shims)),
+            # The log daemon serves these tasks only (one scenario runs at a time).
+            drivers=memory_of(logdriver_pids(shims) + log_daemon_pids()),
             other_shims=len(shim_pids(None)) - len(shims),
             extra=memory_of(extra),
         )
