@@ -1,8 +1,7 @@
 """Log drivers a task can choose (``--log-driver``, docker's flag name), and their cost.
 
-Why a choice: the ``json-file`` driver is a process per task (see :mod:`ctrexec.logs`),
-and a Python one, about 3.5 MiB PSS each, more than a grouped task's share of its shim.
-What each driver keeps, and costs (measured in ``docs/benchmarks.md``):
+Why a choice: each keeps something the others drop, and costs differently. What each
+driver keeps, and costs (measured in ``docs/benchmarks.md``):
 
 - ``json-file`` (default): docker's json-file format, stdout/stderr kept apart,
   nanosecond timestamps, rotation by ``max-size`` and ``max-file``. Written by the

@@ -15,6 +15,7 @@ from _chaoslib import (
     cgroup_dirs,
     cgroup_members,
     cmdline,
+    log_daemon_runs,
     log_drivers,
     netns_id,
     ppid,
@@ -116,15 +117,15 @@ def test_shim_sigkill_takes_task_and_destroy_still_cleans(
     assert containerd_address.encode() in argv, argv
     assert shim_pid in shims(containerd_address, client.namespace, name)
     shim = proc(shim_pid)
-    drivers = [p for p in log_drivers(tmp_path) if ppid(p) == shim_pid]
-    assert len(drivers) == 1, "the shim should run one log driver for the task"
-    driver = proc(drivers[0])
+    assert [p for p in log_drivers(tmp_path) if ppid(p) == shim_pid] == []
+    assert len(log_daemon_runs(h.log_path)) == 1, "the log daemon should hold the task's FIFOs"
 
     os.kill(shim_pid, signal.SIGKILL)
 
     wait_for(lambda: not alive(shim), "the shim to die")
     wait_for(lambda: not alive(task), "the task to die with its shim")
-    wait_for(lambda: not alive(driver), "the log driver to exit")
+    # The dead shim's FIFO ends closed: the log daemon ends the run's streams.
+    wait_for(lambda: not log_daemon_runs(h.log_path), "the log daemon to end the run")
     assert cgroup_members(client.namespace, name) == [], "processes left in the task's cgroup"
     reported = wait_for(lambda: _settled(ex, name), "containerd to finish with the dead shim")
     # Both are acceptable by containerd's API; 1.6.20 answers NotFound.

@@ -54,6 +54,7 @@ WRONG_TYPE: dict[str, tuple[Any, str]] = {
     "log_driver": (["json-file"], "expected a string"),
     "log_max_size": (1.0, "expected an integer"),
     "log_max_files": ("3", "expected an integer"),
+    "log_transport": (1, "expected a string"),
     "snapshotter": (None, "expected a string"),
     "auto_remove": ("no", "expected true or false"),
     "restart": ("always", "expected a table with policy, max_attempts, delay"),
@@ -85,6 +86,7 @@ OUT_OF_RANGE: dict[str, tuple[Any, str]] = {
     "log_driver": ("syslog", "unknown log driver 'syslog'; expected one of json-file, file"),
     "log_max_size": (0, "must be positive"),
     "log_max_files": (0, "at least 1"),
+    "log_transport": ("udp", "unknown log transport 'udp'; expected one of daemon, process"),
     "snapshotter": ("../x", "invalid snapshotter"),
     "restart": ({"policy": "sometimes"}, "expected one of no, on-failure, always"),
     # Checked by taskspec.check_config: they need the host or parse into mounts.
@@ -130,6 +132,7 @@ GOOD_TASK: dict[str, Any] = {
     "log_driver": "json-file",
     "log_max_size": 1 << 20,
     "log_max_files": 2,
+    "log_transport": "process",
 }
 
 
