@@ -344,8 +344,11 @@ def memory(b: Bench, g: int, how: str) -> MemResult:
         shims = shim_pids(b.address)
         result = MemResult(
             shims=memory_of(shims),
-            # The log daemon serves these tasks only (one scenario runs at a time).
-            drivers=memory_of(logdriver_pids(shims) + log_daemon_pids()),
+            # The log daemon serves these tasks only (one scenario runs at a time); it
+            # outlives a scenario by its idle time, so it counts only while it serves.
+            drivers=memory_of(
+                logdriver_pids(shims) + (log_daemon_pids() if log_daemon_registrations() else [])
+            ),
             other_shims=len(shim_pids(None)) - len(shims),
             extra=memory_of(extra),
         )

@@ -10,7 +10,8 @@ from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_
 
 def cmd_version(args: argparse.Namespace) -> int:
     with connect(args) as client:
-        server = client.version()
+        # connect() has just asked containerd; a second Version call would cost a trip.
+        server = client.server_version or client.version()
     out = {
         "client": {"version": VERSION},
         "server": {

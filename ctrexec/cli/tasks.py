@@ -149,7 +149,7 @@ def _attached_entries(
     """What an attached run prints: the log as it grows; with no log, nothing until stop."""
     if driver != logmodes.NONE:
         yield from logmodes.read_task_logs(
-            driver, log_path, follow=True, stop=stop, poll_interval=0.05
+            driver, log_path, follow=True, stop=stop, poll_interval=0.01
         )
         return
     while not stop():

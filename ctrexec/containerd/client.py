@@ -101,6 +101,8 @@ class Client:
         self._conn = conn
         self.namespace = validate_id(namespace, kind="namespace")
         self._owns = owns_connection
+        #: What containerd answered when :meth:`connect` checked the connection.
+        self.server_version: ServerVersion | None = None
 
     @classmethod
     def connect(
@@ -120,7 +122,7 @@ class Client:
         conn = _rpc.Connection(path, default_timeout=timeout)
         client = cls(conn, namespace=ns)
         try:
-            client.version(timeout=min(timeout, 10.0))
+            client.server_version = client.version(timeout=min(timeout, 10.0))
         except errors.Unimplemented as exc:
             conn.close()
             raise errors.ConnectError(f"{path} does not serve containerd's API") from exc

@@ -116,6 +116,7 @@ def test_public_names_load_on_first_use(name: str) -> None:
 
 class _FakeClient:
     address = "/fake.sock"
+    server_version = None  # what connect() saw; None makes the command ask
 
     def __enter__(self) -> _FakeClient:
         return self
