@@ -22,6 +22,7 @@ All three outlive the ctrexec process that started the task: the shim owns the I
 from __future__ import annotations
 
 import os
+import stat
 import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -109,11 +110,61 @@ def check_transport(name: str) -> None:
         )
 
 
+def check_output_path(path: str) -> None:
+    """A task output path must be absolute: the shim resolves it, not the caller."""
+    if not Path(path).is_absolute() or "\0" in path:
+        raise InvalidArgument(f"expected an absolute path, got {path!r}")
+
+
+def caller_paths(config: TaskConfig | None) -> tuple[str, str] | None:
+    """The caller's output paths, when the task's output goes there instead of a log."""
+    if config is None or (config.stdout_path is None and config.stderr_path is None):
+        return None
+    return config.stdout_path or "", config.stderr_path or ""
+
+
+def check_logged(config: TaskConfig | None, name: str) -> None:
+    """Refuse to read the log of a task whose output goes to the caller's paths."""
+    paths = caller_paths(config)
+    if paths is None:
+        return
+    where = " and ".join(
+        f"{path} ({stream})"
+        for path, stream in zip(paths, ("stdout", "stderr"), strict=True)
+        if path
+    )
+    raise FailedPrecondition(f"container {name} writes its output to {where}; ctrexec keeps no log")
+
+
 def uses_daemon(config: TaskConfig | None) -> bool:
     """Whether the task's output goes through the shared log daemon."""
-    if config is None:
+    if config is None or caller_paths(config) is not None:
         return False  # a record from before the daemon: its own driver, if any
     return config.log_driver == JSON_FILE and config.log_transport == DAEMON
+
+
+def _prepare_output(path: str) -> None:
+    """Make a missing output path a file: the shim opens only a file or a FIFO that exists.
+
+    The runc v2 shim appends to a regular file, and writes a FIFO once a reader has it
+    open (within 30 s, or Tasks.Create fails). A FIFO is not opened here: a writer that
+    came and went would end the stream for the caller's reader.
+    """
+    if not path:
+        return
+    try:
+        st = Path(path).stat()
+    except FileNotFoundError:
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640))
+        except OSError as exc:
+            raise InvalidArgument(f"cannot create task output {path}: {exc.strerror}") from exc
+        return
+    except OSError as exc:
+        raise InvalidArgument(f"cannot use task output {path}: {exc.strerror}") from exc
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+        raise InvalidArgument(f"task output {path} is neither a file nor a FIFO")
 
 
 def stdio_for(config: TaskConfig | None, log_path: str) -> tuple[str, str, str]:
@@ -122,6 +173,11 @@ def stdio_for(config: TaskConfig | None, log_path: str) -> tuple[str, str, str]:
     For the daemon the paths are FIFOs it already holds open, and ``token`` names the
     registration, which a failed start must drop (:func:`ctrexec.logdaemon_client.drop`).
     """
+    paths = caller_paths(config)
+    if paths is not None:
+        for path in paths:
+            _prepare_output(path)
+        return paths[0], paths[1], ""
     driver = config.log_driver if config else DEFAULT_DRIVER
     if driver == NONE:
         return "", "", ""

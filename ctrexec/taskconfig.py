@@ -194,6 +194,14 @@ class TaskConfig:
     log_transport: str = attrs.field(
         default=logmodes.DAEMON, validator=fields.text(logmodes.check_transport)
     )
+    #: Where the task's stdout and stderr go instead of a log (a scheduler's FIFOs, or
+    #: files): the shim opens them itself, so output flows while the caller is away.
+    stdout_path: str | None = attrs.field(
+        default=None, validator=fields.text(logmodes.check_output_path, optional=True)
+    )
+    stderr_path: str | None = attrs.field(
+        default=None, validator=fields.text(logmodes.check_output_path, optional=True)
+    )
     snapshotter: str = attrs.field(
         default="overlayfs", validator=fields.text(lambda v: validate_id(v, kind="snapshotter"))
     )
@@ -205,7 +213,13 @@ class TaskConfig:
     )
 
     def __attrs_post_init__(self) -> None:
-        """Only ``json-file`` rotates: limits given to another driver would be ignored."""
+        """Only ``json-file`` rotates: limits given to another driver would be ignored.
+
+        Output sent to the caller's paths has no log driver at all.
+        """
+        if self.stdout_path is not None or self.stderr_path is not None:
+            self._no_log_settings()
+            return
         if "rotation" in logmodes.FEATURES[self.log_driver]:
             return
         for name, default in (
@@ -216,6 +230,18 @@ class TaskConfig:
             if getattr(self, name) != default:
                 raise InvalidField(
                     name, getattr(self, name), f"the {self.log_driver} log driver does not rotate"
+                )
+
+    def _no_log_settings(self) -> None:
+        for name, default in (
+            ("log_driver", logmodes.DEFAULT_DRIVER),
+            ("log_max_size", DEFAULT_LOG_MAX_SIZE),
+            ("log_max_files", DEFAULT_LOG_MAX_FILES),
+            ("log_transport", logmodes.DAEMON),
+        ):
+            if getattr(self, name) != default:
+                raise InvalidField(
+                    name, getattr(self, name), "a task with stdout_path or stderr_path keeps no log"
                 )
 
     def to_json(self) -> dict[str, Any]:

@@ -367,6 +367,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
         stop = _stop_after_exit(exited)
 
+    logmodes.check_logged(info.config, args.id)
     driver = _driver_of(info.config)
     if args.timestamps and "timestamps" not in logmodes.FEATURES[driver]:
         raise InvalidArgument(f"the {driver} log driver keeps no timestamps")

@@ -55,6 +55,8 @@ WRONG_TYPE: dict[str, tuple[Any, str]] = {
     "log_max_size": (1.0, "expected an integer"),
     "log_max_files": ("3", "expected an integer"),
     "log_transport": (1, "expected a string"),
+    "stdout_path": (3, "expected a string"),
+    "stderr_path": (b"/x", "expected a string"),
     "snapshotter": (None, "expected a string"),
     "auto_remove": ("no", "expected true or false"),
     "restart": ("always", "expected a table with policy, max_attempts, delay"),
@@ -87,6 +89,8 @@ OUT_OF_RANGE: dict[str, tuple[Any, str]] = {
     "log_max_size": (0, "must be positive"),
     "log_max_files": (0, "at least 1"),
     "log_transport": ("udp", "unknown log transport 'udp'; expected one of daemon, process"),
+    "stdout_path": ("out.txt", "expected an absolute path"),
+    "stderr_path": ("", "expected an absolute path"),
     "snapshotter": ("../x", "invalid snapshotter"),
     "restart": ({"policy": "sometimes"}, "expected one of no, on-failure, always"),
     # Checked by taskspec.check_config: they need the host or parse into mounts.
