@@ -26,7 +26,15 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports bad flags as one line and exit 125, like docker."""
+    """argparse that reports bad flags as one line and exit 125, like docker.
+
+    Prefixes of long flags are refused, as docker refuses them: ``--mem`` is not
+    ``--memory``, and a flag added later cannot change what an old script meant.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         where = self.prog.removeprefix("ctrexec").strip()

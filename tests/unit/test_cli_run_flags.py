@@ -79,3 +79,10 @@ def test_group_up_with_a_bad_file_is_one_line_and_125(
     assert main(["group", "up", "--address", str(tmp_path / "none.sock"), str(f)]) == 125
     line = _one_line_error(capsys)
     assert line == f"ctrexec: group file {f}: task web: cpus = '2': expected a number"
+
+
+def test_a_prefix_of_a_long_flag_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """docker refuses ``--mem`` for ``--memory``; so does every ctrexec parser."""
+    assert main(["run", "--mem", "1m", "img"]) == 125
+    assert "unrecognized arguments: --mem" in capsys.readouterr().err
+    assert _parse("--memory", "8m", "img").memory == 8 << 20
