@@ -18,9 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import attrs
-
-from ctrexec import _linux, defaults, logmodes, taskspec
+from ctrexec import _linux, defaults, logmodes, taskinfo, taskspec
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
@@ -65,10 +63,19 @@ class Executor:
         client: Client,
         *,
         log_dir: Path = DEFAULT_LOG_DIR,
-        files_dir: Path = hostfiles.DEFAULT_DIR,
+        files_dir: Path | None = None,
+        state_dir: Path | None = None,
     ) -> None:
+        """``log_dir``: task logs (a TaskConfig's ``log_dir`` wins). ``state_dir``: the
+        rest of ctrexec's own files (the namespaces' hosts files unless ``files_dir``
+        says, the log driver's launcher), instead of under /run/ctrexec."""
         self.client = client
         self.log_dir = Path(log_dir)
+        self.state_dir = None if state_dir is None else Path(state_dir)
+        if files_dir is None:
+            files_dir = (
+                hostfiles.DEFAULT_DIR if state_dir is None else Path(state_dir) / "netns-files"
+            )
         self.files_dir = Path(files_dir)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -103,7 +110,8 @@ class Executor:
             self.client, config.image, snapshotter=config.snapshotter, cache=self.images
         )
         user = self._resolve_user(image, config.user or image.config.user, config.snapshotter)
-        log_path = self.log_dir / self.client.namespace / config.name / "task.log"
+        log_root = Path(config.log_dir) if config.log_dir else self.log_dir
+        log_path = log_root / self.client.namespace / config.name / "task.log"
         # The spec needs only the files' paths; they are written once the record exists
         # (here, or by start()), so a crash in between leaves no orphan files behind.
         files = (
@@ -262,8 +270,13 @@ class Executor:
         backoff, as docker does; the supervisor passes ``by_policy=True`` to keep them.
         """
         with self._lock(task_id):
-            record = self._clear_previous_run(task_id, by_policy=by_policy)
-            return self._launch(record, self._rootfs_mounts(record))
+            record, replaced = self._clear_previous_run(task_id, by_policy=by_policy)
+            try:
+                return self._launch(record, self._rootfs_mounts(record), replaced=replaced)
+            except BaseException:
+                if replaced is not None:  # its task is gone; its exit need not be
+                    taskinfo.record_exit(self.client, record, replaced)
+                raise
 
     def _launch(
         self,
@@ -271,13 +284,18 @@ class Executor:
         mounts: Sequence[snapshots.RootfsMount],
         *,
         fresh: bool = False,
+        replaced: ExitStatus | None = None,
     ) -> TaskHandle:
-        """Create and start the record's task. ``fresh``: the record was just made, so
-        no previous run can be in the way unless Tasks.Create says so."""
+        """Create and start the record's task, and number its run (see :mod:`ctrexec.runs`).
+
+        ``fresh``: the record was just made, so no previous run can be in the way
+        unless Tasks.Create says so. ``replaced``: the exit of the run this one
+        replaces, kept in the record's labels.
+        """
         task_id = record.id
         log_path = record.labels.get(lbl.LOG_PATH, "")
         cfg = self._config_of(record)
-        uri = logmodes.stdio_uri(cfg, log_path)
+        uri = self._stdio_uri(cfg, log_path)
         netns_path = record.labels.get(lbl.NETNS_PATH)
         if netns_path:
             # Verified again (it may have been removed since); `ip netns add` leaves lo down.
@@ -294,19 +312,40 @@ class Executor:
             # A shim left by an earlier container of this name (containerd#6860).
             self._clear_previous_run(task_id, by_policy=True)
             pid = self._run_task(task_id, mounts, stdio)
+        started_at = datetime.now(UTC)
+        run, record = taskinfo.record_start(
+            self.client, record, pid=pid, started_at=started_at, replaced_exit=replaced
+        )
         return TaskHandle(
             id=task_id,
             namespace=self.client.namespace,
             address=self.client.address,
             pid=pid,
-            started_at=datetime.now(UTC),
+            started_at=started_at,
             netns_path=netns_path,
             log_path=log_path,
+            run=run,
+            container_created_at=record.created_at,
         )
 
-    def _clear_previous_run(self, task_id: str, *, by_policy: bool) -> containers.Container:
+    def _stdio_uri(self, cfg: TaskConfig | None, log_path: str) -> str:
+        """The log driver's URI; its launcher in ``state_dir/bin`` when one was given."""
+        if self.state_dir is None or (cfg.log_driver if cfg else "") != logmodes.JSON_FILE:
+            return logmodes.stdio_uri(cfg, log_path)
+        assert cfg is not None
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        launcher = logstore.write_launcher(self.state_dir / "bin")
+        return logstore.log_uri(log_path, cfg.log_max_size, cfg.log_max_files, driver=launcher)
+
+    def _clear_previous_run(
+        self, task_id: str, *, by_policy: bool
+    ) -> tuple[containers.Container, ExitStatus | None]:
         """Refuse a task that runs; clear what a previous run left behind, in the
-        record's labels and in containerd, so the new run starts from nothing."""
+        record's labels and in containerd, so the new run starts from nothing.
+
+        Also the exit of the stopped task it deletes (OOM fact included, which goes
+        with the task's cgroup): the only moment it can still be read.
+        """
         record = containers.get(self.client, task_id)
         marks = [k for k in _SUPERVISOR_MARKS if k in record.labels]
         if not by_policy and marks:
@@ -317,10 +356,11 @@ class Executor:
         if state is not None and state.status is Status.CREATED:
             # A start that died between Tasks.Create and Tasks.Start: begin again.
             tasks.force_delete(self.client, task_id)
+        replaced = taskinfo.stopped_exit(self.client, state)
         # Also with no task: this shuts down a shim left without one (see
         # tasks.force_delete); a plain NotFound is ignored.
         tasks.delete(self.client, task_id)
-        return record
+        return record, replaced
 
     def _run_task(self, task_id: str, mounts: Sequence[snapshots.RootfsMount], stdio: Stdio) -> int:
         """Create and start the task; its pid. A failed start leaves no task behind.
@@ -382,11 +422,9 @@ class Executor:
             pending.cancel()
         return self.with_oom({task_id: status})[task_id]
 
-    def inspect(self, task_id: str) -> TaskInfo:
-        record = containers.get(self.client, task_id)
-        state = tasks.find(self.client, task_id)
-        exits = self.with_oom({task_id: state.exit} if state and state.exit else {})
-        return self._info(record, state, exits.get(task_id))
+    def inspect(self, task_id: str, *, addresses: bool = True) -> TaskInfo:
+        """The container and its latest run; ``addresses`` looks into its namespace."""
+        return taskinfo.inspect(self.client, task_id, addresses=addresses)
 
     def tasks_in_netns(self, path: str) -> list[TaskInfo]:
         """Every task, stopped ones too, that names ``path`` as its namespace."""
@@ -407,69 +445,18 @@ class Executor:
                     self.stop(info.id)
         netns.remove(path)
 
-    def list(self, *, all_tasks: bool = False) -> list[TaskInfo]:
-        records = containers.list_containers(
-            self.client, containers.label_filter(lbl.MANAGED, "true")
-        )
-        states = {t.container_id: t for t in tasks.list_tasks(self.client)}
-        exits = self.with_oom(
-            {cid: s.exit for cid, s in states.items() if s.exit} if all_tasks else {}
-        )
-        infos = [self._info(r, states.get(r.id), exits.get(r.id)) for r in records]
-        if not all_tasks:
-            infos = [i for i in infos if i.status in (Status.RUNNING, Status.PAUSED)]
-        return sorted(infos, key=lambda i: i.id)
+    def list(self, *, all_tasks: bool = False, addresses: bool = False) -> list[TaskInfo]:
+        """Running and paused tasks (all with ``all_tasks``); ``addresses`` costs a
+        netlink dump per task, so only when asked."""
+        return taskinfo.list_infos(self.client, all_tasks=all_tasks, addresses=addresses)
 
     def with_oom(self, exits: Mapping[str, ExitStatus]) -> dict[str, ExitStatus]:
-        """The exits with ``oom_killed`` set where the task's cgroup saw an OOM kill.
-
-        containerd forgets OOM events, but a stopped task keeps its cgroup (and so the
-        kernel's oom_kill counter) until it is deleted, which is exactly as long as its
-        exit status lives: no supervisor is needed, and nothing is written. Only a
-        SIGKILL exit can be an OOM kill, so others cost no Metrics call.
-        """
-        out = dict(exits)
-        killed = [cid for cid, e in exits.items() if e.code == tasks.SIGKILL_EXIT_CODE]
-        try:
-            metrics = tasks.metrics_of(self.client, killed)
-        except CtrexecError:
-            return out  # best effort: an exit without the OOM fact beats no answer
-        for cid, data in metrics.items():
-            with contextlib.suppress(CtrexecError):
-                if stats.oom_kills(data) > 0:
-                    out[cid] = attrs.evolve(out[cid], oom_killed=True)
-        return out
-
-    def _info(
-        self,
-        record: containers.Container,
-        state: tasks.ProcessState | None,
-        last_exit: ExitStatus | None = None,
-    ) -> TaskInfo:
-        return TaskInfo(
-            id=record.id,
-            image=record.labels.get(lbl.IMAGE_REF, record.image),
-            status=state.status if state else Status.CREATED,
-            pid=state.pid if state else 0,
-            exit=last_exit or (state.exit if state else None),
-            netns_path=record.labels.get(lbl.NETNS_PATH),
-            netns_mode=record.labels.get(lbl.NETNS_MODE, "none"),
-            group=record.labels.get(lbl.GROUP),
-            log_path=record.labels.get(lbl.LOG_PATH, ""),
-            labels=record.labels,
-            created_at=record.created_at,
-            config=self._config_of(record),
-        )
+        """The exits with ``oom_killed`` set where the task's cgroup saw an OOM kill."""
+        return taskinfo.with_oom(self.client, exits)
 
     @staticmethod
     def _config_of(record: containers.Container) -> TaskConfig | None:
-        data = record.extension_json(lbl.CONFIG_EXTENSION)
-        if data is None:
-            return None
-        try:
-            return TaskConfig.from_json(data)
-        except InvalidArgument:
-            return None
+        return taskinfo.config_of(record)
 
     def stats(self, task_id: str) -> stats.Stats:
         data = tasks.metrics(self.client, task_id)
@@ -480,14 +467,11 @@ class Executor:
     def recover(self, handle: TaskHandle) -> TaskInfo:
         """Re-attach to a task from a persisted handle; report an exit that happened meanwhile.
 
-        The task is not touched: a running task stays running, a stopped one keeps its
-        exit status (containerd holds it until the task is deleted).
+        The task is not touched. When the container was started again since the
+        handle's run, the info is about the handle's run (``superseded``, its exit if
+        it was kept) and ``newer_run`` names the latest; see :func:`taskinfo.recover`.
         """
-        if handle.namespace != self.client.namespace:
-            raise InvalidArgument(
-                f"handle is for namespace {handle.namespace}, executor uses {self.client.namespace}"
-            )
-        return self.inspect(handle.id)
+        return taskinfo.recover(self.client, handle)
 
     # -- act ---------------------------------------------------------------------------
 
