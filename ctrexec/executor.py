@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ctrexec import _linux, defaults, logmodes, taskinfo, taskspec
+from ctrexec import _linux, defaults, logmodes, runs, taskinfo, taskspec
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
@@ -101,9 +101,13 @@ class Executor:
         return self._create(config, owner_labels or {})[0]
 
     def _create(
-        self, config: TaskConfig, owner_labels: Mapping[str, str]
+        self, config: TaskConfig, owner_labels: Mapping[str, str], *, first_run: bool = False
     ) -> tuple[containers.Container, list[snapshots.RootfsMount]]:
-        """The record and its rootfs mounts (which start_task passes on to the task)."""
+        """The record and its rootfs mounts (which start_task passes on to the task).
+
+        ``first_run``: the record is made to start at once, so it is labelled as its
+        first run (:func:`runs.first_run`): no label update after the start.
+        """
         checked = taskspec.check_config(config, containerd_address=self.client.address)
         netns_path, mode = self._resolve_netns(config.netns)
         image = images.ensure_image(
@@ -132,6 +136,8 @@ class Executor:
             namespace=self.client.namespace,
             containerd_address=self.client.address,
         )
+        if first_run:  # as late as can be: the run's start time
+            owner_labels = {**owner_labels, **runs.first_run(datetime.now(UTC))}
         record_labels = taskspec.record_labels(
             checked,
             image_stop_signal=image.config.stop_signal,
@@ -270,12 +276,11 @@ class Executor:
         backoff, as docker does; the supervisor passes ``by_policy=True`` to keep them.
         """
         with self._lock(task_id):
-            record, replaced = self._clear_previous_run(task_id, by_policy=by_policy)
+            before, record = self._clear_previous_run(task_id, by_policy=by_policy)
             try:
-                return self._launch(record, self._rootfs_mounts(record), replaced=replaced)
+                return self._launch(record, self._rootfs_mounts(record))
             except BaseException:
-                if replaced is not None:  # its task is gone; its exit need not be
-                    taskinfo.record_exit(self.client, record, replaced)
+                taskinfo.undo_next_run(self.client, before)
                 raise
 
     def _launch(
@@ -284,14 +289,10 @@ class Executor:
         mounts: Sequence[snapshots.RootfsMount],
         *,
         fresh: bool = False,
-        replaced: ExitStatus | None = None,
     ) -> TaskHandle:
-        """Create and start the record's task, and number its run (see :mod:`ctrexec.runs`).
-
-        ``fresh``: the record was just made, so no previous run can be in the way
-        unless Tasks.Create says so. ``replaced``: the exit of the run this one
-        replaces, kept in the record's labels.
-        """
+        """Create and start the record's task, the run its labels number (see
+        :mod:`ctrexec.runs`). ``fresh``: the record was just made, so no previous run
+        can be in the way unless Tasks.Create says so."""
         task_id = record.id
         log_path = record.labels.get(lbl.LOG_PATH, "")
         cfg = self._config_of(record)
@@ -310,21 +311,18 @@ class Executor:
             if not fresh:
                 raise
             # A shim left by an earlier container of this name (containerd#6860).
-            self._clear_previous_run(task_id, by_policy=True)
+            self._clear_previous_run(task_id, by_policy=True, next_run=False)
             pid = self._run_task(task_id, mounts, stdio)
-        started_at = datetime.now(UTC)
-        run, record = taskinfo.record_start(
-            self.client, record, pid=pid, started_at=started_at, replaced_exit=replaced
-        )
+        run = runs.current(record.labels)
         return TaskHandle(
             id=task_id,
             namespace=self.client.namespace,
             address=self.client.address,
             pid=pid,
-            started_at=started_at,
+            started_at=run.started_at if run and run.started_at else datetime.now(UTC),
             netns_path=netns_path,
             log_path=log_path,
-            run=run,
+            run=run.run if run else 0,
             container_created_at=record.created_at,
         )
 
@@ -338,29 +336,31 @@ class Executor:
         return logstore.log_uri(log_path, cfg.log_max_size, cfg.log_max_files, driver=launcher)
 
     def _clear_previous_run(
-        self, task_id: str, *, by_policy: bool
-    ) -> tuple[containers.Container, ExitStatus | None]:
+        self, task_id: str, *, by_policy: bool, next_run: bool = True
+    ) -> tuple[containers.Container, containers.Container]:
         """Refuse a task that runs; clear what a previous run left behind, in the
         record's labels and in containerd, so the new run starts from nothing.
 
-        Also the exit of the stopped task it deletes (OOM fact included, which goes
-        with the task's cgroup): the only moment it can still be read.
+        With ``next_run``, the same label update numbers the new run and keeps the
+        exit of the stopped task, before it is deleted: the only moment it can still
+        be read. The record before and after that update.
         """
-        record = containers.get(self.client, task_id)
-        marks = [k for k in _SUPERVISOR_MARKS if k in record.labels]
-        if not by_policy and marks:
-            record = containers.update_labels(self.client, task_id, dict.fromkeys(marks))
+        before = record = containers.get(self.client, task_id)
         state = tasks.find(self.client, task_id)
         if state is not None and state.status not in (Status.STOPPED, Status.CREATED):
             raise FailedPrecondition(f"container {task_id} is already {state.status.value}")
+        marks = [] if by_policy else [k for k in _SUPERVISOR_MARKS if k in record.labels]
+        if next_run:
+            record = taskinfo.next_run(self.client, record, state, clear=marks)
+        elif marks:
+            record = containers.update_labels(self.client, task_id, dict.fromkeys(marks))
         if state is not None and state.status is Status.CREATED:
             # A start that died between Tasks.Create and Tasks.Start: begin again.
             tasks.force_delete(self.client, task_id)
-        replaced = taskinfo.stopped_exit(self.client, state)
         # Also with no task: this shuts down a shim left without one (see
         # tasks.force_delete); a plain NotFound is ignored.
         tasks.delete(self.client, task_id)
-        return record, replaced
+        return before, record
 
     def _run_task(self, task_id: str, mounts: Sequence[snapshots.RootfsMount], stdio: Stdio) -> int:
         """Create and start the task; its pid. A failed start leaves no task behind.
@@ -387,7 +387,7 @@ class Executor:
         have a previous run to clear, so that costs no round trip unless
         Tasks.Create finds one in the way.
         """
-        record, mounts = self._create(config, {})
+        record, mounts = self._create(config, {}, first_run=True)
         try:
             with self._lock(config.name):
                 return self._launch(record, mounts, fresh=True)

@@ -56,8 +56,9 @@ GROUP_PORTS = "io.ctrexec.group.ports"
 #: Which run of the container the current task is: 1 for the first start, +1 for each
 #: start after it (by hand or by the supervisor). A handle names its run by it.
 RUN_ID = "io.ctrexec.run.id"
-#: The current run's pid and start time (ISO 8601), written once its task started.
-RUN_PID = "io.ctrexec.run.pid"
+#: When ctrexec began starting the current run (ISO 8601): written with its number,
+#: in the call that has to be made anyway (Containers.Create, or the restart's label
+#: update that keeps the replaced run's exit), so a start costs no extra round trip.
 RUN_STARTED_AT = "io.ctrexec.run.started-at"
 #: The run before the current one, as JSON (run, pid, started_at and its exit), written
 #: when the next run starts: containerd forgets a task's exit when it is deleted.

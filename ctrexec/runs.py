@@ -25,7 +25,8 @@ from ctrexec.errors import HandleMismatch
 
 @attrs.frozen(kw_only=True)
 class Run:
-    """One start of a container: its number, pid and start time, and its exit once known."""
+    """One start of a container: its number, start time, and once it was replaced, its
+    pid and exit (the current run's pid is its task's)."""
 
     run: int
     pid: int = 0
@@ -72,11 +73,7 @@ def current(labels: Mapping[str, str]) -> Run | None:
     number = _int(labels.get(lbl.RUN_ID))
     if number <= 0:
         return None
-    return Run(
-        run=number,
-        pid=_int(labels.get(lbl.RUN_PID)),
-        started_at=_time(labels.get(lbl.RUN_STARTED_AT)),
-    )
+    return Run(run=number, started_at=_time(labels.get(lbl.RUN_STARTED_AT)))
 
 
 def previous(labels: Mapping[str, str]) -> Run | None:
@@ -92,32 +89,59 @@ def previous(labels: Mapping[str, str]) -> Run | None:
         return None
 
 
-def start_labels(
+def first_run(started_at: datetime) -> dict[str, str]:
+    """The labels of a container's first run, which go into its Containers.Create."""
+    return {lbl.RUN_ID: "1", lbl.RUN_STARTED_AT: started_at.isoformat()}
+
+
+def next_run(
     labels: Mapping[str, str],
     *,
-    pid: int,
     started_at: datetime,
+    replaced_pid: int,
     replaced_exit: ExitStatus | None,
 ) -> dict[str, str | None]:
-    """The label update for a run that just started.
+    """The label update that numbers the next run, sent before its task is made.
 
-    ``replaced_exit`` is the exit of the task this start deleted, which belongs to
-    the run the labels still name; it becomes :data:`~ctrexec.labels.RUN_PREVIOUS`.
-    Without one (a fresh container, or a task deleted before, e.g. by ``reap``), the
-    replaced run is kept with the exit recorded for it, if any, else as unknown.
+    ``replaced_exit`` is the exit of the stopped task this start deletes (pid
+    ``replaced_pid``), which belongs to the run the labels still name; it becomes
+    :data:`~ctrexec.labels.RUN_PREVIOUS` before the task, and with it the exit, goes.
+    Without one (no task: it was deleted before), the replaced run is kept with the
+    exit recorded for it, if any, else as unknown.
     """
     old = current(labels)
     update: dict[str, str | None] = {
         lbl.RUN_ID: str((old.run if old else 0) + 1),
-        lbl.RUN_PID: str(pid),
         lbl.RUN_STARTED_AT: started_at.isoformat(),
     }
-    if old is not None:
-        kept = previous(labels)
-        if replaced_exit is None and kept is not None and kept.run == old.run:
-            replaced_exit = kept.exit  # kept when its task went without a new run
-        update[lbl.RUN_PREVIOUS] = previous_label(attrs.evolve(old, exit=replaced_exit))
+    kept = previous(labels)
+    if old is not None and replaced_exit is None and kept is not None and kept.run == old.run:
+        replaced_exit, replaced_pid = kept.exit, replaced_pid or kept.pid
+    if old is not None or replaced_exit is not None:
+        update[lbl.RUN_PREVIOUS] = previous_label(
+            Run(
+                run=old.run if old else 0,
+                pid=replaced_pid,
+                started_at=old.started_at if old else None,
+                exit=replaced_exit,
+            )
+        )
     return update
+
+
+def undo_next_run(labels: Mapping[str, str]) -> dict[str, str | None]:
+    """Put the run number back as ``labels`` (before :func:`next_run`) had it, for a
+    start that failed: no run began. The replaced run's exit stays kept, as the
+    current run's (see :func:`kept_exit`)."""
+    return {lbl.RUN_ID: labels.get(lbl.RUN_ID), lbl.RUN_STARTED_AT: labels.get(lbl.RUN_STARTED_AT)}
+
+
+def kept_exit(labels: Mapping[str, str]) -> ExitStatus | None:
+    """The current run's exit as kept in the labels, once its task was deleted with
+    no run after it (a start that failed after deleting it)."""
+    now, before = current(labels), previous(labels)
+    same = before is not None and before.run == (now.run if now else 0)
+    return before.exit if same and before is not None else None
 
 
 def previous_label(run: Run) -> str:
@@ -158,7 +182,7 @@ def locate(
         # Never started since runs were numbered: the task, if any, is the handle's.
         return Match(run=None, newer=None)
     if handle_run == 0:
-        if handle_pid in (now.pid, task_pid):
+        if handle_pid == task_pid:
             return Match(run=None, newer=None)
         if before is not None and before.pid == handle_pid:
             return Match(run=before, newer=now.run)

@@ -9,8 +9,8 @@ at each start (:func:`record_start`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 import attrs
 
@@ -95,10 +95,10 @@ def build(
     """The latest run's info from the record and its task (``last_exit``: the task's
     exit with the OOM fact added)."""
     labels = record.labels
-    now, before = runs.current(labels), runs.previous(labels)
+    now = runs.current(labels)
     exit_status = last_exit or (state.exit if state else None)
-    if state is None and now is not None and before is not None and before.run == now.run:
-        exit_status = before.exit  # its task was deleted, its exit kept (record_exit)
+    if state is None:
+        exit_status = runs.kept_exit(labels)  # a start failed after deleting its task
     pid = state.pid if state else 0
     return TaskInfo(
         id=record.id,
@@ -194,40 +194,30 @@ def recover(client: Client, handle: TaskHandle, *, addresses: bool = True) -> Ta
     )
 
 
-def stopped_exit(client: Client, state: tasks.ProcessState | None) -> ExitStatus | None:
-    """The exit of a stopped task about to be deleted, with its OOM fact (which goes
-    with the task's cgroup)."""
-    if state is None or state.status is not Status.STOPPED or state.exit is None:
-        return None
-    return with_oom(client, {state.container_id: state.exit})[state.container_id]
-
-
-def record_start(
+def next_run(
     client: Client,
     record: containers.Container,
-    *,
-    pid: int,
-    started_at: datetime,
-    replaced_exit: ExitStatus | None,
-) -> tuple[int, containers.Container]:
-    """Number the run that just started and keep the exit of the one it replaced;
-    its number and the updated record. One label update per start."""
-    update = runs.start_labels(
-        record.labels, pid=pid, started_at=started_at, replaced_exit=replaced_exit
+    state: tasks.ProcessState | None,
+    clear: Sequence[str] = (),
+) -> containers.Container:
+    """Number the run about to start and keep the exit of the stopped task it
+    replaces (with its OOM fact, which goes with the task's cgroup), in one label
+    update before that task is deleted; also remove the ``clear`` labels."""
+    stopped = state if state is not None and state.status is Status.STOPPED else None
+    replaced = None
+    if stopped is not None and stopped.exit is not None:
+        replaced = with_oom(client, {record.id: stopped.exit})[record.id]
+    update = dict.fromkeys(clear) | runs.next_run(
+        record.labels,
+        started_at=datetime.now(UTC),
+        replaced_pid=stopped.pid if stopped else 0,
+        replaced_exit=replaced,
     )
-    updated = containers.update_labels(client, record.id, update)
-    return int(update[lbl.RUN_ID] or 0), updated
+    return containers.update_labels(client, record.id, update)
 
 
-def record_exit(client: Client, record: containers.Container, status: ExitStatus) -> None:
-    """Keep the current run's exit when its task is deleted but no new run started
-    (a start that failed after deleting it). Best effort: it is only a report."""
-    now = runs.current(record.labels)
-    if now is None:
-        return
+def undo_next_run(client: Client, before: containers.Container) -> None:
+    """A start that failed: the run number back as ``before`` had it. Best effort:
+    the failure being reported matters more."""
     with contextlib.suppress(CtrexecError):
-        containers.update_labels(
-            client,
-            record.id,
-            {lbl.RUN_PREVIOUS: runs.previous_label(attrs.evolve(now, exit=status))},
-        )
+        containers.update_labels(client, before.id, runs.undo_next_run(before.labels))
