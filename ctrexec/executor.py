@@ -24,7 +24,6 @@ from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.execs import ExecResult, run_exec
-from ctrexec.containerd.memo import Memo
 from ctrexec.containerd.tasks import ExitStatus, Status, Stdio
 from ctrexec.errors import (
     AlreadyExists,
@@ -35,9 +34,10 @@ from ctrexec.errors import (
     NotFound,
     TaskError,
 )
+from ctrexec.imageusers import ImageUsers
 from ctrexec.net import hostfiles, netns
 from ctrexec.oci.process import merge_env
-from ctrexec.oci.user import ResolvedUser, resolve_user_spec
+from ctrexec.oci.user import ResolvedUser
 from ctrexec.taskconfig import TaskConfig, TaskHandle, TaskInfo
 
 DEFAULT_LOG_DIR = defaults.DEFAULT_LOG_DIR
@@ -81,7 +81,8 @@ class Executor:
         self._locks_guard = threading.Lock()
         #: Image documents and unpack state by digest; shared by every start.
         self.images = images.ImageCache()
-        self._users: Memo[tuple[str, str, str, str], ResolvedUser] = Memo()
+        #: Users resolved through each image's passwd and group files.
+        self.users = ImageUsers()
 
     def _lock(self, task_id: str) -> threading.Lock:
         with self._locks_guard:
@@ -244,28 +245,7 @@ class Executor:
         return path, "path"
 
     def _resolve_user(self, image: images.Image, user: str, snapshotter: str) -> ResolvedUser:
-        """Always through the image's files: docker takes even a numeric uid's primary
-        and supplementary groups from /etc/passwd and /etc/group when it is listed.
-
-        Cached by the image's top chain ID: those files are part of a committed
-        snapshot, which its digest fixes; reading them mounts the image (a lease, a
-        view, a private mount namespace), which costs more than the rest of a start.
-        """
-        if not user:
-            return ResolvedUser(uid=0, gid=0)
-        key = (self.client.namespace, snapshotter, image.top_chain_id, user)
-        return self._users.get_or_compute(key, lambda: self._read_user(image, user, snapshotter))
-
-    def _read_user(self, image: images.Image, user: str, snapshotter: str) -> ResolvedUser:
-        files = images.read_rootfs_files(
-            self.client, image, ["/etc/passwd", "/etc/group"], snapshotter=snapshotter
-        )
-        passwd, group = files.get("/etc/passwd"), files.get("/etc/group")
-        return resolve_user_spec(
-            user,
-            passwd.decode(errors="replace") if passwd is not None else None,
-            group.decode(errors="replace") if group is not None else None,
-        )
+        return self.users.resolve(self.client, image, user, snapshotter)
 
     # -- start ----------------------------------------------------------------------
 
@@ -328,9 +308,8 @@ class Executor:
 
     def _stdio_uri(self, cfg: TaskConfig | None, log_path: str) -> str:
         """The log driver's URI; its launcher in ``state_dir/bin`` when one was given."""
-        if self.state_dir is None or (cfg.log_driver if cfg else "") != logmodes.JSON_FILE:
+        if self.state_dir is None or cfg is None or cfg.log_driver != logmodes.JSON_FILE:
             return logmodes.stdio_uri(cfg, log_path)
-        assert cfg is not None
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         launcher = logstore.write_launcher(self.state_dir / "bin")
         return logstore.log_uri(log_path, cfg.log_max_size, cfg.log_max_files, driver=launcher)
