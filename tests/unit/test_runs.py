@@ -138,3 +138,16 @@ def test_info_json_says_the_run_and_its_end() -> None:
         True,
     )
     assert data["finished_at"] == T0.isoformat() and data["addresses"] is None
+
+
+def test_group_ports_label_round_trip() -> None:
+    from ctrexec import taskinfo
+
+    labels = {lbl.GROUP_PORTS: "8080:80/tcp,127.0.0.1:53:53/udp,[::1]:9000:90,bad"}
+    ports = taskinfo.group_ports(labels)
+    assert [(p.host_ip, p.host_port, p.container_port, p.protocol) for p in ports] == [
+        ("", 8080, 80, "tcp"),
+        ("127.0.0.1", 53, 53, "udp"),
+        ("::1", 9000, 90, "tcp"),
+    ]
+    assert taskinfo.group_ports({}) == ()
