@@ -117,8 +117,14 @@ def build(
         started_at=now.started_at if now else None,
         restart_count=_count(labels.get(lbl.RESTART_COUNT)),
         ports=group_ports(labels),
-        addresses=addresses_of(record, pid) if addresses else None,
+        addresses=addresses_of(record, _live_pid(state)) if addresses else None,
     )
+
+
+def _live_pid(state: tasks.ProcessState | None) -> int:
+    """The pid while it is the task's: a stopped task's pid may be another process's."""
+    live = state is not None and state.status in (Status.RUNNING, Status.PAUSED)
+    return state.pid if live and state is not None else 0
 
 
 def _count(value: str | None) -> int:
@@ -191,6 +197,8 @@ def recover(client: Client, handle: TaskHandle, *, addresses: bool = True) -> Ta
         run=old.run or handle.run,
         started_at=old.started_at or handle.started_at,
         newer_run=match.newer,
+        # A pinned namespace is the old run's too; a ``none`` task's own is the new one's.
+        addresses=info.addresses if info.netns_mode == "path" else None,
     )
 
 
