@@ -75,6 +75,7 @@ def test_recover_after_a_restart_reports_the_old_runs_exit(ex: Executor, test_im
     assert old.run == 1 and old.pid == first.pid and old.status is Status.STOPPED
     assert old.exit_code == 137 and not old.oom_killed
     assert old.finished_at == died.exited_at and old.started_at == first.started_at
+    assert old.addresses is None  # its own namespace went with it
 
     new = ex.recover(second)
     assert not new.superseded and new.newer_run is None
