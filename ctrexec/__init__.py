@@ -25,6 +25,7 @@ from ctrexec.errors import (
     DaemonError,
     DeadlineExceeded,
     FailedPrecondition,
+    HandleMismatch,
     Internal,
     InvalidArgument,
     InvalidField,
@@ -62,7 +63,17 @@ if TYPE_CHECKING:
     from ctrexec.containerd.stats import Stats
     from ctrexec.containerd.tasks import ExitStatus, Status
     from ctrexec.executor import Executor
-    from ctrexec.net.netns import NetNS, NetNSInfo
+    from ctrexec.groups import Groups, GroupSpec, load_group_file, parse_group
+    from ctrexec.logmodes import read_task_logs
+    from ctrexec.logs import LogEntry, read_logs
+    from ctrexec.net.cni import PortMapping
+    from ctrexec.net.netns import Address, Interface, NetNS, NetNSInfo, Route
+    from ctrexec.net.netns import create as create_netns
+    from ctrexec.net.netns import inspect as inspect_netns
+    from ctrexec.net.netns import list_namespaces as list_netns
+    from ctrexec.net.netns import remove as remove_netns
+    from ctrexec.net.networks import Attachment, Networks
+    from ctrexec.supervisor import Supervisor, is_supervised
     from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
 
 #: Where each lazily loaded public name is defined (errors and defaults are light).
@@ -96,10 +107,20 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "Status",
     ),
     "ctrexec.executor": ("Executor",),
+    "ctrexec.groups": ("GroupSpec", "Groups", "load_group_file", "parse_group"),
+    "ctrexec.logmodes": ("read_task_logs",),
+    "ctrexec.logs": ("LogEntry", "read_logs"),
+    "ctrexec.net.cni": ("PortMapping",),
     "ctrexec.net.netns": (
+        "Address",
+        "Interface",
         "NetNS",
         "NetNSInfo",
+        "Route",
     ),
+    "ctrexec.net.networks": ("Attachment", "Networks"),
+    "ctrexec.supervisor": ("Supervisor", "is_supervised"),
+    # The events names (Executor.events' types) are added with them.
     "ctrexec.taskconfig": (
         "RestartPolicy",
         "TaskConfig",
@@ -107,11 +128,22 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "TaskInfo",
     ),
 }
-_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+#: Public names that are another name in their module: ``netns.create`` is too vague
+#: at the top level.
+_ALIASES: dict[str, tuple[str, str]] = {
+    "create_netns": ("ctrexec.net.netns", "create"),
+    "inspect_netns": ("ctrexec.net.netns", "inspect"),
+    "list_netns": ("ctrexec.net.netns", "list_namespaces"),
+    "remove_netns": ("ctrexec.net.netns", "remove"),
+}
+_MODULE_OF = {name: (module, name) for module, names in _SOURCES.items() for name in names}
+_MODULE_OF.update(_ALIASES)
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "Address",
     "AlreadyExists",
+    "Attachment",
     "CNIError",
     "Canceled",
     "Client",
@@ -128,46 +160,65 @@ __all__ = [
     "Executor",
     "ExitStatus",
     "FailedPrecondition",
+    "GroupSpec",
+    "Groups",
+    "HandleMismatch",
     "Image",
     "ImageConfig",
     "ImageSummary",
+    "Interface",
     "Internal",
     "InvalidArgument",
     "InvalidField",
     "Lease",
+    "LogEntry",
     "NetNS",
     "NetNSInfo",
     "NetworkError",
+    "Networks",
     "NotFound",
     "NotModified",
     "PermissionDenied",
     "Platform",
     "Plugin",
+    "PortMapping",
     "ResourceExhausted",
     "RestartPolicy",
+    "Route",
     "ServerInfo",
     "ServerVersion",
     "Stats",
     "Status",
+    "Supervisor",
     "TaskConfig",
     "TaskError",
     "TaskHandle",
     "TaskInfo",
     "Unavailable",
     "Unimplemented",
+    "create_netns",
     "ensure_image",
     "get_image",
+    "inspect_netns",
+    "is_supervised",
     "list_images",
+    "list_netns",
+    "load_group_file",
     "normalize_reference",
+    "parse_group",
+    "read_logs",
+    "read_task_logs",
     "remove_image",
+    "remove_netns",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
+    where = _MODULE_OF.get(name)
+    if where is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module, attribute = where
+    value = getattr(importlib.import_module(module), attribute)
     globals()[name] = value  # later lookups skip this hook
     return value
 

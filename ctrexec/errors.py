@@ -8,7 +8,8 @@ seams. Every translated error chains the original with ``raise ... from``.
 
     CtrexecError                     exit code 125 in the CLI
     ├── InvalidArgument              bad input, rejected before any side effect
-    │   └── InvalidField             one config field: its name, value and what was expected
+    │   ├── InvalidField             one config field: its name, value and what was expected
+    │   └── HandleMismatch           a TaskHandle that names another container, namespace or address
     ├── NotFound
     ├── AlreadyExists
     ├── FailedPrecondition
@@ -58,6 +59,12 @@ class InvalidField(InvalidArgument):
         self.field = field
         self.value = value
         self.reason = reason
+
+
+class HandleMismatch(InvalidArgument):
+    """A persisted :class:`~ctrexec.TaskHandle` does not name what this executor sees:
+    another containerd address or namespace, or a container of the same name made
+    after the handle's was removed. Acting on it would act on someone else's task."""
 
 
 class NotFound(CtrexecError):

@@ -18,15 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import attrs
-
-from ctrexec import _linux, defaults, logdaemon_client, logmodes, taskspec
+from ctrexec import _linux, defaults, logdaemon_client, logmodes, runs, taskinfo, taskspec
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.execs import ExecResult, run_exec
-from ctrexec.containerd.memo import Memo
 from ctrexec.containerd.tasks import ExitStatus, Status, Stdio
 from ctrexec.errors import (
     AlreadyExists,
@@ -37,9 +34,10 @@ from ctrexec.errors import (
     NotFound,
     TaskError,
 )
+from ctrexec.imageusers import ImageUsers
 from ctrexec.net import hostfiles, netns
 from ctrexec.oci.process import merge_env
-from ctrexec.oci.user import ResolvedUser, resolve_user_spec
+from ctrexec.oci.user import ResolvedUser
 from ctrexec.taskconfig import TaskConfig, TaskHandle, TaskInfo
 
 DEFAULT_LOG_DIR = defaults.DEFAULT_LOG_DIR
@@ -65,16 +63,26 @@ class Executor:
         client: Client,
         *,
         log_dir: Path = DEFAULT_LOG_DIR,
-        files_dir: Path = hostfiles.DEFAULT_DIR,
+        files_dir: Path | None = None,
+        state_dir: Path | None = None,
     ) -> None:
+        """``log_dir``: task logs (a TaskConfig's ``log_dir`` wins). ``state_dir``: the
+        rest of ctrexec's own files (the namespaces' hosts files unless ``files_dir``
+        says, the log driver's launcher), instead of under /run/ctrexec."""
         self.client = client
         self.log_dir = Path(log_dir)
+        self.state_dir = None if state_dir is None else Path(state_dir)
+        if files_dir is None:
+            files_dir = (
+                hostfiles.DEFAULT_DIR if state_dir is None else Path(state_dir) / "netns-files"
+            )
         self.files_dir = Path(files_dir)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         #: Image documents and unpack state by digest; shared by every start.
         self.images = images.ImageCache()
-        self._users: Memo[tuple[str, str, str, str], ResolvedUser] = Memo()
+        #: Users resolved through each image's passwd and group files.
+        self.users = ImageUsers()
 
     def _lock(self, task_id: str) -> threading.Lock:
         with self._locks_guard:
@@ -94,16 +102,21 @@ class Executor:
         return self._create(config, owner_labels or {})[0]
 
     def _create(
-        self, config: TaskConfig, owner_labels: Mapping[str, str]
+        self, config: TaskConfig, owner_labels: Mapping[str, str], *, first_run: bool = False
     ) -> tuple[containers.Container, list[snapshots.RootfsMount]]:
-        """The record and its rootfs mounts (which start_task passes on to the task)."""
+        """The record and its rootfs mounts (which start_task passes on to the task).
+
+        ``first_run``: the record is made to start at once, so it is labelled as its
+        first run (:func:`runs.first_run`): no label update after the start.
+        """
         checked = taskspec.check_config(config, containerd_address=self.client.address)
         netns_path, mode = self._resolve_netns(config.netns)
         image = images.ensure_image(
             self.client, config.image, snapshotter=config.snapshotter, cache=self.images
         )
         user = self._resolve_user(image, config.user or image.config.user, config.snapshotter)
-        log_path = self.log_dir / self.client.namespace / config.name / "task.log"
+        log_root = Path(config.log_dir) if config.log_dir else self.log_dir
+        log_path = log_root / self.client.namespace / config.name / "task.log"
         # The spec needs only the files' paths; they are written once the record exists
         # (here, or by start()), so a crash in between leaves no orphan files behind.
         files = (
@@ -124,6 +137,8 @@ class Executor:
             namespace=self.client.namespace,
             containerd_address=self.client.address,
         )
+        if first_run:  # as late as can be: the run's start time
+            owner_labels = {**owner_labels, **runs.first_run(datetime.now(UTC))}
         record_labels = taskspec.record_labels(
             checked,
             image_stop_signal=image.config.stop_signal,
@@ -230,28 +245,7 @@ class Executor:
         return path, "path"
 
     def _resolve_user(self, image: images.Image, user: str, snapshotter: str) -> ResolvedUser:
-        """Always through the image's files: docker takes even a numeric uid's primary
-        and supplementary groups from /etc/passwd and /etc/group when it is listed.
-
-        Cached by the image's top chain ID: those files are part of a committed
-        snapshot, which its digest fixes; reading them mounts the image (a lease, a
-        view, a private mount namespace), which costs more than the rest of a start.
-        """
-        if not user:
-            return ResolvedUser(uid=0, gid=0)
-        key = (self.client.namespace, snapshotter, image.top_chain_id, user)
-        return self._users.get_or_compute(key, lambda: self._read_user(image, user, snapshotter))
-
-    def _read_user(self, image: images.Image, user: str, snapshotter: str) -> ResolvedUser:
-        files = images.read_rootfs_files(
-            self.client, image, ["/etc/passwd", "/etc/group"], snapshotter=snapshotter
-        )
-        passwd, group = files.get("/etc/passwd"), files.get("/etc/group")
-        return resolve_user_spec(
-            user,
-            passwd.decode(errors="replace") if passwd is not None else None,
-            group.decode(errors="replace") if group is not None else None,
-        )
+        return self.users.resolve(self.client, image, user, snapshotter)
 
     # -- start ----------------------------------------------------------------------
 
@@ -262,8 +256,12 @@ class Executor:
         backoff, as docker does; the supervisor passes ``by_policy=True`` to keep them.
         """
         with self._lock(task_id):
-            record = self._clear_previous_run(task_id, by_policy=by_policy)
-            return self._launch(record, self._rootfs_mounts(record))
+            before, record = self._clear_previous_run(task_id, by_policy=by_policy)
+            try:
+                return self._launch(record, self._rootfs_mounts(record))
+            except BaseException:
+                taskinfo.undo_next_run(self.client, before)
+                raise
 
     def _launch(
         self,
@@ -272,12 +270,13 @@ class Executor:
         *,
         fresh: bool = False,
     ) -> TaskHandle:
-        """Create and start the record's task. ``fresh``: the record was just made, so
-        no previous run can be in the way unless Tasks.Create says so."""
+        """Create and start the record's task, the run its labels number (see
+        :mod:`ctrexec.runs`). ``fresh``: the record was just made, so no previous run
+        can be in the way unless Tasks.Create says so."""
         task_id = record.id
         log_path = record.labels.get(lbl.LOG_PATH, "")
         cfg = self._config_of(record)
-        out, err, log_token = logmodes.stdio_for(cfg, log_path)
+        out, err, log_token = self._stdio(cfg, log_path)
         netns_path = record.labels.get(lbl.NETNS_PATH)
         if netns_path:
             # Verified again (it may have been removed since); `ip netns add` leaves lo down.
@@ -293,40 +292,66 @@ class Executor:
                 if not fresh:
                     raise
                 # A shim left by an earlier container of this name (containerd#6860).
-                self._clear_previous_run(task_id, by_policy=True)
+                self._clear_previous_run(task_id, by_policy=True, next_run=False)
                 pid = self._run_task(task_id, mounts, stdio)
         except BaseException:
             if log_token:  # the shim never opened the FIFOs: the daemon would wait
                 with contextlib.suppress(CtrexecError):
-                    logdaemon_client.drop(token=log_token)
+                    logdaemon_client.drop(token=log_token, where=self._logd_dir)
             raise
+        run = runs.current(record.labels)
         return TaskHandle(
             id=task_id,
             namespace=self.client.namespace,
             address=self.client.address,
             pid=pid,
-            started_at=datetime.now(UTC),
+            started_at=run.started_at if run and run.started_at else datetime.now(UTC),
             netns_path=netns_path,
             log_path=log_path,
+            run=run.run if run else 0,
+            container_created_at=record.created_at,
         )
 
-    def _clear_previous_run(self, task_id: str, *, by_policy: bool) -> containers.Container:
+    @property
+    def _logd_dir(self) -> Path | None:
+        """The shared log daemon's directory: under ``state_dir`` when one was given."""
+        return None if self.state_dir is None else self.state_dir / "logd"
+
+    def _stdio(self, cfg: TaskConfig | None, log_path: str) -> tuple[str, str, str]:
+        """The task's stdout, stderr and log registration, with ctrexec's own files (the
+        log daemon's socket, the per-task driver's launcher) under ``state_dir``."""
+        if self.state_dir is None:
+            return logmodes.stdio_for(cfg, log_path)
+        return logmodes.stdio_for(
+            cfg, log_path, launcher_dir=self.state_dir / "bin", logd_dir=self._logd_dir
+        )
+
+    def _clear_previous_run(
+        self, task_id: str, *, by_policy: bool, next_run: bool = True
+    ) -> tuple[containers.Container, containers.Container]:
         """Refuse a task that runs; clear what a previous run left behind, in the
-        record's labels and in containerd, so the new run starts from nothing."""
-        record = containers.get(self.client, task_id)
-        marks = [k for k in _SUPERVISOR_MARKS if k in record.labels]
-        if not by_policy and marks:
-            record = containers.update_labels(self.client, task_id, dict.fromkeys(marks))
+        record's labels and in containerd, so the new run starts from nothing.
+
+        With ``next_run``, the same label update numbers the new run and keeps the
+        exit of the stopped task, before it is deleted: the only moment it can still
+        be read. The record before and after that update.
+        """
+        before = record = containers.get(self.client, task_id)
         state = tasks.find(self.client, task_id)
         if state is not None and state.status not in (Status.STOPPED, Status.CREATED):
             raise FailedPrecondition(f"container {task_id} is already {state.status.value}")
+        marks = [] if by_policy else [k for k in _SUPERVISOR_MARKS if k in record.labels]
+        if next_run:
+            record = taskinfo.next_run(self.client, record, state, clear=marks)
+        elif marks:
+            record = containers.update_labels(self.client, task_id, dict.fromkeys(marks))
         if state is not None and state.status is Status.CREATED:
             # A start that died between Tasks.Create and Tasks.Start: begin again.
             tasks.force_delete(self.client, task_id)
         # Also with no task: this shuts down a shim left without one (see
         # tasks.force_delete); a plain NotFound is ignored.
         tasks.delete(self.client, task_id)
-        return record
+        return before, record
 
     def _run_task(self, task_id: str, mounts: Sequence[snapshots.RootfsMount], stdio: Stdio) -> int:
         """Create and start the task; its pid. A failed start leaves no task behind.
@@ -353,7 +378,7 @@ class Executor:
         have a previous run to clear, so that costs no round trip unless
         Tasks.Create finds one in the way.
         """
-        record, mounts = self._create(config, {})
+        record, mounts = self._create(config, {}, first_run=True)
         try:
             with self._lock(config.name):
                 return self._launch(record, mounts, fresh=True)
@@ -382,7 +407,9 @@ class Executor:
             record = containers.get(self.client, task_id)
             if logmodes.uses_daemon(self._config_of(record)):
                 with contextlib.suppress(CtrexecError):  # a kept stdout: read what is there
-                    logdaemon_client.wait_drained(record.labels.get(lbl.LOG_PATH, ""))
+                    logdaemon_client.wait_drained(
+                        record.labels.get(lbl.LOG_PATH, ""), where=self._logd_dir
+                    )
 
     def wait(self, task_id: str, timeout: float | None = None) -> ExitStatus:
         """Block until the task exits (DeadlineExceeded after ``timeout`` seconds)."""
@@ -393,11 +420,9 @@ class Executor:
             pending.cancel()
         return self.with_oom({task_id: status})[task_id]
 
-    def inspect(self, task_id: str) -> TaskInfo:
-        record = containers.get(self.client, task_id)
-        state = tasks.find(self.client, task_id)
-        exits = self.with_oom({task_id: state.exit} if state and state.exit else {})
-        return self._info(record, state, exits.get(task_id))
+    def inspect(self, task_id: str, *, addresses: bool = True) -> TaskInfo:
+        """The container and its latest run; ``addresses`` looks into its namespace."""
+        return taskinfo.inspect(self.client, task_id, addresses=addresses)
 
     def tasks_in_netns(self, path: str) -> list[TaskInfo]:
         """Every task, stopped ones too, that names ``path`` as its namespace."""
@@ -418,69 +443,18 @@ class Executor:
                     self.stop(info.id)
         netns.remove(path)
 
-    def list(self, *, all_tasks: bool = False) -> list[TaskInfo]:
-        records = containers.list_containers(
-            self.client, containers.label_filter(lbl.MANAGED, "true")
-        )
-        states = {t.container_id: t for t in tasks.list_tasks(self.client)}
-        exits = self.with_oom(
-            {cid: s.exit for cid, s in states.items() if s.exit} if all_tasks else {}
-        )
-        infos = [self._info(r, states.get(r.id), exits.get(r.id)) for r in records]
-        if not all_tasks:
-            infos = [i for i in infos if i.status in (Status.RUNNING, Status.PAUSED)]
-        return sorted(infos, key=lambda i: i.id)
+    def list(self, *, all_tasks: bool = False, addresses: bool = False) -> list[TaskInfo]:
+        """Running and paused tasks (all with ``all_tasks``); ``addresses`` costs a
+        netlink dump per task, so only when asked."""
+        return taskinfo.list_infos(self.client, all_tasks=all_tasks, addresses=addresses)
 
     def with_oom(self, exits: Mapping[str, ExitStatus]) -> dict[str, ExitStatus]:
-        """The exits with ``oom_killed`` set where the task's cgroup saw an OOM kill.
-
-        containerd forgets OOM events, but a stopped task keeps its cgroup (and so the
-        kernel's oom_kill counter) until it is deleted, which is exactly as long as its
-        exit status lives: no supervisor is needed, and nothing is written. Only a
-        SIGKILL exit can be an OOM kill, so others cost no Metrics call.
-        """
-        out = dict(exits)
-        killed = [cid for cid, e in exits.items() if e.code == tasks.SIGKILL_EXIT_CODE]
-        try:
-            metrics = tasks.metrics_of(self.client, killed)
-        except CtrexecError:
-            return out  # best effort: an exit without the OOM fact beats no answer
-        for cid, data in metrics.items():
-            with contextlib.suppress(CtrexecError):
-                if stats.oom_kills(data) > 0:
-                    out[cid] = attrs.evolve(out[cid], oom_killed=True)
-        return out
-
-    def _info(
-        self,
-        record: containers.Container,
-        state: tasks.ProcessState | None,
-        last_exit: ExitStatus | None = None,
-    ) -> TaskInfo:
-        return TaskInfo(
-            id=record.id,
-            image=record.labels.get(lbl.IMAGE_REF, record.image),
-            status=state.status if state else Status.CREATED,
-            pid=state.pid if state else 0,
-            exit=last_exit or (state.exit if state else None),
-            netns_path=record.labels.get(lbl.NETNS_PATH),
-            netns_mode=record.labels.get(lbl.NETNS_MODE, "none"),
-            group=record.labels.get(lbl.GROUP),
-            log_path=record.labels.get(lbl.LOG_PATH, ""),
-            labels=record.labels,
-            created_at=record.created_at,
-            config=self._config_of(record),
-        )
+        """The exits with ``oom_killed`` set where the task's cgroup saw an OOM kill."""
+        return taskinfo.with_oom(self.client, exits)
 
     @staticmethod
     def _config_of(record: containers.Container) -> TaskConfig | None:
-        data = record.extension_json(lbl.CONFIG_EXTENSION)
-        if data is None:
-            return None
-        try:
-            return TaskConfig.from_json(data)
-        except InvalidArgument:
-            return None
+        return taskinfo.config_of(record)
 
     def stats(self, task_id: str) -> stats.Stats:
         data = tasks.metrics(self.client, task_id)
@@ -491,14 +465,11 @@ class Executor:
     def recover(self, handle: TaskHandle) -> TaskInfo:
         """Re-attach to a task from a persisted handle; report an exit that happened meanwhile.
 
-        The task is not touched: a running task stays running, a stopped one keeps its
-        exit status (containerd holds it until the task is deleted).
+        The task is not touched. When the container was started again since the
+        handle's run, the info is about the handle's run (``superseded``, its exit if
+        it was kept) and ``newer_run`` names the latest; see :func:`taskinfo.recover`.
         """
-        if handle.namespace != self.client.namespace:
-            raise InvalidArgument(
-                f"handle is for namespace {handle.namespace}, executor uses {self.client.namespace}"
-            )
-        return self.inspect(handle.id)
+        return taskinfo.recover(self.client, handle)
 
     # -- act ---------------------------------------------------------------------------
 
@@ -574,7 +545,7 @@ class Executor:
             log_path = record.labels.get(lbl.LOG_PATH)
             if log_path:
                 with contextlib.suppress(CtrexecError):  # no daemon: nothing to forget
-                    logdaemon_client.drop(log_path=log_path)
+                    logdaemon_client.drop(log_path=log_path, where=self._logd_dir)
                 shutil.rmtree(Path(log_path).parent, ignore_errors=True)
                 with contextlib.suppress(OSError):  # the namespace's dir, once empty
                     Path(log_path).parent.parent.rmdir()

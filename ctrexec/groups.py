@@ -234,9 +234,9 @@ class Groups:
             have = {c.id for c in existing}
             for cfg in configs:
                 if cfg.name not in have:
-                    self._create_member(cfg, digest, spec.network)
+                    self._create_member(cfg, digest, spec)
                     made.append(cfg.name)
-                state = self.executor.inspect(cfg.name)
+                state = self.executor.inspect(cfg.name, addresses=False)
                 if state.status not in (Status.RUNNING, Status.PAUSED):
                     self.executor.start(cfg.name)
         except BaseException:
@@ -248,8 +248,11 @@ class Groups:
             raise
         return self.ps(spec.name)
 
-    def _create_member(self, cfg: TaskConfig, digest: str, network: str) -> None:
-        self.executor.create(cfg, owner_labels={lbl.GROUP_SPEC: digest, lbl.NETWORK_MODE: network})
+    def _create_member(self, cfg: TaskConfig, digest: str, spec: GroupSpec) -> None:
+        owned = {lbl.GROUP_SPEC: digest, lbl.NETWORK_MODE: spec.network}
+        if spec.ports:  # what TaskInfo.ports says, without reading CNI's cache
+            owned[lbl.GROUP_PORTS] = ",".join(spec.ports)
+        self.executor.create(cfg, owner_labels=owned)
 
     def down(self, name: str, *, timeout: float | None = None) -> None:
         """Stop (stop signal, then SIGKILL after the timeout) and remove everything."""

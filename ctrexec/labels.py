@@ -50,6 +50,19 @@ STOPPED_BY_USER = "io.ctrexec.restart.stopped-by-user"
 NETWORK_MODE = "io.ctrexec.network.mode"
 #: A hash of the group definition, so a second, different group of one name is refused.
 GROUP_SPEC = "io.ctrexec.group.spec-hash"
+#: The group's published ports (``[IP:]HOST:CONTAINER/PROTO``, comma-separated), so
+#: ``inspect`` can say them without reading CNI's cache.
+GROUP_PORTS = "io.ctrexec.group.ports"
+#: Which run of the container the current task is: 1 for the first start, +1 for each
+#: start after it (by hand or by the supervisor). A handle names its run by it.
+RUN_ID = "io.ctrexec.run.id"
+#: When ctrexec began starting the current run (ISO 8601): written with its number,
+#: in the call that has to be made anyway (Containers.Create, or the restart's label
+#: update that keeps the replaced run's exit), so a start costs no extra round trip.
+RUN_STARTED_AT = "io.ctrexec.run.started-at"
+#: The run before the current one, as JSON (run, pid, started_at and its exit), written
+#: when the next run starts: containerd forgets a task's exit when it is deleted.
+RUN_PREVIOUS = "io.ctrexec.run.previous"
 
 #: Container extension holding the JSON TaskConfig, so recovery can rebuild it.
 CONFIG_EXTENSION = "io.ctrexec.task-config"

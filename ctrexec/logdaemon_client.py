@@ -54,40 +54,50 @@ def fifo_paths(log_path: str | os.PathLike[str]) -> tuple[str, str, str]:
 
 
 def register(
-    log_path: str | os.PathLike[str], max_size: int, max_files: int
+    log_path: str | os.PathLike[str],
+    max_size: int,
+    max_files: int,
+    *,
+    where: Path | None = None,
 ) -> tuple[str, str, str]:
-    """Have the daemon open a new run's FIFOs; ``(token, stdout, stderr)`` for Tasks.Create."""
+    """Have the daemon open a new run's FIFOs; ``(token, stdout, stderr)`` for Tasks.Create.
+
+    ``where``: the daemon's directory (default :func:`state_dir`).
+    """
     token, out, err = fifo_paths(log_path)
-    request(
-        {
-            "op": "add",
-            "token": token,
-            "log": os.fspath(log_path),
-            "max_size": max_size,
-            "max_files": max_files,
-            "streams": {"stdout": out, "stderr": err},
-            "created": time.time(),
-        }
-    )
+    message = {
+        "op": "add",
+        "token": token,
+        "log": os.fspath(log_path),
+        "max_size": max_size,
+        "max_files": max_files,
+        "streams": {"stdout": out, "stderr": err},
+        "created": time.time(),
+    }
+    request(message, where=where)
     return token, out, err
 
 
-def drop(*, token: str = "", log_path: str | os.PathLike[str] = "") -> None:
+def drop(
+    *, token: str = "", log_path: str | os.PathLike[str] = "", where: Path | None = None
+) -> None:
     """Forget one run (a start that failed) or every run of a log (the task is removed).
 
     No daemon running means nothing to forget, so this never starts one.
     """
-    request({"op": "drop", "token": token, "log": os.fspath(log_path)}, start=False)
+    request({"op": "drop", "token": token, "log": os.fspath(log_path)}, start=False, where=where)
 
 
-def wait_drained(log_path: str | os.PathLike[str], timeout: float = 5.0) -> None:
+def wait_drained(
+    log_path: str | os.PathLike[str], timeout: float = 5.0, *, where: Path | None = None
+) -> None:
     """Return once every run of this log has reached its end of stream and is written.
 
     The shim closes a task's FIFOs when the task's output ends; after that the log is
     whole. Raises DeadlineExceeded after ``timeout`` (the output is still open: a
     process in the task kept stdout).
     """
-    request({"op": "wait", "log": os.fspath(log_path)}, start=False, timeout=timeout)
+    request({"op": "wait", "log": os.fspath(log_path)}, start=False, timeout=timeout, where=where)
 
 
 def ping() -> dict[str, Any] | None:
@@ -96,13 +106,17 @@ def ping() -> dict[str, Any] | None:
 
 
 def request(
-    message: dict[str, Any], *, start: bool = True, timeout: float = REQUEST_TIMEOUT
+    message: dict[str, Any],
+    *,
+    start: bool = True,
+    timeout: float = REQUEST_TIMEOUT,
+    where: Path | None = None,
 ) -> dict[str, Any] | None:
     """Send one request; start the daemon first when none listens and ``start``.
 
     Returns the reply, or None when no daemon runs and ``start`` is false.
     """
-    where = state_dir()
+    where = state_dir() if where is None else where
     for attempt in range(3):
         try:
             return _exchange(where / logdaemon.SOCKET, message, timeout)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -23,6 +23,10 @@ from ctrexec.logdriver import check_limits
 from ctrexec.oci import caps, namespaces, process, resources
 from ctrexec.oci.spec import with_annotations
 from ctrexec.oci.user import split_user_spec
+
+if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
+    from ctrexec.net.cni import PortMapping
+    from ctrexec.net.netns import Address
 
 DEFAULT_STOP_TIMEOUT = 10.0
 DEFAULT_LOG_MAX_SIZE = 10 * 1024 * 1024
@@ -67,6 +71,11 @@ def _restart(value: Any) -> Any:
 def _non_empty(value: str) -> None:
     if not value:
         raise InvalidArgument("must not be empty")
+
+
+def _absolute(value: str) -> None:
+    if not value.startswith("/"):
+        raise InvalidArgument("must be an absolute path")
 
 
 def _signal_text(value: Any) -> Any:
@@ -211,6 +220,9 @@ class TaskConfig:
         converter=_restart,
         validator=fields.field((RestartPolicy,), "a table with policy, max_attempts, delay"),
     )
+    #: Where this task's log goes instead of the executor's ``log_dir`` (a scheduler's
+    #: per-allocation directory): ``<log_dir>/<namespace>/<name>/task.log``, as there.
+    log_dir: str | None = attrs.field(default=None, validator=fields.text(_absolute, optional=True))
 
     def __attrs_post_init__(self) -> None:
         """Only ``json-file`` rotates: limits given to another driver would be ignored.
@@ -269,7 +281,15 @@ def _serialize(_inst: object, _field: object, value: Any) -> Any:
 
 @attrs.frozen(kw_only=True)
 class TaskHandle:
-    """What a scheduler keeps to find a task again, even from another process."""
+    """What a scheduler keeps to find one run of a task again, even from another process.
+
+    ``run`` numbers the container's starts (1 for the first; each start by hand or by
+    the supervisor adds one), so a handle names a run, not just the container: after
+    a restart, :meth:`Executor.recover` reports the exit of the handle's run and
+    that a newer one exists. ``container_created_at`` is when containerd made the
+    record, which tells the handle's container from a later one of the same name.
+    A version 1 handle (no ``run``) is still read; its run is told by its pid.
+    """
 
     id: str
     namespace: str
@@ -278,11 +298,16 @@ class TaskHandle:
     started_at: datetime
     netns_path: str | None
     log_path: str
-    version: int = 1
+    run: int = 0
+    container_created_at: datetime | None = None
+    version: int = 2
 
     def to_json(self) -> dict[str, Any]:
         data = attrs.asdict(self)
         data["started_at"] = self.started_at.isoformat()
+        data["container_created_at"] = (
+            self.container_created_at.isoformat() if self.container_created_at else None
+        )
         return data
 
     @classmethod
@@ -290,6 +315,9 @@ class TaskHandle:
         try:
             values = dict(data)
             values["started_at"] = datetime.fromisoformat(values["started_at"])
+            created = values.get("container_created_at")
+            if created is not None:
+                values["container_created_at"] = datetime.fromisoformat(created)
             return cls(**values)
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidArgument(f"invalid task handle: {exc}") from exc
@@ -297,7 +325,17 @@ class TaskHandle:
 
 @attrs.frozen(kw_only=True)
 class TaskInfo:
-    """``inspect``: the record plus the live state."""
+    """``inspect``: the record plus the state of one run (the latest, unless it came
+    from :meth:`Executor.recover` of an older handle: then ``newer_run`` is set).
+
+    ``addresses`` are the task's namespace's addresses, loopback left out; None when
+    they were not looked up (``list`` does not, unless asked: each costs a netlink
+    dump in the namespace) or cannot be (host networking: they are the host's; a
+    namespace that is gone). ``ports`` are the published ports of the task's group.
+    ``started_at`` is when ctrexec started the run (None for a run started before runs
+    were recorded), and ``restart_count`` the supervisor's restarts since the last
+    start by hand.
+    """
 
     id: str
     image: str
@@ -311,11 +349,30 @@ class TaskInfo:
     labels: Mapping[str, str]
     created_at: datetime | None
     config: TaskConfig | None
+    run: int = 0
+    started_at: datetime | None = None
+    restart_count: int = 0
+    ports: tuple[PortMapping, ...] = ()
+    addresses: tuple[Address, ...] | None = None
+    newer_run: int | None = None
 
     @property
     def oom_killed(self) -> bool:
         """Docker's ``State.OOMKilled``: the last exit was the OOM killer's SIGKILL."""
         return self.exit is not None and self.exit.oom_killed
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.exit.code if self.exit else None
+
+    @property
+    def finished_at(self) -> datetime | None:
+        return self.exit.exited_at if self.exit else None
+
+    @property
+    def superseded(self) -> bool:
+        """A newer run of the container exists: this info is about an older one."""
+        return self.newer_run is not None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -323,13 +380,33 @@ class TaskInfo:
             "image": self.image,
             "status": self.status.value,
             "pid": self.pid,
+            "run": self.run,
+            "newer_run": self.newer_run,
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
             "exit": self.exit.to_json() if self.exit else None,
+            "exit_code": self.exit_code,
             "oom_killed": self.oom_killed,
+            "restart_count": self.restart_count,
             "netns_path": self.netns_path,
             "netns_mode": self.netns_mode,
+            "addresses": None
+            if self.addresses is None
+            else [{"ifname": a.ifname, "address": a.cidr} for a in self.addresses],
+            "ports": [_port_text(p) for p in self.ports],
             "group": self.group,
             "log_path": self.log_path,
             "labels": dict(self.labels),
-            "created_at": self.created_at.isoformat() if self.created_at else None,
+            "created_at": _iso(self.created_at),
             "config": self.config.to_json() if self.config else None,
         }
+
+
+def _port_text(port: PortMapping) -> str:
+    """``[IP:]HOST:CONTAINER/PROTO``, as a group file writes it."""
+    ip = f"[{port.host_ip}]" if ":" in port.host_ip else port.host_ip
+    return f"{ip + ':' if ip else ''}{port.host_port}:{port.container_port}/{port.protocol}"
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None

@@ -292,7 +292,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     for task_id in args.ids:
         handle = ex.start(task_id)
         if args.attach:
-            driver = _driver_of(ex.inspect(task_id).config)
+            driver = _driver_of(ex.inspect(task_id, addresses=False).config)
             return _stream_until_exit(ex, task_id, handle.log_path, driver)
         print_json(handle.to_json()) if args.json else print(task_id)
     return 0
@@ -301,7 +301,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     ex = _executor(args)
     for task_id in args.ids:
-        auto_remove = ex.inspect(task_id).labels.get(lbl.AUTO_REMOVE) == "true"
+        auto_remove = ex.inspect(task_id, addresses=False).labels.get(lbl.AUTO_REMOVE) == "true"
         ex.stop(task_id, timeout=args.time, signal=args.signal)
         if auto_remove:  # as docker removes a stopped --rm container
             _remove(ex, task_id)
@@ -357,12 +357,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from ctrexec.containerd.tasks import Status
 
     ex = _executor(args)
-    info = ex.inspect(args.id)
+    info = ex.inspect(args.id, addresses=False)
     stop = None
     if args.follow:
 
         def exited() -> bool:
-            state = ex.inspect(args.id).status
+            state = ex.inspect(args.id, addresses=False).status
             return state not in (Status.RUNNING, Status.PAUSED, Status.CREATED)
 
         stop = _stop_after_exit(exited)

@@ -154,7 +154,7 @@ def test_logs_timestamps_refused_for_the_file_driver(
         log_path = str(tmp_path / "task.log")
 
     class _Ex:
-        def inspect(self, _task_id: str) -> _Info:
+        def inspect(self, _task_id: str, **_kw: object) -> _Info:
             return _Info()
 
     monkeypatch.setattr(cli_tasks, "_executor", lambda _args: _Ex())

@@ -1,11 +1,25 @@
-"""A user's ``mypy --strict`` sees ctrexec's lazily exported names with their real types."""
+"""A user's ``mypy --strict`` sees ctrexec's public names with their real types, with
+ctrexec found the way a user's mypy finds it: installed, not from the source tree.
+
+mypy reads ``.pth`` files for paths but does not run import hooks, and setuptools'
+default editable install is an import hook (``__editable___*_finder.py``): mypy
+then says ``Cannot find implementation or library stub for module named
+"ctrexec"``. So the project installs itself with ``editable_mode=compat`` (a path in
+a ``.pth``; see scripts/setup and docs/library.md). Each test runs mypy from a
+directory of its own, with no MYPYPATH: once against this venv's install (editable
+here), once against a wheel built from this tree (which must carry ``py.typed``).
+"""
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,8 +33,13 @@ ROOT = Path(ctrexec.__file__).parent.parent
 _USER = textwrap.dedent(
     """\
     from __future__ import annotations
+    import threading
     import ctrexec
-    from ctrexec import DEFAULT_NAMESPACE, Client, Executor, NotFound, TaskConfig, TaskHandle
+    from ctrexec import (
+        DEFAULT_NAMESPACE, Client, Executor, Groups, HandleMismatch, Networks, NotFound,
+        Supervisor, TaskConfig, TaskHandle, TaskInfo, create_netns, inspect_netns,
+        read_task_logs, remove_netns,
+    )
 
     def start(address: str) -> TaskHandle:
         with Client.connect(address, namespace=DEFAULT_NAMESPACE) as client:
@@ -33,29 +52,97 @@ _USER = textwrap.dedent(
         return config.name
 
     def gone(err: Exception) -> bool:
-        return isinstance(err, NotFound | ctrexec.ConnectError)
+        return isinstance(err, NotFound | ctrexec.ConnectError | HandleMismatch)
+
+    def old_exit(ex: Executor, handle: TaskHandle) -> int | None:
+        info: TaskInfo = ex.recover(handle)
+        return info.exit_code if info.superseded else None
+
+    def addresses(ex: Executor, task: str) -> list[str]:
+        return [a.cidr for a in ex.inspect(task).addresses or ()]
+
+    def allocation(name: str) -> list[str]:
+        ns = create_netns(name, exist_ok=True)
+        try:
+            return [a.address for a in inspect_netns(ns.path).addresses]
+        finally:
+            remove_netns(ns.path)
+
+    def lines(info: TaskInfo) -> list[str]:
+        driver = info.config.log_driver if info.config else "json-file"
+        return [e.message for e in read_task_logs(driver, info.log_path, tail=10)]
+
+    def group_of(ex: Executor) -> list[str]:
+        return [i.id for i in Groups(ex, Networks()).ps("web")]
+
+    def supervise(ex: Executor, stop: threading.Event) -> int:
+        sup = Supervisor(ex)
+        sup.run(stop)
+        return sup.restarts
     """
 )
+_WRONG_LINE = _USER.splitlines().index("    return config.name") + 1
+_EXPECTED = [
+    f'{_WRONG_LINE}: error: Incompatible return value type (got "str", expected "int")'
+    "  [return-value]"
+]
 
 
-def test_mypy_strict_on_a_user_file(tmp_path: Path) -> None:
+def _mypy(tmp_path: Path, *flags: str) -> list[str]:
     pytest.importorskip("mypy")
-    user = tmp_path / "user.py"
-    user.write_text(_USER)
-    flags = ["--strict", "--cache-dir", str(tmp_path / "cache"), "--no-error-summary"]
+    work = tmp_path / "user"
+    work.mkdir()
+    (work / "user.py").write_text(_USER)
+    env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
     out = subprocess.run(
-        [sys.executable, "-m", "mypy", *flags, str(user)],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
+         "--cache-dir", str(tmp_path / "cache"), *flags, "user.py"],
+        check=False, capture_output=True, text=True, cwd=work, env=env, timeout=300,
+    )  # fmt: skip
     errors = [line.split(":", 1)[1] for line in out.stdout.splitlines() if ": error:" in line]
-    line = _USER.splitlines().index("    return config.name") + 1
-    assert errors == [
-        f'{line}: error: Incompatible return value type (got "str", expected "int")  [return-value]'
-    ], out.stdout + out.stderr
+    assert errors == _EXPECTED, out.stdout + out.stderr
+    return errors
+
+
+def test_mypy_strict_on_a_user_file_against_this_venvs_install(tmp_path: Path) -> None:
+    hooks = list(Path(sysconfig.get_paths()["purelib"]).glob("__editable___ctrexec_*finder.py"))
+    assert hooks == [], (
+        "ctrexec is installed editable through an import hook, which mypy cannot follow: "
+        "reinstall with `pip install -e . --config-settings editable_mode=compat`"
+    )
+    _mypy(tmp_path)
+
+
+def test_mypy_strict_on_a_user_file_against_a_built_wheel(tmp_path: Path) -> None:
+    """The wheel carries py.typed; mypy, given a Python that has only it (and the
+    dependencies, from this venv), checks the user's file against it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "ctrexec", src / "ctrexec", ignore=ignore)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "--no-index", "-w", str(tmp_path / "dist"), str(src)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = (tmp_path / "dist").glob("ctrexec-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as z:
+        assert "ctrexec/py.typed" in z.namelist()
+        z.extractall(site)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    # The wheel first; this venv's packages for attrs, grpc and protobuf (a path line
+    # only: the editable ctrexec's own .pth there is not read).
+    Path(purelib, "deps.pth").write_text(f"{site}\n{sysconfig.get_paths()['purelib']}\n")
+    _mypy(tmp_path, "--python-executable", str(python))
 
 
 def test_type_checking_imports_match_the_lazy_exports() -> None:
@@ -65,12 +152,12 @@ def test_type_checking_imports_match_the_lazy_exports() -> None:
         n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
     ]
     seen = {
-        (a.name, node.module)
+        (a.asname or a.name, (node.module, a.name))
         for node in block.body
         if isinstance(node, ast.ImportFrom)
         for a in node.names
     }
-    lazy = {(name, module) for module, names in ctrexec._SOURCES.items() for name in names}
-    assert seen == lazy
-    unreachable = set(ctrexec.__all__) - set(vars(ctrexec)) - {name for name, _ in lazy}
+    assert seen == set(ctrexec._MODULE_OF.items())
+    unreachable = set(ctrexec.__all__) - set(vars(ctrexec)) - set(ctrexec._MODULE_OF)
     assert unreachable == set()
+    assert set(ctrexec._MODULE_OF) <= set(ctrexec.__all__)

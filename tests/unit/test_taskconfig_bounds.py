@@ -60,6 +60,7 @@ WRONG_TYPE: dict[str, tuple[Any, str]] = {
     "snapshotter": (None, "expected a string"),
     "auto_remove": ("no", "expected true or false"),
     "restart": ("always", "expected a table with policy, max_attempts, delay"),
+    "log_dir": (["/logs"], "expected a string"),
 }
 
 # key -> (a value of the right type but out of range or malformed, what is expected)
@@ -93,6 +94,7 @@ OUT_OF_RANGE: dict[str, tuple[Any, str]] = {
     "stderr_path": ("", "expected an absolute path"),
     "snapshotter": ("../x", "invalid snapshotter"),
     "restart": ({"policy": "sometimes"}, "expected one of no, on-failure, always"),
+    "log_dir": ("logs", "must be an absolute path"),
     # Checked by taskspec.check_config: they need the host or parse into mounts.
     "volumes": (["/no/such/dir:/data"], "does not exist"),
     "tmpfs": (["relative"], "absolute"),
