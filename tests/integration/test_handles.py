@@ -22,6 +22,7 @@ from ctrexec.groups import Groups, parse_group
 from ctrexec.net import netns
 from ctrexec.net.networks import Networks
 from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskHandle
+from ctrexec.testing import stop_log_daemon
 
 #: Doubles a shell string for ever: the busybox-only way to allocate without end.
 HOG = ("sh", "-c", "x=a; while :; do x=$x$x; done")
@@ -36,6 +37,9 @@ def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
             executor.destroy(info.id, force=True)
     files = tmp_path / "state" / "netns-files"
     assert not files.exists() or list(files.iterdir()) == []
+    streams = tmp_path / "state" / "logd" / "streams"
+    assert not streams.exists() or list(streams.iterdir()) == []  # every run ended
+    stop_log_daemon(tmp_path / "state" / "logd")  # this test's daemon: its state_dir's
 
 
 @pytest.fixture
@@ -192,8 +196,9 @@ def test_a_none_task_has_only_loopback(ex: Executor, test_image: str) -> None:
 def test_files_go_where_the_caller_said(
     ex: Executor, test_image: str, ns: str, tmp_path: Path
 ) -> None:
-    """Logs in ``log_dir`` (a TaskConfig's own winning), the namespace's hosts files and
-    the log driver's launcher in ``state_dir``: nothing of this task under /run/ctrexec."""
+    """Logs in ``log_dir`` (a TaskConfig's own winning), the namespace's hosts files, the
+    log daemon and the log driver's launcher in ``state_dir``: nothing of these tasks
+    under /run/ctrexec."""
     name, other = _name(), _name()
     handle = ex.start_task(
         TaskConfig(
@@ -202,14 +207,18 @@ def test_files_go_where_the_caller_said(
     )
     own = tmp_path / "alloc-logs"
     handle2 = ex.start_task(
-        TaskConfig(name=other, image=test_image, command=("echo", "there"), log_dir=str(own))
-    )
+        TaskConfig(
+            name=other, image=test_image, command=("echo", "there"), log_dir=str(own),
+            log_transport="process",
+        )
+    )  # fmt: skip
     ns_name = ex.client.namespace
     assert handle.log_path == str(tmp_path / "logs" / ns_name / name / "task.log")
     assert handle2.log_path == str(own / ns_name / other / "task.log")
     until(lambda: b"hi" in _read(handle.log_path), "the task's log line")
     until(lambda: b"there" in _read(handle2.log_path), "the other log line")
-    launchers = list((tmp_path / "state" / "bin").iterdir())
+    assert (tmp_path / "state" / "logd" / "logd.sock").is_socket()  # the first task's
+    launchers = list((tmp_path / "state" / "bin").iterdir())  # the second task's
     assert len(launchers) == 1 and launchers[0].name.startswith("ctrexec-logdriver-")
     files = ex.inspect(name).labels[lbl.HOSTFILES_DIR]
     assert files.startswith(str(tmp_path / "state" / "netns-files"))
@@ -241,6 +250,7 @@ def groups(client: Client, tmp_path: Path, test_image: str) -> Iterator[Groups]:
             nets.teardown(a.owner, None, a.mode)
         nets.remove_bridge()
         Path("/proc/sys/net/ipv4/ip_forward").write_text(forward)
+        stop_log_daemon(tmp_path / "state" / "logd")
     assert not Path(f"/sys/class/net/{bridge}").exists()
 
 
