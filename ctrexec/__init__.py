@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         remove_image,
     )
     from ctrexec.containerd.stats import Stats
+    from ctrexec.containerd.streams import OutputCallback, Process, StreamOptions
     from ctrexec.containerd.tasks import ExitStatus, Status
     from ctrexec.executor import Executor
     from ctrexec.net.netns import NetNS, NetNSInfo
@@ -71,6 +72,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "Client",
         "Lease",
         "Plugin",
+    "Process",
         "ServerInfo",
         "ServerVersion",
     ),
@@ -91,6 +93,11 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "remove_image",
     ),
     "ctrexec.containerd.stats": ("Stats",),
+    "ctrexec.containerd.streams": (
+        "OutputCallback",
+        "Process",
+        "StreamOptions",
+    ),
     "ctrexec.containerd.tasks": (
         "ExitStatus",
         "Status",
@@ -140,14 +147,17 @@ __all__ = [
     "NetworkError",
     "NotFound",
     "NotModified",
+    "OutputCallback",
     "PermissionDenied",
     "Platform",
     "Plugin",
+    "Process",
     "ResourceExhausted",
     "RestartPolicy",
     "ServerInfo",
     "ServerVersion",
     "Stats",
+    "StreamOptions",
     "Status",
     "TaskConfig",
     "TaskError",

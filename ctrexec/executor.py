@@ -16,17 +16,19 @@ import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
 
-from ctrexec import _linux, defaults, logmodes, taskspec
+from ctrexec import _linux, defaults, logmodes, taskio, taskspec
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
-from ctrexec.containerd.execs import ExecResult, run_exec
+from ctrexec.containerd.execs import ExecResult, run_exec, start_exec
+from ctrexec.containerd.fifos import ClientEnds
 from ctrexec.containerd.memo import Memo
+from ctrexec.containerd.streams import Process, StreamOptions
 from ctrexec.containerd.tasks import ExitStatus, Status, Stdio
 from ctrexec.errors import (
     AlreadyExists,
@@ -35,10 +37,8 @@ from ctrexec.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
-    TaskError,
 )
 from ctrexec.net import hostfiles, netns
-from ctrexec.oci.process import merge_env
 from ctrexec.oci.user import ResolvedUser, resolve_user_spec
 from ctrexec.taskconfig import TaskConfig, TaskHandle, TaskInfo
 
@@ -271,13 +271,14 @@ class Executor:
         mounts: Sequence[snapshots.RootfsMount],
         *,
         fresh: bool = False,
+        keep: list[ClientEnds] | None = None,
     ) -> TaskHandle:
         """Create and start the record's task. ``fresh``: the record was just made, so
-        no previous run can be in the way unless Tasks.Create says so."""
+        no previous run can be in the way unless Tasks.Create says so. ``keep``: an
+        interactive task's FIFO ends go there, for the caller to attach with."""
         task_id = record.id
         log_path = record.labels.get(lbl.LOG_PATH, "")
         cfg = self._config_of(record)
-        uri = logmodes.stdio_uri(cfg, log_path)
         netns_path = record.labels.get(lbl.NETNS_PATH)
         if netns_path:
             # Verified again (it may have been removed since); `ip netns add` leaves lo down.
@@ -285,15 +286,16 @@ class Executor:
             files_dir = record.labels.get(lbl.HOSTFILES_DIR)
             if files_dir and not hostfiles.all_written(Path(files_dir)):
                 self._ensure_files(record, netns_path, cfg)
-        stdio = Stdio(stdout=uri, stderr=uri)
-        try:
-            pid = self._run_task(task_id, mounts, stdio)
-        except AlreadyExists:
-            if not fresh:
-                raise
-            # A shim left by an earlier container of this name (containerd#6860).
-            self._clear_previous_run(task_id, by_policy=True)
-            pid = self._run_task(task_id, mounts, stdio)
+        logged = lambda: logmodes.stdio_uri(cfg, log_path)  # noqa: E731
+        with taskio.task_stdio(record.labels, cfg, logged, keep) as stdio:
+            try:
+                pid = self._run_task(task_id, mounts, stdio)
+            except AlreadyExists:
+                if not fresh:
+                    raise
+                # A shim left by an earlier container of this name (containerd#6860).
+                self._clear_previous_run(task_id, by_policy=True)
+                pid = self._run_task(task_id, mounts, stdio)
         return TaskHandle(
             id=task_id,
             namespace=self.client.namespace,
@@ -340,7 +342,7 @@ class Executor:
             tasks.force_delete(self.client, task_id)
             raise tasks.command_error(exc) from exc
 
-    def start_task(self, config: TaskConfig) -> TaskHandle:
+    def start_task(self, config: TaskConfig, *, keep: list[ClientEnds] | None = None) -> TaskHandle:
         """Create and start; a start that fails removes what create made.
 
         The new record and its mounts go straight to the task: the record cannot
@@ -350,11 +352,23 @@ class Executor:
         record, mounts = self._create(config, {})
         try:
             with self._lock(config.name):
-                return self._launch(record, mounts, fresh=True)
+                return self._launch(record, mounts, fresh=True, keep=keep)
         except BaseException:
             with contextlib.suppress(CtrexecError):
                 self.destroy(config.name, force=True)
             raise
+
+    def start_attached(
+        self, config: TaskConfig, **streams: Unpack[StreamOptions]
+    ) -> tuple[TaskHandle, Process]:
+        """Create and start an interactive task, attached from its first byte (``run -it``)."""
+        return taskio.start_attached(self, config, **streams)
+
+    def attach(
+        self, task_id: str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
+    ) -> Process:
+        """Stream the stdio of a running task started interactive (see :mod:`taskio`)."""
+        return taskio.attach(self, task_id, stdin=stdin, **streams)
 
     # -- observe ----------------------------------------------------------------------
 
@@ -580,6 +594,43 @@ class Executor:
         with self._locks_guard:
             self._locks.pop(task_id, None)
 
+    def _exec_spec(
+        self,
+        task_id: str,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None,
+        workdir: str | None,
+        user: str | None,
+        tty: bool = False,
+    ) -> dict[str, Any]:
+        record = taskio.running_record(self.client, task_id)
+        resolved = None
+        if user:
+            cfg = self._config_of(record)
+            image = images.get_image(self.client, record.image)
+            resolved = self._resolve_user(image, user, cfg.snapshotter if cfg else "overlayfs")
+        return taskio.exec_spec(record.spec, args, env=env, workdir=workdir, user=resolved, tty=tty)
+
+    def exec_stream(
+        self,
+        task_id: str,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+        tty: bool = False,
+        stdin: bool = False,
+        size: tuple[int, int] | None = None,
+        **streams: Unpack[StreamOptions],
+    ) -> Process:
+        """Run a command in the task and stream its stdio (see :class:`ctrexec.Process`);
+        ``tty`` gives it a pseudo-terminal of ``size`` (columns, rows)."""
+        spec = self._exec_spec(task_id, args, env=env, workdir=workdir, user=user, tty=tty)
+        with taskio.command_errors():
+            return start_exec(self.client, task_id, spec, stdin=stdin, size=size, **streams)
+
     def exec(
         self,
         task_id: str,
@@ -591,31 +642,6 @@ class Executor:
         timeout: float | None = None,
     ) -> ExecResult:
         """Run a command in the task and return its exit code and output."""
-        if not args:
-            raise InvalidArgument("exec needs a command")
-        record = containers.get(self.client, task_id)
-        state = tasks.find(self.client, task_id)
-        if state is None or state.status is not Status.RUNNING:
-            raise FailedPrecondition(f"container {task_id} is not running")
-        proc = dict(record.spec.get("process", {}))
-        proc["args"] = list(args)
-        proc["terminal"] = False
-        if env:
-            proc["env"] = merge_env(proc.get("env", []), env)
-        if workdir:
-            proc["cwd"] = workdir
-        if user:
-            cfg = self._config_of(record)
-            image = images.get_image(self.client, record.image)
-            resolved = self._resolve_user(image, user, cfg.snapshotter if cfg else "overlayfs")
-            proc["user"] = {
-                "uid": resolved.uid,
-                "gid": resolved.gid,
-                "additionalGids": list(resolved.additional_gids),
-            }
-        try:
-            return run_exec(self.client, task_id, proc, timeout=timeout)
-        except TaskError:
-            raise
-        except CtrexecError as exc:
-            raise tasks.command_error(exc) from exc
+        spec = self._exec_spec(task_id, args, env=env, workdir=workdir, user=user)
+        with taskio.command_errors():
+            return run_exec(self.client, task_id, spec, timeout=timeout)
