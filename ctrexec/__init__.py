@@ -72,7 +72,6 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "Client",
         "Lease",
         "Plugin",
-    "Process",
         "ServerInfo",
         "ServerVersion",
     ),
