@@ -8,7 +8,8 @@ seams. Every translated error chains the original with ``raise ... from``.
 
     CtrexecError                     exit code 125 in the CLI
     ├── InvalidArgument              bad input, rejected before any side effect
-    │   └── InvalidField             one config field: its name, value and what was expected
+    │   ├── InvalidField             one config field: its name, value and what was expected
+    │   └── NotATerminal             -it without a terminal on stdin: exit code 1, like docker
     ├── NotFound
     ├── AlreadyExists
     ├── FailedPrecondition
@@ -58,6 +59,12 @@ class InvalidField(InvalidArgument):
         self.field = field
         self.value = value
         self.reason = reason
+
+
+class NotATerminal(InvalidArgument):
+    """``-i -t`` asked for, but stdin is not a terminal (docker's check, and its code)."""
+
+    exit_code = 1
 
 
 class NotFound(CtrexecError):
