@@ -26,7 +26,6 @@ from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.execs import ExecResult, run_exec, start_exec
-from ctrexec.containerd.fifos import ClientEnds
 from ctrexec.containerd.memo import Memo
 from ctrexec.containerd.streams import Process, StreamOptions
 from ctrexec.containerd.tasks import ExitStatus, Status, Stdio
@@ -271,11 +270,9 @@ class Executor:
         mounts: Sequence[snapshots.RootfsMount],
         *,
         fresh: bool = False,
-        keep: list[ClientEnds] | None = None,
     ) -> TaskHandle:
         """Create and start the record's task. ``fresh``: the record was just made, so
-        no previous run can be in the way unless Tasks.Create says so. ``keep``: an
-        interactive task's FIFO ends go there, for the caller to attach with."""
+        no previous run can be in the way unless Tasks.Create says so."""
         task_id = record.id
         log_path = record.labels.get(lbl.LOG_PATH, "")
         cfg = self._config_of(record)
@@ -287,7 +284,7 @@ class Executor:
             if files_dir and not hostfiles.all_written(Path(files_dir)):
                 self._ensure_files(record, netns_path, cfg)
         logged = lambda: logmodes.stdio_uri(cfg, log_path)  # noqa: E731
-        with taskio.task_stdio(record.labels, cfg, logged, keep) as stdio:
+        with taskio.task_stdio(record.labels, cfg, logged) as stdio:
             try:
                 pid = self._run_task(task_id, mounts, stdio)
             except AlreadyExists:
@@ -342,7 +339,7 @@ class Executor:
             tasks.force_delete(self.client, task_id)
             raise tasks.command_error(exc) from exc
 
-    def start_task(self, config: TaskConfig, *, keep: list[ClientEnds] | None = None) -> TaskHandle:
+    def start_task(self, config: TaskConfig) -> TaskHandle:
         """Create and start; a start that fails removes what create made.
 
         The new record and its mounts go straight to the task: the record cannot
@@ -352,17 +349,18 @@ class Executor:
         record, mounts = self._create(config, {})
         try:
             with self._lock(config.name):
-                return self._launch(record, mounts, fresh=True, keep=keep)
+                return self._launch(record, mounts, fresh=True)
         except BaseException:
             with contextlib.suppress(CtrexecError):
                 self.destroy(config.name, force=True)
             raise
 
     def start_attached(
-        self, config: TaskConfig, **streams: Unpack[StreamOptions]
+        self, task: TaskConfig | str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
     ) -> tuple[TaskHandle, Process]:
-        """Create and start an interactive task, attached from its first byte (``run -it``)."""
-        return taskio.start_attached(self, config, **streams)
+        """Start an interactive task (create it first, given a config), attached from
+        its first byte (``run -it``, ``start -ai``); see :mod:`ctrexec.taskio`."""
+        return taskio.start_attached(self, task, stdin=stdin, **streams)
 
     def attach(
         self, task_id: str, *, stdin: bool = True, **streams: Unpack[StreamOptions]

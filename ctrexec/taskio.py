@@ -59,45 +59,71 @@ def task_fifos(labels: Mapping[str, str], config: TaskConfig) -> FifoPaths:
 
 @contextlib.contextmanager
 def task_stdio(
-    labels: Mapping[str, str],
-    config: TaskConfig | None,
-    logged: Callable[[], str],
-    keep: list[ClientEnds] | None = None,
+    labels: Mapping[str, str], config: TaskConfig | None, logged: Callable[[], str]
 ) -> Iterator[Stdio]:
     """The Stdio for Tasks.Create: ``logged()``'s URI, or an interactive task's FIFOs.
 
-    For the FIFOs, our ends are held across the block (the shim's opens need them);
-    after it, they go to ``keep`` (to attach from the first byte) or are closed.
+    For the FIFOs, our ends are held across the block (the shim's opens need a peer)
+    and closed after it: from then on the shim holds both ends of each.
     """
     if config is None or not is_interactive(config):
         uri = logged()
         yield Stdio(stdout=uri, stderr=uri)
         return
-    wanted = task_fifos(labels, config)
-    paths = FifoPaths.make(wanted.directory, stdin=config.stdin_open, stderr=not config.tty)
-    ends = ClientEnds(paths, hold=True)
-    try:
+    paths = _make_fifos(labels, config)
+    with contextlib.closing(ClientEnds(paths, hold=True)):
         yield Stdio(
             stdin=paths.stdin, stdout=paths.stdout, stderr=paths.stderr, terminal=config.tty
         )
-    except BaseException:
-        ends.close()
-        raise
-    if keep is None:
-        ends.close()
-    else:
-        keep.append(ends)
+
+
+def _make_fifos(labels: Mapping[str, str], config: TaskConfig) -> FifoPaths:
+    wanted = task_fifos(labels, config)
+    return FifoPaths.make(wanted.directory, stdin=config.stdin_open, stderr=not config.tty)
 
 
 def start_attached(
-    ex: Executor, config: TaskConfig, **streams: Unpack[StreamOptions]
+    ex: Executor, task: TaskConfig | str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
 ) -> tuple[TaskHandle, Process]:
-    """Start the interactive task with our FIFO ends kept, and stream over them."""
-    if not is_interactive(config):
-        raise InvalidArgument("start_attached needs a config with tty or stdin_open")
-    keep: list[ClientEnds] = []
-    handle = ex.start_task(config, keep=keep)
-    return handle, _process(ex.client, handle.id, handle.pid, config, keep[0], **streams)
+    """Start the task with our own FIFO ends open across its start, then stream over
+    them: what it writes before any attach is ours, even if it exits at once.
+
+    Given a config, the container is created first, and removed if the start fails.
+    """
+    created = isinstance(task, TaskConfig)
+    if isinstance(task, TaskConfig):
+        if not is_interactive(task):
+            raise InvalidArgument("start_attached needs a config with tty or stdin_open")
+        ex.create(task)
+        task_id = task.name
+    else:
+        task_id = task
+    try:
+        info = ex.inspect(task_id)
+        config = _interactive_config(task_id, info.config)
+        paths = _make_fifos(info.labels, config)
+        if not (stdin and config.stdin_open):
+            paths = FifoPaths.existing(paths.directory, stdin=False, stderr=bool(paths.stderr))
+        ends = ClientEnds(paths, hold=True)
+        try:
+            handle = ex.start(task_id)
+        except BaseException:
+            ends.close()
+            raise
+    except BaseException:
+        if created:
+            with contextlib.suppress(CtrexecError):
+                ex.destroy(task_id, force=True)
+        raise
+    return handle, _process(ex.client, task_id, handle.pid, config, ends, **streams)
+
+
+def _interactive_config(task_id: str, config: TaskConfig | None) -> TaskConfig:
+    if config is None or not is_interactive(config):
+        raise FailedPrecondition(
+            f"container {task_id} was not started with -i or -t; its output is in its log"
+        )
+    return config
 
 
 def _process(
@@ -124,11 +150,7 @@ def attach(
 ) -> Process:
     """Join the FIFOs of a running interactive task (stdin only if it has one open)."""
     info = ex.inspect(task_id)
-    config = info.config
-    if config is None or not is_interactive(config):
-        raise FailedPrecondition(
-            f"container {task_id} was not started with -i or -t; its output is in its log"
-        )
+    config = _interactive_config(task_id, info.config)
     if info.status not in (Status.RUNNING, Status.PAUSED):
         raise FailedPrecondition(
             f"You cannot attach to a stopped container {task_id}, start it first"

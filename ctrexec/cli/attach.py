@@ -16,7 +16,7 @@ from ctrexec.cli._common import ArgumentParser, connect, connection_flags
 from ctrexec.defaults import DEFAULT_LOG_DIR
 
 if TYPE_CHECKING:
-    from ctrexec.containerd.streams import Process
+    from ctrexec.containerd.streams import Process, StreamOptions
     from ctrexec.executor import Executor
     from ctrexec.taskconfig import TaskConfig
 
@@ -37,6 +37,13 @@ def interactive_flags(p: ArgumentParser, *, detach_keys: bool = False) -> None:
         detach_keys_flag(p)
 
 
+def start_flags(p: ArgumentParser) -> None:
+    """``start``'s: docker's ``-a`` and ``-i``, and the detach keys."""
+    p.add_argument("-a", "--attach", action="store_true")
+    p.add_argument("-i", "--interactive", action="store_true", help="attach stdin (-i tasks)")
+    detach_keys_flag(p)
+
+
 def prepare(args: argparse.Namespace) -> bytes:
     """The checks docker makes before it connects: the detach keys, a terminal for -it."""
     from ctrexec.cli import terminal
@@ -53,7 +60,7 @@ def _session(proc: Process, keys: bytes, *, close_stdin_on_eof: bool = True) -> 
         return terminal.Session(proc, detach_keys=keys, close_stdin_on_eof=close_stdin_on_eof).run()
 
 
-def _outputs() -> dict[str, Callable[[bytes], None]]:
+def _outputs() -> StreamOptions:
     from ctrexec.cli import terminal
 
     sys.stdout.flush()
@@ -100,6 +107,17 @@ def exec_attached(
         size=terminal.window_size() if args.tty else None,
         **_outputs(),
     )
+    code = _session(proc, keys)
+    return 0 if code is None else code
+
+
+def start_attached(ex: Executor, task_id: str, tty: bool, args: argparse.Namespace) -> int:
+    """``start -a``/``-i`` of an interactive task: attached from its first byte."""
+    from ctrexec.cli import terminal
+
+    keys = terminal.parse_detach_keys(args.detach_keys)
+    terminal.check_input(args.interactive, tty)
+    _handle, proc = ex.start_attached(task_id, stdin=args.interactive, **_outputs())
     code = _session(proc, keys)
     return 0 if code is None else code
 

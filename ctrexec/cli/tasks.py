@@ -300,8 +300,13 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    from ctrexec.taskio import is_interactive
+
     ex = _executor(args)
     for task_id in args.ids:
+        config = ex.inspect(task_id).config if args.attach or args.interactive else None
+        if config is not None and is_interactive(config):
+            return attach.start_attached(ex, task_id, config.tty, args)
         handle = ex.start(task_id)
         if args.attach:
             driver = _driver_of(ex.inspect(task_id).config)
@@ -505,7 +510,7 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     _run_flags(p)
     p.set_defaults(func=cmd_create, detach=True)
     p = sub.add_parser("start", parents=[conn, js], help="start (again) created or exited tasks")
-    p.add_argument("-a", "--attach", action="store_true")
+    attach.start_flags(p)
     p.add_argument("ids", nargs="+")
     p.set_defaults(func=cmd_start)
     p = sub.add_parser("stop", parents=[conn], help="stop tasks: stop signal, then SIGKILL")

@@ -31,6 +31,7 @@ def ptys(cli: Cli, test_image: str) -> Iterator[list[PtyCli]]:
     gone = [n for n in names if n.startswith("tty-")]
     if gone:
         cli("rm", "-f", *gone)
+    assert cli.log_dir is None or list(cli.log_dir.rglob("fifo")) == []  # rm removed them
 
 
 def _open(ptys: list[PtyCli], cli: Cli, command: str, *args: str, **size: int) -> PtyCli:
@@ -169,3 +170,28 @@ def test_logs_of_an_interactive_task_say_why_in_one_line(
     assert res.returncode == 125
     assert res.stderr.count("\n") == 1 and "ctrexec attach tty-logs" in res.stderr
     until(lambda: '"running"' in cli("inspect", "tty-logs").stdout, "tty-logs running")
+
+
+def test_create_i_then_start_ai_twice(cli: Cli, test_image: str, ptys: list[PtyCli]) -> None:
+    cli("create", "-i", "--name", "tty-start", test_image, "cat", check=True)
+    for word in ("first", "again"):  # a second start of the exited task reuses its FIFOs
+        res = subprocess.run(  # noqa: PLW1510 (the exit code is asserted)
+            cli.argv("start", "-ai", "tty-start"),
+            input=f"{word}\n",
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (res.returncode, res.stdout, res.stderr) == (0, f"{word}\n", "")
+
+
+def test_destroy_removes_the_task_fifos(cli: Cli, test_image: str, ptys: list[PtyCli]) -> None:
+    assert cli.log_dir is not None
+    cli("run", "-d", "-it", "--name", "tty-fifos", test_image, "sh", check=True)
+    fifo_dirs = list(cli.log_dir.rglob("fifo"))
+    assert len(fifo_dirs) == 1 and {p.name for p in fifo_dirs[0].iterdir()} == {
+        "stdin",
+        "stdout",
+    }
+    cli("rm", "-f", "tty-fifos", check=True)
+    assert not fifo_dirs[0].exists()
