@@ -602,7 +602,7 @@ class Executor:
         user: str | None,
         tty: bool = False,
     ) -> dict[str, Any]:
-        record = taskio.running_record(self.client, task_id)
+        record = taskio.running_record(self.client, task_id, args)
         resolved = None
         if user:
             cfg = self._config_of(record)

@@ -162,8 +162,10 @@ def attach(
     return _process(ex.client, task_id, info.pid, config, ends, **streams)
 
 
-def running_record(client: Client, task_id: str) -> containers.Container:
-    """The record of a task that runs; exec needs one."""
+def running_record(client: Client, task_id: str, args: Sequence[str]) -> containers.Container:
+    """The record of a task that runs, for an exec of ``args`` (refused first if empty)."""
+    if not args:
+        raise InvalidArgument("exec needs a command")
     record = containers.get(client, task_id)
     state = tasks.find(client, task_id)
     if state is None or state.status is not Status.RUNNING:
@@ -181,8 +183,6 @@ def exec_spec(
     tty: bool,
 ) -> dict[str, Any]:
     """The exec'd process: the task's own process spec with these changes."""
-    if not args:
-        raise InvalidArgument("exec needs a command")
     proc = dict(task_spec.get("process", {}))
     proc["args"] = list(args)
     proc["terminal"] = tty
