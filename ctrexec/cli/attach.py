@@ -53,11 +53,22 @@ def prepare(args: argparse.Namespace) -> bytes:
     return keys
 
 
-def _session(proc: Process, keys: bytes, *, close_stdin_on_eof: bool = True) -> int | None:
+def _session(
+    start: Callable[[], Process],
+    keys: bytes,
+    *,
+    tty: bool,
+    stdin: bool,
+    close_stdin_on_eof: bool = True,
+) -> int | None:
+    """Serve the process ``start()`` gives, in a session entered before it starts."""
     from ctrexec.cli import terminal
 
-    with proc:
-        return terminal.Session(proc, detach_keys=keys, close_stdin_on_eof=close_stdin_on_eof).run()
+    session = terminal.Session(
+        tty=tty, stdin=stdin, detach_keys=keys, close_stdin_on_eof=close_stdin_on_eof
+    )
+    with session, start() as proc:
+        return session.run(proc)
 
 
 def _outputs() -> StreamOptions:
@@ -80,13 +91,18 @@ def run_attached(
     ``--rm`` removes the task once the session ends, unless it was a detach (then
     the task runs on, and ``ctrexec supervise`` removes it at its exit).
     """
-    handle, proc = ex.start_attached(config, **_outputs())
-    code: int | None = 0
+    detached = False
     try:
-        code = _session(proc, keys)
+        code = _session(
+            lambda: ex.start_attached(config, **_outputs())[1],
+            keys,
+            tty=config.tty,
+            stdin=config.stdin_open,
+        )
+        detached = code is None
     finally:
-        if auto_remove and code is not None:
-            remove(handle.id)
+        if auto_remove and not detached:
+            remove(config.name)
     return 0 if code is None else code
 
 
@@ -96,18 +112,20 @@ def exec_attached(
     """``exec -i/-t``: the exec's exit code, 0 after a detach (the command runs on)."""
     from ctrexec.cli import terminal
 
-    proc = ex.exec_stream(
-        args.id,
-        args.command,
-        env=dict(env),
-        workdir=args.workdir,
-        user=args.user,
-        tty=args.tty,
-        stdin=args.interactive,
-        size=terminal.window_size() if args.tty else None,
-        **_outputs(),
-    )
-    code = _session(proc, keys)
+    def start() -> Process:
+        return ex.exec_stream(
+            args.id,
+            args.command,
+            env=dict(env),
+            workdir=args.workdir,
+            user=args.user,
+            tty=args.tty,
+            stdin=args.interactive,
+            size=terminal.window_size() if args.tty else None,
+            **_outputs(),
+        )
+
+    code = _session(start, keys, tty=args.tty, stdin=args.interactive)
     return 0 if code is None else code
 
 
@@ -117,8 +135,12 @@ def start_attached(ex: Executor, task_id: str, tty: bool, args: argparse.Namespa
 
     keys = terminal.parse_detach_keys(args.detach_keys)
     terminal.check_input(args.interactive, tty)
-    _handle, proc = ex.start_attached(task_id, stdin=args.interactive, **_outputs())
-    code = _session(proc, keys)
+    code = _session(
+        lambda: ex.start_attached(task_id, stdin=args.interactive, **_outputs())[1],
+        keys,
+        tty=tty,
+        stdin=args.interactive,
+    )
     return 0 if code is None else code
 
 
@@ -129,13 +151,14 @@ def cmd_attach(args: argparse.Namespace) -> int:
     keys = terminal.parse_detach_keys(args.detach_keys)
     ex = Executor(connect(args), log_dir=Path(DEFAULT_LOG_DIR))
     proc = ex.attach(args.id, stdin=not args.no_stdin, **_outputs())
+    stdin = proc.stdin is not None
     try:
-        terminal.check_input(proc.stdin is not None, proc.tty)
+        terminal.check_input(stdin, proc.tty)
     except BaseException:
         proc.close()
         raise
     # docker's attach leaves the task's stdin open at a local EOF
-    code = _session(proc, keys, close_stdin_on_eof=False)
+    code = _session(lambda: proc, keys, tty=proc.tty, stdin=stdin, close_stdin_on_eof=False)
     return 0 if code is None else code
 
 

@@ -141,27 +141,45 @@ def write_out(fd: int) -> Callable[[bytes], None]:
 class Session:
     """One attached client: copies stdin in, reacts to signals, ends at the exit.
 
-    ``close_stdin_on_eof``: a local EOF ends the process's input (``run -i``,
-    ``exec -i``); ``attach`` leaves it open, as docker's does.
+    Entered *before* the process starts, so that a signal or a keystroke that comes
+    while it starts is not lost and the terminal is raw before the first output;
+    :meth:`run` then serves the process. ``close_stdin_on_eof``: a local EOF ends the
+    process's input (``run -i``, ``exec -i``); ``attach`` leaves it open, as docker's.
     """
 
     def __init__(
-        self, proc: Process, *, detach_keys: bytes, close_stdin_on_eof: bool = True
+        self, *, tty: bool, stdin: bool, detach_keys: bytes, close_stdin_on_eof: bool = True
     ) -> None:
-        self.proc = proc
-        self._scanner = DetachScanner(detach_keys if proc.tty else b"")
+        self.tty = tty
+        self._scanner = DetachScanner(detach_keys if tty else b"")
         self._close_on_eof = close_stdin_on_eof
-        self._stdin_open = proc.stdin is not None
-        self._raw = proc.tty and self._stdin_open and os.isatty(0)
+        self._stdin_open = stdin
+        self._raw = tty and stdin and os.isatty(0)
+        self._stack = contextlib.ExitStack()
+        self._wake = -1
+        self.proc: Process | None = None
 
-    def run(self) -> int | None:
+    def __enter__(self) -> Session:
+        signals = (*_LEAVE_SIGNALS, signal.SIGWINCH) if self.tty else _LEAVE_SIGNALS
+        with contextlib.ExitStack() as stack:
+            self._wake = stack.enter_context(_wakeups(signals))
+            if self._raw:
+                stack.enter_context(raw_mode(0))
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stack.close()
+
+    def run(self, proc: Process) -> int | None:
         """The exit code; None after a detach; 128+N when signal N ended the session."""
-        signals = (*_LEAVE_SIGNALS, signal.SIGWINCH) if self.proc.tty else _LEAVE_SIGNALS
-        with _wakeups(signals) as wake, raw_mode(0) if self._raw else contextlib.nullcontext():
-            self._resize()
-            return self._loop(wake)
+        self.proc = proc
+        self._stdin_open = self._stdin_open and proc.stdin is not None
+        self._resize()
+        return self._loop(self._wake)
 
     def _loop(self, wake: int) -> int | None:
+        assert self.proc is not None
         while True:
             fds = [wake, self.proc.exit_fd] + ([0] if self._stdin_open else [])
             ready, _, _ = select.select(fds, [], [])
@@ -175,10 +193,11 @@ class Session:
                 return None
 
     def _on_signals(self, numbers: bytes) -> int | None:
+        assert self.proc is not None
         for num in numbers:
             if num == signal.SIGWINCH:
                 self._resize()
-            elif self.proc.tty:
+            elif self.tty:
                 return 128 + num
             else:
                 with contextlib.suppress(CtrexecError):  # the process may be gone already
@@ -187,6 +206,7 @@ class Session:
 
     def _on_input(self) -> bool:
         """Pass the local input on; True when the detach keys were typed."""
+        assert self.proc is not None
         data = os.read(0, READ_CHUNK)
         if not data:
             self._stdin_open = False
@@ -202,6 +222,6 @@ class Session:
         return detached
 
     def _resize(self) -> None:
-        size = window_size() if self.proc.tty else None
-        if size is not None:
+        size = window_size() if self.tty else None
+        if size is not None and self.proc is not None:
             self.proc.resize(*size)

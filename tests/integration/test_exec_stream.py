@@ -211,3 +211,12 @@ def test_attach_refuses_a_logged_task(ix: Executor, test_image: str) -> None:
     ix.start_task(TaskConfig(name="xattach3", image=test_image, command=("sleep", "60")))
     with pytest.raises(errors.FailedPrecondition):
         ix.attach("xattach3")
+
+
+def test_big_output_through_the_stream_is_whole(ex: Executor) -> None:
+    """A stream is a pipe: the process waits for the caller to read, and nothing is lost."""
+    with ex.exec_stream(TASK, ["seq", "1", "200000"]) as proc:
+        assert proc.stdout is not None
+        data = proc.stdout.read()  # to EOF, far beyond any pipe buffer
+        assert proc.wait(BOUND).code == 0
+    assert data.decode().splitlines() == [str(i) for i in range(1, 200001)]

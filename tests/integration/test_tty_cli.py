@@ -195,3 +195,23 @@ def test_destroy_removes_the_task_fifos(cli: Cli, test_image: str, ptys: list[Pt
     }
     cli("rm", "-f", "tty-fifos", check=True)
     assert not fifo_dirs[0].exists()
+
+
+def test_run_i_forwards_sigint_to_the_task(cli: Cli, test_image: str, ptys: list[PtyCli]) -> None:
+    script = 'trap "echo got-int; exit 9" INT; echo ready; while :; do sleep 1; done'
+    proc = subprocess.Popen(
+        cli.argv("run", "-i", "--name", "tty-proxy", test_image, "sh", "-c", script),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n"  # the trap is set
+        proc.send_signal(signal.SIGINT)
+        out, _err = proc.communicate(timeout=60)
+        assert (proc.returncode, out) == (9, b"got-int\n")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
