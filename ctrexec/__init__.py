@@ -30,6 +30,7 @@ from ctrexec.errors import (
     InvalidArgument,
     InvalidField,
     NetworkError,
+    NotATerminal,
     NotFound,
     NotModified,
     PermissionDenied,
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
         remove_image,
     )
     from ctrexec.containerd.stats import Stats
+    from ctrexec.containerd.streams import OutputCallback, Process, StreamOptions
     from ctrexec.containerd.tasks import ExitStatus, Status
     from ctrexec.executor import Executor
     from ctrexec.groups import Groups, GroupSpec, load_group_file, parse_group
@@ -102,6 +104,11 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "remove_image",
     ),
     "ctrexec.containerd.stats": ("Stats",),
+    "ctrexec.containerd.streams": (
+        "OutputCallback",
+        "Process",
+        "StreamOptions",
+    ),
     "ctrexec.containerd.tasks": (
         "ExitStatus",
         "Status",
@@ -176,12 +183,15 @@ __all__ = [
     "NetNSInfo",
     "NetworkError",
     "Networks",
+    "NotATerminal",
     "NotFound",
     "NotModified",
+    "OutputCallback",
     "PermissionDenied",
     "Platform",
     "Plugin",
     "PortMapping",
+    "Process",
     "ResourceExhausted",
     "RestartPolicy",
     "Route",
@@ -189,6 +199,7 @@ __all__ = [
     "ServerVersion",
     "Stats",
     "Status",
+    "StreamOptions",
     "Supervisor",
     "TaskConfig",
     "TaskError",

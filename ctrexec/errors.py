@@ -9,7 +9,8 @@ seams. Every translated error chains the original with ``raise ... from``.
     CtrexecError                     exit code 125 in the CLI
     ├── InvalidArgument              bad input, rejected before any side effect
     │   ├── InvalidField             one config field: its name, value and what was expected
-    │   └── HandleMismatch           a TaskHandle that names another container, namespace or address
+    │   ├── HandleMismatch           a TaskHandle that names another container, namespace or address
+    │   └── NotATerminal             -it without a terminal on stdin: exit code 1, like docker
     ├── NotFound
     ├── AlreadyExists
     ├── FailedPrecondition
@@ -65,6 +66,12 @@ class HandleMismatch(InvalidArgument):
     """A persisted :class:`~ctrexec.TaskHandle` does not name what this executor sees:
     another containerd address or namespace, or a container of the same name made
     after the handle's was removed. Acting on it would act on someone else's task."""
+
+
+class NotATerminal(InvalidArgument):
+    """``-i -t`` asked for, but stdin is not a terminal (docker's check, and its code)."""
+
+    exit_code = 1
 
 
 class NotFound(CtrexecError):

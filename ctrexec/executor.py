@@ -16,27 +16,25 @@ import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
-from ctrexec import _linux, defaults, logdaemon_client, logmodes, runs, taskinfo, taskspec
+from ctrexec import _linux, defaults, logdaemon_client, logmodes, runs, taskinfo, taskio, taskspec
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
-from ctrexec.containerd.execs import ExecResult, run_exec
+from ctrexec.containerd.execs import ExecResult, run_exec, start_exec
+from ctrexec.containerd.streams import Process, StreamOptions
 from ctrexec.containerd.tasks import ExitStatus, Status, Stdio
 from ctrexec.errors import (
     AlreadyExists,
     CtrexecError,
     DeadlineExceeded,
     FailedPrecondition,
-    InvalidArgument,
     NotFound,
-    TaskError,
 )
 from ctrexec.imageusers import ImageUsers
 from ctrexec.net import hostfiles, netns
-from ctrexec.oci.process import merge_env
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.taskconfig import TaskConfig, TaskHandle, TaskInfo
 
@@ -276,7 +274,13 @@ class Executor:
         task_id = record.id
         log_path = record.labels.get(lbl.LOG_PATH, "")
         cfg = self._config_of(record)
-        out, err, log_token = self._stdio(cfg, log_path)
+        log_token: list[str] = []  # the log daemon's registration, if one was made
+
+        def logged() -> Stdio:
+            out, err, token = self._stdio(cfg, log_path)
+            log_token.append(token)
+            return Stdio(stdout=out, stderr=err)
+
         netns_path = record.labels.get(lbl.NETNS_PATH)
         if netns_path:
             # Verified again (it may have been removed since); `ip netns add` leaves lo down.
@@ -284,20 +288,20 @@ class Executor:
             files_dir = record.labels.get(lbl.HOSTFILES_DIR)
             if files_dir and not hostfiles.all_written(Path(files_dir)):
                 self._ensure_files(record, netns_path, cfg)
-        stdio = Stdio(stdout=out, stderr=err)
         try:
-            try:
-                pid = self._run_task(task_id, mounts, stdio)
-            except AlreadyExists:
-                if not fresh:
-                    raise
-                # A shim left by an earlier container of this name (containerd#6860).
-                self._clear_previous_run(task_id, by_policy=True, next_run=False)
-                pid = self._run_task(task_id, mounts, stdio)
+            with taskio.task_stdio(record.labels, cfg, logged) as stdio:
+                try:
+                    pid = self._run_task(task_id, mounts, stdio)
+                except AlreadyExists:
+                    if not fresh:
+                        raise
+                    # A shim left by an earlier container of this name (containerd#6860).
+                    self._clear_previous_run(task_id, by_policy=True, next_run=False)
+                    pid = self._run_task(task_id, mounts, stdio)
         except BaseException:
-            if log_token:  # the shim never opened the FIFOs: the daemon would wait
-                with contextlib.suppress(CtrexecError):
-                    logdaemon_client.drop(token=log_token, where=self._logd_dir)
+            if log_token and log_token[0]:  # the shim never opened the FIFOs: the daemon
+                with contextlib.suppress(CtrexecError):  # would wait for them
+                    logdaemon_client.drop(token=log_token[0], where=self._logd_dir)
             raise
         run = runs.current(record.labels)
         return TaskHandle(
@@ -386,6 +390,19 @@ class Executor:
             with contextlib.suppress(CtrexecError):
                 self.destroy(config.name, force=True)
             raise
+
+    def start_attached(
+        self, task: TaskConfig | str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
+    ) -> tuple[TaskHandle, Process]:
+        """Start an interactive task (create it first, given a config), attached from
+        its first byte (``run -it``, ``start -ai``); see :mod:`ctrexec.taskio`."""
+        return taskio.start_attached(self, task, stdin=stdin, **streams)
+
+    def attach(
+        self, task_id: str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
+    ) -> Process:
+        """Stream the stdio of a running task started interactive (see :mod:`taskio`)."""
+        return taskio.attach(self, task_id, stdin=stdin, **streams)
 
     # -- observe ----------------------------------------------------------------------
 
@@ -565,6 +582,43 @@ class Executor:
         with self._locks_guard:
             self._locks.pop(task_id, None)
 
+    def _exec_spec(
+        self,
+        task_id: str,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None,
+        workdir: str | None,
+        user: str | None,
+        tty: bool = False,
+    ) -> dict[str, Any]:
+        record = taskio.running_record(self.client, task_id, args)
+        resolved = None
+        if user:
+            cfg = self._config_of(record)
+            image = images.get_image(self.client, record.image)
+            resolved = self._resolve_user(image, user, cfg.snapshotter if cfg else "overlayfs")
+        return taskio.exec_spec(record.spec, args, env=env, workdir=workdir, user=resolved, tty=tty)
+
+    def exec_stream(
+        self,
+        task_id: str,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+        tty: bool = False,
+        stdin: bool = False,
+        size: tuple[int, int] | None = None,
+        **streams: Unpack[StreamOptions],
+    ) -> Process:
+        """Run a command in the task and stream its stdio (see :class:`ctrexec.Process`);
+        ``tty`` gives it a pseudo-terminal of ``size`` (columns, rows)."""
+        spec = self._exec_spec(task_id, args, env=env, workdir=workdir, user=user, tty=tty)
+        with taskio.command_errors():
+            return start_exec(self.client, task_id, spec, stdin=stdin, size=size, **streams)
+
     def exec(
         self,
         task_id: str,
@@ -576,31 +630,6 @@ class Executor:
         timeout: float | None = None,
     ) -> ExecResult:
         """Run a command in the task and return its exit code and output."""
-        if not args:
-            raise InvalidArgument("exec needs a command")
-        record = containers.get(self.client, task_id)
-        state = tasks.find(self.client, task_id)
-        if state is None or state.status is not Status.RUNNING:
-            raise FailedPrecondition(f"container {task_id} is not running")
-        proc = dict(record.spec.get("process", {}))
-        proc["args"] = list(args)
-        proc["terminal"] = False
-        if env:
-            proc["env"] = merge_env(proc.get("env", []), env)
-        if workdir:
-            proc["cwd"] = workdir
-        if user:
-            cfg = self._config_of(record)
-            image = images.get_image(self.client, record.image)
-            resolved = self._resolve_user(image, user, cfg.snapshotter if cfg else "overlayfs")
-            proc["user"] = {
-                "uid": resolved.uid,
-                "gid": resolved.gid,
-                "additionalGids": list(resolved.additional_gids),
-            }
-        try:
-            return run_exec(self.client, task_id, proc, timeout=timeout)
-        except TaskError:
-            raise
-        except CtrexecError as exc:
-            raise tasks.command_error(exc) from exc
+        spec = self._exec_spec(task_id, args, env=env, workdir=workdir, user=user)
+        with taskio.command_errors():
+            return run_exec(self.client, task_id, spec, timeout=timeout)

@@ -176,7 +176,10 @@ class TaskConfig:
         converter=fields.to_string_map,
         validator=fields.string_map(lbl.validate_user_labels),
     )
+    #: docker's ``-t`` and ``-i``: a pseudo-terminal, an open stdin. Either makes the
+    #: task interactive: its stdio is FIFOs for ``attach``, not the log driver.
     tty: bool = attrs.field(default=False, validator=fields.boolean())
+    stdin_open: bool = attrs.field(default=False, validator=fields.boolean())
     group: str | None = attrs.field(
         default=None,
         validator=fields.text(lambda v: validate_id(v, kind="group name"), optional=True),

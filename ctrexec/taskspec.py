@@ -138,7 +138,10 @@ def _process_opts(
     args = process.resolve_args(image_entrypoint, image_cmd, cfg.entrypoint, cfg.command)
     opts = [
         process.with_args(args),
-        process.with_env(process.merge_env(list(image_env), dict(cfg.env))),
+        # docker's default for a terminal, which the image and the user may override
+        process.with_env(
+            process.merge_env(["TERM=xterm"] * cfg.tty + list(image_env), dict(cfg.env))
+        ),
         process.with_cwd(cfg.workdir or image_workdir or "/"),
         process.with_user_ids(user.uid, user.gid, user.additional_gids),
         process.with_tty(cfg.tty),

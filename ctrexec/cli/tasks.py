@@ -15,10 +15,17 @@ from typing import TYPE_CHECKING
 
 from ctrexec import labels as lbl
 from ctrexec import logmodes
+from ctrexec.cli import attach
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
 from ctrexec.defaults import DEFAULT_LOG_DIR
-from ctrexec.errors import CtrexecError, InvalidArgument, InvalidField, NotFound
+from ctrexec.errors import (
+    CtrexecError,
+    FailedPrecondition,
+    InvalidArgument,
+    InvalidField,
+    NotFound,
+)
 from ctrexec.labels import parse_key_values
 
 # The library (grpc, stubs, attrs) is imported inside the commands: building the
@@ -75,6 +82,7 @@ _FLAGS = {
     "annotations": "--annotation",
     "labels": "--label",
     "auto_remove": "--rm",
+    "stdin_open": "--interactive",
     "log_max_size": "--log-opt max-size",
     "log_max_files": "--log-opt max-file",
     "log_transport": "--log-opt transport",
@@ -126,7 +134,8 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         oom_score_adj=args.oom_score_adj,
         annotations=parse_key_values(args.annotation, what="annotation"),
         labels=parse_key_values(args.label),
-        tty=False,
+        tty=args.tty,
+        stdin_open=args.interactive,
         group=args.group,
         runtime=args.runtime,
         stop_signal=args.stop_signal,
@@ -246,9 +255,14 @@ def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
 def cmd_run(args: argparse.Namespace) -> int:
     from ctrexec.supervisor import is_supervised
 
+    attached = (args.interactive or args.tty) and not args.detach
+    keys = attach.prepare(args) if attached else b""
     with _by_flag():
         config = _config(args)  # before connecting: bad flags start no daemon
         ex = _executor(args)
+        if attached:
+            remove = lambda task_id: _remove(ex, task_id, force=True)  # noqa: E731
+            return attach.run_attached(ex, config, keys, auto_remove=args.rm, remove=remove)
         handle = ex.start_task(config)
     if args.detach:
         if args.rm and not is_supervised(ex.client):
@@ -288,8 +302,13 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    from ctrexec.taskio import is_interactive
+
     ex = _executor(args)
     for task_id in args.ids:
+        config = ex.inspect(task_id).config if args.attach or args.interactive else None
+        if config is not None and is_interactive(config):
+            return attach.start_attached(ex, task_id, config.tty, args)
         handle = ex.start(task_id)
         if args.attach:
             driver = _driver_of(ex.inspect(task_id, addresses=False).config)
@@ -368,6 +387,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
         stop = _stop_after_exit(exited)
 
     logmodes.check_logged(info.config, args.id)
+    from ctrexec.taskio import not_logged
+
+    reason = not_logged(args.id, info.config)
+    if reason is not None:
+        raise FailedPrecondition(reason)
     driver = _driver_of(info.config)
     if args.timestamps and "timestamps" not in logmodes.FEATURES[driver]:
         raise InvalidArgument(f"the {driver} log driver keeps no timestamps")
@@ -384,6 +408,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
+    if args.interactive or args.tty:
+        if args.timeout is not None:
+            raise InvalidArgument("exec: --timeout cannot be used with -i or -t")
+        keys = attach.prepare(args)
+        return attach.exec_attached(_executor(args), args, _env(args.env), keys)
     ex = _executor(args)
     result = ex.exec(
         args.id,
@@ -431,6 +460,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def _run_flags(p: ArgumentParser) -> None:
+    attach.interactive_flags(p)
     p.add_argument("--name", help="container id (default: generated)")
     p.add_argument("--netns", default="none", help="NAME, /path, host or none (default: none)")
     p.add_argument("-e", "--env", action="append", default=[], metavar="K=V")
@@ -480,13 +510,14 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     conn, js = connection_flags(), json_flag()
     p = sub.add_parser("run", parents=[conn, js], help="create and start a task")
     p.add_argument("-d", "--detach", action="store_true")
+    attach.detach_keys_flag(p)
     _run_flags(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("create", parents=[conn, js], help="create a container, do not start it")
     _run_flags(p)
     p.set_defaults(func=cmd_create, detach=True)
     p = sub.add_parser("start", parents=[conn, js], help="start (again) created or exited tasks")
-    p.add_argument("-a", "--attach", action="store_true")
+    attach.start_flags(p)
     p.add_argument("ids", nargs="+")
     p.set_defaults(func=cmd_start)
     p = sub.add_parser("stop", parents=[conn], help="stop tasks: stop signal, then SIGKILL")
@@ -515,6 +546,7 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("id")
     p.set_defaults(func=cmd_logs)
     p = sub.add_parser("exec", parents=[conn], help="run a command in a running task")
+    attach.interactive_flags(p, detach_keys=True)
     p.add_argument("-e", "--env", action="append", default=[])
     p.add_argument("-w", "--workdir")
     p.add_argument("-u", "--user")

@@ -1,39 +1,37 @@
-"""Exec'd processes: run a command inside a running task and collect its output.
+"""Exec'd processes: run a command inside a running task, streamed or captured.
 
-Output comes back through FIFOs that the shim opens for writing. Each FIFO is opened
-here first, without blocking, together with a write end of our own: the shim's open
-then never waits for us, and a reader never sees EOF before the shim has connected.
-Readers select on their FIFO and on a stop pipe, so no thread is ever stuck in a read
-when the process is killed or a background child keeps the pipe open.
+:func:`start_exec` gives a :class:`~ctrexec.containerd.streams.Process` whose stdio
+this client streams; :func:`run_exec` is a use of it that captures the output and
+returns it with the exit code. Each exec has its own FIFO directory
+(:mod:`ctrexec.containerd.fifos`), removed on every path: a failed start here, the
+exit in the process's watcher, or :meth:`Process.close`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
-import select
-import shutil
 import signal
 import tempfile
-import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import attrs
 
 from ctrexec.containerd import tasks
 from ctrexec.containerd.client import Client
-from ctrexec.containerd.tasks import ExitStatus, Stdio
+from ctrexec.containerd.fifos import ClientEnds, FifoPaths
+from ctrexec.containerd.streams import Process, StreamOptions
+from ctrexec.containerd.tasks import Stdio
 from ctrexec.errors import CtrexecError, DeadlineExceeded
 
 #: Output beyond this is dropped (and counted) so a chatty exec cannot exhaust memory.
 MAX_CAPTURE = 16 * 1024 * 1024
-#: How long output may still arrive after the process exited: a background child that
-#: inherited the pipe must not hold the caller for ever.
-DRAIN_GRACE = 2.0
 #: How long a killed exec may take to be reported as exited.
 KILL_GRACE = 10.0
+#: Where exec FIFO directories are made (``ctrexec-exec-*``; tests audit it).
+FIFO_ROOT = Path(tempfile.gettempdir())
+FIFO_PREFIX = "ctrexec-exec-"
 
 
 @attrs.frozen
@@ -45,92 +43,75 @@ class ExecResult:
     stderr: bytes = b""
 
 
-class _Reader(threading.Thread):
-    """Drains one FIFO until every writer is gone or the stop pipe is written."""
+class _Capture:
+    """A bounded buffer that a pump appends to."""
 
-    def __init__(self, path: Path, stop_fd: int) -> None:
-        super().__init__(daemon=True)
+    def __init__(self) -> None:
         self.data = bytearray()
         self.dropped = 0
-        self._stop_fd = stop_fd
-        self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        self._hold: int | None = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
 
-    def run(self) -> None:
-        while True:
-            ready, _, _ = select.select([self._fd, self._stop_fd], [], [])
-            if self._fd in ready and not self._drain_once():
-                return
-            if self._stop_fd in ready:
-                while self._drain_once():
-                    pass
-                return
-
-    def _drain_once(self) -> bool:
-        """Read what is there; False at EOF or when nothing more is buffered now."""
-        try:
-            chunk = os.read(self._fd, 65536)
-        except BlockingIOError:
-            return False
+    def __call__(self, chunk: bytes) -> None:
         room = MAX_CAPTURE - len(self.data)
         self.data += chunk[:room]
         self.dropped += max(0, len(chunk) - room)
-        return bool(chunk)
-
-    def release(self) -> None:
-        """Drop our own write end, so EOF comes once the process's ends are closed."""
-        if self._hold is not None:
-            os.close(self._hold)
-            self._hold = None
-
-    def close(self) -> None:
-        self.release()
-        os.close(self._fd)
 
 
-class _Readers:
-    """The stdout and stderr readers of one exec and the stop pipe they share."""
+def start_exec(
+    client: Client,
+    container_id: str,
+    process_spec: dict[str, Any],
+    *,
+    stdin: bool = False,
+    size: tuple[int, int] | None = None,
+    **streams: Unpack[StreamOptions],
+) -> Process:
+    """Exec ``process_spec`` in the task and stream its stdio.
 
-    def __init__(self, workdir: Path) -> None:
-        self._stop_r, self._stop_w = os.pipe()
-        self.items: list[_Reader] = []
-        for name in ("stdout", "stderr"):
-            os.mkfifo(workdir / name, 0o600)
-            self.items.append(_Reader(workdir / name, self._stop_r))
-        for r in self.items:
-            r.start()
-
-    def finish(self, grace: float) -> None:
-        """Let output drain for at most ``grace`` seconds, then stop the readers."""
-        for r in self.items:
-            r.release()
-        for r in self.items:
-            r.join(timeout=grace)
-        os.write(self._stop_w, b"x")
-        for r in self.items:
-            r.join()
-
-    def close(self) -> None:
-        for r in self.items:
-            r.close()
-        os.close(self._stop_r)
-        os.close(self._stop_w)
-
-
-def _wait_or_kill(
-    client: Client, container_id: str, exec_id: str, pending: Any, timeout: float | None
-) -> ExitStatus:
-    """The exit status, or DeadlineExceeded once the process was killed at the deadline."""
+    With ``process_spec["terminal"]`` the process gets a pseudo-terminal: stdout
+    carries both streams, and ``size`` (columns, rows) is set before it runs.
+    """
+    tty = bool(process_spec.get("terminal"))
+    if tty and size is not None:
+        process_spec = {**process_spec, "consoleSize": {"width": size[0], "height": size[1]}}
+    exec_id = f"exec-{secrets.token_hex(6)}"
+    paths = FifoPaths.make(
+        Path(tempfile.mkdtemp(prefix=FIFO_PREFIX, dir=FIFO_ROOT)), stdin=stdin, stderr=not tty
+    )
+    ends: ClientEnds | None = None
+    registered = False
     try:
-        return tasks.collect(pending, timeout)
-    except DeadlineExceeded:
-        with contextlib.suppress(CtrexecError):
-            tasks.kill(client, container_id, signal.SIGKILL, exec_id=exec_id)
-        with contextlib.suppress(CtrexecError):
-            tasks.collect(pending, KILL_GRACE)
-        raise DeadlineExceeded(
-            f"exec in {container_id} did not finish within {timeout:g}s and was killed"
-        ) from None
+        ends = ClientEnds(paths, hold=True)
+        stdio = Stdio(stdin=paths.stdin, stdout=paths.stdout, stderr=paths.stderr, terminal=tty)
+        tasks.exec_process(client, container_id, exec_id, process_spec, stdio)
+        registered = True
+        pending = tasks.arm_wait(client, container_id, exec_id)
+        try:
+            pid = tasks.start(client, container_id, exec_id)
+        except BaseException:
+            pending.cancel()
+            raise
+        proc = Process(
+            client,
+            container_id,
+            exec_id,
+            pid=pid,
+            tty=tty,
+            ends=ends,
+            pending=pending,
+            owned_fifos=paths,
+            **streams,
+        )
+    except BaseException:
+        if ends is not None:
+            ends.close()
+        if registered:
+            with contextlib.suppress(CtrexecError):
+                tasks.delete_process(client, container_id, exec_id)
+        paths.remove()
+        raise
+    if tty and size is not None:
+        proc.resize(*size)
+    return proc
 
 
 def run_exec(
@@ -145,52 +126,20 @@ def run_exec(
     With ``timeout``, the process is killed at the deadline and DeadlineExceeded is
     raised then, not after its output streams close.
     """
-    exec_id = f"exec-{secrets.token_hex(6)}"
-    workdir = Path(tempfile.mkdtemp(prefix="ctrexec-exec-"))
-    try:
-        readers = _Readers(workdir)
+    out, err = _Capture(), _Capture()
+    with start_exec(client, container_id, process_spec, on_stdout=out, on_stderr=err) as proc:
         try:
-            status = _run(
-                client,
-                container_id,
-                exec_id,
-                process_spec=process_spec,
-                workdir=workdir,
-                readers=readers,
-                timeout=timeout,
-            )
-        finally:
-            readers.close()
-        out, err = readers.items
-        return ExecResult(exit_code=status.code, stdout=bytes(out.data), stderr=bytes(err.data))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _run(
-    client: Client,
-    container_id: str,
-    exec_id: str,
-    *,
-    process_spec: dict[str, Any],
-    workdir: Path,
-    readers: _Readers,
-    timeout: float | None,
-) -> ExitStatus:
-    stdio = Stdio(stdout=str(workdir / "stdout"), stderr=str(workdir / "stderr"))
-    registered = False
-    try:
-        tasks.exec_process(client, container_id, exec_id, process_spec, stdio)
-        registered = True
-        pending = tasks.arm_wait(client, container_id, exec_id)
-        try:
-            tasks.start(client, container_id, exec_id)
-            return _wait_or_kill(client, container_id, exec_id, pending, timeout)
-        finally:
-            pending.cancel()
-    finally:
-        readers.finish(DRAIN_GRACE)
-        if registered:
+            status = proc.wait(timeout)
+        except DeadlineExceeded:
             with contextlib.suppress(CtrexecError):
-                tasks.kill(client, container_id, signal.SIGKILL, exec_id=exec_id)
-            tasks.delete_process(client, container_id, exec_id)
+                proc.kill(signal.SIGKILL)
+            with contextlib.suppress(CtrexecError):
+                proc.wait(KILL_GRACE)
+            raise DeadlineExceeded(
+                f"exec in {container_id} did not finish within {timeout:g}s and was killed"
+            ) from None
+        except BaseException:  # interrupted: do not leave the command running
+            with contextlib.suppress(CtrexecError):
+                proc.kill(signal.SIGKILL)
+            raise
+    return ExecResult(exit_code=status.code, stdout=bytes(out.data), stderr=bytes(err.data))

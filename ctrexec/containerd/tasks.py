@@ -361,3 +361,32 @@ def command_error(exc: errors.CtrexecError) -> errors.CtrexecError:
 def _runc_reason(text: str) -> str:
     marker = "exec: "
     return text[text.rfind(marker) + len(marker) :] if marker in text else text
+
+
+def resize_pty(
+    client: Client, container_id: str, width: int, height: int, exec_id: str = ""
+) -> None:
+    """Set the terminal size of a process started with ``terminal``; the kernel then
+    sends it SIGWINCH."""
+    client.call(
+        _rpc.TASKS,
+        "ResizePty",
+        tasks_pb2.ResizePtyRequest(
+            container_id=container_id, exec_id=exec_id, width=width, height=height
+        ),
+        empty_pb2.Empty,
+    )
+
+
+def close_io(client: Client, container_id: str, exec_id: str = "") -> None:
+    """Close the shim's own write end of the process's stdin FIFO.
+
+    The shim holds both ends of that FIFO, so a client that closes its end does not
+    end the process's input; this does, once no client end is left open either.
+    """
+    client.call(
+        _rpc.TASKS,
+        "CloseIO",
+        tasks_pb2.CloseIORequest(container_id=container_id, exec_id=exec_id, stdin=True),
+        empty_pb2.Empty,
+    )

@@ -46,6 +46,7 @@ WRONG_TYPE: dict[str, tuple[Any, str]] = {
     "annotations": ("a=b", "expected a table of strings"),
     "labels": ({"a": ["b"]}, "expected a table of strings"),
     "tty": (0, "expected true or false"),
+    "stdin_open": (0, "expected true or false"),
     "group": (["g"], "expected a string"),
     "share_shim": ("true", "expected true or false"),
     "runtime": (5, "expected a string"),
@@ -103,7 +104,15 @@ OUT_OF_RANGE: dict[str, tuple[Any, str]] = {
     "stop_signal": ("SIGNOPE", "invalid signal"),
 }
 # netns: any string is a name or a path, resolved and verified on create.
-NO_RANGE = {"netns", "read_only", "privileged", "tty", "share_shim", "auto_remove"}
+NO_RANGE = {
+    "netns",
+    "read_only",
+    "privileged",
+    "tty",
+    "stdin_open",
+    "share_shim",
+    "auto_remove",
+}
 
 RESTART_BAD: dict[str, tuple[Any, str]] = {
     "policy": (1, "restart.policy = 1: expected a string"),
