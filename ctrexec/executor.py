@@ -14,13 +14,14 @@ import shutil
 import signal as signals
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import attrs
 
-from ctrexec import _linux, defaults, logmodes, taskspec
+from ctrexec import _linux, defaults, logmodes, taskspec, waiting
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
@@ -41,6 +42,9 @@ from ctrexec.net import hostfiles, netns
 from ctrexec.oci.process import merge_env
 from ctrexec.oci.user import ResolvedUser, resolve_user_spec
 from ctrexec.taskconfig import TaskConfig, TaskHandle, TaskInfo
+
+if TYPE_CHECKING:
+    from ctrexec.watch import EventOptions, TaskEvents
 
 DEFAULT_LOG_DIR = defaults.DEFAULT_LOG_DIR
 
@@ -374,13 +378,19 @@ class Executor:
             tasks.delete(self.client, task_id)
 
     def wait(self, task_id: str, timeout: float | None = None) -> ExitStatus:
-        """Block until the task exits (DeadlineExceeded after ``timeout`` seconds)."""
-        pending = tasks.arm_wait(self.client, task_id)
-        try:
-            status = tasks.collect(pending, timeout)
-        finally:
-            pending.cancel()
-        return self.with_oom({task_id: status})[task_id]
+        """Block until the task exits (DeadlineExceeded after ``timeout`` seconds, the
+        task untouched); any number of threads may wait at once. See :mod:`ctrexec.waiting`."""
+        return waiting.wait(self.client, task_id, timeout)
+
+    def wait_future(self, task_id: str, *, exec_id: str = "") -> Future[ExitStatus]:
+        """The exit as a future (cancel it to stop waiting); ``ctrexec.aio`` awaits it."""
+        return waiting.exit_future(self.client, task_id, exec_id)
+
+    def events(self, **options: Unpack[EventOptions]) -> TaskEvents:
+        """A live stream of this namespace's task events (see :class:`ctrexec.watch.TaskEvents`)."""
+        from ctrexec.watch import TaskEvents
+
+        return TaskEvents.of(self, **options)
 
     def inspect(self, task_id: str) -> TaskInfo:
         record = containers.get(self.client, task_id)
