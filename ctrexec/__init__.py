@@ -39,6 +39,7 @@ from ctrexec.errors import (
 )
 
 if TYPE_CHECKING:
+    from ctrexec.aio import AsyncExecutor
     from ctrexec.containerd.client import (
         Client,
         Lease,
@@ -48,6 +49,19 @@ if TYPE_CHECKING:
     )
     from ctrexec.containerd.content import Platform
     from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
+    from ctrexec.containerd.events import (
+        Event,
+        EventsMissed,
+        ExecExited,
+        ExecStarted,
+        TaskDeleted,
+        TaskEvent,
+        TaskExited,
+        TaskOOM,
+        TaskPaused,
+        TaskResumed,
+        TaskStarted,
+    )
     from ctrexec.containerd.execs import ExecResult
     from ctrexec.containerd.images import (
         Image,
@@ -64,9 +78,11 @@ if TYPE_CHECKING:
     from ctrexec.executor import Executor
     from ctrexec.net.netns import NetNS, NetNSInfo
     from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
+    from ctrexec.watch import EventFilter, TaskEvents
 
 #: Where each lazily loaded public name is defined (errors and defaults are light).
 _SOURCES: dict[str, tuple[str, ...]] = {
+    "ctrexec.aio": ("AsyncExecutor",),
     "ctrexec.containerd.client": (
         "Client",
         "Lease",
@@ -78,6 +94,19 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.containerd.daemon": (
         "DaemonPaths",
         "EmbeddedContainerd",
+    ),
+    "ctrexec.containerd.events": (
+        "Event",
+        "EventsMissed",
+        "ExecExited",
+        "ExecStarted",
+        "TaskDeleted",
+        "TaskEvent",
+        "TaskExited",
+        "TaskOOM",
+        "TaskPaused",
+        "TaskResumed",
+        "TaskStarted",
     ),
     "ctrexec.containerd.execs": ("ExecResult",),
     "ctrexec.containerd.images": (
@@ -106,12 +135,17 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "TaskHandle",
         "TaskInfo",
     ),
+    "ctrexec.watch": (
+        "EventFilter",
+        "TaskEvents",
+    ),
 }
 _MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
 
 __all__ = [
     "DEFAULT_NAMESPACE",
     "AlreadyExists",
+    "AsyncExecutor",
     "CNIError",
     "Canceled",
     "Client",
@@ -124,7 +158,12 @@ __all__ = [
     "DaemonPaths",
     "DeadlineExceeded",
     "EmbeddedContainerd",
+    "Event",
+    "EventFilter",
+    "EventsMissed",
+    "ExecExited",
     "ExecResult",
+    "ExecStarted",
     "Executor",
     "ExitStatus",
     "FailedPrecondition",
@@ -150,9 +189,17 @@ __all__ = [
     "Stats",
     "Status",
     "TaskConfig",
+    "TaskDeleted",
     "TaskError",
+    "TaskEvent",
+    "TaskEvents",
+    "TaskExited",
     "TaskHandle",
     "TaskInfo",
+    "TaskOOM",
+    "TaskPaused",
+    "TaskResumed",
+    "TaskStarted",
     "Unavailable",
     "Unimplemented",
     "ensure_image",
