@@ -96,4 +96,4 @@ def test_relay_close_cancels_the_source_and_the_pump_ends() -> None:
     source = asyncio.run(main())
     assert source.cancelled.is_set()
     # The pump returns right after handing over its end marker.
-    wait_for(lambda: threading.active_count() <= before, what="the pump thread to end")
+    wait_for(lambda: threading.active_count() <= before, timeout=10, what="the pump thread to end")
