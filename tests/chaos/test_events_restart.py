@@ -98,3 +98,29 @@ def test_one_stream_sees_every_exit_across_a_containerd_restart(
     assert set(outage) <= log.listed
     missed = [e for e in log.events if isinstance(e, EventsMissed)]
     assert len(missed) >= 1 and all(m.since and m.at >= m.since for m in missed)
+
+
+def test_a_wait_outlasts_a_containerd_restart_and_reports_no_false_exit(
+    chaos_daemon: ChaosDaemon, tmp_path: Path
+) -> None:
+    ex = Executor(chaos_daemon.client(), log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
+    try:
+        victim = ex.start_task(TaskConfig(name="ev-w-victim", image=IMAGE, command=SLEEP))
+        ex.start_task(TaskConfig(name="ev-w-bystander", image=IMAGE, command=SLEEP))
+        victim_exit = ex.wait_future("ev-w-victim")
+        bystander_exit = ex.wait_future("ev-w-bystander")
+        chaos_daemon.kill()
+        os.kill(victim.pid, signal.SIGKILL)  # dies while containerd is away
+        wait_for(lambda: not Path(f"/proc/{victim.pid}").exists(), "the victim to die")
+        assert not victim_exit.done()  # Unavailable is not an exit: the wait goes on
+        chaos_daemon.restart()
+        status = victim_exit.result(timeout=60)
+        assert status.code == 137 and status.exited_at is not None
+        # The bystander's wait was sent again too, and still waits: it never ran out.
+        assert ex.inspect("ev-w-bystander").status is Status.RUNNING
+        assert not bystander_exit.done()
+        ex.signal("ev-w-bystander", "SIGKILL")
+        assert bystander_exit.result(timeout=60).code == 137
+    finally:
+        for info in ex.list(all_tasks=True):
+            ex.destroy(info.id, force=True)
