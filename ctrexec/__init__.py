@@ -41,6 +41,7 @@ from ctrexec.errors import (
 )
 
 if TYPE_CHECKING:
+    from ctrexec.aio import AsyncExecutor
     from ctrexec.containerd.client import (
         Client,
         Lease,
@@ -50,6 +51,19 @@ if TYPE_CHECKING:
     )
     from ctrexec.containerd.content import Platform
     from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
+    from ctrexec.containerd.events import (
+        Event,
+        EventsMissed,
+        ExecExited,
+        ExecStarted,
+        TaskDeleted,
+        TaskEvent,
+        TaskExited,
+        TaskOOM,
+        TaskPaused,
+        TaskResumed,
+        TaskStarted,
+    )
     from ctrexec.containerd.execs import ExecResult
     from ctrexec.containerd.images import (
         Image,
@@ -77,9 +91,11 @@ if TYPE_CHECKING:
     from ctrexec.net.networks import Attachment, Networks
     from ctrexec.supervisor import Supervisor, is_supervised
     from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
+    from ctrexec.watch import EventFilter, TaskEvents
 
 #: Where each lazily loaded public name is defined (errors and defaults are light).
 _SOURCES: dict[str, tuple[str, ...]] = {
+    "ctrexec.aio": ("AsyncExecutor",),
     "ctrexec.containerd.client": (
         "Client",
         "Lease",
@@ -91,6 +107,19 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.containerd.daemon": (
         "DaemonPaths",
         "EmbeddedContainerd",
+    ),
+    "ctrexec.containerd.events": (
+        "Event",
+        "EventsMissed",
+        "ExecExited",
+        "ExecStarted",
+        "TaskDeleted",
+        "TaskEvent",
+        "TaskExited",
+        "TaskOOM",
+        "TaskPaused",
+        "TaskResumed",
+        "TaskStarted",
     ),
     "ctrexec.containerd.execs": ("ExecResult",),
     "ctrexec.containerd.images": (
@@ -134,6 +163,10 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "TaskHandle",
         "TaskInfo",
     ),
+    "ctrexec.watch": (
+        "EventFilter",
+        "TaskEvents",
+    ),
 }
 #: Public names that are another name in their module: ``netns.create`` is too vague
 #: at the top level.
@@ -150,6 +183,7 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "Address",
     "AlreadyExists",
+    "AsyncExecutor",
     "Attachment",
     "CNIError",
     "Canceled",
@@ -163,7 +197,12 @@ __all__ = [
     "DaemonPaths",
     "DeadlineExceeded",
     "EmbeddedContainerd",
+    "Event",
+    "EventFilter",
+    "EventsMissed",
+    "ExecExited",
     "ExecResult",
+    "ExecStarted",
     "Executor",
     "ExitStatus",
     "FailedPrecondition",
@@ -202,9 +241,17 @@ __all__ = [
     "StreamOptions",
     "Supervisor",
     "TaskConfig",
+    "TaskDeleted",
     "TaskError",
+    "TaskEvent",
+    "TaskEvents",
+    "TaskExited",
     "TaskHandle",
     "TaskInfo",
+    "TaskOOM",
+    "TaskPaused",
+    "TaskResumed",
+    "TaskStarted",
     "Unavailable",
     "Unimplemented",
     "create_netns",

@@ -31,6 +31,8 @@ ADDRESS_ENV = defaults.ADDRESS_ENV
 NAMESPACE_HEADER = "containerd-namespace"
 LEASE_HEADER = "containerd-lease"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: The channel's reconnect backoff, first and longest (ms): a local socket is cheap to retry.
+RECONNECT_BACKOFF_MS = (100, 1000)
 DEFAULT_TIMEOUT = 30.0
 
 #: Service names, as they appear in method paths on the wire.
@@ -170,6 +172,11 @@ class Pending(Generic[M]):
     def cancel(self) -> None:
         self._future.cancel()
 
+    def add_done_callback(self, fn: Callable[[Pending[M]], None]) -> None:
+        """Call ``fn(self)`` once the call ends (at once if it has): on gRPC's own thread,
+        so ``fn`` must not block. This is what lets many waiters share no thread."""
+        self._future.add_done_callback(lambda _future: fn(self))
+
 
 class Connection:
     """One gRPC channel to one containerd socket, shared by every thread.
@@ -191,6 +198,11 @@ class Connection:
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 # containerd's socket is local; one shared subchannel is enough.
                 ("grpc.enable_retries", 0),
+                # After containerd restarts, calls queued with wait_for_ready (Wait,
+                # the event stream) resume within a second, not after gRPC's default
+                # backoff that grows to two minutes.
+                ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+                ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1]),
             ],
         )
 
@@ -264,12 +276,20 @@ class Connection:
         namespace: str | None = None,
         lease: str | None = None,
         timeout: Timeout = None,
+        wait_for_ready: bool = False,
     ) -> Pending[M]:
-        """Send a unary call now and collect its answer later."""
+        """Send a unary call now and collect its answer later.
+
+        ``wait_for_ready``: while containerd is unreachable the call waits for it to
+        come back (within ``timeout``) instead of failing at once with Unavailable.
+        """
         rpc = self._method("unary_unary", service, method, response_type)
         self._observe(service, method, 0.0)
         future = rpc.future(
-            request, metadata=self.metadata(namespace, lease), timeout=self._timeout(timeout)
+            request,
+            metadata=self.metadata(namespace, lease),
+            timeout=self._timeout(timeout),
+            wait_for_ready=wait_for_ready,
         )
         return Pending(future, f"{_short(service)}.{method}")
 

@@ -14,11 +14,22 @@ import shutil
 import signal as signals
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
-from ctrexec import _linux, defaults, logdaemon_client, logmodes, runs, taskinfo, taskio, taskspec
+from ctrexec import (
+    _linux,
+    defaults,
+    logdaemon_client,
+    logmodes,
+    runs,
+    taskinfo,
+    taskio,
+    taskspec,
+    waiting,
+)  # fmt: skip
 from ctrexec import labels as lbl
 from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
@@ -37,6 +48,9 @@ from ctrexec.imageusers import ImageUsers
 from ctrexec.net import hostfiles, netns
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.taskconfig import TaskConfig, TaskHandle, TaskInfo
+
+if TYPE_CHECKING:
+    from ctrexec.watch import EventOptions, TaskEvents
 
 DEFAULT_LOG_DIR = defaults.DEFAULT_LOG_DIR
 
@@ -277,7 +291,7 @@ class Executor:
         log_token: list[str] = []  # the log daemon's registration, if one was made
 
         def logged() -> Stdio:
-            out, err, token = self._stdio(cfg, log_path)
+            out, err, token = logmodes.stdio_for(cfg, log_path, state_dir=self.state_dir)
             log_token.append(token)
             return Stdio(stdout=out, stderr=err)
 
@@ -301,7 +315,9 @@ class Executor:
         except BaseException:
             if log_token and log_token[0]:  # the shim never opened the FIFOs: the daemon
                 with contextlib.suppress(CtrexecError):  # would wait for them
-                    logdaemon_client.drop(token=log_token[0], where=self._logd_dir)
+                    logdaemon_client.drop(
+                        token=log_token[0], where=logmodes.daemon_dir(self.state_dir)
+                    )
             raise
         run = runs.current(record.labels)
         return TaskHandle(
@@ -314,20 +330,6 @@ class Executor:
             log_path=log_path,
             run=run.run if run else 0,
             container_created_at=record.created_at,
-        )
-
-    @property
-    def _logd_dir(self) -> Path | None:
-        """The shared log daemon's directory: under ``state_dir`` when one was given."""
-        return None if self.state_dir is None else self.state_dir / "logd"
-
-    def _stdio(self, cfg: TaskConfig | None, log_path: str) -> tuple[str, str, str]:
-        """The task's stdout, stderr and log registration, with ctrexec's own files (the
-        log daemon's socket, the per-task driver's launcher) under ``state_dir``."""
-        if self.state_dir is None:
-            return logmodes.stdio_for(cfg, log_path)
-        return logmodes.stdio_for(
-            cfg, log_path, launcher_dir=self.state_dir / "bin", logd_dir=self._logd_dir
         )
 
     def _clear_previous_run(
@@ -425,17 +427,24 @@ class Executor:
             if logmodes.uses_daemon(self._config_of(record)):
                 with contextlib.suppress(CtrexecError):  # a kept stdout: read what is there
                     logdaemon_client.wait_drained(
-                        record.labels.get(lbl.LOG_PATH, ""), where=self._logd_dir
+                        record.labels.get(lbl.LOG_PATH, ""),
+                        where=logmodes.daemon_dir(self.state_dir),
                     )
 
     def wait(self, task_id: str, timeout: float | None = None) -> ExitStatus:
-        """Block until the task exits (DeadlineExceeded after ``timeout`` seconds)."""
-        pending = tasks.arm_wait(self.client, task_id)
-        try:
-            status = tasks.collect(pending, timeout)
-        finally:
-            pending.cancel()
-        return self.with_oom({task_id: status})[task_id]
+        """Block until the task exits (DeadlineExceeded after ``timeout`` seconds, the
+        task untouched); any number of threads may wait at once. See :mod:`ctrexec.waiting`."""
+        return waiting.wait(self.client, task_id, timeout)
+
+    def wait_future(self, task_id: str, *, exec_id: str = "") -> Future[ExitStatus]:
+        """The exit as a future (cancel it to stop waiting); ``ctrexec.aio`` awaits it."""
+        return waiting.exit_future(self.client, task_id, exec_id)
+
+    def events(self, **options: Unpack[EventOptions]) -> TaskEvents:
+        """A live stream of this namespace's task events (see :class:`ctrexec.watch.TaskEvents`)."""
+        from ctrexec.watch import TaskEvents
+
+        return TaskEvents.of(self, **options)
 
     def inspect(self, task_id: str, *, addresses: bool = True) -> TaskInfo:
         """The container and its latest run; ``addresses`` looks into its namespace."""
@@ -562,7 +571,9 @@ class Executor:
             log_path = record.labels.get(lbl.LOG_PATH)
             if log_path:
                 with contextlib.suppress(CtrexecError):  # no daemon: nothing to forget
-                    logdaemon_client.drop(log_path=log_path, where=self._logd_dir)
+                    logdaemon_client.drop(
+                        log_path=log_path, where=logmodes.daemon_dir(self.state_dir)
+                    )
                 shutil.rmtree(Path(log_path).parent, ignore_errors=True)
                 with contextlib.suppress(OSError):  # the namespace's dir, once empty
                     Path(log_path).parent.parent.rmdir()

@@ -167,19 +167,21 @@ def _prepare_output(path: str) -> None:
         raise InvalidArgument(f"task output {path} is neither a file nor a FIFO")
 
 
+def daemon_dir(state_dir: Path | None) -> Path | None:
+    """The shared log daemon's directory under an Executor's ``state_dir`` (None: the
+    default, :func:`ctrexec.logdaemon_client.state_dir`)."""
+    return None if state_dir is None else state_dir / "logd"
+
+
 def stdio_for(
-    config: TaskConfig | None,
-    log_path: str,
-    *,
-    launcher_dir: Path | None = None,
-    logd_dir: Path | None = None,
+    config: TaskConfig | None, log_path: str, *, state_dir: Path | None = None
 ) -> tuple[str, str, str]:
     """``(stdout, stderr, token)`` for ``Tasks.Create`` (empty: the shim's null I/O).
 
     For the daemon the paths are FIFOs it already holds open, and ``token`` names the
     registration, which a failed start must drop (:func:`ctrexec.logdaemon_client.drop`).
-    ``launcher_dir`` and ``logd_dir`` move ctrexec's own files (the per-task driver's
-    launcher, the daemon's socket) from their defaults.
+    ``state_dir`` moves ctrexec's own files (the daemon's socket, the per-task driver's
+    launcher) under it.
     """
     paths = caller_paths(config)
     if paths is not None:
@@ -198,11 +200,12 @@ def stdio_for(
     if uses_daemon(config):
         from ctrexec import logdaemon_client
 
-        token, out, err = logdaemon_client.register(log_path, max_size, max_files, where=logd_dir)
+        where = daemon_dir(state_dir)
+        token, out, err = logdaemon_client.register(log_path, max_size, max_files, where=where)
         return out, err, token
     from ctrexec import logs  # attrs and the reader: not for the CLI's parse
 
-    launcher = logs.write_launcher(launcher_dir) if launcher_dir is not None else None
+    launcher = logs.write_launcher(state_dir / "bin") if state_dir is not None else None
     uri = logs.log_uri(log_path, max_size, max_files, driver=launcher)
     return uri, uri, ""
 

@@ -1,9 +1,10 @@
 """Restart policies, applied by a small long-running watcher (``ctrexec supervise``).
 
 The supervisor keeps no state of its own: the policy, the restart count, the backoff
-and the "stopped by user" mark are container labels. It listens to task-exit events and, on
-start and after every reconnect, lists all tasks again (events are not durable), so
-killing it and starting it again loses nothing.
+and the "stopped by user" mark are container labels. It is built on
+:meth:`Executor.events`, as a scheduler would be: it lists all tasks once the stream is
+live, acts on each exit event, and lists again whenever the stream says events were
+missed (containerd restarted), so killing it and starting it again loses nothing.
 
 It also removes ``--rm`` containers whose task exited (docker's daemon does that;
 ctrexec has no daemon). While it runs it holds a shared lock on a file named after
@@ -23,15 +24,14 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-import attrs
-
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
-from ctrexec.containerd.events import EventStream, TaskExitEvent, TaskOOMEvent
+from ctrexec.containerd.events import EventsMissed, TaskExited, TaskOOM
 from ctrexec.containerd.tasks import ExitStatus, Status
-from ctrexec.errors import CtrexecError, NotFound, Unavailable
+from ctrexec.errors import CtrexecError, NotFound
 from ctrexec.executor import Executor
+from ctrexec.watch import MAX_RECONNECT_DELAY, TaskEvents
 
 log = logging.getLogger("ctrexec.supervisor")
 #: How often the stop watcher checks that run() is still going (only then: a set
@@ -180,9 +180,7 @@ class Supervisor:
         self._timers: dict[str, threading.Timer] = {}
         #: Timer threads whose action is under way (joined when run() ends).
         self._running: set[threading.Thread] = set()
-        self._stream: EventStream | None = None
-        #: Containers with an OOM event not yet followed by their exit.
-        self._oom_seen: set[str] = set()
+        self._stream: TaskEvents | None = None
         self._restarts = 0
 
     @property
@@ -192,11 +190,11 @@ class Supervisor:
             return self._restarts
 
     def run(self, stop: threading.Event) -> None:
-        """Serve until ``stop`` is set; survives containerd restarts by reconnecting.
+        """Serve until ``stop`` is set; survives containerd restarts (the stream reconnects).
 
-        One watcher thread for the whole run turns ``stop`` into a cancel of whichever
-        stream is current, so reconnecting starts no thread; pending restart timers
-        are cancelled on the way out, so nothing restarts a task after ``run`` returns.
+        One watcher thread for the whole run turns ``stop`` into a cancel of the
+        stream; pending restart timers are cancelled on the way out, so nothing
+        restarts a task after ``run`` returns.
         """
         done = threading.Event()
         watcher = threading.Thread(
@@ -225,9 +223,16 @@ class Supervisor:
                 return
 
     def _serve(self, stop: threading.Event) -> None:
-        """One subscription: reconcile, then act on events until the stream ends."""
+        """One event stream: reconcile once it is live and after each break, act on exits.
+
+        The stream reconnects by itself; this returns only when it cannot be opened
+        (containerd down at start: run() tries again) or when ``stop`` cancels it.
+        """
         try:
-            stream = EventStream(self.client)
+            stream = self.executor.events(
+                reconnect_delay=self.reconnect_delay,
+                max_reconnect_delay=max(self.reconnect_delay, MAX_RECONNECT_DELAY),
+            )
         except CtrexecError as exc:
             log.warning("cannot subscribe to events: %s", exc)
             return
@@ -238,12 +243,16 @@ class Supervisor:
                 return
             self.reconcile()
             for event in stream:
-                if isinstance(event, TaskOOMEvent):
-                    self._on_oom(event.container_id)
-                elif event.is_init:
-                    self._on_exit(event.container_id, self._oom_checked(event), live=True)
-        except Unavailable as exc:
-            log.warning("lost containerd, reconnecting: %s", exc)
+                if isinstance(event, EventsMissed):
+                    log.warning("lost containerd's events (%s); listing again", event.reason)
+                    self.reconcile()
+                elif isinstance(event, TaskOOM):
+                    log.warning(
+                        "%s: the OOM killer ran in its cgroup (memory limit reached)",
+                        event.task_id,
+                    )
+                elif isinstance(event, TaskExited):
+                    self._on_exit(event.task_id, event.exit, live=True)
         except CtrexecError as exc:
             if not stop.is_set():
                 log.warning("event stream ended: %s", exc)
@@ -262,24 +271,6 @@ class Supervisor:
         for thread in threads:
             if thread is not threading.current_thread():
                 thread.join()
-
-    def _on_oom(self, container_id: str) -> None:
-        log.warning("%s: the OOM killer ran in its cgroup (memory limit reached)", container_id)
-        with self._guard:
-            self._oom_seen.add(container_id)
-
-    def _oom_checked(self, event: TaskExitEvent) -> ExitStatus:
-        """The exit with ``oom_killed`` set: from the OOM event when one came first,
-        else from the cgroup's counter (the events' order is not guaranteed)."""
-        with self._guard:
-            seen = event.container_id in self._oom_seen
-            self._oom_seen.discard(event.container_id)
-        status = event.exit
-        if status.code != tasks.SIGKILL_EXIT_CODE:
-            return status
-        if seen:
-            return attrs.evolve(status, oom_killed=True)
-        return self.executor.with_oom({event.container_id: status})[event.container_id]
 
     def reconcile(self) -> None:
         """Apply the policy to every stopped task, for exits missed while away."""

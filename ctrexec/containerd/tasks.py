@@ -135,8 +135,13 @@ def create(
     return int(resp.pid)
 
 
-def arm_wait(client: Client, container_id: str, exec_id: str = "") -> _rpc.Pending[Any]:
-    """Send Wait now, before Start, so an exit that comes at once is never missed."""
+def arm_wait(
+    client: Client, container_id: str, exec_id: str = "", *, wait_for_ready: bool = False
+) -> _rpc.Pending[Any]:
+    """Send Wait now, before Start, so an exit that comes at once is never missed.
+
+    ``wait_for_ready``: sent while containerd is away, the call waits for it to return.
+    """
     return client.rpc.unary_future(
         _rpc.TASKS,
         "Wait",
@@ -144,6 +149,7 @@ def arm_wait(client: Client, container_id: str, exec_id: str = "") -> _rpc.Pendi
         tasks_pb2.WaitResponse,
         namespace=client.namespace,
         timeout=_rpc.NO_DEADLINE,
+        wait_for_ready=wait_for_ready,
     )
 
 
@@ -336,6 +342,24 @@ def metrics_of(client: Client, container_ids: Sequence[str]) -> dict[str, any_pb
     )
     wanted = set(container_ids)
     return {m.id: m.data for m in resp.metrics if m.id in wanted}
+
+
+def metrics_future(client: Client, container_id: str) -> _rpc.Pending[Any]:
+    """:func:`metrics` as a call in flight, for callers that must not block (read the
+    answer with :func:`metrics_from`)."""
+    return client.rpc.unary_future(
+        _rpc.TASKS,
+        "Metrics",
+        tasks_pb2.MetricsRequest(filters=[f"id=={container_id}"]),
+        tasks_pb2.MetricsResponse,
+        namespace=client.namespace,
+    )
+
+
+def metrics_from(pending: _rpc.Pending[Any], container_id: str) -> any_pb2.Any | None:
+    """The metrics of one task from an answered :func:`metrics_future`."""
+    resp = pending.result()
+    return next((m.data for m in resp.metrics if m.id == container_id), None)
 
 
 def wait_until(predicate: Any, timeout: float, interval: float = 0.02) -> bool:

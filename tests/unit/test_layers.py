@@ -173,7 +173,7 @@ def test_the_file_read_rule_sees_reads() -> None:
 
 PRODUCT = (
     "executor", "taskconfig", "taskinfo", "runs", "imageusers", "taskspec", "groups", "supervisor",
-    "fields", "cli",
+    "fields", "watch", "waiting", "aio", "cli",
 )  # fmt: skip
 
 
