@@ -206,6 +206,11 @@ class Connection:
             ],
         )
 
+    @property
+    def closed(self) -> bool:
+        """Whether close() was called: then no call can ever work again (no retry helps)."""
+        return self._channel is None
+
     def _chan(self) -> grpc.Channel:
         channel = self._channel
         if channel is None:

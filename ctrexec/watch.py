@@ -299,6 +299,8 @@ class TaskEvents(Iterator[Event]):
             except CtrexecError as exc:
                 if self._cancelled.is_set():
                     return
+                if self._client.rpc.closed:
+                    raise
                 if (
                     self._max_outage is not None
                     and (datetime.now(UTC) - began).total_seconds() > self._max_outage

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from _eventlog import EventLog
 from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.events import ExecExited, TaskDeleted, TaskEvent, TaskExited
+from ctrexec.errors import Unavailable
 from ctrexec.executor import Executor
 from ctrexec.taskconfig import TaskConfig
 
@@ -99,3 +101,28 @@ def test_filters_by_group_label_and_type(ex: Executor, test_image: str) -> None:
     assert by_type.exits["ev-f-a"].code == by_type.exits["ev-f-b"].code == 137
     for log in (by_group, by_label, by_type):
         assert log.errors == [] and log.missed == 0
+
+
+def test_a_closed_client_ends_the_stream_instead_of_retrying(
+    containerd_address: str, tmp_path: Path, test_image: str
+) -> None:
+    own = Client.connect(containerd_address, namespace="ctrexec-test")
+    stream = Executor(own, log_dir=tmp_path / "logs").events()
+    outcome: list[BaseException | None] = []
+
+    def consume() -> None:
+        try:
+            for _ in stream:
+                pass
+        except Unavailable as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    own.close()
+    consumer.join(timeout=30)
+    assert not consumer.is_alive(), "the stream retried a closed client"
+    assert len(outcome) == 1 and isinstance(outcome[0], Unavailable)
+    assert "closed" in str(outcome[0])
