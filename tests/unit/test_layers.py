@@ -170,6 +170,7 @@ def test_the_file_read_rule_sees_reads() -> None:
     )
     assert _file_reads(sample, "s") == ["s:1 open()", "s:2 fdopen()", "s:3 read_text()"]
 
+
 PRODUCT = ("executor", "taskconfig", "taskspec", "groups", "supervisor", "fields", "cli")
 
 
