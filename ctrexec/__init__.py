@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from ctrexec.containerd.tasks import ExitStatus, Status
     from ctrexec.executor import Executor
     from ctrexec.net.netns import NetNS, NetNSInfo
+    from ctrexec.registry.pull import PullEvent, ensure_pulled, pull
     from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
 
 #: Where each lazily loaded public name is defined (errors and defaults are light).
@@ -73,6 +74,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "Client",
         "Lease",
         "Plugin",
+    "PullEvent",
         "ServerInfo",
         "ServerVersion",
     ),
@@ -87,9 +89,11 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "ImageConfig",
         "ImageSummary",
         "ensure_image",
+    "ensure_pulled",
         "get_image",
         "list_images",
         "normalize_reference",
+    "pull",
         "remove_image",
     ),
     "ctrexec.containerd.stats": ("Stats",),
@@ -101,6 +105,11 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.net.netns": (
         "NetNS",
         "NetNSInfo",
+    ),
+    "ctrexec.registry.pull": (
+        "PullEvent",
+        "ensure_pulled",
+        "pull",
     ),
     "ctrexec.taskconfig": (
         "RestartPolicy",

@@ -150,7 +150,8 @@ class Repository:
         realm = params.get("realm", "")
         if not realm.startswith(("https://", "http://")):
             raise errors.RegistryError(f"registry {host.origin}: bearer challenge has no realm")
-        query = {"scope": params.get("scope") or f"repository:{self.path}:pull"}
+        scope = params.get("scope") or (f"repository:{self.path}:pull" if self.path else "")
+        query = {"scope": scope} if scope else {}
         if params.get("service"):
             query["service"] = params["service"]
         headers = {"User-Agent": _USER_AGENT}

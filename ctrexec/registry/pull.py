@@ -160,6 +160,33 @@ def _store_blobs(
             raise
 
 
+def _store_content(
+    client: Client,
+    repo: Repository,
+    docs: list[_Doc],
+    *,
+    lease: str,
+    emit: Callable[..., None],
+    parallel: int,
+) -> None:
+    """Config and layers first, then the manifest and indexes bottom up: a document is
+    stored only once what its GC labels name is."""
+    config, layers = content.parse_manifest(docs[-1].obj)
+    source = (repo.domain, repo.path)
+    _store_blobs(
+        client,
+        repo,
+        [*layers, config],
+        lease=lease,
+        labels=imagestore.distribution_source_label(*source),
+        emit=emit,
+        parallel=parallel,
+    )
+    for doc in reversed(docs):
+        labels = imagestore.manifest_labels(doc.kind, doc.obj, source=source)
+        imagestore.store_bytes(client, doc.desc, doc.data, lease=lease, labels=labels)
+
+
 def pull(
     client: Client,
     ref: str,
@@ -198,22 +225,7 @@ def pull(
             docs = _resolve(repo, top, data, want)
             if docs is None:
                 raise errors.NotFound(f"image {ref!r} has no manifest for platform {want}")
-            config, layers = content.parse_manifest(docs[-1].obj)
-            source = {**imagestore.distribution_source_label(parsed.domain, parsed.path)}
-            _store_blobs(
-                client,
-                repo,
-                [*layers, config],
-                lease=le.id,
-                labels=source,
-                emit=emit,
-                parallel=parallel,
-            )
-            for doc in reversed(docs):
-                labels = imagestore.manifest_labels(
-                    doc.kind, doc.obj, source=(parsed.domain, parsed.path)
-                )
-                imagestore.store_bytes(client, doc.desc, doc.data, lease=le.id, labels=labels)
+            _store_content(client, repo, docs, lease=le.id, emit=emit, parallel=parallel)
             imagestore.record_image(client, name, top, lease=le.id)
             emit("unpacking", top)
             image = imagestore.unpack_image(
