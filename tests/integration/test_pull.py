@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _cli import Cli
 from _registry import PASSWORD, USER, CorruptingProxy, Registry, push
 from _support import until
 from google.protobuf import empty_pb2
@@ -414,3 +415,33 @@ def test_ctr_pulled_image_adopted_without_writing(
             namespace_pb2.DeleteNamespaceRequest(name=other.namespace),
             empty_pb2.Empty,
         )
+
+
+# -- the CLI ----------------------------------------------------------------------------------
+
+
+def test_cli_pull_and_run_pull_policies(
+    ns: Client, registry: Registry, cli: Cli, docker_config: Path
+) -> None:
+    ref = f"{registry.host}/ctrexec-test:latest"
+    never = cli("run", "--rm", "--pull", "never", ref, "true", namespace=ns.namespace)
+    assert never.returncode == 125
+    assert f"ctrexec pull {ref}" in never.stderr
+    assert len(never.stderr.strip().splitlines()) == 1, never.stderr
+
+    ran = cli("run", "--rm", ref, "cat", "/etc/ctrexec-platform", namespace=ns.namespace)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == Platform.host().architecture
+    assert f"{ref}: pulled" in ran.stderr  # plain lines: stderr is no terminal
+
+    pulled = cli("pull", "--json", ref, namespace=ns.namespace)
+    assert pulled.returncode == 0, pulled.stderr
+    actions = [json.loads(line)["action"] for line in pulled.stdout.splitlines()]
+    assert actions[0] == "resolved" and actions[-1] == "pulled"
+    assert "exists" in actions
+
+    quiet = cli("pull", "-q", ref, namespace=ns.namespace)
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, f"{ref}\n", "")
+    missing = cli("pull", f"{registry.host}/ctrexec-test:nope", namespace=ns.namespace)
+    assert missing.returncode == 125
+    assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
