@@ -14,7 +14,8 @@ leaves its partial downloads there, and the next pull of the reference resumes t
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,13 @@ def _config_fits(repo: Repository, manifest: _Doc, want: Platform) -> bool:
     return blob.platform is None or blob.platform in content.compatible_platforms(want)
 
 
+def _until_stopped(chunks: Iterable[bytes], stop: threading.Event) -> Iterator[bytes]:
+    for chunk in chunks:
+        if stop.is_set():
+            raise errors.Canceled("pull interrupted")
+        yield chunk
+
+
 def _store_one(
     client: Client,
     repo: Repository,
@@ -104,7 +112,10 @@ def _store_one(
     lease: str,
     labels: Mapping[str, str],
     emit: Callable[..., None],
+    stop: threading.Event,
 ) -> None:
+    if stop.is_set():
+        raise errors.Canceled("pull interrupted")
     if content.exists(client, desc.digest):
         content.ensure_labels(client, desc.digest, labels)
         emit("exists", desc)
@@ -121,7 +132,7 @@ def _store_one(
             imagestore.store_blob(
                 client,
                 desc,
-                lambda off: repo.blob(desc, off),
+                lambda off: _until_stopped(repo.blob(desc, off), stop),
                 lease=lease,
                 labels=labels,
                 progress=on_bytes,
@@ -146,15 +157,19 @@ def _store_blobs(
 ) -> None:
     """Layers and config in parallel; the first failure cancels what has not begun and
     is raised once the running ones have ended."""
+    stop = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         futures = [
-            pool.submit(_store_one, client, repo, d, lease=lease, labels=labels, emit=emit)
+            pool.submit(
+                _store_one, client, repo, d, lease=lease, labels=labels, emit=emit, stop=stop
+            )
             for d in blobs
         ]
         try:
             for fut in concurrent.futures.as_completed(futures):
                 fut.result()
         except BaseException:
+            stop.set()  # the running downloads end at their next chunk
             for f in futures:
                 f.cancel()
             raise

@@ -445,3 +445,24 @@ def test_cli_pull_and_run_pull_policies(
     missing = cli("pull", f"{registry.host}/ctrexec-test:nope", namespace=ns.namespace)
     assert missing.returncode == 125
     assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+
+
+def test_hosts_toml_mirror_falls_through(
+    ns: Client, registry: Registry, tmp_path: Path, docker_config: Path
+) -> None:
+    """A dead mirror first, then the real one as a mirror of an unreachable server."""
+    from _registry import free_port
+
+    upstream = "reg.invalid:5000"  # the name in the reference; never resolved
+    d = tmp_path / "certs.d" / upstream
+    d.mkdir(parents=True)
+    (d / "hosts.toml").write_text(
+        f'server = "http://127.0.0.1:{free_port()}"\n'
+        f'[host."http://127.0.0.1:{free_port()}"]\n'
+        '  capabilities = ["pull", "resolve"]\n'
+        f'[host."http://{registry.host}"]\n'
+        '  capabilities = ["pull", "resolve"]\n'
+    )
+    img = pull(ns, f"{upstream}/ctrexec-test:latest", hosts_dir=tmp_path / "certs.d")
+    assert img.name == f"{upstream}/ctrexec-test:latest"
+    assert images.is_unpacked(ns, img)
