@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import threading
@@ -45,11 +46,14 @@ def _build(out: Path, *args: str) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def archives(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, object]]]:
+def archives(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, tuple[Path, dict[str, object]]]]:
     base = tmp_path_factory.mktemp("pull-images")
     index = _build(base / "index.tar", "--platform-index", "--stop-signal", "SIGTERM")
     big = _build(base / "big.tar", "--extra-layers", "1", "--extra-layer-size", str(BIG_LAYER))
-    return {"index": (base / "index.tar", index), "big": (base / "big.tar", big)}
+    yield {"index": (base / "index.tar", index), "big": (base / "big.tar", big)}
+    shutil.rmtree(base)
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +68,7 @@ def registry(
         yield reg
     finally:
         reg.stop()
+        shutil.rmtree(reg.base)
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +82,7 @@ def auth_registry(
         yield reg
     finally:
         reg.stop()
+        shutil.rmtree(reg.base)
 
 
 def _gc(client: Client) -> None:
