@@ -52,7 +52,12 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     spec = load_group_file(args.file)
     groups = _groups(args)
-    ensure_images(groups.executor.client, [t.image for t in spec.task_configs()], args)
+    ensure_images(
+        groups.executor.client,
+        [(t.image, t.snapshotter) for t in spec.task_configs()],
+        args,
+        groups.executor.images,
+    )
     _print(groups.up(spec), args.json)
     return 0
 

@@ -14,6 +14,7 @@ from ctrexec.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from ctrexec.containerd.client import Client
+    from ctrexec.containerd.images import ImageCache
     from ctrexec.registry.pull import PullEvent
 
 # The registry package (urllib3) and the progress renderers load in each command.
@@ -50,9 +51,15 @@ def add_pull_policy(p: ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="print no pull progress")
 
 
-def ensure_images(client: Client, refs: list[str], args: argparse.Namespace) -> None:
-    """Each image ready to run by the --pull policy (progress on stderr), before
-    anything is created: a missing one stops the command with nothing made."""
+def ensure_images(
+    client: Client,
+    images: list[tuple[str, str]],
+    args: argparse.Namespace,
+    cache: ImageCache | None = None,
+) -> None:
+    """Each (image, snapshotter) ready to run by the --pull policy (progress on stderr), before
+    anything is created: a missing one stops the command with nothing made. With the
+    executor's ``cache``, the create that follows reads no image document again."""
     from ctrexec.registry.pull import ensure_pulled
 
     options = pull_options(args)
@@ -61,8 +68,10 @@ def ensure_images(client: Client, refs: list[str], args: argparse.Namespace) -> 
 
         # stdout carries the command's JSON result: pull lines go to stderr
         options["progress"] = None if args.quiet else progress.Lines(sys.stderr)
-    for ref in dict.fromkeys(refs):
-        ensure_pulled(client, ref, policy=args.pull, **options)
+    for ref, snapshotter in dict.fromkeys(images):
+        ensure_pulled(
+            client, ref, policy=args.pull, snapshotter=snapshotter, cache=cache, **options
+        )
 
 
 def progress_for(args: argparse.Namespace) -> Callable[[PullEvent], None] | None:

@@ -248,7 +248,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _by_flag():
         config = _config(args)  # before connecting: bad flags start no daemon
         ex = _executor(args)
-        ensure_images(ex.client, [config.image], args)
+        ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
         handle = ex.start_task(config)
     if args.detach:
         if args.rm and not is_supervised(ex.client):
@@ -283,7 +283,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     with _by_flag():
         config = _config(args)
         ex = _executor(args)
-        ensure_images(ex.client, [config.image], args)
+        ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
         record = ex.create(config)
     print(record.id)
     return 0
