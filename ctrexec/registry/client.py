@@ -38,6 +38,12 @@ _TIMEOUT = urllib3.Timeout(connect=30.0, read=120.0)
 _USER_AGENT = "ctrexec"
 
 
+def _why(exc: HTTPError) -> str:
+    """urllib3's message without the connection object's repr it starts with."""
+    text = str(exc)
+    return text.split(">: ", 1)[1] if text.startswith("<") and ">: " in text else text
+
+
 def _pool(host: RegistryHost, maxsize: int) -> urllib3.PoolManager:
     kwargs: dict[str, Any] = {"maxsize": maxsize, "timeout": _TIMEOUT, "retries": False}
     if host.skip_verify:
@@ -81,7 +87,7 @@ class Repository:
                 method, url, headers=headers, preload_content=False, redirect=True
             )
         except HTTPError as exc:
-            raise errors.Unavailable(f"registry {host.origin}: {exc}") from exc
+            raise errors.Unavailable(f"registry {host.origin}: {_why(exc)}") from exc
 
     def request(
         self, host: RegistryHost, method: str, tail: str, headers: dict[str, str] | None = None
@@ -161,7 +167,7 @@ class Repository:
         try:
             resp = self._pools[host.api].request("GET", url, headers=headers, redirect=True)
         except HTTPError as exc:
-            raise errors.Unavailable(f"token server {realm}: {exc}") from exc
+            raise errors.Unavailable(f"token server {realm}: {_why(exc)}") from exc
         if resp.status in (401, 403):
             raise errors.PermissionDenied(f"token server {realm}: credentials refused")
         if resp.status != 200:
@@ -212,7 +218,7 @@ class Repository:
         try:
             data = resp.read(content.MAX_METADATA_BYTES + 1)
         except HTTPError as exc:
-            raise errors.Unavailable(f"registry {self.domain}: {exc}") from exc
+            raise errors.Unavailable(f"registry {self.domain}: {_why(exc)}") from exc
         finally:
             resp.release_conn()
         if len(data) > content.MAX_METADATA_BYTES:
@@ -245,7 +251,9 @@ class Repository:
                     yield chunk[cut:] if cut else chunk
         except HTTPError as exc:
             resp.close()
-            raise errors.Unavailable(f"registry {self.domain}: blob {desc.digest}: {exc}") from exc
+            raise errors.Unavailable(
+                f"registry {self.domain}: blob {desc.digest}: {_why(exc)}"
+            ) from exc
         except BaseException:
             resp.close()  # unread bytes: the connection cannot serve another request
             raise

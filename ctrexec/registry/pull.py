@@ -234,12 +234,14 @@ def pull(
             progress(PullEvent(action, name, d.digest, d.media_type, done, d.size))
 
     try:
+        # resolved before the lease: a registry that cannot be reached or has no such
+        # image leaves nothing behind, not even a lease to resume
+        top, data = repo.manifest(parsed.digest or parsed.tag, resolve=not parsed.digest)
+        emit("resolved", top)
+        docs = _resolve(repo, top, data, want)
+        if docs is None:
+            raise errors.NotFound(f"image {ref!r} has no manifest for platform {want}")
         with imagestore.lease(client, key=f"{name} {want}") as le:
-            top, data = repo.manifest(parsed.digest or parsed.tag, resolve=not parsed.digest)
-            emit("resolved", top)
-            docs = _resolve(repo, top, data, want)
-            if docs is None:
-                raise errors.NotFound(f"image {ref!r} has no manifest for platform {want}")
             _store_content(client, repo, docs, lease=le.id, emit=emit, parallel=parallel)
             imagestore.record_image(client, name, top, lease=le.id)
             emit("unpacking", top)
