@@ -472,3 +472,27 @@ def test_hosts_toml_mirror_falls_through(
     img = pull(ns, f"{upstream}/ctrexec-test:latest", hosts_dir=tmp_path / "certs.d")
     assert img.name == f"{upstream}/ctrexec-test:latest"
     assert images.is_unpacked(ns, img)
+
+
+def test_group_up_pulls_a_missing_image(
+    ns: Client, registry: Registry, cli: Cli, tmp_path: Path, docker_config: Path
+) -> None:
+    ref = f"{registry.host}/ctrexec-test:latest"
+    name = f"cxpull{secrets.token_hex(3)}"
+    group_file = tmp_path / "group.toml"
+    group_file.write_text(
+        f'name = "{name}"\nnetwork = "none"\n[[task]]\nname = "{name}-t"\n'
+        f'image = "{ref}"\ncommand = ["sleep", "60"]\n'
+    )
+    never = cli("group up", "--pull", "never", str(group_file), namespace=ns.namespace)
+    assert never.returncode == 125
+    assert f"ctrexec pull {ref}" in never.stderr
+    assert not Path(f"/run/netns/{name}").exists()
+    try:
+        up = cli("group up", "-q", str(group_file), namespace=ns.namespace)
+        assert up.returncode == 0, up.stderr
+        assert f"{name}-t" in up.stdout
+        assert images.get_image(ns, ref).name == ref
+    finally:
+        down = cli("group down", "-t", "1", name, namespace=ns.namespace)
+        assert down.returncode == 0, down.stderr
