@@ -24,6 +24,7 @@ from ctrexec.errors import (
     CtrexecError,
     DaemonError,
     DeadlineExceeded,
+    DigestMismatch,
     FailedPrecondition,
     HandleMismatch,
     Internal,
@@ -34,6 +35,7 @@ from ctrexec.errors import (
     NotFound,
     NotModified,
     PermissionDenied,
+    RegistryError,
     ResourceExhausted,
     TaskError,
     Unavailable,
@@ -89,6 +91,7 @@ if TYPE_CHECKING:
     from ctrexec.net.netns import list_namespaces as list_netns
     from ctrexec.net.netns import remove as remove_netns
     from ctrexec.net.networks import Attachment, Networks
+    from ctrexec.registry.pull import PullEvent, ensure_pulled, pull
     from ctrexec.supervisor import Supervisor, is_supervised
     from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
     from ctrexec.watch import EventFilter, TaskEvents
@@ -157,6 +160,11 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.net.networks": ("Attachment", "Networks"),
     "ctrexec.supervisor": ("Supervisor", "is_supervised"),
     # The events names (Executor.events' types) are added with them.
+    "ctrexec.registry.pull": (
+        "PullEvent",
+        "ensure_pulled",
+        "pull",
+    ),
     "ctrexec.taskconfig": (
         "RestartPolicy",
         "TaskConfig",
@@ -196,6 +204,7 @@ __all__ = [
     "DaemonError",
     "DaemonPaths",
     "DeadlineExceeded",
+    "DigestMismatch",
     "EmbeddedContainerd",
     "Event",
     "EventFilter",
@@ -231,6 +240,8 @@ __all__ = [
     "Plugin",
     "PortMapping",
     "Process",
+    "PullEvent",
+    "RegistryError",
     "ResourceExhausted",
     "RestartPolicy",
     "Route",
@@ -256,6 +267,7 @@ __all__ = [
     "Unimplemented",
     "create_netns",
     "ensure_image",
+    "ensure_pulled",
     "get_image",
     "inspect_netns",
     "is_supervised",
@@ -264,6 +276,7 @@ __all__ = [
     "load_group_file",
     "normalize_reference",
     "parse_group",
+    "pull",
     "read_logs",
     "read_task_logs",
     "remove_image",
