@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from ctrexec.containerd.content import Platform
     from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
     from ctrexec.containerd.execs import ExecResult
+    from ctrexec.containerd.exporter import export_archive
     from ctrexec.containerd.images import (
         Image,
         ImageConfig,
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
         normalize_reference,
         remove_image,
     )
+    from ctrexec.containerd.importer import ImportedImage, import_archive
+    from ctrexec.containerd.prune import PruneReport, image_usage, prune_images
     from ctrexec.containerd.stats import Stats
     from ctrexec.containerd.tasks import ExitStatus, Status
     from ctrexec.executor import Executor
@@ -92,6 +95,9 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "normalize_reference",
         "remove_image",
     ),
+    "ctrexec.containerd.exporter": ("export_archive",),
+    "ctrexec.containerd.importer": ("ImportedImage", "import_archive"),
+    "ctrexec.containerd.prune": ("PruneReport", "image_usage", "prune_images"),
     "ctrexec.containerd.stats": ("Stats",),
     "ctrexec.containerd.tasks": (
         "ExitStatus",
@@ -134,6 +140,7 @@ __all__ = [
     "Image",
     "ImageConfig",
     "ImageSummary",
+    "ImportedImage",
     "Internal",
     "InvalidArgument",
     "InvalidField",
@@ -146,6 +153,7 @@ __all__ = [
     "PermissionDenied",
     "Platform",
     "Plugin",
+    "PruneReport",
     "RegistryError",
     "ResourceExhausted",
     "RestartPolicy",
@@ -160,9 +168,13 @@ __all__ = [
     "Unavailable",
     "Unimplemented",
     "ensure_image",
+    "export_archive",
     "get_image",
+    "image_usage",
+    "import_archive",
     "list_images",
     "normalize_reference",
+    "prune_images",
     "remove_image",
 ]
 
