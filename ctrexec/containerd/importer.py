@@ -87,15 +87,18 @@ def _member_chunks(reader: IO[bytes], skip: int = 0) -> Iterator[bytes]:
 
 def _store_named(
     client: Client, path: str, digest: str, *, size: int, reader: IO[bytes], lease: str
-) -> Descriptor:
+) -> bool:
+    """Store a ``blobs/`` member under the digest its path names; False when the store
+    had it already (its bytes are then skipped, not read)."""
     desc = Descriptor("", digest, size)
     try:
-        imagestore.store_blob(client, desc, lambda off: _member_chunks(reader, off), lease=lease)
+        return imagestore.store_blob(
+            client, desc, lambda off: _member_chunks(reader, off), lease=lease
+        )
     except errors.DigestMismatch as exc:
         raise errors.DigestMismatch(
             f"archive member {path}: its bytes do not match the digest its name gives"
         ) from exc
-    return desc
 
 
 def _store_unnamed(client: Client, size: int, reader: IO[bytes], lease: str) -> Descriptor:
@@ -175,12 +178,14 @@ def _take(
         return
     digest = archives.blob_digest(path)
     if digest is not None:
-        desc = _store_named(client, path, digest, size=member.size, reader=reader, lease=lease)
+        sent = _store_named(client, path, digest, size=member.size, reader=reader, lease=lease)
+        desc = Descriptor("", digest, member.size)
     else:
-        desc = _store_unnamed(client, member.size, reader, lease)
+        desc, sent = _store_unnamed(client, member.size, reader, lease), True
     scan.stored[path] = desc
     if progress is not None:
-        progress(f"{desc.digest[:19]}: stored ({_size(desc.size)})")
+        done = "stored" if sent else "already present"
+        progress(f"{desc.digest[:19]}: {done} ({_size(desc.size)})")
 
 
 # -- what the archive holds --------------------------------------------------------------

@@ -43,13 +43,14 @@ def is_dangling(name: str) -> bool:
         return True
 
 
-def _blobs(client: Client, name: str, digest: str, size: int) -> dict[str, int]:
+def _blobs(client: Client, name: str) -> dict[str, int]:
+    """The image's blobs for the host's platform (what ``reclaimed`` counts)."""
     try:
         image = images.get_image(client, name)
     except errors.CtrexecError:
-        return {digest: size}
-    found = (*image.indexes, image.manifest, image.config_descriptor, *image.layers)
-    return {d.digest: d.size for d in found} | {digest: size}
+        return {}  # content already missing, or for other platforms only
+    found = (image.target, *image.indexes, image.manifest, image.config_descriptor, *image.layers)
+    return {d.digest: d.size for d in found}
 
 
 def prune_images(client: Client, *, all_images: bool = False) -> PruneReport:
@@ -67,7 +68,7 @@ def prune_images(client: Client, *, all_images: bool = False) -> PruneReport:
     ]  # fmt: skip
     blobs: dict[str, int] = {}
     for i in doomed:
-        blobs |= _blobs(client, i.name, i.digest, i.size)
+        blobs |= _blobs(client, i.name)
     deleted = []
     for n, i in enumerate(doomed):
         try:
