@@ -359,7 +359,7 @@ def import_archive(
 def _import(
     client: Client, source: IO[bytes], opts: _Options, progress: ImportProgress | None
 ) -> list[ImportedImage]:
-    held = client.create_lease(ttl=imagestore.RESUME_TTL)
+    held = client.create_lease()
     created: list[str] = []
     try:
         scan = _scan(client, source, held.id, progress)
