@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from ctrexec.containerd.tasks import ExitStatus, Status
     from ctrexec.executor import Executor
     from ctrexec.net.netns import NetNS, NetNSInfo
+    from ctrexec.registry.pull import PullEvent, ensure_pulled, pull
     from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
 
 #: Where each lazily loaded public name is defined (errors and defaults are light).
@@ -107,6 +108,11 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.net.netns": (
         "NetNS",
         "NetNSInfo",
+    ),
+    "ctrexec.registry.pull": (
+        "PullEvent",
+        "ensure_pulled",
+        "pull",
     ),
     "ctrexec.taskconfig": (
         "RestartPolicy",
@@ -154,6 +160,7 @@ __all__ = [
     "Platform",
     "Plugin",
     "PruneReport",
+    "PullEvent",
     "RegistryError",
     "ResourceExhausted",
     "RestartPolicy",
@@ -168,6 +175,7 @@ __all__ = [
     "Unavailable",
     "Unimplemented",
     "ensure_image",
+    "ensure_pulled",
     "export_archive",
     "get_image",
     "image_usage",
@@ -175,6 +183,7 @@ __all__ = [
     "list_images",
     "normalize_reference",
     "prune_images",
+    "pull",
     "remove_image",
 ]
 

@@ -580,6 +580,12 @@ class Executor:
         with self._locks_guard:
             self._locks.pop(task_id, None)
 
+    def pull(self, ref: str, **options: Any) -> images.Image:
+        """Pull ``ref`` from its registry into this namespace: :func:`ctrexec.pull`."""
+        from ctrexec.registry.pull import pull
+
+        return pull(self.client, ref, **options)
+
     def exec(
         self,
         task_id: str,

@@ -10,10 +10,10 @@ import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ctrexec.cli import _common, archives, daemon, groups, images, info, netns, tasks
+from ctrexec.cli import _common, archives, daemon, groups, images, info, netns, registry, tasks
 from ctrexec.errors import CtrexecError
 
-COMMAND_MODULES = (info, tasks, images, archives, groups, netns, daemon)
+COMMAND_MODULES = (info, tasks, images, registry, archives, groups, netns, daemon)
 
 
 def build_parser() -> _common.ArgumentParser:

@@ -17,6 +17,7 @@ from ctrexec import labels as lbl
 from ctrexec import logmodes
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
+from ctrexec.cli.registry import add_pull_policy, ensure_images
 from ctrexec.defaults import DEFAULT_LOG_DIR
 from ctrexec.errors import CtrexecError, InvalidArgument, InvalidField, NotFound
 from ctrexec.labels import parse_key_values
@@ -247,6 +248,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _by_flag():
         config = _config(args)  # before connecting: bad flags start no daemon
         ex = _executor(args)
+        ensure_images(ex.client, [config.image], args)
         handle = ex.start_task(config)
     if args.detach:
         if args.rm and not is_supervised(ex.client):
@@ -280,7 +282,9 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 def cmd_create(args: argparse.Namespace) -> int:
     with _by_flag():
         config = _config(args)
-        record = _executor(args).create(config)
+        ex = _executor(args)
+        ensure_images(ex.client, [config.image], args)
+        record = ex.create(config)
     print(record.id)
     return 0
 
@@ -465,6 +469,7 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument(
         "--log-opt", action="append", default=[], metavar="K=V", help="max-size=10m, max-file=3"
     )
+    add_pull_policy(p)
     p.add_argument("image")
     p.add_argument("command", nargs=argparse.REMAINDER)
 
