@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.errors import InvalidArgument
 
+if TYPE_CHECKING:
+    from ctrexec.containerd.importer import ImportProgress
+
 # The library (grpc, stubs) is imported by each command, not by the parser.
 
 
-def _progress(quiet: bool) -> Callable[[str], None] | None:
-    """Plain progress lines on stderr (the terminal bar belongs to pull's progress)."""
-    if quiet:
+def _progress(args: argparse.Namespace) -> ImportProgress | None:
+    """Pull's renderers (an import's events have a pull's fields and actions):
+    --quiet: nothing; --json: events on stdout; a terminal: bars; else plain lines."""
+    from ctrexec.cli import progress
+
+    if args.quiet:
         return None
-    return lambda line: print(line, file=sys.stderr, flush=True)
+    if args.json:
+        return cast("ImportProgress", progress.JsonEvents(sys.stdout))
+    renderer = progress.Bars(sys.stderr) if sys.stderr.isatty() else progress.Lines(sys.stderr)
+    return cast("ImportProgress", renderer)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -35,9 +44,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             all_platforms=args.all_platforms,
             base_name=args.base_name,
             unpack=not args.no_unpack,
-            progress=_progress(args.quiet),
+            progress=_progress(args),
         )
-    if not args.quiet:
+    if not (args.quiet or args.json):
         for image in done:
             print(f"Loaded image: {image.name} ({image.digest[:19]})")
     return 0
@@ -103,6 +112,7 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("--base-name", help="repository for entries named only by a tag")
     p.add_argument("--no-unpack", action="store_true", help="do not unpack the layers")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing")
+    p.add_argument("--json", action="store_true", help="print progress events as JSON lines")
     p.set_defaults(func=cmd_import)
     p = sub.add_parser("export", parents=[conn], help="write images as an OCI layout tar")
     p.add_argument("refs", nargs="+", metavar="REF")

@@ -42,9 +42,32 @@ from ctrexec.containerd.content import Descriptor, Platform
 _CHUNK = 1024 * 1024
 _HEAD = 16
 _MAX_DEPTH = 4
-#: Told one line of progress at a time (a blob stored, an image unpacked).
-ImportProgress = Callable[[str], None]
 _TAR_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError)
+
+
+@attrs.frozen
+class ImportEvent:
+    """One step of an import, for a progress display; the fields and actions of a
+    pull's event, so one renderer draws both.
+
+    ``action``: ``start`` (a blob begins: ``total``; ``done`` is a resume offset),
+    ``progress`` (``done``), ``done``, ``exists`` (the store had the blob: nothing
+    sent), ``unpacking`` and ``imported`` (``ref``, ``digest``). A blob that no name
+    gives a digest (a docker ``layer.tar``) goes by its member path until stored."""
+
+    action: str
+    ref: str = ""
+    digest: str = ""
+    media_type: str = ""
+    done: int = 0
+    total: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+#: Called for each step, in the importing thread.
+ImportProgress = Callable[[ImportEvent], None]
 
 
 @attrs.frozen
@@ -65,10 +88,6 @@ class _Scan:
     symlinks: dict[str, str] = attrs.field(factory=dict)
 
 
-def _size(n: int) -> str:
-    return f"{n / (1024 * 1024):.1f} MiB" if n >= 1024 * 1024 else f"{n} B"
-
-
 def _corrupt(exc: BaseException) -> errors.InvalidArgument:
     return errors.InvalidArgument(f"archive is truncated or corrupt ({exc})")
 
@@ -86,14 +105,31 @@ def _member_chunks(reader: IO[bytes], skip: int = 0) -> Iterator[bytes]:
 
 
 def _store_named(
-    client: Client, path: str, digest: str, *, size: int, reader: IO[bytes], lease: str
+    client: Client,
+    path: str,
+    digest: str,
+    *,
+    size: int,
+    reader: IO[bytes],
+    lease: str,
+    progress: ImportProgress | None,
 ) -> bool:
     """Store a ``blobs/`` member under the digest its path names; False when the store
     had it already (its bytes are then skipped, not read)."""
     desc = Descriptor("", digest, size)
+    started = False
+
+    def told(offset: int) -> None:
+        nonlocal started
+        whole = not started and offset >= size  # on disk for another namespace: no bytes
+        if progress is not None and not whole:
+            action = "progress" if started else "start"
+            progress(ImportEvent(action, digest=digest, done=offset, total=size))
+        started = True
+
     try:
         return imagestore.store_blob(
-            client, desc, lambda off: _member_chunks(reader, off), lease=lease
+            client, desc, lambda off: _member_chunks(reader, off), lease=lease, progress=told
         )
     except errors.DigestMismatch as exc:
         raise errors.DigestMismatch(
@@ -101,16 +137,22 @@ def _store_named(
         ) from exc
 
 
-def _store_unnamed(client: Client, size: int, reader: IO[bytes], lease: str) -> Descriptor:
+def _store_unnamed(
+    client: Client, path: str, *, size: int, reader: IO[bytes], lease: str, progress: ImportProgress
+) -> Descriptor:
     """Stream a member whose digest nobody names yet; commit it under the digest of
     its bytes. (imagestore.store_blob needs the digest before the first byte.)"""
     session = content._WriteSession(client, f"ctrexec-import-{secrets.token_hex(8)}", lease)
     hasher = hashlib.sha256()
 
     def hashed() -> Iterator[bytes]:
+        done = 0
+        progress(ImportEvent("start", digest=path, total=size))
         for data in _member_chunks(reader):
             hasher.update(data)
             yield data
+            done += len(data)
+            progress(ImportEvent("progress", digest=path, done=done, total=size))
 
     provisional = Descriptor("", "sha256:" + "0" * 64, size)
     try:
@@ -176,16 +218,23 @@ def _take(
             raise errors.InvalidArgument(f"archive member {path} is too large")
         scan.meta[path] = b"".join(_member_chunks(reader))
         return
+    tell = progress or (lambda ev: None)
     digest = archives.blob_digest(path)
     if digest is not None:
-        sent = _store_named(client, path, digest, size=member.size, reader=reader, lease=lease)
+        sent = _store_named(
+            client, path, digest, size=member.size, reader=reader, lease=lease, progress=progress
+        )
         desc = Descriptor("", digest, member.size)
     else:
-        desc, sent = _store_unnamed(client, member.size, reader, lease), True
+        desc, sent = (
+            _store_unnamed(
+                client, path, size=member.size, reader=reader, lease=lease, progress=tell
+            ),
+            True,
+        )
     scan.stored[path] = desc
-    if progress is not None:
-        done = "stored" if sent else "already present"
-        progress(f"{desc.digest[:19]}: {done} ({_size(desc.size)})")
+    key = desc.digest if digest is not None else path
+    tell(ImportEvent("done" if sent else "exists", digest=key, done=desc.size, total=desc.size))
 
 
 # -- what the archive holds --------------------------------------------------------------
@@ -316,11 +365,14 @@ def _finish(
             imagestore.record_image(client, name, target, lease=lease)
         if opts.unpack:
             if progress is not None:
-                progress(f"unpacking {names[0]} ({target.digest[:19]})")
+                progress(ImportEvent("unpacking", ref=names[0], digest=target.digest))
             imagestore.unpack_image(
                 client, names[0], lease=lease, platform=opts.platform, snapshotter=opts.snapshotter
             )
-        out += [ImportedImage(n, target.digest, opts.unpack) for n in names]
+        for name in names:
+            out.append(ImportedImage(name, target.digest, opts.unpack))
+            if progress is not None:
+                progress(ImportEvent("imported", ref=name, digest=target.digest))
     return out
 
 

@@ -255,13 +255,19 @@ def _import(
 # -- import ---------------------------------------------------------------------------------------
 
 
-def test_import_oci_layout(cli: Cli, ns: Client, test_image_archive: Path) -> None:
+def test_import_oci_layout(cli: Cli, ns: Client, test_image: str, test_image_archive: Path) -> None:
+    """The session's namespace has the blobs already: committed here with no bytes."""
     out = _import(cli, ns, str(test_image_archive))
     assert out.returncode == 0, out.stderr
     name = "docker.io/library/ctrexec-test:latest"
     assert f"Loaded image: {name}" in out.stdout.decode()
-    assert b"stored" in out.stderr or b"already present" in out.stderr
     image = images.get_image(ns, name)
+    lines = out.stderr.decode().splitlines()
+    short = [d[7:19] for d in (image.manifest_digest, image.config_digest, image.layers[0].digest)]
+    assert [f"{d}: already exists" for d in sorted(short)] == [
+        line for line in lines if line.endswith("exists") or "downloading" in line
+    ]
+    assert f"{name}: unpacking" in lines
     assert images.is_unpacked(ns, image, SNAPSHOTTER)
     labels = content.info(ns, image.manifest_digest).labels
     assert labels[f"{content.GC_REF_CONTENT}config"] == image.config_digest
@@ -271,6 +277,13 @@ def test_import_oci_layout(cli: Cli, ns: Client, test_image_archive: Path) -> No
     assert ns.leases() == []
     again = _import(cli, ns, "--quiet", str(test_image_archive))
     assert (again.returncode, again.stdout, again.stderr) == (0, b"", b"")
+    events = _import(cli, ns, "--json", str(test_image_archive))
+    assert events.returncode == 0, events.stderr
+    parsed = [json.loads(line) for line in events.stdout.decode().splitlines()]
+    assert {"action": "imported", "ref": name, "digest": image.target.digest} in [
+        {k: e[k] for k in ("action", "ref", "digest")} for e in parsed
+    ]
+    assert {e["action"] for e in parsed} >= {"exists", "unpacking", "imported"}
 
 
 def test_import_docker_save_builds_the_manifest_ctr_builds(
@@ -282,6 +295,7 @@ def test_import_docker_save_builds_the_manifest_ctr_builds(
     layer2 = build_docker_save(test_image_archive, archive, name, marker)
     out = _import(cli, ns, str(archive))
     assert out.returncode == 0, out.stderr
+    assert f"Loaded image: {name}" in out.stdout.decode()
     image = images.get_image(ns, name)
     assert image.target.media_type == content.MT_DOCKER_MANIFEST
     assert [layer.media_type for layer in image.layers] == [content.MT_DOCKER_LAYER] * 2

@@ -174,3 +174,26 @@ def test_export_documents() -> None:
         }
     ]
     assert json.loads(archives.layout_json()) == {"imageLayoutVersion": "1.0.0"}
+
+
+# -- the CLI's parsing (no daemon: each refusal comes before the connection) ------------
+
+
+def test_cli_export_takes_refs_then_the_file() -> None:
+    from ctrexec.cli.main import build_parser
+
+    args = build_parser().parse_args(["export", "a", "b:v2", "out.tar"])
+    assert (args.refs, args.file) == (["a", "b:v2"], "out.tar")
+    args = build_parser().parse_args(["image", "prune", "-a", "--json"])
+    assert (args.all, args.json) == (True, True)
+
+
+def test_cli_refuses_platform_with_all_platforms(capsys: pytest.CaptureFixture[str]) -> None:
+    from ctrexec.cli.main import main
+
+    for verb in (["import"], ["export", "ref"]):
+        argv = [*verb, "--platform", "linux/amd64", "--all-platforms", "x.tar"]
+        assert main(argv) == 125
+        err = capsys.readouterr().err
+        assert err.startswith("ctrexec: ") and "exclude each other" in err
+        assert len(err.strip().splitlines()) == 1
