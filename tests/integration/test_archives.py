@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec.containerd import containers, content, images, imagestore, snapshots
 from ctrexec.containerd.client import Client
+from ctrexec.containerd.content import Platform
 
 SNAPSHOTTER = "overlayfs"
 TEST_NAMESPACE = "ctrexec-test"
@@ -506,3 +508,54 @@ def test_prune_and_usage(cli: Cli, ns: Client, test_image_archive: Path, tmp_pat
     assert report.reclaimed > 256 * 1024
     until(lambda: not _snapshots(ns), "the pruned image's snapshots to go")
     until(lambda: not _content(ns), "the pruned image's content to go")
+
+
+# -- platforms -----------------------------------------------------------------------------------
+
+
+def _index_archive(tmp_path: Path, name: str) -> dict[str, str]:
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parents[2] / "scripts" / "build-test-image"),
+            "--out",
+            str(tmp_path / "index.tar"),
+            "--name",
+            name,
+            "--platform-index",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    summary: dict[str, str] = json.loads(out.stdout)
+    return summary
+
+
+def test_import_keeps_the_host_platform_unless_all_are_asked_for(
+    cli: Cli, ns: Client, tmp_path: Path
+) -> None:
+    name = f"docker.io/library/cx-multi-{secrets.token_hex(4)}:v1"
+    summary = _index_archive(tmp_path, name)
+    archive = str(tmp_path / "index.tar")
+    index, other = summary["image_index"], summary["other_manifest"]
+
+    assert _import(cli, ns, "-q", archive).returncode == 0
+    labels = content.info(ns, index).labels
+    assert labels == {f"{content.GC_REF_CONTENT}m.0": summary["manifest"]}
+    _gc(ns)
+    assert not content.exists(ns, other)  # unreferenced: collected with the lease
+
+    assert _import(cli, ns, "-q", "--all-platforms", archive).returncode == 0
+    labels = content.info(ns, index).labels
+    assert labels[f"{content.GC_REF_CONTENT}m.1"] == other
+    _gc(ns)
+    assert content.exists(ns, other)
+
+    other_platform = "linux/arm64" if Platform.host().architecture == "amd64" else "linux/amd64"
+    out = _import(cli, ns, "-q", "--platform", other_platform, archive)
+    assert out.returncode == 0, out.stderr
+    theirs = images.get_image(ns, name, platform=other_platform)
+    got = images.read_rootfs_files(ns, theirs, ["/etc/ctrexec-platform"])
+    assert got["/etc/ctrexec-platform"] == f"{theirs.platform.architecture}\n".encode()
+    assert theirs.manifest_digest == other
