@@ -67,6 +67,7 @@ if TYPE_CHECKING:
         TaskStarted,
     )
     from ctrexec.containerd.execs import ExecResult
+    from ctrexec.containerd.exporter import export_archive
     from ctrexec.containerd.images import (
         Image,
         ImageConfig,
@@ -77,6 +78,8 @@ if TYPE_CHECKING:
         normalize_reference,
         remove_image,
     )
+    from ctrexec.containerd.importer import ImportedImage, import_archive
+    from ctrexec.containerd.prune import PruneReport, image_usage, prune_images
     from ctrexec.containerd.stats import Stats
     from ctrexec.containerd.streams import OutputCallback, Process, StreamOptions
     from ctrexec.containerd.tasks import ExitStatus, Status
@@ -135,6 +138,9 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "normalize_reference",
         "remove_image",
     ),
+    "ctrexec.containerd.exporter": ("export_archive",),
+    "ctrexec.containerd.importer": ("ImportedImage", "import_archive"),
+    "ctrexec.containerd.prune": ("PruneReport", "image_usage", "prune_images"),
     "ctrexec.containerd.stats": ("Stats",),
     "ctrexec.containerd.streams": (
         "OutputCallback",
@@ -221,6 +227,7 @@ __all__ = [
     "Image",
     "ImageConfig",
     "ImageSummary",
+    "ImportedImage",
     "Interface",
     "Internal",
     "InvalidArgument",
@@ -240,6 +247,7 @@ __all__ = [
     "Plugin",
     "PortMapping",
     "Process",
+    "PruneReport",
     "PullEvent",
     "RegistryError",
     "ResourceExhausted",
@@ -268,7 +276,10 @@ __all__ = [
     "create_netns",
     "ensure_image",
     "ensure_pulled",
+    "export_archive",
     "get_image",
+    "image_usage",
+    "import_archive",
     "inspect_netns",
     "is_supervised",
     "list_images",
@@ -276,6 +287,7 @@ __all__ = [
     "load_group_file",
     "normalize_reference",
     "parse_group",
+    "prune_images",
     "pull",
     "read_logs",
     "read_task_logs",

@@ -12,6 +12,7 @@ from typing import NoReturn
 
 from ctrexec.cli import (
     _common,
+    archives,
     attach,
     daemon,
     events,
@@ -24,7 +25,7 @@ from ctrexec.cli import (
 )
 from ctrexec.errors import CtrexecError
 
-COMMAND_MODULES = (info, tasks, attach, images, registry, groups, events, netns, daemon)
+COMMAND_MODULES = (info, tasks, attach, images, registry, archives, groups, events, netns, daemon)
 
 
 def build_parser() -> _common.ArgumentParser:
