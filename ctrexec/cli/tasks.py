@@ -254,9 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_json(handle.to_json()) if args.json else print(handle.id)
         return 0
     try:
-        code = _stream_until_exit(
-            ex, handle.id, handle.log_path, config.log_driver, reap=args.rm
-        )
+        code = _stream_until_exit(ex, handle.id, handle.log_path, config.log_driver, reap=args.rm)
     finally:
         if args.rm:
             _remove(ex, handle.id, force=True)
