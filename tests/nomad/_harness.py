@@ -187,6 +187,10 @@ class PluginProcess:
         except grpc.RpcError:
             pass  # go-plugin ignores the broker's error too
 
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
     def reattach(self) -> None:
         """A new connection to the same process, as after an agent crash."""
         self.channel.close()
@@ -219,9 +223,9 @@ class PluginProcess:
         return self._finish()
 
     def sigkill(self) -> None:
-        self.channel.close()
         os.kill(self.proc.pid, signal.SIGKILL)
         self._finish()
+        self.channel.close()  # after: calls in flight see the death (UNAVAILABLE)
 
 
 # -- configs, as Nomad encodes them --------------------------------------------------

@@ -21,6 +21,15 @@ from ctrexec._api.nomad.drivers import driver_pb2 as dpb
 NOMAD_NAMESPACE = "ctrexec-nomad-test"
 
 
+@pytest.fixture(scope="module")
+def restore_ip_forward() -> Iterator[None]:
+    """CNI's bridge plugin turns net.ipv4.ip_forward on; put it back."""
+    flag = Path("/proc/sys/net/ipv4/ip_forward")
+    before = flag.read_text()
+    yield
+    flag.write_text(before)
+
+
 @pytest.fixture(scope="session")
 def nomad_image(containerd_address: str, test_image_archive: Path) -> str:
     from ctrexec.testing import import_image
@@ -91,6 +100,8 @@ class Node:
         return resp.result
 
     def cleanup(self) -> None:
+        if not self.plugin.alive:  # a test killed it: Nomad would start a new one
+            self.plugin = self.launch()
         for task_id in self.started:
             self.plugin.driver.DestroyTask(
                 dpb.DestroyTaskRequest(task_id=task_id, force=True), timeout=60
