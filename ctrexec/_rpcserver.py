@@ -43,6 +43,7 @@ _ERROR_TO_CODE: tuple[tuple[type[errors.CtrexecError], grpc.StatusCode], ...] = 
 )
 _DETAILS_KEY = "grpc-status-details-bin"
 HEALTH_SERVICE = "plugin"
+MAX_STREAMS = 1 << 20
 
 
 def status_code(exc: errors.CtrexecError) -> grpc.StatusCode:
@@ -133,6 +134,10 @@ class PluginServer:
             options=[
                 ("grpc.max_receive_message_length", 64 * 1024 * 1024),
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                # Nomad uses one connection for every task, and each task holds a
+                # WaitTask and a TaskStats call open: HTTP/2's default of 100
+                # concurrent streams would stall the node at about 48 tasks.
+                ("grpc.max_concurrent_streams", MAX_STREAMS),
             ]
         )
         self._server.add_generic_rpc_handlers([*handlers, *self._side_services()])

@@ -187,6 +187,14 @@ class PluginProcess:
         except grpc.RpcError:
             pass  # go-plugin ignores the broker's error too
 
+    def _remove_socket(self) -> None:
+        """A SIGKILLed plugin cannot remove its socket and directory; do it for it."""
+        path = Path(self.address)
+        if path.name == "plugin.sock" and path.parent.name.startswith("ctrexec-nomad-"):
+            path.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                path.parent.rmdir()
+
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -213,6 +221,7 @@ class PluginProcess:
             self.proc.kill()
             graceful = False
         self._finish()
+        self._remove_socket()
         return graceful
 
     def shutdown_and_wait(self, bound: float = 30.0) -> int:
@@ -225,6 +234,7 @@ class PluginProcess:
     def sigkill(self) -> None:
         os.kill(self.proc.pid, signal.SIGKILL)
         self._finish()
+        self._remove_socket()
         self.channel.close()  # after: calls in flight see the death (UNAVAILABLE)
 
 

@@ -107,6 +107,7 @@ class Node:
                 dpb.DestroyTaskRequest(task_id=task_id, force=True), timeout=60
             )
         self.plugin.kill()
+        assert not Path(self.plugin.address).parent.exists(), "plugin socket dir left behind"
 
 
 @pytest.fixture

@@ -259,3 +259,37 @@ def test_destroy_unknown_task_is_fine(node: Node) -> None:
     with pytest.raises(grpc.RpcError) as err:
         node.plugin.driver.WaitTask(dpb.WaitTaskRequest(task_id="a/b/c"), timeout=30)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def _threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+def test_many_waiters_hold_no_thread_each(node: Node, alloc: AllocDir) -> None:
+    """100 WaitTask and 20 TaskStats calls open at once on a plugin whose thread
+    count stays below the number of calls; then every waiter gets the exit."""
+    script = "while [ ! -e /alloc/go ]; do sleep 0.1; done; exit 5"
+    h = start(node, alloc, "many", {"image": IMAGE, "command": "sh", "args": ["-c", script]})
+    wait_for(lambda: running(node, h.config.id), timeout=30, what="task running")
+    req = dpb.WaitTaskRequest(task_id=h.config.id)
+    waits = [node.plugin.driver.WaitTask.future(req, timeout=120) for _ in range(100)]
+    interval = duration_pb2.Duration(seconds=1)
+    streams = [
+        node.plugin.driver.TaskStats(
+            dpb.TaskStatsRequest(task_id=h.config.id, collection_interval=interval), timeout=120
+        )
+        for _ in range(20)
+    ]
+    for s in streams:
+        next(s)  # each stream is being served
+    assert running(node, h.config.id)  # and unary calls still get through
+    assert _threads(node.plugin.proc.pid) < 100
+    # A cancelled waiter is not an exit for the others.
+    waits[0].cancel()
+    (alloc.path / "alloc" / "go").write_text("")
+    assert {w.result().result.exit_code for w in waits[1:]} == {5}
+    for s in streams:
+        s.cancel()
