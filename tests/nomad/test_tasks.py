@@ -293,3 +293,20 @@ def test_many_waiters_hold_no_thread_each(node: Node, alloc: AllocDir) -> None:
     assert {w.result().result.exit_code for w in waits[1:]} == {5}
     for s in streams:
         s.cancel()
+
+
+def test_oom_is_reported(node: Node, alloc: AllocDir) -> None:
+    """Nomad's memory limit (memory_limit_bytes) is the task's; an OOM kill comes back
+    in WaitTask's ExitResult and as a task event."""
+    events = node.plugin.driver.TaskEvents(dpb.TaskEventsRequest(), timeout=120)
+    hog = {"image": IMAGE, "command": "sh", "args": ["-c", "tail /dev/zero"]}
+    h = start(node, alloc, "hog", hog, memory_mb=8)
+    result = node.wait(h.config.id)
+    assert result.oom_killed and result.signal == 9
+    messages = []
+    for event in events:
+        messages.append(event.message)
+        if event.message == "OOM Killed":
+            break
+    assert messages[0].startswith("Started")
+    events.cancel()
