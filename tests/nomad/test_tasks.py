@@ -310,3 +310,16 @@ def test_oom_is_reported(node: Node, alloc: AllocDir) -> None:
             break
     assert messages[0].startswith("Started")
     events.cancel()
+
+
+def test_task_that_exited_while_the_plugin_was_down(node: Node, alloc: AllocDir) -> None:
+    """RecoverTask of a task that ended meanwhile: WaitTask answers at once with its code."""
+    script = "while [ ! -e /alloc/go ]; do sleep 0.1; done; exit 9"
+    h = start(node, alloc, "gone", {"image": IMAGE, "command": "sh", "args": ["-c", script]})
+    wait_for(lambda: running(node, h.config.id), timeout=30, what="task running")
+    node.plugin.sigkill()
+    (alloc.path / "alloc" / "go").write_text("")
+    node.plugin = node.launch()
+    node.plugin.driver.RecoverTask(dpb.RecoverTaskRequest(handle=h), timeout=30)
+    wait_for(lambda: not running(node, h.config.id), timeout=30, what="task exited")
+    assert node.wait(h.config.id).exit_code == 9
