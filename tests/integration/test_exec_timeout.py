@@ -65,7 +65,9 @@ def test_exec_output_with_background_child_is_bounded(ex: Executor) -> None:
     """A background child that keeps the pipe open does not hold the caller for ever."""
     done: list[bytes] = []
     t = threading.Thread(
-        target=lambda: done.append(ex.exec("exto", ["sh", "-c", "echo ready; sleep 120 &"]).stdout),
+        target=lambda: done.append(
+            ex.exec("exto", ["sh", "-c", "echo ready; sleep 120 &"]).stdout
+        ),
         daemon=True,
     )
     t.start()

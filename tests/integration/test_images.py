@@ -435,9 +435,7 @@ def test_private_mount_namespace_hides_mounts(tmp_path: Path) -> None:
     target.mkdir()
 
     def inside() -> tuple[bool, bool]:
-        _linux.mount_readonly(
-            [snapshots.RootfsMount("tmpfs", "tmpfs", "", ("size=1m",))], str(target)
-        )
+        _linux.mount_readonly([snapshots.RootfsMount("tmpfs", "tmpfs", "", ("size=1m",))], str(target))
         try:
             here = str(target) in Path("/proc/thread-self/mountinfo").read_text()
             main = str(target) in Path("/proc/self/mountinfo").read_text()

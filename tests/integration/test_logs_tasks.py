@@ -188,7 +188,7 @@ def test_foreground_run_forwards_signals_to_the_task(
             proc.wait()
     assert proc.returncode == 7, err
     assert out == f"got {sig.name}\n"
-    until(lambda: not containers.list_containers(client, f"id=={name}"), f"{name} removed")
+    until(lambda: not containers.list_containers(client, f'id=={name}'), f"{name} removed")
 
 
 def test_run_rm_prints_the_whole_log_every_time(cli: Cli, test_image: str) -> None:
