@@ -190,6 +190,14 @@ def _process(opts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _output(task: pb.TaskConfig) -> dict[str, Any]:
+    """stdout and stderr straight into the FIFOs Nomad's logmon reads: the shim opens
+    them itself, so logs flow while the plugin is down. No paths: no output kept."""
+    if not (task.stdout_path or task.stderr_path):
+        return {"log_driver": "none"}
+    return {"stdout_path": task.stdout_path or None, "stderr_path": task.stderr_path or None}
+
+
 def to_task_config(task: pb.TaskConfig, opts: dict[str, Any], plugin: PluginConfig) -> TaskConfig:
     """The ctrexec config for one Nomad start; a bad value names its config key."""
     _check_allowed(opts, plugin)
@@ -214,9 +222,7 @@ def to_task_config(task: pb.TaskConfig, opts: dict[str, Any], plugin: PluginConf
         sysctls=dict(opts["sysctl"]),
         labels=dict(opts["labels"]),
         runtime=opts["runtime"] or plugin.default_runtime or None,
-        # Logs: Nomad's FIFOs (stdout_path/stderr_path) need the shim to open them
-        # itself (TaskConfig stdout/stderr paths, issue 10); until then, none.
-        log_driver="none",
+        **_output(task),
         **_process(opts),
         **_resources(task, opts),
     )

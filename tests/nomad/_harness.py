@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import queue
+import select
 import signal
 import stat
 import subprocess
@@ -300,27 +301,48 @@ def cty_encode(spec: hcl_spec_pb2.Spec, given: Mapping[str, Any]) -> bytes:
 
 
 class LogReader:
-    """Stands in for logmon: opens a task's FIFOs for reading and keeps what arrives."""
+    """Stands in for logmon: reads a task's FIFO, run after run, and keeps what arrives.
+
+    Opened non-blocking and polled, so it can be told to stop at any point: a FIFO with
+    no writer yet reports nothing (Linux suppresses the hang-up until a writer came);
+    once the writer (the shim) has come and gone, it opens the FIFO again for the next
+    run, as logmon does across a task's restarts.
+    """
 
     def __init__(self, fifo: Path) -> None:
         self.fifo = fifo
         self.data = bytearray()
+        self._closing = False
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
-        fd = os.open(self.fifo, os.O_RDONLY)
-        try:
-            while chunk := os.read(fd, 65536):
-                self.data += chunk
-        finally:
-            os.close(fd)
+        while not self._closing:
+            fd = os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                self._drain(fd)
+            finally:
+                os.close(fd)
+
+    def _drain(self, fd: int) -> None:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while not self._closing:
+            if not poller.poll(200):
+                continue
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return  # this run's writer closed: open again for the next
+            self.data += chunk
 
     def close(self) -> None:
-        """Unblock a reader still waiting for a writer, so no thread outlives the test."""
-        fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
-        os.close(fd)
+        """Stop reading; no thread outlives the test."""
+        self._closing = True
         self._thread.join(timeout=10)
+        assert not self._thread.is_alive(), f"the reader of {self.fifo} did not end"
 
 
 class AllocDir:

@@ -323,3 +323,19 @@ def test_task_that_exited_while_the_plugin_was_down(node: Node, alloc: AllocDir)
     node.plugin.driver.RecoverTask(dpb.RecoverTaskRequest(handle=h), timeout=30)
     wait_for(lambda: not running(node, h.config.id), timeout=30, what="task exited")
     assert node.wait(h.config.id).exit_code == 9
+
+
+def test_output_goes_to_nomads_fifos_across_a_restart(node: Node, alloc: AllocDir) -> None:
+    """The shim writes Nomad's FIFOs itself: logmon (the harness's reader) gets stdout
+    and stderr apart, and again after the task is started anew into the same FIFOs."""
+    script = "echo out-$RUN; echo err-$RUN >&2"
+    for run in ("1", "2"):
+        h = start(node, alloc, "logs", {"image": IMAGE, "command": "sh", "args": ["-c", script]},
+                  env={"RUN": run})  # fmt: skip
+        assert node.wait(h.config.id).exit_code == 0
+        for reader, stream in zip(alloc.readers, ("out", "err"), strict=True):
+            line = f"{stream}-{run}\n".encode()
+            wait_for(lambda r=reader, want=line: want in r.data, timeout=30, what=stream)
+        node.plugin.driver.DestroyTask(dpb.DestroyTaskRequest(task_id=h.config.id, force=True))
+    out, err = alloc.readers
+    assert bytes(out.data) == b"out-1\nout-2\n" and bytes(err.data) == b"err-1\nerr-2\n"
