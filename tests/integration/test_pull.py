@@ -52,7 +52,14 @@ def archives(
     base = tmp_path_factory.mktemp("pull-images")
     index = _build(base / "index.tar", "--platform-index", "--stop-signal", "SIGTERM")
     big = _build(base / "big.tar", "--extra-layers", "1", "--extra-layer-size", str(BIG_LAYER))
-    yield {"index": (base / "index.tar", index), "big": (base / "big.tar", big)}
+    # A layer of its own (no other test image has it), so the pull must download it: a
+    # blob already in the store, from any namespace, is not fetched again.
+    odd = _build(base / "odd.tar", "--extra-layers", "1", "--extra-layer-size", "65536")
+    yield {
+        "index": (base / "index.tar", index),
+        "big": (base / "big.tar", big),
+        "odd": (base / "odd.tar", odd),
+    }
     shutil.rmtree(base)
 
 
@@ -65,6 +72,7 @@ def registry(
     try:
         push(archives["index"][0], f"{reg.host}/ctrexec-test:latest")
         push(archives["big"][0], f"{reg.host}/ctrexec-big:latest")
+        push(archives["odd"][0], f"{reg.host}/ctrexec-odd:latest")
         yield reg
     finally:
         reg.stop()
@@ -297,9 +305,11 @@ def test_corrupted_blob_leaves_nothing(
     archives: dict[str, tuple[Path, dict[str, object]]],
     docker_config: Path,
 ) -> None:
-    summary = archives["index"][1]
-    with CorruptingProxy(registry.host, str(summary["layer"])) as proxy:
-        ref = f"{proxy.host}/ctrexec-test:latest"
+    summary = archives["odd"][1]
+    extra = summary["extra_layers"]
+    assert isinstance(extra, list)
+    with CorruptingProxy(registry.host, str(extra[0])) as proxy:
+        ref = f"{proxy.host}/ctrexec-odd:latest"
         with pytest.raises(errors.DigestMismatch):
             pull(ns, ref)
         assert proxy.corrupted >= 1
