@@ -39,7 +39,13 @@ from ctrexec.errors import (
 from ctrexec.nomad import hclspec
 from ctrexec.nomad.config import PLUGIN_SCHEMA, TASK_SCHEMA, PluginConfig
 from ctrexec.nomad.stats import StatsSampler
-from ctrexec.nomad.taskmap import DriverState, container_id, owner_labels, to_task_config
+from ctrexec.nomad.taskmap import (
+    DriverState,
+    container_id,
+    owner_labels,
+    pull_options,
+    to_task_config,
+)
 from ctrexec.nomad.waits import ExitWaiters
 
 T = TypeVar("T")
@@ -57,6 +63,16 @@ def recoverable_detail(exc: CtrexecError) -> recoverable_error_pb2.RecoverableEr
     if isinstance(exc, Unavailable | DeadlineExceeded):
         return recoverable_error_pb2.RecoverableError(recoverable=True)
     return None
+
+
+def _ensure_image(executor: Any, config: Any, options: dict[str, Any]) -> None:
+    """The task's image in this namespace: adopted from another, or pulled."""
+    from ctrexec.registry.pull import ensure_pulled
+
+    ensure_pulled(
+        executor.client, config.image, snapshotter=config.snapshotter, cache=executor.images,
+        **options,
+    )  # fmt: skip
 
 
 def exit_result(status: ExitStatus) -> pb.ExitResult:
@@ -128,6 +144,7 @@ class NomadDriver:
                 "DestroyTask": self.destroy_task,
                 "InspectTask": self.inspect_task,
                 "SignalTask": self.signal_task,
+                "ExecTask": self.exec_task,
                 "TaskStats": self.task_stats,
                 "RecoverTask": self.recover_task,
             },
@@ -253,6 +270,7 @@ class NomadDriver:
         opts = hclspec.decode(TASK_SCHEMA, task.msgpack_driver_config)
         config = to_task_config(task, opts, plugin)
         executor = self._ready()
+        await self._run(_ensure_image, executor, config, pull_options(opts))
         handle = await self._run(executor.start_task, config, owner_labels=owner_labels(task))
         self._tasks[task.id] = (handle.id, task, handle.started_at)
         self._emit(task, f"Started container {handle.id}", container_id=handle.id)
@@ -331,6 +349,21 @@ class NomadDriver:
             raise InvalidArgument("SignalTask needs a signal")
         await self._run(self._ready().signal, cid, req.signal)
         return pb.SignalTaskResponse()
+
+    async def exec_task(self, req: pb.ExecTaskRequest) -> pb.ExecTaskResponse:
+        """A command in the task, its output captured (Nomad's script checks use it)."""
+        cid, _task, _started = self._known(req.task_id)
+        if not req.command:
+            raise InvalidArgument("ExecTask needs a command")
+        limit = req.timeout.ToTimedelta().total_seconds() if req.HasField("timeout") else 0
+        result = await self._run(
+            self._ready().exec, cid, list(req.command), timeout=limit if limit > 0 else None
+        )
+        return pb.ExecTaskResponse(
+            stdout=result.stdout,
+            stderr=result.stderr,
+            result=pb.ExitResult(exit_code=result.exit_code),
+        )
 
     async def task_stats(self, req: pb.TaskStatsRequest) -> AsyncIterator[pb.TaskStatsResponse]:
         """A sample every interval until the call is cancelled or the task ends."""

@@ -122,10 +122,18 @@ def _check_allowed(opts: dict[str, Any], plugin: PluginConfig) -> None:
         )
     if opts["extra_hosts"]:
         raise InvalidField("extra_hosts", list(opts["extra_hosts"]), "not supported by ctrexec yet")
-    if opts["force_pull"]:
-        raise InvalidField("force_pull", True, "ctrexec cannot pull images yet; import the image")
-    if opts["auth"] is not None:
-        log.warning("task config auth is ignored: ctrexec cannot pull images yet")
+
+
+def pull_options(opts: dict[str, Any]) -> dict[str, Any]:
+    """How StartTask gets the image: docker's driver pulls a missing one, ``force_pull``
+    always, with the task's ``auth`` block if it has one (else docker's config file)."""
+    from ctrexec.registry.auth import Credentials
+
+    auth = opts["auth"]
+    out: dict[str, Any] = {"policy": "always" if opts["force_pull"] else "missing"}
+    if auth and auth.get("username"):
+        out["credentials"] = Credentials(auth["username"], auth.get("password") or "")
+    return out
 
 
 def _mounts(task: pb.TaskConfig, opts: dict[str, Any]) -> tuple[list[str], list[str]]:

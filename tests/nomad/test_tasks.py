@@ -235,10 +235,10 @@ def test_alloc_dirs_are_mounted(node: Node, alloc: AllocDir) -> None:
             "allow_caps",
         ),
         ({"image": IMAGE, "pids_limit": -3}, grpc.StatusCode.INVALID_ARGUMENT, "pids_limit"),
-        (
-            {"image": "docker.io/library/no-such-image:1"},
-            grpc.StatusCode.NOT_FOUND,
-            "no-such-image",
+        (  # a registry on loopback that nothing serves: the pull fails, nothing is made
+            {"image": "127.0.0.1:9/no-such-image:1"},
+            grpc.StatusCode.UNAVAILABLE,
+            "127.0.0.1:9",
         ),
     ],
 )
@@ -339,3 +339,18 @@ def test_output_goes_to_nomads_fifos_across_a_restart(node: Node, alloc: AllocDi
         node.plugin.driver.DestroyTask(dpb.DestroyTaskRequest(task_id=h.config.id, force=True))
     out, err = alloc.readers
     assert bytes(out.data) == b"out-1\nout-2\n" and bytes(err.data) == b"err-1\nerr-2\n"
+
+
+def test_exec_task_captures_output_and_code(node: Node, alloc: AllocDir) -> None:
+    h = start(node, alloc, "execd", {"image": IMAGE, "command": "sleep", "args": ["600"]})
+    wait_for(lambda: running(node, h.config.id), timeout=30, what="task running")
+    resp = node.plugin.driver.ExecTask(
+        dpb.ExecTaskRequest(
+            task_id=h.config.id,
+            command=["sh", "-c", "echo out; echo err >&2; exit 3"],
+            timeout=duration_pb2.Duration(seconds=30),
+        ),
+        timeout=60,
+    )
+    assert (resp.stdout, resp.stderr, resp.result.exit_code) == (b"out\n", b"err\n", 3)
+    node.plugin.driver.DestroyTask(dpb.DestroyTaskRequest(task_id=h.config.id, force=True))

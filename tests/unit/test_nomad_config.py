@@ -130,7 +130,6 @@ def test_task_maps_onto_taskconfig() -> None:
         ({"privileged": True}, "privileged"),
         ({"cap_add": ["sys_admin"]}, "cap_add"),
         ({"extra_hosts": ["a:1.2.3.4"]}, "extra_hosts"),
-        ({"force_pull": True}, "force_pull"),
         ({"host_network": True}, "host_network"),
     ],
 )
@@ -138,6 +137,15 @@ def test_task_options_the_plugin_does_not_allow(opts: dict[str, object], field: 
     with pytest.raises(InvalidField) as err:
         to_task_config(_task("/var/run/netns/x"), _opts(**opts), _plugin())
     assert err.value.field == field
+
+
+def test_pull_options_follow_force_pull_and_the_auth_block() -> None:
+    from ctrexec.nomad.taskmap import pull_options
+
+    assert pull_options(_opts()) == {"policy": "missing"}
+    forced = pull_options(_opts(force_pull=True, auth={"username": "u", "password": "p"}))
+    assert forced["policy"] == "always"
+    assert (forced["credentials"].username, forced["credentials"].secret) == ("u", "p")
 
 
 def test_allowed_by_plugin_config() -> None:
