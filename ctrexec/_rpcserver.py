@@ -92,6 +92,18 @@ def _stream(fn: Any, detail_for: DetailFor) -> Callable[[Any, Any], AsyncIterato
     return call
 
 
+def _bidi(fn: Any, detail_for: DetailFor) -> Callable[[Any, Any], AsyncIterator[Message]]:
+    async def call(requests: Any, context: Any) -> AsyncIterator[Message]:
+        try:
+            async for item in fn(requests):
+                yield item
+        except errors.CtrexecError as exc:
+            code, text, trailers = status_of(exc, detail_for(exc))
+            await context.abort(code, text, trailing_metadata=trailers)
+
+    return call
+
+
 def service_handler(
     service: descriptor.ServiceDescriptor,
     methods: Mapping[str, Handler],
@@ -103,15 +115,16 @@ def service_handler(
         fn = methods.get(m.name)
         if fn is None:
             continue
-        if m.client_streaming:
+        if m.client_streaming and not m.server_streaming:
             raise errors.Unimplemented(f"{m.full_name}: client streams are not served here")
         request = message_factory.GetMessageClass(m.input_type)
-        kind = (
-            grpc.unary_stream_rpc_method_handler
-            if m.server_streaming
-            else grpc.unary_unary_rpc_method_handler
-        )
-        wrap = _stream if m.server_streaming else _unary
+        wrap: Callable[[Any, DetailFor], Callable[[Any, Any], Any]]
+        if m.client_streaming:
+            kind, wrap = grpc.stream_stream_rpc_method_handler, _bidi
+        elif m.server_streaming:
+            kind, wrap = grpc.unary_stream_rpc_method_handler, _stream
+        else:
+            kind, wrap = grpc.unary_unary_rpc_method_handler, _unary
         table[m.name] = kind(
             wrap(fn, detail_for),
             request_deserializer=request.FromString,

@@ -75,6 +75,30 @@ def _ensure_image(executor: Any, config: Any, options: dict[str, Any]) -> None:
     )  # fmt: skip
 
 
+async def _until_exit(
+    proc: Any, queue: asyncio.Queue[pb.ExecTaskStreamingResponse], loop: asyncio.AbstractEventLoop
+) -> AsyncIterator[pb.ExecTaskStreamingResponse]:
+    """The queued output until the process has exited and all of it is out.
+
+    The pumps hand their last bytes to the loop before the exit byte is written, so
+    once ``exit_fd`` is readable the queue already holds everything.
+    """
+    exited = asyncio.Event()
+    loop.add_reader(proc.exit_fd, exited.set)
+    try:
+        while not (exited.is_set() and queue.empty()):
+            getter = asyncio.ensure_future(queue.get())
+            ended = asyncio.ensure_future(exited.wait())
+            await asyncio.wait({getter, ended}, return_when=asyncio.FIRST_COMPLETED)
+            ended.cancel()
+            if getter.done():
+                yield getter.result()
+            else:
+                getter.cancel()
+    finally:
+        loop.remove_reader(proc.exit_fd)
+
+
 def exit_result(status: ExitStatus) -> pb.ExitResult:
     return pb.ExitResult(
         exit_code=status.code, signal=status.signal or 0, oom_killed=status.oom_killed
@@ -145,6 +169,7 @@ class NomadDriver:
                 "InspectTask": self.inspect_task,
                 "SignalTask": self.signal_task,
                 "ExecTask": self.exec_task,
+                "ExecTaskStreaming": self.exec_task_streaming,
                 "TaskStats": self.task_stats,
                 "RecoverTask": self.recover_task,
             },
@@ -364,6 +389,59 @@ class NomadDriver:
             stderr=result.stderr,
             result=pb.ExitResult(exit_code=result.exit_code),
         )
+
+    async def exec_task_streaming(
+        self, requests: AsyncIterator[pb.ExecTaskStreamingRequest]
+    ) -> AsyncIterator[pb.ExecTaskStreamingResponse]:
+        """``nomad alloc exec``: stdin, terminal size and close in; output, then the exit,
+        out. Output arrives by callbacks from the process's pump threads, the exit by its
+        ``exit_fd`` on this event loop: no thread waits for the process."""
+        first = await anext(aiter(requests), None)
+        if first is None or not first.HasField("setup") or not first.setup.command:
+            raise InvalidArgument("ExecTaskStreaming starts with a setup holding a command")
+        cid, _task, _started = self._known(first.setup.task_id)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[pb.ExecTaskStreamingResponse] = asyncio.Queue()
+
+        def to(stream: str) -> Callable[[bytes], None]:
+            def deliver(data: bytes) -> None:
+                op = pb.ExecTaskStreamingIOOperation(data=data)
+                reply = (
+                    pb.ExecTaskStreamingResponse(stdout=op)
+                    if stream == "stdout"
+                    else pb.ExecTaskStreamingResponse(stderr=op)
+                )
+                loop.call_soon_threadsafe(queue.put_nowait, reply)
+
+            return deliver
+
+        size = first.tty_size
+        proc = await self._run(
+            self._ready().exec_stream, cid, list(first.setup.command), tty=first.setup.tty,
+            stdin=True, size=(size.width, size.height) if first.HasField("tty_size") else None,
+            on_stdout=to("stdout"), on_stderr=to("stderr"),
+        )  # fmt: skip
+        feeder = asyncio.ensure_future(self._feed_exec(proc, requests))
+        try:
+            async for reply in _until_exit(proc, queue, loop):
+                yield reply
+            status = proc.wait(0)
+        finally:
+            feeder.cancel()
+            await self._run(proc.close)
+        yield pb.ExecTaskStreamingResponse(exited=True, result=exit_result(status))
+
+    async def _feed_exec(
+        self, proc: Any, requests: AsyncIterator[pb.ExecTaskStreamingRequest]
+    ) -> None:
+        async for req in requests:
+            if req.HasField("tty_size"):
+                await self._run(proc.resize, req.tty_size.width, req.tty_size.height)
+            if req.HasField("stdin"):
+                if req.stdin.data:
+                    await self._run(proc.write, req.stdin.data)
+                if req.stdin.close:
+                    await self._run(proc.close_stdin)
 
     async def task_stats(self, req: pb.TaskStatsRequest) -> AsyncIterator[pb.TaskStatsResponse]:
         """A sample every interval until the call is cancelled or the task ends."""

@@ -89,6 +89,7 @@ def running(node: Node, task_id: str) -> bool:
     return bool(resp.task.state == dpb.RUNNING)
 
 
+Req, Op = dpb.ExecTaskStreamingRequest, dpb.ExecTaskStreamingIOOperation
 HTTPD = {"image": IMAGE, "command": "httpd", "args": ["-f", "-p", "8080", "-h", "/var/www"]}
 
 
@@ -235,9 +236,10 @@ def test_alloc_dirs_are_mounted(node: Node, alloc: AllocDir) -> None:
             "allow_caps",
         ),
         ({"image": IMAGE, "pids_limit": -3}, grpc.StatusCode.INVALID_ARGUMENT, "pids_limit"),
-        (  # a registry on loopback that nothing serves: the pull fails, nothing is made
+        (  # a registry on loopback that nothing serves: the pull fails, nothing is made;
+            # unreachable is recoverable (the RecoverableError detail), so Nomad retries
             {"image": "127.0.0.1:9/no-such-image:1"},
-            grpc.StatusCode.UNAVAILABLE,
+            grpc.StatusCode.FAILED_PRECONDITION,
             "127.0.0.1:9",
         ),
     ],
@@ -353,4 +355,33 @@ def test_exec_task_captures_output_and_code(node: Node, alloc: AllocDir) -> None
         timeout=60,
     )
     assert (resp.stdout, resp.stderr, resp.result.exit_code) == (b"out\n", b"err\n", 3)
+    node.plugin.driver.DestroyTask(dpb.DestroyTaskRequest(task_id=h.config.id, force=True))
+
+
+def _exec_stream(
+    node: Node, requests: list[dpb.ExecTaskStreamingRequest]
+) -> tuple[bytes, bytes, Any]:
+    out, err, result = b"", b"", None
+    for reply in node.plugin.driver.ExecTaskStreaming(iter(requests), timeout=60):
+        out += reply.stdout.data
+        err += reply.stderr.data
+        if reply.exited:
+            result = reply.result
+    return out, err, result
+
+
+def test_exec_task_streaming_with_stdin_and_with_a_tty(node: Node, alloc: AllocDir) -> None:
+    """``nomad alloc exec``: stdin in and closed, streams out apart, then the exit; and
+    with a terminal of the size asked."""
+    h = start(node, alloc, "sexec", {"image": IMAGE, "command": "sleep", "args": ["600"]})
+    wait_for(lambda: running(node, h.config.id), timeout=30, what="task running")
+    setup = Req.Setup(task_id=h.config.id, command=["sh", "-c", "cat; echo err >&2; exit 4"])
+    out, err, result = _exec_stream(
+        node, [Req(setup=setup), Req(stdin=Op(data=b"hello\n")), Req(stdin=Op(close=True))]
+    )
+    assert (out, err, result.exit_code) == (b"hello\n", b"err\n", 4)
+    tty = Req.Setup(task_id=h.config.id, command=["stty", "size"], tty=True)
+    size = Req.TerminalSize(height=33, width=101)
+    out, _err, result = _exec_stream(node, [Req(setup=tty, tty_size=size)])
+    assert (out.strip(), result.exit_code) == (b"33 101", 0)
     node.plugin.driver.DestroyTask(dpb.DestroyTaskRequest(task_id=h.config.id, force=True))
