@@ -245,7 +245,8 @@ class Executor:
         """Write the namespace's files where the record says they are (once)."""
         directory = Path(record.labels[lbl.HOSTFILES_DIR])
         hostname = (config.hostname or taskspec.default_hostname(config)) if config else record.id
-        hostfiles.ensure(netns_path, hostname=hostname, base=directory.parent)
+        resolv = taskspec.resolv_conf(config)
+        hostfiles.ensure(netns_path, hostname=hostname, base=directory.parent, resolv_conf=resolv)
 
     def _resolve_netns(self, value: str) -> tuple[str | None, str]:
         if value == "host":

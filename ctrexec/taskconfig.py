@@ -41,6 +41,17 @@ def _policy(value: str) -> None:
         raise InvalidArgument(f"expected one of {', '.join(_RESTART_POLICIES)}")
 
 
+def _nameservers(servers: tuple[str, ...]) -> None:
+    """resolv.conf takes nameservers as IP addresses only."""
+    import ipaddress
+
+    for server in servers:
+        try:
+            ipaddress.ip_address(server)
+        except ValueError as exc:
+            raise InvalidArgument(f"nameserver {server!r} is not an IP address") from exc
+
+
 @attrs.frozen(kw_only=True)
 class RestartPolicy:
     """When ``ctrexec supervise`` restarts a task: ``no``, ``on-failure`` or ``always``."""
@@ -123,6 +134,17 @@ class TaskConfig:
     netns: str = attrs.field(default="none", validator=fields.text())
     hostname: str | None = attrs.field(
         default=None, validator=fields.text(namespaces.with_hostname, optional=True)
+    )
+    #: docker's --dns, --dns-search, --dns-option: the namespace's resolv.conf instead of
+    #: the host's (the first task to write a namespace's files decides, as they share it).
+    dns: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings(_nameservers)
+    )
+    dns_search: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings()
+    )
+    dns_options: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings()
     )
     volumes: tuple[str, ...] = attrs.field(
         default=(), converter=fields.to_tuple, validator=fields.strings()

@@ -20,6 +20,7 @@ from ctrexec import labels as lbl
 from ctrexec.containerd.runtimes import RuntimeChoice
 from ctrexec.containerd.runtimes import resolve as resolve_runtime
 from ctrexec.errors import InvalidArgument
+from ctrexec.net import hostfiles
 from ctrexec.net.hostfiles import HostFiles
 from ctrexec.oci import caps, mounts, namespaces, process, resources
 from ctrexec.oci.user import ResolvedUser
@@ -268,3 +269,11 @@ def record_labels(
         labels[lbl.RESTART_MAX] = str(config.restart.max_attempts)
         labels[lbl.RESTART_DELAY] = str(config.restart.delay)
     return labels
+
+
+def resolv_conf(config: TaskConfig | None) -> str | None:
+    """The task's own resolv.conf (``dns``, ``dns_search``, ``dns_options``), or None for
+    the host's."""
+    if config is None or not config.dns:
+        return None
+    return hostfiles.render_dns(config.dns, config.dns_search, config.dns_options)

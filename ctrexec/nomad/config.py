@@ -31,6 +31,16 @@ PLUGIN_SCHEMA: Schema = (
     Attr("allow_caps", "list(string)", list(DEFAULT_ALLOW_CAPS)),
     Attr("volumes_enabled", "bool", True),
     Attr("stats_interval", "string", "1s"),
+    # Nomad's docker driver: gc { dangling_containers { ... } }; here a block of its own.
+    Block(
+        "dangling_containers",
+        (
+            Attr("enabled", "bool", True),
+            Attr("dry_run", "bool", False),
+            Attr("period", "string", "5m"),
+            Attr("creation_grace", "string", "5m"),
+        ),
+    ),
 )
 
 TASK_SCHEMA: Schema = (
@@ -92,6 +102,31 @@ def parse_duration(field: str, text: str) -> float:
 
 
 @attrs.frozen(kw_only=True)
+class DanglingPolicy:
+    """Containers of this driver that no allocation claims: removed (or, in a dry run,
+    named in the log) once ``creation_grace`` has passed since the plugin's Init and
+    since their creation, checked every ``period``."""
+
+    enabled: bool = True
+    dry_run: bool = False
+    period: float = 300.0
+    creation_grace: float = 300.0
+
+    @classmethod
+    def from_decoded(cls, block: dict[str, Any] | None) -> DanglingPolicy:
+        if block is None:
+            return cls()
+        return cls(
+            enabled=block["enabled"],
+            dry_run=block["dry_run"],
+            period=parse_duration("dangling_containers.period", block["period"]),
+            creation_grace=parse_duration(
+                "dangling_containers.creation_grace", block["creation_grace"]
+            ),
+        )
+
+
+@attrs.frozen(kw_only=True)
 class PluginConfig:
     """The agent's ``plugin "nomad-driver-ctrexec" { config { ... } }`` block."""
 
@@ -103,6 +138,7 @@ class PluginConfig:
     allow_caps: tuple[str, ...]
     volumes_enabled: bool
     stats_interval: float
+    dangling: DanglingPolicy
 
     @classmethod
     def from_decoded(cls, data: dict[str, Any]) -> PluginConfig:
@@ -116,4 +152,6 @@ class PluginConfig:
                 except Exception as exc:
                     raise InvalidField("allow_caps", cap, str(exc)) from exc
         values["allow_caps"] = allowed
+        values["dangling"] = DanglingPolicy.from_decoded(data.get("dangling_containers"))
+        values.pop("dangling_containers", None)
         return cls(**values)

@@ -116,6 +116,9 @@ class NomadDriver:
         #: Nomad task id -> (containerd id, the TaskConfig Nomad sent, started at)
         self._tasks: dict[str, tuple[str, pb.TaskConfig, datetime]] = {}
         self._event_queues: set[asyncio.Queue[pb.DriverTaskEvent]] = set()
+        #: containerd ids of StartTasks in flight: not dangling, whatever their age
+        self._starting: set[str] = set()
+        self._reconciler: asyncio.Future[None] | None = None
         self._health_changed = asyncio.Event()
 
     # -- plumbing ----------------------------------------------------------------
@@ -195,7 +198,22 @@ class NomadDriver:
         self.plugin = config
         if req.HasField("nomad_config") and self._executor is None:
             await self._run(self._connect, config, asyncio.get_running_loop())
+        self._start_reconciler()
         return bpb.SetConfigResponse()
+
+    def _start_reconciler(self) -> None:
+        """Once connected: the dangling-container sweeps, unless the config says not."""
+        if self._reconciler is not None or self._executor is None or self.plugin is None:
+            return
+        if not self.plugin.dangling.enabled:
+            return
+        from ctrexec.nomad.dangling import Reconciler
+
+        def claimed() -> set[str]:
+            return {entry[0] for entry in list(self._tasks.values())} | set(self._starting)
+
+        rec = Reconciler(self._executor, self.plugin.dangling, claimed, self._run)
+        self._reconciler = asyncio.ensure_future(rec.run())
 
     def _connect(self, config: PluginConfig, loop: asyncio.AbstractEventLoop) -> None:
         from ctrexec.containerd.client import Client
@@ -211,6 +229,7 @@ class NomadDriver:
         """Idempotent: called after every launch and every reattach (Nomad 2.0.4+)."""
         if self.plugin is not None and self._executor is None:
             await self._run(self._connect, self.plugin, asyncio.get_running_loop())
+        self._start_reconciler()
         return pb.InitResponse()
 
     async def driver_shutdown(self, _req: pb.ShutdownRequest) -> pb.ShutdownResponse:
@@ -295,8 +314,12 @@ class NomadDriver:
         opts = hclspec.decode(TASK_SCHEMA, task.msgpack_driver_config)
         config = to_task_config(task, opts, plugin)
         executor = self._ready()
-        await self._run(_ensure_image, executor, config, pull_options(opts))
-        handle = await self._run(executor.start_task, config, owner_labels=owner_labels(task))
+        self._starting.add(config.name)
+        try:
+            await self._run(_ensure_image, executor, config, pull_options(opts))
+            handle = await self._run(executor.start_task, config, owner_labels=owner_labels(task))
+        finally:
+            self._starting.discard(config.name)
         self._tasks[task.id] = (handle.id, task, handle.started_at)
         self._emit(task, f"Started container {handle.id}", container_id=handle.id)
         state = DriverState(

@@ -198,6 +198,18 @@ def _process(opts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _dns(task: pb.TaskConfig) -> dict[str, Any]:
+    """The group's ``network { dns { } }``: its resolv.conf instead of the host's."""
+    if not task.HasField("dns") or not task.dns.servers:
+        return {}
+    dns = task.dns
+    return {
+        "dns": tuple(dns.servers),
+        "dns_search": tuple(dns.searches),
+        "dns_options": tuple(dns.options),
+    }
+
+
 def _output(task: pb.TaskConfig) -> dict[str, Any]:
     """stdout and stderr straight into the FIFOs Nomad's logmon reads: the shim opens
     them itself, so logs flow while the plugin is down. No paths: no output kept."""
@@ -231,6 +243,7 @@ def to_task_config(task: pb.TaskConfig, opts: dict[str, Any], plugin: PluginConf
         labels=dict(opts["labels"]),
         runtime=opts["runtime"] or plugin.default_runtime or None,
         **_output(task),
+        **_dns(task),
         **_process(opts),
         **_resources(task, opts),
     )

@@ -148,6 +148,20 @@ def test_pull_options_follow_force_pull_and_the_auth_block() -> None:
     assert (forced["credentials"].username, forced["credentials"].secret) == ("u", "p")
 
 
+def test_the_groups_dns_block_becomes_the_tasks_resolver() -> None:
+    task = _task("/var/run/netns/x")
+    task.dns.servers.extend(["10.0.0.53"])
+    task.dns.searches.extend(["svc.test"])
+    task.dns.options.extend(["ndots:2"])
+    cfg = to_task_config(task, _opts(), _plugin())
+    assert (cfg.dns, cfg.dns_search, cfg.dns_options) == (
+        ("10.0.0.53",),
+        ("svc.test",),
+        ("ndots:2",),
+    )
+    assert to_task_config(_task("/var/run/netns/x"), _opts(), _plugin()).dns == ()
+
+
 def test_allowed_by_plugin_config() -> None:
     plugin = _plugin(allow_privileged=True, allow_caps=["all"])
     cfg = to_task_config(_task(), _opts(privileged=True, cap_add=["sys_admin"]), plugin)
