@@ -159,6 +159,13 @@ class TaskConfig:
             (str, int), "a size such as 512m", resources.check_memory_limit, optional=True
         ),
     )
+    #: docker's --memory-reservation: a soft limit, kept below ``memory``.
+    memory_reservation: str | int | None = attrs.field(
+        default=None,
+        validator=fields.field(
+            (str, int), "a size such as 256m", resources.parse_size, optional=True
+        ),
+    )
     cpus: float | None = attrs.field(
         default=None, validator=fields.number(resources.with_cpus, optional=True)
     )

@@ -38,6 +38,7 @@ class CheckedConfig:
     devices: tuple[mounts.Device, ...]
     memory: int | None
     labels: Mapping[str, str]
+    memory_reservation: int | None = None
 
 
 def parse_signal(value: str | int) -> int:
@@ -89,6 +90,11 @@ def check_config(config: TaskConfig, *, containerd_address: str | None = None) -
         tmpfs=tmpfs,
         devices=devices,
         memory=resources.parse_size(config.memory) if config.memory is not None else None,
+        memory_reservation=(
+            None
+            if config.memory_reservation is None
+            else resources.parse_size(config.memory_reservation)
+        ),
         labels=dict(config.labels),
     )
 
@@ -190,6 +196,8 @@ def _resource_opts(checked: CheckedConfig, namespace: str) -> list[oci.SpecOpt]:
     opts = [resources.with_cgroups_path(f"/ctrexec/{namespace}/{cfg.name}")]
     if checked.memory is not None:
         opts.append(resources.with_memory_limit(checked.memory))
+    if checked.memory_reservation is not None:
+        opts.append(resources.with_memory_reservation(checked.memory_reservation))
     if cfg.cpus is not None:
         opts.append(resources.with_cpus(cfg.cpus))
     if cfg.cpu_shares is not None:

@@ -181,6 +181,10 @@ def _resources(task: pb.TaskConfig, opts: dict[str, Any]) -> dict[str, Any]:
         out["cpu_shares"] = max(2, int(linux.cpu_shares))
     if linux.memory_limit_bytes > 0:
         out["memory"] = int(linux.memory_limit_bytes)
+        # memory_max set: Nomad's memory is the reservation, memory_max the limit
+        reserved = task.resources.allocated_resources.memory.memory_mb * 1024 * 1024
+        if 0 < reserved < linux.memory_limit_bytes:
+            out["memory_reservation"] = int(reserved)
     if linux.cpuset_cpus:
         out["cpuset_cpus"] = linux.cpuset_cpus
     if opts["pids_limit"]:

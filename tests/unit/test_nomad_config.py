@@ -162,6 +162,15 @@ def test_the_groups_dns_block_becomes_the_tasks_resolver() -> None:
     assert to_task_config(_task("/var/run/netns/x"), _opts(), _plugin()).dns == ()
 
 
+def test_memory_max_makes_memory_the_reservation() -> None:
+    task = _task()
+    task.resources.allocated_resources.memory.memory_mb = 128
+    cfg = to_task_config(task, _opts(), _plugin())  # limit 256 MiB: memory_max
+    assert (cfg.memory, cfg.memory_reservation) == (256 << 20, 128 << 20)
+    task.resources.allocated_resources.memory.memory_mb = 256  # no memory_max
+    assert to_task_config(task, _opts(), _plugin()).memory_reservation is None
+
+
 def test_allowed_by_plugin_config() -> None:
     plugin = _plugin(allow_privileged=True, allow_caps=["all"])
     cfg = to_task_config(_task(), _opts(privileged=True, cap_add=["sys_admin"]), plugin)
