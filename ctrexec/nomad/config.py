@@ -31,6 +31,8 @@ PLUGIN_SCHEMA: Schema = (
     Attr("allow_caps", "list(string)", list(DEFAULT_ALLOW_CAPS)),
     Attr("volumes_enabled", "bool", True),
     Attr("stats_interval", "string", "1s"),
+    # Nomad's docker driver: where pulls find credentials when a task has no auth block.
+    Block("auth", (Attr("config", "string", ""), Attr("helper", "string", ""))),
     # Nomad's docker driver: gc { dangling_containers { ... } }; here a block of its own.
     Block(
         "dangling_containers",
@@ -139,6 +141,10 @@ class PluginConfig:
     volumes_enabled: bool
     stats_interval: float
     dangling: DanglingPolicy
+    #: docker's config.json to read credentials from, and a credential helper for all
+    #: registries (the docker driver's ``auth { config, helper }``); empty: defaults.
+    auth_config: str = ""
+    auth_helper: str = ""
 
     @classmethod
     def from_decoded(cls, data: dict[str, Any]) -> PluginConfig:
@@ -154,4 +160,7 @@ class PluginConfig:
         values["allow_caps"] = allowed
         values["dangling"] = DanglingPolicy.from_decoded(data.get("dangling_containers"))
         values.pop("dangling_containers", None)
+        auth = values.pop("auth", None) or {}
+        values["auth_config"] = auth.get("config", "")
+        values["auth_helper"] = auth.get("helper", "")
         return cls(**values)

@@ -316,7 +316,8 @@ class NomadDriver:
         executor = self._ready()
         self._starting.add(config.name)
         try:
-            await self._run(_ensure_image, executor, config, pull_options(opts))
+            pull = await self._run(pull_options, opts, plugin)
+            await self._run(_ensure_image, executor, config, pull)
             handle = await self._run(executor.start_task, config, owner_labels=owner_labels(task))
         finally:
             self._starting.discard(config.name)

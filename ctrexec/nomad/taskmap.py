@@ -21,6 +21,7 @@ import json
 import logging
 import re
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -124,15 +125,24 @@ def _check_allowed(opts: dict[str, Any], plugin: PluginConfig) -> None:
         raise InvalidField("extra_hosts", list(opts["extra_hosts"]), "not supported by ctrexec yet")
 
 
-def pull_options(opts: dict[str, Any]) -> dict[str, Any]:
+def pull_options(opts: dict[str, Any], plugin: PluginConfig | None = None) -> dict[str, Any]:
     """How StartTask gets the image: docker's driver pulls a missing one, ``force_pull``
-    always, with the task's ``auth`` block if it has one (else docker's config file)."""
-    from ctrexec.registry.auth import Credentials
+    always. Credentials as the docker driver finds them: the task's ``auth`` block, else
+    the plugin's credential helper, else the plugin's docker config file, else docker's
+    default config.json."""
+    from ctrexec.registry import auth as registry_auth
 
     auth = opts["auth"]
     out: dict[str, Any] = {"policy": "always" if opts["force_pull"] else "missing"}
     if auth and auth.get("username"):
-        out["credentials"] = Credentials(auth["username"], auth.get("password") or "")
+        out["credentials"] = registry_auth.Credentials(auth["username"], auth.get("password") or "")
+    elif plugin is not None and plugin.auth_helper:
+        from ctrexec.containerd.images import parse_reference
+
+        domain = parse_reference(opts["image"]).domain
+        out["credentials"] = registry_auth.from_helper(plugin.auth_helper, domain)
+    elif plugin is not None and plugin.auth_config:
+        out["docker_config"] = Path(plugin.auth_config)
     return out
 
 

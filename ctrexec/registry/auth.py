@@ -165,6 +165,11 @@ def _from_auths(cfg: dict[str, Any], domain: str) -> Credentials | None:
     return None
 
 
+def from_helper(helper: str, domain: str) -> Credentials | None:
+    """What ``docker-credential-<helper> get`` answers for ``domain`` (None: it has none)."""
+    return _helper_get(helper, domain)
+
+
 def lookup(domain: str, path: Path | None = None) -> Credentials | None:
     """The credentials for ``domain`` that docker would use, or None (anonymous)."""
     cfg = load_config(path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -160,6 +161,15 @@ def test_the_groups_dns_block_becomes_the_tasks_resolver() -> None:
         ("ndots:2",),
     )
     assert to_task_config(_task("/var/run/netns/x"), _opts(), _plugin()).dns == ()
+
+
+def test_pull_credentials_come_from_the_plugin_when_the_task_has_none(tmp_path: Path) -> None:
+    from ctrexec.nomad.taskmap import pull_options
+
+    plugin = _plugin(auth={"config": str(tmp_path / "docker.json"), "helper": ""})
+    assert pull_options(_opts(), plugin)["docker_config"] == tmp_path / "docker.json"
+    given = pull_options(_opts(auth={"username": "u", "password": "p"}), plugin)
+    assert "docker_config" not in given and given["credentials"].username == "u"
 
 
 def test_memory_max_makes_memory_the_reservation() -> None:
