@@ -13,7 +13,7 @@ import grpc
 import msgpack
 import pytest
 from _harness import PLUGIN, HandshakeError, PluginProcess, cty_encode, parse_handshake
-from conftest import agent_config, nomad_config
+from _node import agent_config, nomad_config
 
 from ctrexec._api.nomad.base import base_pb2
 from ctrexec._api.nomad.drivers import driver_pb2 as dpb

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from _harness import AllocDir, task_config
-from conftest import Node, agent_config
+from _node import Node, agent_config
 
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers

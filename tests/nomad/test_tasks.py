@@ -19,7 +19,7 @@ from _harness import (
     task_config,
 )
 from _nethelpers import PLUGIN_DIR, free_subnet, new_bridge_name
-from conftest import Node
+from _node import Node
 from google.protobuf import duration_pb2
 
 from ctrexec._api.nomad.drivers import driver_pb2 as dpb
