@@ -565,8 +565,8 @@ class Executor:
             tasks.force_delete(self.client, task_id)
             # Such a Create that containerd cancelled can leave a shim serving nothing,
             # with our log driver, that containerd no longer knows (containerd 1.6).
-            cfg = self._config_of(record)
-            if record.labels.get(lbl.LOG_PATH) and not logmodes.uses_daemon(cfg):
+            # (With the log daemon's FIFOs, such a shim has no child at all.)
+            if record.labels.get(lbl.LOG_PATH):
                 logstore.stop_orphaned_drivers(
                     record.labels[lbl.LOG_PATH], self.client.namespace, task_id
                 )
