@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -96,8 +97,26 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
         print("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
+#: ``Tasks.Pause: `` at the start of a translated gRPC error: the call, not the user's words.
+_RPC_NAME = re.compile(r"^(?:[A-Z][A-Za-z]*\.)+[A-Z][A-Za-z]*: ")
+#: runc's and containerd's code for an error they did not classify.
+_NOISE = (": unknown", ": internal")
+
+
+def user_words(err: CtrexecError) -> str:
+    """The first line of an error without the RPC's name or runc's ``: unknown``.
+
+    The library's messages are meant for users already; this is the last guard for a
+    failure no seam rephrased, so a user never reads containerd's method names.
+    """
+    text = str(err).strip()
+    msg = _RPC_NAME.sub("", text.splitlines()[0]) if text else type(err).__name__
+    for noise in _NOISE:
+        msg = msg.removesuffix(noise)
+    return msg
+
+
 def fail(err: CtrexecError) -> int:
     """Print one line for a ctrexec error and return its exit code."""
-    msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    print(f"ctrexec: {msg}", file=sys.stderr)
+    print(f"ctrexec: {user_words(err)}", file=sys.stderr)
     return err.exit_code

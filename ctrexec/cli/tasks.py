@@ -18,6 +18,7 @@ from ctrexec import logmodes
 from ctrexec.cli import attach
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
+from ctrexec.cli.verbs import each
 from ctrexec.defaults import DEFAULT_LOG_DIR
 from ctrexec.errors import (
     CtrexecError,
@@ -305,43 +306,52 @@ def cmd_start(args: argparse.Namespace) -> int:
     from ctrexec.taskio import is_interactive
 
     ex = _executor(args)
-    for task_id in args.ids:
-        config = ex.inspect(task_id).config if args.attach or args.interactive else None
+    if args.attach or args.interactive:  # docker attaches to one container only
+        task_id = args.ids[0]
+        config = ex.inspect(task_id).config
         if config is not None and is_interactive(config):
             return attach.start_attached(ex, task_id, config.tty, args)
         handle = ex.start(task_id)
-        if args.attach:
-            driver = _driver_of(ex.inspect(task_id, addresses=False).config)
-            return _stream_until_exit(ex, task_id, handle.log_path, driver)
-        print_json(handle.to_json()) if args.json else print(task_id)
-    return 0
+        driver = _driver_of(ex.inspect(task_id, addresses=False).config)
+        return _stream_until_exit(ex, task_id, handle.log_path, driver)
+    return each(args.ids, lambda task_id: _start_one(ex, task_id, args.json))
+
+
+def _start_one(ex: Executor, task_id: str, as_json: bool) -> bool:
+    """Start one task; one that runs already is left alone, as docker does (exit 0)."""
+    from ctrexec.containerd.tasks import Status
+
+    try:
+        handle = ex.start(task_id)
+    except FailedPrecondition:
+        if ex.inspect(task_id, addresses=False).status is not Status.RUNNING:
+            raise
+        return False
+    if as_json:
+        print_json(handle.to_json())
+    return as_json
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
     ex = _executor(args)
-    for task_id in args.ids:
+
+    def stop(task_id: str) -> None:
         auto_remove = ex.inspect(task_id, addresses=False).labels.get(lbl.AUTO_REMOVE) == "true"
         ex.stop(task_id, timeout=args.time, signal=args.signal)
         if auto_remove:  # as docker removes a stopped --rm container
             _remove(ex, task_id)
-        print(task_id)
-    return 0
+
+    return each(args.ids, stop)
 
 
 def cmd_kill(args: argparse.Namespace) -> int:
     ex = _executor(args)
-    for task_id in args.ids:
-        ex.signal(task_id, args.signal)
-        print(task_id)
-    return 0
+    return each(args.ids, lambda task_id: ex.signal(task_id, args.signal))
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
     ex = _executor(args)
-    for task_id in args.ids:
-        ex.destroy(task_id, force=args.force)
-        print(task_id)
-    return 0
+    return each(args.ids, lambda task_id: ex.destroy(task_id, force=args.force))
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
@@ -453,10 +463,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_pause(args: argparse.Namespace) -> int:
     ex = _executor(args)
-    for task_id in args.ids:
-        (ex.pause if args.command_name == "pause" else ex.resume)(task_id)
-        print(task_id)
-    return 0
+    return each(args.ids, ex.pause if args.command_name == "pause" else ex.resume)
 
 
 def _run_flags(p: ArgumentParser) -> None:
