@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ctrexec.defaults import ADDRESS_ENV, DEFAULT_ADDRESS
+from ctrexec.defaults import ADDRESS_ENV, DEFAULT_ADDRESS, DEFAULT_NAMESPACE, NAMESPACE_ENV
 from ctrexec.errors import CtrexecError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -42,16 +42,36 @@ class ArgumentParser(argparse.ArgumentParser):
         raise InvalidArgument(f"{where}: {message}" if where else message)
 
 
-def connection_flags() -> ArgumentParser:
-    """Flags every command that talks to containerd accepts, after the subcommand."""
+def connection_flags(*, short_namespace: bool = True) -> ArgumentParser:
+    """Flags every command that talks to containerd accepts, after the subcommand.
+
+    The help shows the defaults in force for this call, environment included.
+    ``short_namespace=False`` where docker gives ``-n`` its own meaning (``logs -n 3``
+    is ``--tail 3``, ``ps -n 3`` is ``--last 3``): there the namespace is ``-N``.
+    """
     p = ArgumentParser(add_help=False)
+    p.add_argument("--address", help=f"containerd socket (default: {address_default()})")
     p.add_argument(
-        "--address",
-        help="containerd socket (default: $CONTAINERD_ADDRESS, the system socket, "
-        "else ctrexec's embedded containerd)",
+        "--namespace",
+        "-n" if short_namespace else "-N",
+        help=f"containerd namespace (default: {namespace_default()})",
     )
-    p.add_argument("--namespace", "-n", help="containerd namespace (default: ctrexec)")
     return p
+
+
+def address_default() -> str:
+    """What connect() uses when no ``--address`` is given, in words for ``--help``."""
+    env = os.environ.get(ADDRESS_ENV)
+    if env:
+        return f"{env}, from ${ADDRESS_ENV}"
+    return (
+        f"${ADDRESS_ENV}, else {DEFAULT_ADDRESS} if it exists, else ctrexec's embedded containerd"
+    )
+
+
+def namespace_default() -> str:
+    env = os.environ.get(NAMESPACE_ENV)
+    return f"{env}, from ${NAMESPACE_ENV}" if env else f"{DEFAULT_NAMESPACE} (or ${NAMESPACE_ENV})"
 
 
 def json_flag() -> ArgumentParser:

@@ -66,6 +66,28 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _tail(text: str) -> int | None:
+    """``--tail N`` or ``--tail all`` (docker's spelling of "everything")."""
+    if text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of lines or all, got {text!r}")
+    return value
+
+
+def _cpus(text: str) -> float | None:
+    """``--cpus``: 0 is docker's "no limit"; other values are checked against the range."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of CPUs, got {text!r}") from None
+    return None if value == 0 else value
+
+
 def _entrypoint(value: str | None) -> tuple[str, ...] | None:
     """``--entrypoint`` as docker reads it: one executable, not split; ``''`` clears it."""
     if value is None:
@@ -477,7 +499,7 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("--tmpfs", action="append", default=[], metavar="DST[:OPTS]")
     p.add_argument("--read-only", action="store_true")
     p.add_argument("-m", "--memory")
-    p.add_argument("--cpus", type=float)
+    p.add_argument("--cpus", type=_cpus, help="CPUs' worth of time; 0 means no limit")
     p.add_argument("--cpu-shares", type=int)
     p.add_argument("--cpuset-cpus")
     p.add_argument("--pids-limit", type=int)
@@ -494,7 +516,7 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("--hostname")
     p.add_argument("--entrypoint")
     p.add_argument("--stop-signal")
-    p.add_argument("--stop-timeout", type=float, default=10.0)
+    p.add_argument("--stop-timeout", type=float, default=10.0, help="(default: %(default)s)")
     p.add_argument("--rm", action="store_true", help="remove the container when it exits")
     p.add_argument("--log-dir", help=f"where task logs go (default {DEFAULT_LOG_DIR})")
     p.add_argument(
@@ -515,6 +537,7 @@ def _run_flags(p: ArgumentParser) -> None:
 
 def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     conn, js = connection_flags(), json_flag()
+    conn_n = connection_flags(short_namespace=False)  # -n is docker's, not the namespace
     p = sub.add_parser("run", parents=[conn, js], help="create and start a task")
     p.add_argument("-d", "--detach", action="store_true")
     attach.detach_keys_flag(p)
@@ -546,10 +569,12 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p = sub.add_parser("inspect", parents=[conn], help="show tasks as JSON")
     p.add_argument("ids", nargs="+")
     p.set_defaults(func=cmd_inspect)
-    p = sub.add_parser("logs", parents=[conn], help="print a task's logs")
+    p = sub.add_parser("logs", parents=[conn_n], help="print a task's logs")
     p.add_argument("-f", "--follow", action="store_true")
     p.add_argument("-t", "--timestamps", action="store_true")
-    p.add_argument("--tail", type=int)
+    p.add_argument(
+        "-n", "--tail", type=_tail, default=None, help="last N lines, or all (default: all)"
+    )
     p.add_argument("id")
     p.set_defaults(func=cmd_logs)
     p = sub.add_parser("exec", parents=[conn], help="run a command in a running task")
