@@ -535,9 +535,20 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER)
 
 
+def _logs_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
+    conn = connection_flags(short_namespace=False)  # -n is docker's --tail here
+    p = sub.add_parser("logs", parents=[conn], help="print a task's logs")
+    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("-t", "--timestamps", action="store_true")
+    p.add_argument(
+        "-n", "--tail", type=_tail, default=None, help="last N lines, or all (default: all)"
+    )
+    p.add_argument("id")
+    p.set_defaults(func=cmd_logs)
+
+
 def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     conn, js = connection_flags(), json_flag()
-    conn_n = connection_flags(short_namespace=False)  # -n is docker's, not the namespace
     p = sub.add_parser("run", parents=[conn, js], help="create and start a task")
     p.add_argument("-d", "--detach", action="store_true")
     attach.detach_keys_flag(p)
@@ -569,14 +580,7 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p = sub.add_parser("inspect", parents=[conn], help="show tasks as JSON")
     p.add_argument("ids", nargs="+")
     p.set_defaults(func=cmd_inspect)
-    p = sub.add_parser("logs", parents=[conn_n], help="print a task's logs")
-    p.add_argument("-f", "--follow", action="store_true")
-    p.add_argument("-t", "--timestamps", action="store_true")
-    p.add_argument(
-        "-n", "--tail", type=_tail, default=None, help="last N lines, or all (default: all)"
-    )
-    p.add_argument("id")
-    p.set_defaults(func=cmd_logs)
+    _logs_parser(sub)
     p = sub.add_parser("exec", parents=[conn], help="run a command in a running task")
     attach.interactive_flags(p, detach_keys=True)
     p.add_argument("-e", "--env", action="append", default=[])
