@@ -1,4 +1,4 @@
-"""Task commands: run, create, start, stop, kill, rm, ps, inspect, logs, exec, stats."""
+"""Task commands: run, create, start, stop, kill, rm, ps, inspect, logs, exec, pause."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from ctrexec import logmodes
 from ctrexec.cli import attach
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
-from ctrexec.cli.verbs import each
+from ctrexec.cli._time import point_in_time
+from ctrexec.cli.verbs import each, until
 from ctrexec.defaults import DEFAULT_LOG_DIR
 from ctrexec.errors import (
     CtrexecError,
@@ -428,9 +429,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.timestamps and "timestamps" not in logmodes.FEATURES[driver]:
         raise InvalidArgument(f"the {driver} log driver keeps no timestamps")
     entries = logmodes.read_task_logs(
-        driver, info.log_path, follow=args.follow, tail=args.tail, stop=stop
-    )
-    for entry in entries:
+        driver, info.log_path, follow=args.follow, since=args.since, stop=stop,
+        tail=args.tail if args.until is None else None,
+    )  # fmt: skip
+    for entry in entries if args.until is None else until(entries, args.until, args.tail):
         out = sys.stderr if entry.stream == logstore.STDERR else sys.stdout
         if args.timestamps:
             out.write(f"{entry.time} ")
@@ -459,28 +461,6 @@ def cmd_exec(args: argparse.Namespace) -> int:
     sys.stderr.buffer.write(result.stderr)
     sys.stderr.flush()
     return result.exit_code
-
-
-def cmd_stats(args: argparse.Namespace) -> int:
-    ex = _executor(args)
-    results = {task_id: ex.stats(task_id) for task_id in args.ids}
-    if args.json:
-        print_json({k: v.to_json() for k, v in results.items()})
-        return 0
-    rows = []
-    for task_id, s in results.items():
-        limit = f"{s.memory_limit / 2**20:.1f}MiB" if s.memory_limit else "-"
-        rows.append(
-            [
-                task_id,
-                f"{s.cpu_usage_ns / 1e9:.3f}s",
-                f"{s.memory_working_set / 2**20:.1f}MiB",
-                limit,
-                s.pids_current,
-            ]
-        )
-    table(["ID", "CPU TIME", "MEM USAGE", "MEM LIMIT", "PIDS"], rows)
-    return 0
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
@@ -543,6 +523,8 @@ def _logs_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument(
         "-n", "--tail", type=_tail, default=None, help="last N lines, or all (default: all)"
     )
+    p.add_argument("--since", type=point_in_time, help="from this time or age (10m) on")
+    p.add_argument("--until", type=point_in_time, help="up to this time or age (10m)")
     p.add_argument("id")
     p.set_defaults(func=cmd_logs)
 
@@ -595,9 +577,6 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("id")
     p.add_argument("command", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_exec)
-    p = sub.add_parser("stats", parents=[conn, js], help="cpu, memory and pids of tasks")
-    p.add_argument("ids", nargs="+")
-    p.set_defaults(func=cmd_stats)
     for name in ("pause", "unpause"):
         p = sub.add_parser(name, parents=[conn], help=f"{name} tasks")
         p.add_argument("ids", nargs="+")
