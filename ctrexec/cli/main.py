@@ -10,10 +10,22 @@ import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ctrexec.cli import _common, attach, daemon, events, groups, images, info, netns, tasks, verbs
+from ctrexec.cli import (
+    _common,
+    attach,
+    daemon,
+    events,
+    groups,
+    images,
+    info,
+    inspect,
+    netns,
+    tasks,
+    verbs,
+)
 from ctrexec.errors import CtrexecError
 
-COMMAND_MODULES = (info, tasks, verbs, attach, images, groups, events, netns, daemon)
+COMMAND_MODULES = (info, tasks, inspect, verbs, attach, images, groups, events, netns, daemon)
 
 
 def build_parser() -> _common.ArgumentParser:

@@ -1,4 +1,4 @@
-"""Task commands: run, create, start, stop, kill, rm, ps, inspect, logs, exec, pause."""
+"""Task commands: run, create, start, stop, kill, rm, logs, exec, pause, unpause."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from ctrexec import labels as lbl
 from ctrexec import logmodes
 from ctrexec.cli import attach
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
-from ctrexec.cli._common import print_table as table
 from ctrexec.cli._time import point_in_time
 from ctrexec.cli.verbs import each, until
 from ctrexec.defaults import DEFAULT_LOG_DIR
@@ -377,33 +376,6 @@ def cmd_rm(args: argparse.Namespace) -> int:
     return each(args.ids, lambda task_id: ex.destroy(task_id, force=args.force))
 
 
-def cmd_ps(args: argparse.Namespace) -> int:
-    from ctrexec.containerd.tasks import Status
-
-    infos = _executor(args).list(all_tasks=args.all)
-    if args.json:
-        print_json([i.to_json() for i in infos])
-        return 0
-    rows = []
-    for i in infos:
-        status = i.status.value
-        if i.status is Status.STOPPED and i.exit is not None:
-            status = (
-                f"exited ({i.exit.code}, OOM killed)" if i.oom_killed else f"exited ({i.exit.code})"
-            )
-        rows.append(
-            [i.id, i.image, status, i.pid or "-", i.netns_path or i.netns_mode, i.group or "-"]
-        )
-    table(["ID", "IMAGE", "STATUS", "PID", "NETNS", "GROUP"], rows)
-    return 0
-
-
-def cmd_inspect(args: argparse.Namespace) -> int:
-    ex = _executor(args)
-    print_json([ex.inspect(task_id).to_json() for task_id in args.ids])
-    return 0
-
-
 def cmd_logs(args: argparse.Namespace) -> int:
     from ctrexec import logs as logstore
     from ctrexec.containerd.tasks import Status
@@ -556,12 +528,6 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("-f", "--force", action="store_true")
     p.add_argument("ids", nargs="+")
     p.set_defaults(func=cmd_rm)
-    p = sub.add_parser("ps", parents=[conn, js], help="list tasks")
-    p.add_argument("-a", "--all", action="store_true")
-    p.set_defaults(func=cmd_ps)
-    p = sub.add_parser("inspect", parents=[conn], help="show tasks as JSON")
-    p.add_argument("ids", nargs="+")
-    p.set_defaults(func=cmd_inspect)
     _logs_parser(sub)
     p = sub.add_parser("exec", parents=[conn], help="run a command in a running task")
     attach.interactive_flags(p, detach_keys=True)
