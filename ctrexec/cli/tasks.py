@@ -372,7 +372,11 @@ def cmd_kill(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
+    from ctrexec import teardown
+
     ex = _executor(args)
+    if args.force and len(args.ids) > 1:  # all killed at once; each removal then is quick
+        teardown.each_at_once(args.ids, lambda task_id: ex.signal(task_id, "SIGKILL"))
     return each(args.ids, lambda task_id: ex.destroy(task_id, force=args.force))
 
 

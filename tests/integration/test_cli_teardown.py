@@ -62,3 +62,44 @@ def test_group_down_stops_tasks_concurrently(cli: Cli, group: tuple[str, Path]) 
         last_alive = max(i for i, line in enumerate(lines) if line == f"alive {task}")
         # the other task was asked to stop while this one still ran (it was not yet killed)
         assert lines.index(f"term {other}") < last_alive, lines
+
+
+def test_rm_force_kills_every_task_before_removing_any(cli: Cli, test_image: str) -> None:
+    import subprocess
+    import threading
+
+    names = ["rmf-a", "rmf-b", "rmf-sentinel"]
+    for n in names:
+        assert cli("run", "-d", "--name", n, test_image, "sleep", "300").returncode == 0
+    events = subprocess.Popen(cli.argv("events"), stdout=subprocess.PIPE, text=True)
+    seen: list[dict[str, str]] = []
+    reader = threading.Thread(
+        target=lambda: seen.extend(json.loads(line) for line in events.stdout or ()), daemon=True
+    )
+    reader.start()
+    try:
+
+        def live() -> bool:  # the stream shows a pause from now on: it is subscribed
+            cli("pause", "rmf-sentinel")
+            cli("unpause", "rmf-sentinel")
+            return any(e.get("type") == "pause" for e in list(seen))
+
+        wait_for(live, timeout=30, what="ctrexec events to be live")
+        out = cli("rm", "-f", "rmf-a", "rmf-b")
+        assert (out.returncode, out.stdout) == (0, "rmf-a\nrmf-b\n"), out.stderr
+        wait_for(
+            lambda: sum(e.get("type") == "delete" for e in list(seen)) >= 2,
+            timeout=30,
+            what="both deletes",
+        )
+    finally:
+        events.terminate()
+        events.wait(timeout=30)
+        reader.join(timeout=30)
+        if events.stdout is not None:
+            events.stdout.close()
+        cli("rm", "-f", *names)
+    ours = [(e["type"], e["task"]) for e in seen if e.get("task") in ("rmf-a", "rmf-b")]
+    first_delete = next(i for i, (kind, _) in enumerate(ours) if kind == "delete")
+    exits = {task for kind, task in ours[:first_delete] if kind == "exit"}
+    assert exits == {"rmf-a", "rmf-b"}, ours  # b was killed before a was removed
