@@ -126,6 +126,8 @@ def targets(r: Results) -> Table:
                    "`ctr run --rm`", r.med("rm", "ctr"), target="<= 1.0"),
         _ratio_row("library, 3-task group, tasks started concurrently", r.med(g3, "lib"),
                    "docker + pause, 3 joined at once", r.med(g3, "docker"), target="<= 0.25"),
+        _ratio_row("Nomad driver StartTask, 1-task group (namespace + task)",
+                   r.med("nomad", "nomad"), ctr_group, r.med("nomad", "ctr"), target=""),
         _ratio_row("library, 3-task group, tasks started concurrently", r.med(g3, "lib"),
                    "`ip netns add` + 3 `ctr run -d --with-ns`", r.med(g3, "ctr"), target=""),
         _ratio_row(f"library, {r.burst} groups started at once, groups/s",
@@ -171,6 +173,7 @@ def _latency_details(r: Results) -> list[tuple[str, ...]]:
     labels = {
         "rm": "run --rm `true`",
         "group1": "1-task group",
+        "nomad": "Nomad StartTask, 1-task group",
         "exist": "task into existing namespace",
         "group3": "3-task group",
         "restart": "restart of a killed task",

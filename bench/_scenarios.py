@@ -393,3 +393,21 @@ def startup(b: Bench, n: int) -> tuple[Samples, dict[str, list[str]]]:
             out[key].append(timed_ms(partial(run, cmd, b.docker.env)))
     mods = {"--help": heavy_imports(["--help"]), "version": heavy_imports(["version", *conn])}
     return out, mods
+
+
+def nomad_group(b: Bench, n: int, work: Path) -> Samples:
+    """The Nomad driver's StartTask for a 1-task group against ``ctr``'s group."""
+    from _nomad import NomadPeer
+
+    peer = NomadPeer(b.address, NAMESPACE, IMAGE, work)
+    try:
+
+        def after() -> None:
+            peer.cleanup()
+            b.cleanup()
+
+        out = rounds(n, {"ctr": b.ctr_group, "nomad": peer.group}, after)
+    finally:
+        peer.close()
+    b.check_clean("nomad StartTask")
+    return out

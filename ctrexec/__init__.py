@@ -24,6 +24,7 @@ from ctrexec.errors import (
     CtrexecError,
     DaemonError,
     DeadlineExceeded,
+    DigestMismatch,
     FailedPrecondition,
     HandleMismatch,
     Internal,
@@ -34,6 +35,7 @@ from ctrexec.errors import (
     NotFound,
     NotModified,
     PermissionDenied,
+    RegistryError,
     ResourceExhausted,
     TaskError,
     Unavailable,
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
         TaskStarted,
     )
     from ctrexec.containerd.execs import ExecResult
+    from ctrexec.containerd.exporter import export_archive
     from ctrexec.containerd.images import (
         Image,
         ImageConfig,
@@ -75,6 +78,8 @@ if TYPE_CHECKING:
         normalize_reference,
         remove_image,
     )
+    from ctrexec.containerd.importer import ImportedImage, import_archive
+    from ctrexec.containerd.prune import PruneReport, image_usage, prune_images
     from ctrexec.containerd.stats import Stats
     from ctrexec.containerd.streams import OutputCallback, Process, StreamOptions
     from ctrexec.containerd.tasks import ExitStatus, Status
@@ -89,6 +94,7 @@ if TYPE_CHECKING:
     from ctrexec.net.netns import list_namespaces as list_netns
     from ctrexec.net.netns import remove as remove_netns
     from ctrexec.net.networks import Attachment, Networks
+    from ctrexec.registry.pull import PullEvent, ensure_pulled, pull
     from ctrexec.supervisor import Supervisor, is_supervised
     from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
     from ctrexec.watch import EventFilter, TaskEvents
@@ -132,6 +138,9 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "normalize_reference",
         "remove_image",
     ),
+    "ctrexec.containerd.exporter": ("export_archive",),
+    "ctrexec.containerd.importer": ("ImportedImage", "import_archive"),
+    "ctrexec.containerd.prune": ("PruneReport", "image_usage", "prune_images"),
     "ctrexec.containerd.stats": ("Stats",),
     "ctrexec.containerd.streams": (
         "OutputCallback",
@@ -157,6 +166,11 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.net.networks": ("Attachment", "Networks"),
     "ctrexec.supervisor": ("Supervisor", "is_supervised"),
     # The events names (Executor.events' types) are added with them.
+    "ctrexec.registry.pull": (
+        "PullEvent",
+        "ensure_pulled",
+        "pull",
+    ),
     "ctrexec.taskconfig": (
         "RestartPolicy",
         "TaskConfig",
@@ -196,6 +210,7 @@ __all__ = [
     "DaemonError",
     "DaemonPaths",
     "DeadlineExceeded",
+    "DigestMismatch",
     "EmbeddedContainerd",
     "Event",
     "EventFilter",
@@ -212,6 +227,7 @@ __all__ = [
     "Image",
     "ImageConfig",
     "ImageSummary",
+    "ImportedImage",
     "Interface",
     "Internal",
     "InvalidArgument",
@@ -231,6 +247,9 @@ __all__ = [
     "Plugin",
     "PortMapping",
     "Process",
+    "PruneReport",
+    "PullEvent",
+    "RegistryError",
     "ResourceExhausted",
     "RestartPolicy",
     "Route",
@@ -256,7 +275,11 @@ __all__ = [
     "Unimplemented",
     "create_netns",
     "ensure_image",
+    "ensure_pulled",
+    "export_archive",
     "get_image",
+    "image_usage",
+    "import_archive",
     "inspect_netns",
     "is_supervised",
     "list_images",
@@ -264,6 +287,8 @@ __all__ = [
     "load_group_file",
     "normalize_reference",
     "parse_group",
+    "prune_images",
+    "pull",
     "read_logs",
     "read_task_logs",
     "remove_image",

@@ -169,13 +169,13 @@ class Pending(Generic[M]):
     def done(self) -> bool:
         return bool(self._future.done())
 
+    def add_done_callback(self, fn: Callable[[Pending[M]], None]) -> None:
+        """Call ``fn(self)`` on gRPC's thread when the call ends (at once if it has):
+        many waiters can then share one call and hold no thread each."""
+        self._future.add_done_callback(lambda _f: fn(self))
+
     def cancel(self) -> None:
         self._future.cancel()
-
-    def add_done_callback(self, fn: Callable[[Pending[M]], None]) -> None:
-        """Call ``fn(self)`` once the call ends (at once if it has): on gRPC's own thread,
-        so ``fn`` must not block. This is what lets many waiters share no thread."""
-        self._future.add_done_callback(lambda _future: fn(self))
 
 
 class Connection:

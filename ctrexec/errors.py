@@ -24,6 +24,8 @@ seams. Every translated error chains the original with ``raise ... from``.
     ├── Canceled
     ├── ResourceExhausted
     ├── Internal                     containerd's unknown/internal/data-loss
+    ├── DigestMismatch               content's bytes do not match its digest or size
+    ├── RegistryError                a registry answered with an error (HTTP status)
     ├── DaemonError                  the embedded containerd failed to start or stop
     ├── NetworkError                 netns, netlink and CNI failures
     │   └── CNIError                 a CNI plugin returned an error result
@@ -124,6 +126,18 @@ class ResourceExhausted(CtrexecError):
 
 class Internal(CtrexecError):
     """containerd reported an internal or unknown failure."""
+
+
+class DigestMismatch(CtrexecError):
+    """A blob's bytes do not match the digest or size its descriptor names."""
+
+
+class RegistryError(CtrexecError):
+    """A registry refused or failed a request; ``status`` is the HTTP status (0: none)."""
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class DaemonError(CtrexecError):

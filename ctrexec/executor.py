@@ -246,7 +246,8 @@ class Executor:
         """Write the namespace's files where the record says they are (once)."""
         directory = Path(record.labels[lbl.HOSTFILES_DIR])
         hostname = (config.hostname or taskspec.default_hostname(config)) if config else record.id
-        hostfiles.ensure(netns_path, hostname=hostname, base=directory.parent)
+        resolv = taskspec.resolv_conf(config)
+        hostfiles.ensure(netns_path, hostname=hostname, base=directory.parent, resolv_conf=resolv)
 
     def _resolve_netns(self, value: str) -> tuple[str | None, str]:
         if value == "host":
@@ -378,14 +379,16 @@ class Executor:
             tasks.force_delete(self.client, task_id)
             raise tasks.command_error(exc) from exc
 
-    def start_task(self, config: TaskConfig) -> TaskHandle:
+    def start_task(
+        self, config: TaskConfig, *, owner_labels: Mapping[str, str] | None = None
+    ) -> TaskHandle:
         """Create and start; a start that fails removes what create made.
 
         The new record and its mounts go straight to the task: the record cannot
         have a previous run to clear, so that costs no round trip unless
-        Tasks.Create finds one in the way.
+        Tasks.Create finds one in the way. ``owner_labels`` as for :meth:`create`.
         """
-        record, mounts = self._create(config, {}, first_run=True)
+        record, mounts = self._create(config, owner_labels or {}, first_run=True)
         try:
             with self._lock(config.name):
                 return self._launch(record, mounts, fresh=True)

@@ -71,6 +71,12 @@ CONFIG_TYPE_URL = "types.ctrexec.io/TaskConfig/v1"
 #: runc v2 shim annotation: containers with the same value share one shim process.
 SHIM_GROUP_ANNOTATION = "io.containerd.runc.v2.group"
 
+#: A task started by the Nomad driver: Nomad's task id (``<alloc>/<task>/<random>``),
+#: its allocation and task name, so the driver finds what it owns after a restart.
+NOMAD_TASK_ID = "io.ctrexec.nomad.task-id"
+NOMAD_ALLOC_ID = "io.ctrexec.nomad.alloc-id"
+NOMAD_TASK_NAME = "io.ctrexec.nomad.task-name"
+
 MAX_LABEL_BYTES = 4096
 
 

@@ -41,6 +41,17 @@ def _policy(value: str) -> None:
         raise InvalidArgument(f"expected one of {', '.join(_RESTART_POLICIES)}")
 
 
+def _nameservers(servers: tuple[str, ...]) -> None:
+    """resolv.conf takes nameservers as IP addresses only."""
+    import ipaddress
+
+    for server in servers:
+        try:
+            ipaddress.ip_address(server)
+        except ValueError as exc:
+            raise InvalidArgument(f"nameserver {server!r} is not an IP address") from exc
+
+
 @attrs.frozen(kw_only=True)
 class RestartPolicy:
     """When ``ctrexec supervise`` restarts a task: ``no``, ``on-failure`` or ``always``."""
@@ -124,6 +135,17 @@ class TaskConfig:
     hostname: str | None = attrs.field(
         default=None, validator=fields.text(namespaces.with_hostname, optional=True)
     )
+    #: docker's --dns, --dns-search, --dns-option: the namespace's resolv.conf instead of
+    #: the host's (the first task to write a namespace's files decides, as they share it).
+    dns: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings(_nameservers)
+    )
+    dns_search: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings()
+    )
+    dns_options: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings()
+    )
     volumes: tuple[str, ...] = attrs.field(
         default=(), converter=fields.to_tuple, validator=fields.strings()
     )
@@ -135,6 +157,13 @@ class TaskConfig:
         default=None,
         validator=fields.field(
             (str, int), "a size such as 512m", resources.check_memory_limit, optional=True
+        ),
+    )
+    #: docker's --memory-reservation: a soft limit, kept below ``memory``.
+    memory_reservation: str | int | None = attrs.field(
+        default=None,
+        validator=fields.field(
+            (str, int), "a size such as 256m", resources.parse_size, optional=True
         ),
     )
     cpus: float | None = attrs.field(

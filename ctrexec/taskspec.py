@@ -20,6 +20,7 @@ from ctrexec import labels as lbl
 from ctrexec.containerd.runtimes import RuntimeChoice
 from ctrexec.containerd.runtimes import resolve as resolve_runtime
 from ctrexec.errors import InvalidArgument
+from ctrexec.net import hostfiles
 from ctrexec.net.hostfiles import HostFiles
 from ctrexec.oci import caps, mounts, namespaces, process, resources
 from ctrexec.oci.user import ResolvedUser
@@ -37,6 +38,7 @@ class CheckedConfig:
     devices: tuple[mounts.Device, ...]
     memory: int | None
     labels: Mapping[str, str]
+    memory_reservation: int | None = None
 
 
 def parse_signal(value: str | int) -> int:
@@ -88,6 +90,11 @@ def check_config(config: TaskConfig, *, containerd_address: str | None = None) -
         tmpfs=tmpfs,
         devices=devices,
         memory=resources.parse_size(config.memory) if config.memory is not None else None,
+        memory_reservation=(
+            None
+            if config.memory_reservation is None
+            else resources.parse_size(config.memory_reservation)
+        ),
         labels=dict(config.labels),
     )
 
@@ -189,6 +196,8 @@ def _resource_opts(checked: CheckedConfig, namespace: str) -> list[oci.SpecOpt]:
     opts = [resources.with_cgroups_path(f"/ctrexec/{namespace}/{cfg.name}")]
     if checked.memory is not None:
         opts.append(resources.with_memory_limit(checked.memory))
+    if checked.memory_reservation is not None:
+        opts.append(resources.with_memory_reservation(checked.memory_reservation))
     if cfg.cpus is not None:
         opts.append(resources.with_cpus(cfg.cpus))
     if cfg.cpu_shares is not None:
@@ -268,3 +277,11 @@ def record_labels(
         labels[lbl.RESTART_MAX] = str(config.restart.max_attempts)
         labels[lbl.RESTART_DELAY] = str(config.restart.delay)
     return labels
+
+
+def resolv_conf(config: TaskConfig | None) -> str | None:
+    """The task's own resolv.conf (``dns``, ``dns_search``, ``dns_options``), or None for
+    the host's."""
+    if config is None or not config.dns:
+        return None
+    return hostfiles.render_dns(config.dns, config.dns_search, config.dns_options)

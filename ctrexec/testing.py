@@ -14,7 +14,6 @@ import fcntl
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -50,13 +49,13 @@ def private_containerd(base: Path | None = None) -> Iterator[EmbeddedContainerd]
             shutil.rmtree(base_dir, ignore_errors=True)
 
 
-def import_image(address: str, namespace: str, archive: Path) -> None:
-    """Import an OCI archive with ``ctr`` (used until ctrexec imports by itself)."""
-    subprocess.run(
-        ["ctr", "--address", address, "--namespace", namespace, "images", "import", str(archive)],
-        check=True,
-        capture_output=True,
-    )
+def import_image(address: str, namespace: str, archive: Path) -> list[str]:
+    """Import an image archive (OCI layout or ``docker save``) with ctrexec's own
+    importer, unpacked for the host; returns the names it created."""
+    from ctrexec.containerd.importer import import_archive
+
+    with Client.connect(address, namespace=namespace) as client:
+        return [image.name for image in import_archive(client, archive)]
 
 
 def audit(client: Client, *, snapshotter: str = "overlayfs") -> list[str]:

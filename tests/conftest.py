@@ -1,6 +1,6 @@
 """Session-wide test harness.
 
-- Tests are marked by folder: unit, integration, chaos.
+- Tests are marked by folder: unit, integration, chaos; tests/nomad counts as integration.
 - Integration and chaos tests are skipped only when not root. With
   ``CTREXEC_REQUIRE_INTEGRATION=1`` (set by scripts/test when run as root, so in CI)
   any skipped integration or chaos test, or a run with none, fails the session.
@@ -32,6 +32,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         parts = Path(str(item.fspath)).relative_to(ROOT).parts
         kind = parts[1] if len(parts) > 2 and parts[0] == "tests" else "unit"
+        # tests/nomad drives the Nomad plugin against the private containerd, as root.
+        kind = "integration" if kind == "nomad" else kind
         if kind in ("unit", "integration", "chaos"):
             item.add_marker(getattr(pytest.mark, kind))
         if kind in ("integration", "chaos") and os.geteuid() != 0:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
+from ctrexec.cli.registry import add_pull_policy, ensure_images
 from ctrexec.defaults import DEFAULT_LOG_DIR
 
 # The library is imported inside the commands, so the parser and --help load none of it.
@@ -50,7 +51,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     from ctrexec.groups import load_group_file
 
     spec = load_group_file(args.file)
-    _print(_groups(args).up(spec), args.json)
+    groups = _groups(args)
+    ensure_images(
+        groups.executor.client,
+        [(t.image, t.snapshotter) for t in spec.task_configs()],
+        args,
+        groups.executor.images,
+    )
+    _print(groups.up(spec), args.json)
     return 0
 
 
@@ -109,6 +117,7 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     gsub.required = True
     c = gsub.add_parser("up", parents=[conn, common, json_flag()], help="create or recover a group")
     c.add_argument("file", help="group file (TOML)")
+    add_pull_policy(c)
     c.set_defaults(func=cmd_up)
     c = gsub.add_parser("down", parents=[conn, common], help="stop and remove a group")
     c.add_argument("-t", "--time", type=float, help="seconds before SIGKILL")

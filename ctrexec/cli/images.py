@@ -21,9 +21,11 @@ def _size(n: int) -> str:
 
 def cmd_images(args: argparse.Namespace) -> int:
     from ctrexec.containerd import images
+    from ctrexec.containerd.prune import image_usage
 
     with connect(args) as client:
         found = images.list_images(client)
+        usage = image_usage(client)
     if args.json:
         print_json(
             [
@@ -32,16 +34,23 @@ def cmd_images(args: argparse.Namespace) -> int:
                     "digest": i.digest,
                     "size": i.size,
                     "created": i.created.isoformat() if i.created else None,
+                    "containers": usage.get(i.name, 0),
                 }
                 for i in found
             ]
         )
         return 0
     rows = [
-        [i.name, i.digest[:19], _size(i.size), i.created.strftime("%Y-%m-%d") if i.created else "-"]
+        [
+            i.name,
+            i.digest[:19],
+            _size(i.size),
+            i.created.strftime("%Y-%m-%d") if i.created else "-",
+            usage.get(i.name, 0),
+        ]
         for i in found
     ]
-    table(["NAME", "DIGEST", "SIZE", "CREATED"], rows)
+    table(["NAME", "DIGEST", "SIZE", "CREATED", "CONTAINERS"], rows)
     return 0
 
 

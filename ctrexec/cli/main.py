@@ -12,6 +12,7 @@ from typing import NoReturn
 
 from ctrexec.cli import (
     _common,
+    archives,
     attach,
     daemon,
     events,
@@ -20,12 +21,15 @@ from ctrexec.cli import (
     info,
     inspect,
     netns,
+    registry,
     tasks,
     verbs,
 )
 from ctrexec.errors import CtrexecError
 
-COMMAND_MODULES = (info, tasks, inspect, verbs, attach, images, groups, events, netns, daemon)
+COMMAND_MODULES = (
+    info, tasks, inspect, verbs, attach, images, registry, archives, groups, events, netns, daemon,
+)  # fmt: skip
 
 
 def build_parser() -> _common.ArgumentParser:

@@ -18,6 +18,7 @@ from ctrexec import logmodes
 from ctrexec.cli import attach
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._time import point_in_time
+from ctrexec.cli.registry import add_pull_policy, ensure_images
 from ctrexec.cli.verbs import each, until
 from ctrexec.defaults import DEFAULT_LOG_DIR
 from ctrexec.errors import (
@@ -283,6 +284,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _by_flag():
         config = _config(args)  # before connecting: bad flags start no daemon
         ex = _executor(args)
+        ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
         if attached:
             remove = lambda task_id: _remove(ex, task_id, force=True)  # noqa: E731
             return attach.run_attached(ex, config, keys, auto_remove=args.rm, remove=remove)
@@ -319,7 +321,9 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 def cmd_create(args: argparse.Namespace) -> int:
     with _by_flag():
         config = _config(args)
-        record = _executor(args).create(config)
+        ex = _executor(args)
+        ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
+        record = ex.create(config)
     print(record.id)
     return 0
 
@@ -487,6 +491,7 @@ def _run_flags(p: ArgumentParser) -> None:
         metavar="K=V",
         help="max-size=10m, max-file=3, transport=daemon|process",
     )
+    add_pull_policy(p)
     p.add_argument("image")
     p.add_argument("command", nargs=argparse.REMAINDER)
 

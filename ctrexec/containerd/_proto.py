@@ -21,3 +21,15 @@ def from_timestamp(ts: Timestamp | None) -> datetime | None:
     if ts is None or (ts.seconds == 0 and ts.nanos == 0):
         return None
     return ts.ToDatetime(tzinfo=UTC)
+
+
+#: Go's zero ``time.Time`` (year 1): what a Go peer reads as "not set" without a nil.
+GO_ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
+
+
+def to_timestamp(value: datetime | None) -> Timestamp:
+    """A datetime as a Timestamp; None becomes Go's zero time, which Go peers such as
+    Nomad convert without failing (an unset message there is a nil they dereference)."""
+    ts = Timestamp()
+    ts.FromDatetime(value if value is not None else GO_ZERO_TIME)
+    return ts

@@ -487,6 +487,13 @@ class _WriteSession:
         for _ in self._stream:
             pass
 
+    def close(self) -> None:
+        """Stop the stream but keep the partial ingest, for a later write to resume."""
+        if self._open:
+            self._queue.put(None)
+            self._open = False
+            self._stream.cancel()
+
     def abort(self) -> None:
         """Stop the stream and drop the partial ingest; safe after finish()."""
         if self._open:

@@ -94,6 +94,18 @@ def render_resolv_conf(host_text: str) -> str:
     return "\n".join(kept).strip() + "\n"
 
 
+def render_dns(
+    servers: Sequence[str], search: Sequence[str] = (), options: Sequence[str] = ()
+) -> str:
+    """A resolv.conf of the caller's own (docker's --dns flags, Nomad's dns block)."""
+    lines = [f"nameserver {s}" for s in servers]
+    if search:
+        lines.append("search " + " ".join(search))
+    if options:
+        lines.append("options " + " ".join(options))
+    return "\n".join(lines) + "\n"
+
+
 def _write_once(path: Path, text: str) -> None:
     """Create ``path`` with ``text`` unless it exists; concurrent writers agree on one.
 
@@ -121,22 +133,26 @@ def ensure(
     hostname: str,
     addresses: Sequence[str] = (),
     base: Path = DEFAULT_DIR,
+    resolv_conf: str | None = None,
 ) -> HostFiles:
     """The namespace's files, writing them on first use.
 
     Writers of one namespace take turns (an flock on its directory), so the three
     files come from one writer: two tasks asking for different hostnames at once
-    cannot leave ``hosts`` naming one and ``hostname`` the other.
+    cannot leave ``hosts`` naming one and ``hostname`` the other. ``resolv_conf``
+    replaces the host's resolver config (without its loopback servers).
     """
     files = HostFiles(base / key_for(netns_path))
     files.directory.mkdir(parents=True, exist_ok=True, mode=0o755)
-    try:
-        host_resolv = HOST_RESOLV.read_text()
-    except OSError:
-        host_resolv = ""
+    if resolv_conf is None:
+        try:
+            host_resolv = HOST_RESOLV.read_text()
+        except OSError:
+            host_resolv = ""
+        resolv_conf = render_resolv_conf(host_resolv)
     with _locked(files.directory):
         _write_once(files.hosts, render_hosts(hostname, addresses))
-        _write_once(files.resolv_conf, render_resolv_conf(host_resolv))
+        _write_once(files.resolv_conf, resolv_conf)
         _write_once(files.hostname, hostname + "\n")
     return files
 

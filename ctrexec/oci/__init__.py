@@ -83,6 +83,7 @@ from ctrexec.oci.resources import (
     with_cpus,
     with_cpuset,
     with_memory_limit,
+    with_memory_reservation,
     with_memory_swap,
     with_pids_limit,
 )
@@ -152,6 +153,7 @@ __all__ = [
     "with_host_network",
     "with_hostname",
     "with_memory_limit",
+    "with_memory_reservation",
     "with_memory_swap",
     "with_mount",
     "with_mounts",

@@ -74,6 +74,23 @@ def with_memory_limit(limit: str | int) -> SpecOpt:
     return mutating(apply)
 
 
+def with_memory_reservation(reservation: str | int) -> SpecOpt:
+    """A soft memory limit, like ``docker run --memory-reservation``: the kernel reclaims
+    down to it under pressure (cgroup v2 ``memory.low``); below the hard limit, if any."""
+    size = parse_size(reservation)
+
+    def apply(spec: Spec) -> None:
+        memory = resources_of(spec).setdefault("memory", {})
+        limit = memory.get("limit")
+        if limit is not None and size > limit:
+            raise InvalidArgument(
+                "Minimum memory limit can not be less than memory reservation limit"
+            )
+        memory["reservation"] = size
+
+    return mutating(apply)
+
+
 def with_memory_swap(total: str | int) -> SpecOpt:
     """Limit memory plus swap, like ``docker run --memory-swap``; -1 is unlimited.
 

@@ -1,12 +1,15 @@
-"""Waiting and supervising, as the task tests (executor, groups, --rm, supervisor) do."""
+"""Waiting, supervising and scratch executors, as the task tests (executor, groups, --rm,
+supervisor, events) do."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+from ctrexec.containerd.client import Client
 from ctrexec.executor import Executor
 from ctrexec.supervisor import Supervisor
 from ctrexec.testing import wait_for
@@ -30,3 +33,15 @@ def supervising(ex: Executor, **options: Any) -> Iterator[Supervisor]:
         stop.set()
         thread.join(timeout=30)
     assert not thread.is_alive(), "the supervisor did not stop"
+
+
+@contextlib.contextmanager
+def scratch_executor(client: Client, tmp_path: Path, prefix: str) -> Iterator[Executor]:
+    """An Executor writing under ``tmp_path``; the containers named ``prefix*`` go after."""
+    executor = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
+    try:
+        yield executor
+    finally:
+        for info in executor.list(all_tasks=True):
+            if info.id.startswith(prefix):
+                executor.destroy(info.id, force=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from _cli import Cli
-from _support import supervising, until
+from _support import scratch_executor, supervising, until
 
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
@@ -28,11 +28,8 @@ WARNING = "ctrexec: warning: --rm: no `ctrexec supervise` runs for namespace ctr
 
 @pytest.fixture
 def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
-    executor = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
-    yield executor
-    for info in executor.list(all_tasks=True):
-        if info.id.startswith("rm-"):
-            executor.destroy(info.id, force=True)
+    with scratch_executor(client, tmp_path, "rm-") as executor:
+        yield executor
 
 
 @pytest.fixture

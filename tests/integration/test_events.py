@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from _eventlog import EventLog
+from _support import scratch_executor
 
 from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
@@ -22,11 +23,8 @@ TRAPPER = ("sh", "-c", 'trap "exit 5" TERM; while :; do sleep 0.1; done')
 
 @pytest.fixture
 def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
-    executor = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
-    yield executor
-    for info in executor.list(all_tasks=True):
-        if info.id.startswith("ev-"):
-            executor.destroy(info.id, force=True)
+    with scratch_executor(client, tmp_path, "ev-") as executor:
+        yield executor
 
 
 def test_a_tasks_life_in_events(ex: Executor, test_image: str) -> None:

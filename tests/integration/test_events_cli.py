@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from _cli import Cli
+from _support import scratch_executor
 
 from ctrexec.containerd.client import Client
 from ctrexec.executor import Executor
@@ -22,11 +23,8 @@ from ctrexec.testing import wait_for
 
 @pytest.fixture
 def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
-    executor = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
-    yield executor
-    for info in executor.list(all_tasks=True):
-        if info.id.startswith("evc-"):
-            executor.destroy(info.id, force=True)
+    with scratch_executor(client, tmp_path, "evc-") as executor:
+        yield executor
 
 
 class EventsProcess:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from _cli import Cli
+from _support import scratch_executor
 
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
@@ -24,11 +25,8 @@ HOG = ("sh", "-c", "x=a; while :; do x=$x$x; done")
 
 @pytest.fixture
 def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
-    executor = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
-    yield executor
-    for info in executor.list(all_tasks=True):
-        if info.id.startswith("oom-"):
-            executor.destroy(info.id, force=True)
+    with scratch_executor(client, tmp_path, "oom-") as executor:
+        yield executor
 
 
 def test_oom_killed_task_says_so(ex: Executor, test_image: str, cli: Cli) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _support import until
+from _support import scratch_executor, until
 
 from ctrexec.aio import AsyncExecutor
 from ctrexec.containerd.client import Client
@@ -27,11 +27,8 @@ GRPC_THREADS = 2
 
 @pytest.fixture
 def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
-    executor = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
-    yield executor
-    for info in executor.list(all_tasks=True):
-        if info.id.startswith("wt-"):
-            executor.destroy(info.id, force=True)
+    with scratch_executor(client, tmp_path, "wt-") as executor:
+        yield executor
 
 
 def _sleeper(ex: Executor, image: str, name: str) -> None:

@@ -16,6 +16,7 @@ from ctrexec.oci import (
     with_cpus,
     with_cpuset,
     with_memory_limit,
+    with_memory_reservation,
     with_memory_swap,
     with_pids_limit,
 )
@@ -74,6 +75,16 @@ def test_memory_swap() -> None:
     assert _resources(unlimited)["memory"]["swap"] == -1
     # Equal to the limit means no swap at all.
     build_spec(with_memory_limit("64m"), with_memory_swap("64m"))
+
+
+def test_memory_reservation_is_a_soft_limit_below_the_hard_one() -> None:
+    spec = build_spec(with_memory_limit("256m"), with_memory_reservation("128m"))
+    assert _resources(spec)["memory"] == {"limit": 256 << 20, "reservation": 128 << 20}
+    assert _resources(build_spec(with_memory_reservation("64m")))["memory"] == {
+        "reservation": 64 << 20
+    }
+    with pytest.raises(InvalidArgument, match="less than memory reservation"):
+        build_spec(with_memory_limit("64m"), with_memory_reservation("128m"))
 
 
 def test_memory_swap_needs_limit_and_must_cover_it() -> None:

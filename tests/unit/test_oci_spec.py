@@ -265,6 +265,7 @@ OPTION_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "with_host_network": ((), {}),
     "with_hostname": (("web-1",), {}),
     "with_memory_limit": (("64m",), {}),
+    "with_memory_reservation": (("32m",), {}),
     "with_mount": ((Mount.tmpfs("/run"),), {}),
     "with_mounts": (([Mount.tmpfs("/cache")],), {}),
     "with_namespace": (("user",), {}),

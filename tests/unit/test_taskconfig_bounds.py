@@ -29,10 +29,14 @@ WRONG_TYPE: dict[str, tuple[Any, str]] = {
     "user": (1000, "expected a string"),
     "netns": (None, "expected a string"),
     "hostname": (True, "expected a string"),
+    "dns": ("1.1.1.1", "expected a list of strings"),
+    "dns_search": ([3], "expected a list of strings"),
+    "dns_options": ("ndots:2", "expected a list of strings"),
     "volumes": ("/a:/b", "expected a list of strings"),
     "tmpfs": ({"/run": "size=1m"}, "expected a list of strings"),
     "read_only": ("yes", "expected true or false"),
     "memory": (1.5, "expected a size such as 512m"),
+    "memory_reservation": (2.5, "expected a size such as 256m"),
     "cpus": ("2", "expected a number"),
     "cpu_shares": (1.5, "expected an integer"),
     "cpuset_cpus": (1, "expected a string"),
@@ -74,7 +78,9 @@ OUT_OF_RANGE: dict[str, tuple[Any, str]] = {
     "workdir": ("relative", "absolute"),
     "user": ("1:", "empty group"),
     "hostname": ("-bad-", "RFC 1123"),
+    "dns": (["dns.example"], "nameserver 'dns.example' is not an IP address"),
     "memory": ("1k", "Minimum memory limit allowed is 6MB"),
+    "memory_reservation": ("lots", "invalid size"),
     "cpus": (5000, f"between {resources.MIN_CPUS} and {resources.MAX_CPUS}"),
     "cpu_shares": (1, "between 2 and 262144"),
     "cpuset_cpus": ("3-1", "backwards"),
@@ -105,6 +111,8 @@ OUT_OF_RANGE: dict[str, tuple[Any, str]] = {
 }
 # netns: any string is a name or a path, resolved and verified on create.
 NO_RANGE = {
+    "dns_search",
+    "dns_options",
     "netns",
     "read_only",
     "privileged",

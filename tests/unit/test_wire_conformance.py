@@ -104,8 +104,17 @@ def compile_set(includes: Sequence[Path], files: Sequence[str], out: Path) -> d.
     return fds
 
 
+#: Our protos for other peers than containerd, checked by their own conformance test
+#: (tests/unit/test_nomad_wire.py: Nomad's plugin protocol, go-plugin's services, health).
+OTHER_PEERS = tuple(f"{OUR_PREFIX}{d}/" for d in ("nomad", "goplugin", "health"))
+
+
 def our_proto_files() -> list[str]:
-    return sorted(p.relative_to(OUR_PROTOS).as_posix() for p in OUR_PROTOS.rglob("*.proto"))
+    return sorted(
+        rel
+        for p in OUR_PROTOS.rglob("*.proto")
+        if not (rel := p.relative_to(OUR_PROTOS).as_posix()).startswith(OTHER_PEERS)
+    )
 
 
 def upstream_proto_files() -> list[str]:

@@ -1,0 +1,1 @@
+"""generated; do not edit"""

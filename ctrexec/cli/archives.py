@@ -1,0 +1,136 @@
+"""``ctrexec import``, ``export`` and ``image prune``: archives in, archives out, cleanup."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, cast
+
+from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
+from ctrexec.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from ctrexec.containerd.importer import ImportProgress
+
+# The library (grpc, stubs) is imported by each command, not by the parser.
+
+
+def _progress(args: argparse.Namespace) -> ImportProgress | None:
+    """Pull's renderers (an import's events have a pull's fields and actions):
+    --quiet: nothing; --json: events on stdout; a terminal: bars; else plain lines."""
+    from ctrexec.cli import progress
+
+    if args.quiet:
+        return None
+    if args.json:
+        return cast("ImportProgress", progress.JsonEvents(sys.stdout))
+    renderer = progress.Bars(sys.stderr) if sys.stderr.isatty() else progress.Lines(sys.stderr)
+    return cast("ImportProgress", renderer)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from ctrexec.containerd.importer import import_archive
+
+    if args.platform and args.all_platforms:
+        raise InvalidArgument("import: --platform and --all-platforms exclude each other")
+    source = sys.stdin.buffer if args.file == "-" else args.file
+    if args.file == "-" and sys.stdin.isatty():
+        raise InvalidArgument("import: refusing to read an archive from a terminal")
+    with connect(args) as client:
+        done = import_archive(
+            client,
+            source,
+            platform=args.platform,
+            all_platforms=args.all_platforms,
+            base_name=args.base_name,
+            unpack=not args.no_unpack,
+            progress=_progress(args),
+        )
+    if not (args.quiet or args.json):
+        for image in done:
+            print(f"Loaded image: {image.name} ({image.digest[:19]})")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ctrexec.containerd.exporter import export_archive
+
+    if args.platform and args.all_platforms:
+        raise InvalidArgument("export: --platform and --all-platforms exclude each other")
+    if args.file == "-" and sys.stdout.isatty():
+        raise InvalidArgument("export: refusing to write an archive to a terminal")
+    dest = sys.stdout.buffer if args.file == "-" else args.file
+    with connect(args) as client:
+        export_archive(
+            client,
+            args.refs,
+            dest,
+            platform=args.platform,
+            all_platforms=args.all_platforms,
+            docker_manifest=not args.skip_manifest_json,
+        )
+    if args.file == "-":
+        sys.stdout.buffer.flush()
+    return 0
+
+
+def _bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{n}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    return f"{value:.1f}GiB"
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from ctrexec.containerd.prune import prune_images
+
+    with connect(args) as client:
+        report = prune_images(client, all_images=args.all)
+    if args.json:
+        print_json({"deleted": list(report.deleted), "reclaimed": report.reclaimed})
+        return 0
+    for name in report.deleted:
+        print(f"Deleted: {name}")
+    print(f"Total reclaimed space: {_bytes(report.reclaimed)}")
+    return 0
+
+
+def _platform_flags(p: ArgumentParser, verb: str) -> None:
+    p.add_argument("--platform", help=f"{verb} this platform's content (default: the host's)")
+    p.add_argument("--all-platforms", action="store_true", help=f"{verb} every platform's content")
+
+
+def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
+    conn = connection_flags()
+    p = sub.add_parser(
+        "import", parents=[conn], help="import an OCI layout or docker-save tar (FILE or -)"
+    )
+    p.add_argument("file", metavar="FILE|-")
+    _platform_flags(p, "import")
+    p.add_argument("--base-name", help="repository for entries named only by a tag")
+    p.add_argument("--no-unpack", action="store_true", help="do not unpack the layers")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing")
+    p.add_argument("--json", action="store_true", help="print progress events as JSON lines")
+    p.set_defaults(func=cmd_import)
+    p = sub.add_parser("export", parents=[conn], help="write images as an OCI layout tar")
+    p.add_argument("refs", nargs="+", metavar="REF")
+    p.add_argument("file", metavar="FILE|-")
+    _platform_flags(p, "export")
+    p.add_argument(
+        "--skip-manifest-json", action="store_true", help="no docker-compatible manifest.json"
+    )
+    p.set_defaults(func=cmd_export)
+    image = sub.add_parser("image", help="manage images (prune)")
+    image_sub = image.add_subparsers(
+        dest="image_command", metavar="COMMAND", parser_class=ArgumentParser
+    )
+    image_sub.required = True
+    p = image_sub.add_parser(
+        "prune", parents=[conn, json_flag()], help="remove images no container uses"
+    )
+    p.add_argument(
+        "--all", "-a", action="store_true", help="all unused images, not just untagged ones"
+    )
+    p.set_defaults(func=cmd_prune)

@@ -1,0 +1,81 @@
+"""``nomad-driver-ctrexec``: the process Nomad's agent starts from its plugin_dir.
+
+go-plugin's contract, in order: refuse to run without Nomad's magic cookie (a
+person starting the binary by hand gets one line saying what it is); ignore SIGINT
+(the plugin shares the agent's process group); listen on a unix socket of our own;
+only then print the handshake line ``1|2|unix|<path>|grpc`` on stdout, the only
+thing ever written there; log hclog JSON on stderr. Nomad starts and kills the
+plugin twice at boot, so grpc and the driver are imported only after the cookie.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+MAGIC_COOKIE_KEY = "NOMAD_PLUGIN_MAGIC_COOKIE"
+MAGIC_COOKIE_VALUE = "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255"
+CORE_PROTOCOL = 1
+APP_PROTOCOL = 2
+NOT_A_PLUGIN = (
+    "nomad-driver-ctrexec is a Nomad task driver plugin: Nomad's agent starts it from its"
+    " plugin_dir; it is not meant to be run by hand (see docs/nomad.md)"
+)
+
+
+def _app_protocol_ok() -> bool:
+    """The host lists the versions it speaks; Nomad sends 2 (gRPC). None listed: fine."""
+    offered = os.environ.get("PLUGIN_PROTOCOL_VERSIONS", "")
+    return not offered or str(APP_PROTOCOL) in offered.split(",")
+
+
+def main() -> int:
+    if os.environ.get(MAGIC_COOKIE_KEY) != MAGIC_COOKIE_VALUE:
+        print(NOT_A_PLUGIN, file=sys.stderr)
+        return 1
+    if not _app_protocol_ok():
+        print(
+            f"nomad-driver-ctrexec speaks plugin protocol {APP_PROTOCOL}; the host offered"
+            f" {os.environ.get('PLUGIN_PROTOCOL_VERSIONS')}",
+            file=sys.stderr,
+        )
+        return 1
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from ctrexec.nomad import hclog
+
+    hclog.install()
+    import asyncio
+
+    from ctrexec.nomad import serve
+
+    directory = Path(tempfile.mkdtemp(prefix="ctrexec-nomad-"))
+    socket_path = directory / "plugin.sock"
+    try:
+        asyncio.run(serve.run(str(socket_path), _handshake))
+    finally:
+        with contextlib.suppress(OSError):
+            socket_path.unlink()
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+    return 0
+
+
+def _handshake(socket_path: str) -> None:
+    """Print the line, then point fd 1 at /dev/null: go-plugin discards the rest, and
+    after the agent dies a write there would fail with EPIPE."""
+    line = f"{CORE_PROTOCOL}|{APP_PROTOCOL}|unix|{socket_path}|grpc\n"
+    os.write(1, line.encode())
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+
+
+def entry() -> None:
+    """The console script: exit without interpreter teardown once served."""
+    code = main()
+    sys.stderr.flush()
+    os._exit(code)

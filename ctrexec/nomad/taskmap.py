@@ -1,0 +1,263 @@
+"""Nomad's TaskConfig (the StartTask message) onto ctrexec's :class:`TaskConfig`.
+
+What maps and where it goes:
+
+- ``env`` and ``user`` as they are: Nomad interpolated the env already;
+- resources: ``linux_resources.cpu_shares``, ``memory_limit_bytes`` (Nomad's
+  max(memory, memory_max)) as the hard limit, ``cpuset_cpus``;
+- the alloc dir: ``<alloc_dir>/alloc`` at /alloc, ``<alloc_dir>/<task>/local`` at
+  /local and ``.../secrets`` at /secrets (FS isolation IMAGE: Nomad set the
+  NOMAD_*_DIR variables to those paths), then Nomad's ``mounts`` and ``devices``;
+- the network: ``network_isolation_spec.path`` (GROUP: the namespace Nomad made at
+  /var/run/netns/<allocID>) is joined, never created or removed; no spec means host;
+- the job's ``config {}`` block (see :mod:`ctrexec.nomad.config`), checked against
+  what the plugin config allows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ctrexec import labels as lbl
+from ctrexec._api.nomad.drivers import driver_pb2 as pb
+from ctrexec.errors import InvalidArgument, InvalidField
+from ctrexec.nomad.config import PluginConfig
+from ctrexec.oci import caps
+from ctrexec.taskconfig import TaskConfig
+
+log = logging.getLogger("ctrexec.nomad")
+
+GROUP = pb.NetworkIsolationSpec.GROUP
+HOST = pb.NetworkIsolationSpec.HOST
+STATE_VERSION = 1
+
+
+def container_id(nomad_id: str) -> str:
+    """A containerd id for Nomad's ``<allocID>/<task>/<random>``: readable, unique, and
+    the same for the same id, so even a plugin that lost its memory finds the task."""
+    parts = nomad_id.split("/")
+    task = re.sub(r"[^A-Za-z0-9]+", "-", parts[1] if len(parts) > 1 else "task").strip("-")
+    alloc = re.sub(r"[^A-Za-z0-9]+", "", parts[0])[:8] or "alloc"
+    digest = hashlib.sha256(nomad_id.encode()).hexdigest()[:12]
+    return f"{(task or 'task')[:40]}-{alloc}-{digest}"
+
+
+def owner_labels(task: pb.TaskConfig) -> dict[str, str]:
+    return {
+        lbl.NOMAD_TASK_ID: task.id,
+        lbl.NOMAD_ALLOC_ID: task.alloc_id,
+        lbl.NOMAD_TASK_NAME: task.name,
+    }
+
+
+@attrs.frozen(kw_only=True)
+class DriverState:
+    """What Nomad keeps for us in ``TaskHandle.driver_state``, opaque to it."""
+
+    container_id: str
+    namespace: str
+    started_at: datetime
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "version": STATE_VERSION,
+                "container_id": self.container_id,
+                "namespace": self.namespace,
+                "started_at": self.started_at.isoformat(),
+            }
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> DriverState:
+        try:
+            raw = json.loads(data)
+            return cls(
+                container_id=str(raw["container_id"]),
+                namespace=str(raw["namespace"]),
+                started_at=datetime.fromisoformat(raw["started_at"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidArgument(f"driver_state is not ctrexec's: {exc}") from exc
+
+
+def _netns(task: pb.TaskConfig, opts: dict[str, Any]) -> str:
+    spec = task.network_isolation_spec if task.HasField("network_isolation_spec") else None
+    if spec is not None and spec.mode == GROUP:
+        if opts["host_network"]:
+            raise InvalidField(
+                "host_network", True, "the group's network mode is not host; remove host_network"
+            )
+        if not spec.path:
+            raise InvalidArgument("Nomad sent a group network without a namespace path")
+        return spec.path
+    if spec is not None and spec.mode != HOST:
+        raise InvalidArgument(
+            f"network isolation {pb.NetworkIsolationSpec.NetworkIsolationMode.Name(spec.mode)}"
+            " is not supported by ctrexec (use host or bridge)"
+        )
+    return "host"
+
+
+def _check_allowed(opts: dict[str, Any], plugin: PluginConfig) -> None:
+    if opts["privileged"] and not plugin.allow_privileged:
+        raise InvalidField(
+            "privileged", True, "the plugin config does not set allow_privileged = true"
+        )
+    if "all" not in plugin.allow_caps:
+        allowed = {caps.normalize_capability(c) for c in plugin.allow_caps}
+        for cap in opts["cap_add"]:
+            if caps.normalize_capability(cap) not in allowed:
+                raise InvalidField("cap_add", cap, "not in the plugin config's allow_caps")
+    if not plugin.volumes_enabled and (opts["volumes"] or opts["mount"]):
+        raise InvalidField(
+            "volumes", list(opts["volumes"]), "the plugin config sets volumes_enabled = false"
+        )
+    if opts["extra_hosts"]:
+        raise InvalidField("extra_hosts", list(opts["extra_hosts"]), "not supported by ctrexec yet")
+
+
+def pull_options(opts: dict[str, Any], plugin: PluginConfig | None = None) -> dict[str, Any]:
+    """How StartTask gets the image: docker's driver pulls a missing one, ``force_pull``
+    always. Credentials as the docker driver finds them: the task's ``auth`` block, else
+    the plugin's credential helper, else the plugin's docker config file, else docker's
+    default config.json."""
+    from ctrexec.registry import auth as registry_auth
+
+    auth = opts["auth"]
+    out: dict[str, Any] = {"policy": "always" if opts["force_pull"] else "missing"}
+    if auth and auth.get("username"):
+        out["credentials"] = registry_auth.Credentials(auth["username"], auth.get("password") or "")
+    elif plugin is not None and plugin.auth_helper:
+        from ctrexec.containerd.images import parse_reference
+
+        domain = parse_reference(opts["image"]).domain
+        out["credentials"] = registry_auth.from_helper(plugin.auth_helper, domain)
+    elif plugin is not None and plugin.auth_config:
+        out["docker_config"] = Path(plugin.auth_config)
+    return out
+
+
+def _mounts(task: pb.TaskConfig, opts: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(volumes, tmpfs): the alloc dir first, then Nomad's mounts, then the job's."""
+    volumes = []
+    if task.alloc_dir:
+        base = task.alloc_dir.rstrip("/")
+        volumes += [
+            f"{base}/alloc:/alloc",
+            f"{base}/{task.name}/local:/local",
+            f"{base}/{task.name}/secrets:/secrets",
+        ]
+    volumes += [f"{m.host_path}:{m.task_path}{':ro' if m.readonly else ''}" for m in task.mounts]
+    volumes += list(opts["volumes"])
+    tmpfs = []
+    for i, m in enumerate(opts["mount"]):
+        if m["type"] == "bind":
+            volumes.append(f"{m['source']}:{m['target']}{':ro' if m['readonly'] else ''}")
+        elif m["type"] == "tmpfs":
+            tmpfs.append(f"{m['target']}{':ro' if m['readonly'] else ''}")
+        else:
+            raise InvalidField(f"mount[{i}].type", m["type"], "expected bind or tmpfs")
+    if opts["shm_size"]:
+        size = int(opts["shm_size"])
+        tmpfs.append(f"/dev/shm:nosuid,noexec,nodev,mode=1777,size={size}")
+    return volumes, tmpfs
+
+
+def _devices(task: pb.TaskConfig, opts: dict[str, Any]) -> list[str]:
+    out = [
+        f"{d.host_path}:{d.task_path or d.host_path}:{d.cgroup_permissions or 'rwm'}"
+        for d in task.devices
+    ]
+    out += [
+        f"{d['host_path']}:{d['container_path'] or d['host_path']}:{d['cgroup_permissions']}"
+        for d in opts["device"]
+    ]
+    return out
+
+
+def _resources(task: pb.TaskConfig, opts: dict[str, Any]) -> dict[str, Any]:
+    linux = task.resources.linux_resources
+    out: dict[str, Any] = {}
+    if linux.cpu_shares > 0:
+        out["cpu_shares"] = max(2, int(linux.cpu_shares))
+    if linux.memory_limit_bytes > 0:
+        out["memory"] = int(linux.memory_limit_bytes)
+        # memory_max set: Nomad's memory is the reservation, memory_max the limit
+        reserved = task.resources.allocated_resources.memory.memory_mb * 1024 * 1024
+        if 0 < reserved < linux.memory_limit_bytes:
+            out["memory_reservation"] = int(reserved)
+    if linux.cpuset_cpus:
+        out["cpuset_cpus"] = linux.cpuset_cpus
+    if opts["pids_limit"]:
+        out["pids_limit"] = int(opts["pids_limit"])
+    return out
+
+
+def _process(opts: dict[str, Any]) -> dict[str, Any]:
+    args = tuple(opts["args"])
+    command = (opts["command"], *args) if opts["command"] else (args or None)
+    return {
+        "command": command,
+        "entrypoint": tuple(opts["entrypoint"]) or None,
+        "workdir": opts["work_dir"] or None,
+    }
+
+
+def _dns(task: pb.TaskConfig) -> dict[str, Any]:
+    """The group's ``network { dns { } }``: its resolv.conf instead of the host's."""
+    if not task.HasField("dns") or not task.dns.servers:
+        return {}
+    dns = task.dns
+    return {
+        "dns": tuple(dns.servers),
+        "dns_search": tuple(dns.searches),
+        "dns_options": tuple(dns.options),
+    }
+
+
+def _output(task: pb.TaskConfig) -> dict[str, Any]:
+    """stdout and stderr straight into the FIFOs Nomad's logmon reads: the shim opens
+    them itself, so logs flow while the plugin is down. No paths: no output kept."""
+    if not (task.stdout_path or task.stderr_path):
+        return {"log_driver": "none"}
+    return {"stdout_path": task.stdout_path or None, "stderr_path": task.stderr_path or None}
+
+
+def to_task_config(task: pb.TaskConfig, opts: dict[str, Any], plugin: PluginConfig) -> TaskConfig:
+    """The ctrexec config for one Nomad start; a bad value names its config key."""
+    _check_allowed(opts, plugin)
+    volumes, tmpfs = _mounts(task, opts)
+    spec = task.network_isolation_spec
+    return TaskConfig(
+        name=container_id(task.id),
+        image=opts["image"],
+        env=dict(task.env),
+        user=task.user or None,
+        netns=_netns(task, opts),
+        hostname=spec.hostsConfig.hostname or None
+        if task.HasField("network_isolation_spec")
+        else None,
+        volumes=tuple(volumes),
+        tmpfs=tuple(tmpfs),
+        devices=tuple(_devices(task, opts)),
+        read_only=opts["readonly_rootfs"],
+        cap_add=tuple(opts["cap_add"]),
+        cap_drop=tuple(opts["cap_drop"]),
+        privileged=opts["privileged"],
+        sysctls=dict(opts["sysctl"]),
+        labels=dict(opts["labels"]),
+        runtime=opts["runtime"] or plugin.default_runtime or None,
+        **_output(task),
+        **_dns(task),
+        **_process(opts),
+        **_resources(task, opts),
+    )

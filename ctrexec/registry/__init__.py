@@ -1,0 +1,1 @@
+"""Registries: the OCI distribution API, credentials, hosts.toml, and ``pull``."""

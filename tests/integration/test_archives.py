@@ -1,0 +1,561 @@
+"""Image archives and prune against a real containerd, and against the real ``ctr``.
+
+Each test works in a namespace of its own (the session's test image is shared by
+every other test), imports what it needs there with ctrexec, and at its end deletes
+what is left, collects garbage and removes the namespace.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _cli import Cli
+from _support import until
+
+from ctrexec import _rpc
+from ctrexec._api.containerd.services.content.v1 import content_pb2
+from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
+from ctrexec.containerd import containers, content, images, imagestore, snapshots
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.content import Platform
+
+SNAPSHOTTER = "overlayfs"
+TEST_NAMESPACE = "ctrexec-test"
+ANN_REF = "org.opencontainers.image.ref.name"
+
+
+def _ctr(address: str, namespace: str, *args: str) -> str:
+    out = subprocess.run(
+        ["ctr", "--address", address, "--namespace", namespace, *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout
+
+
+def _gc(client: Client) -> None:
+    client.delete_lease(client.create_lease().id, sync=True)
+
+
+def _content(client: Client) -> set[str]:
+    stream = client.rpc.server_stream(
+        _rpc.CONTENT,
+        "List",
+        content_pb2.ListContentRequest(),
+        content_pb2.ListContentResponse,
+        namespace=client.namespace,
+    )
+    return {i.digest for page in stream for i in page.info}
+
+
+def _ingests(client: Client) -> list[str]:
+    resp = client.call(
+        _rpc.CONTENT,
+        "ListStatuses",
+        content_pb2.ListStatusesRequest(),
+        content_pb2.ListStatusesResponse,
+    )
+    return [s.ref for s in resp.statuses]
+
+
+def _snapshots(client: Client) -> set[str]:
+    stream = client.rpc.server_stream(
+        _rpc.SNAPSHOTS,
+        "List",
+        snapshots_pb2.ListSnapshotsRequest(snapshotter=SNAPSHOTTER),
+        snapshots_pb2.ListSnapshotsResponse,
+        namespace=client.namespace,
+    )
+    return {i.name for page in stream for i in page.info}
+
+
+def _empty(client: Client) -> list[str]:
+    """What the namespace still holds after a GC: images, leases, blobs, ingests."""
+    _gc(client)
+    return (
+        [f"image {i.name}" for i in images.list_images(client)]
+        + [f"lease {le.id}" for le in client.leases()]
+        + [f"content {d}" for d in _content(client)]
+        + [f"ingest {r}" for r in _ingests(client)]
+    )
+
+
+@pytest.fixture
+def ns(client: Client, containerd_address: str) -> Iterator[Client]:
+    """A fresh containerd namespace, emptied and removed at the end."""
+    name = f"cx-arch-{secrets.token_hex(4)}"
+    other = client.with_namespace(name)
+    other.ensure_namespace()
+    yield other
+    for c in containers.list_containers(other):
+        containers.delete(other, c.id)
+    for img in images.list_images(other):
+        images.remove_image(other, img.name)
+    for le in other.leases():
+        other.delete_lease(le.id)
+    until(lambda: not _empty(other), f"namespace {name} to empty")
+    until(lambda: not _snapshots(other), f"snapshots of {name} to go")
+    _ctr(containerd_address, "default", "namespaces", "remove", name)
+
+
+# -- archives built here ------------------------------------------------------------------------
+
+
+def _members(archive: Path) -> dict[str, bytes]:
+    with tarfile.open(archive) as tar:
+        return {
+            m.name: f.read()
+            for m in tar.getmembers()
+            if m.isreg() and (f := tar.extractfile(m)) is not None
+        }
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _tar_bytes(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _test_image_parts(archive: Path) -> tuple[dict[str, object], bytes, bytes]:
+    """The test image's config (parsed) and its one layer, compressed and not."""
+    files = _members(archive)
+    index = json.loads(files["index.json"])
+    manifest = json.loads(files["blobs/" + index["manifests"][0]["digest"].replace(":", "/")])
+    config = json.loads(files["blobs/" + manifest["config"]["digest"].replace(":", "/")])
+    layer_gz = files["blobs/" + manifest["layers"][0]["digest"].replace(":", "/")]
+    return config, layer_gz, gzip.decompress(layer_gz)
+
+
+def _marker_layer(marker: str) -> bytes:
+    """A layer only this test has: a marker and 256 KiB of noise (a truncation lands in it)."""
+    return _tar_bytes({"etc/marker": marker.encode(), "var/noise": os.urandom(256 * 1024)})
+
+
+def _variant_config(base: dict[str, object], marker: str, diff_ids: list[str]) -> bytes:
+    config = json.loads(json.dumps(base))
+    config["config"]["Labels"] = {"io.ctrexec.test.marker": marker}
+    config["rootfs"] = {"type": "layers", "diff_ids": diff_ids}
+    return json.dumps(config).encode()
+
+
+def build_docker_save(archive: Path, out: Path, name: str, marker: str) -> bytes:
+    """The test image plus a marker layer, as ``docker save`` writes it: manifest.json,
+    ``<config hex>.json``, ``<id>/layer.tar`` (plus the v1 ``json``/``VERSION`` files and
+    ``repositories``), the second layer.tar a symlink to a third directory's copy."""
+    base, _, layer1 = _test_image_parts(archive)
+    layer2 = _marker_layer(marker)
+    config = _variant_config(base, marker, [_sha(layer1), _sha(layer2)])
+    cfg_name = _sha(config).split(":")[1] + ".json"
+    id1, id2, id3 = (secrets.token_hex(32) for _ in range(3))
+    repo, tag = name.rsplit(":", 1)
+    manifest = [
+        {"Config": cfg_name, "RepoTags": [name], "Layers": [f"{id1}/layer.tar", f"{id2}/layer.tar"]}
+    ]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, data in [
+            (f"{id1}/VERSION", b"1.0"),
+            (f"{id1}/json", b"{}"),
+            (f"{id1}/layer.tar", layer1),
+            (f"{id3}/layer.tar", layer2),
+            (cfg_name, config),
+            ("manifest.json", json.dumps(manifest).encode()),
+            ("repositories", json.dumps({repo: {tag: id2}}).encode()),
+        ]:
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo(f"{id2}/layer.tar")
+        link.type, link.linkname = tarfile.SYMTYPE, f"../{id3}/layer.tar"
+        tar.addfile(link)
+    out.write_bytes(buf.getvalue())
+    return layer2
+
+
+def _blob(data: bytes) -> str:
+    return "blobs/sha256/" + hashlib.sha256(data).hexdigest()
+
+
+def _desc(media_type: str, data: bytes) -> dict[str, object]:
+    return {"mediaType": media_type, "digest": _sha(data), "size": len(data)}
+
+
+def build_oci_variant(
+    archive: Path, out: Path, name: str, marker: str, *, corrupt: bool = False, drop: str = ""
+) -> dict[str, object]:
+    """An OCI layout of the test image plus a marker layer, its blob written last.
+    ``corrupt`` flips one byte of that layer; ``drop`` leaves out one blob by role."""
+    base, layer1_gz, layer1 = _test_image_parts(archive)
+    layer2 = _marker_layer(marker)
+    config = _variant_config(base, marker, [_sha(layer1), _sha(layer2)])
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": content.MT_OCI_MANIFEST,
+            "config": _desc(content.MT_OCI_CONFIG, config),
+            "layers": [
+                _desc(content.MT_OCI_LAYER_GZIP, layer1_gz),
+                _desc(content.MT_OCI_LAYER, layer2),
+            ],
+        }
+    ).encode()
+    top = _desc(content.MT_OCI_MANIFEST, manifest)
+    top["annotations"] = {"io.containerd.image.name": name, ANN_REF: name.rsplit(":", 1)[1]}
+    files = {
+        "oci-layout": b'{"imageLayoutVersion":"1.0.0"}',
+        "index.json": json.dumps({"schemaVersion": 2, "manifests": [top]}).encode(),
+    }
+    blobs = {"manifest": manifest, "config": config, "layer1": layer1_gz, "layer2": layer2}
+    for role, data in blobs.items():
+        if role == drop:
+            continue
+        if corrupt and role == "layer2":
+            files[_blob(data)] = data[:1000] + bytes([data[1000] ^ 1]) + data[1001:]
+        else:
+            files[_blob(data)] = data
+    out.write_bytes(_tar_bytes(files))
+    return {
+        "manifest": _sha(manifest),
+        "config": _sha(config),
+        "layer2": _sha(layer2),
+        "chain": snapshots.chain_ids([_sha(layer1), _sha(layer2)]),
+    }
+
+
+def _import(
+    cli: Cli, ns: Client, *args: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        cli.argv("import", *args, namespace=ns.namespace),
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+
+
+# -- import ---------------------------------------------------------------------------------------
+
+
+def test_import_oci_layout(cli: Cli, ns: Client, test_image: str, test_image_archive: Path) -> None:
+    """The session's namespace has the blobs already: committed here with no bytes."""
+    out = _import(cli, ns, str(test_image_archive))
+    assert out.returncode == 0, out.stderr
+    name = "docker.io/library/ctrexec-test:latest"
+    assert f"Loaded image: {name}" in out.stdout.decode()
+    image = images.get_image(ns, name)
+    lines = out.stderr.decode().splitlines()
+    short = [d[7:19] for d in (image.manifest_digest, image.config_digest, image.layers[0].digest)]
+    assert [f"{d}: already exists" for d in sorted(short)] == [
+        line for line in lines if line.endswith("exists") or "downloading" in line
+    ]
+    assert f"{name}: unpacking" in lines
+    assert images.is_unpacked(ns, image, SNAPSHOTTER)
+    labels = content.info(ns, image.manifest_digest).labels
+    assert labels[f"{content.GC_REF_CONTENT}config"] == image.config_digest
+    assert labels[f"{content.GC_REF_CONTENT}l.0"] == image.layers[0].digest
+    config_labels = content.info(ns, image.config_digest).labels
+    assert config_labels[content.gc_snapshot_label(SNAPSHOTTER)] == image.top_chain_id
+    assert ns.leases() == []
+    again = _import(cli, ns, "--quiet", str(test_image_archive))
+    assert (again.returncode, again.stdout, again.stderr) == (0, b"", b"")
+    events = _import(cli, ns, "--json", str(test_image_archive))
+    assert events.returncode == 0, events.stderr
+    parsed = [json.loads(line) for line in events.stdout.decode().splitlines()]
+    assert {"action": "imported", "ref": name, "digest": image.target.digest} in [
+        {k: e[k] for k in ("action", "ref", "digest")} for e in parsed
+    ]
+    assert {e["action"] for e in parsed} >= {"exists", "unpacking", "imported"}
+
+
+def test_import_docker_save_builds_the_manifest_ctr_builds(
+    cli: Cli, ns: Client, test_image_archive: Path, tmp_path: Path, containerd_address: str
+) -> None:
+    marker = secrets.token_hex(6)
+    name = f"docker.io/library/cx-docker-{marker}:v1"
+    archive = tmp_path / "docker.tar"
+    layer2 = build_docker_save(test_image_archive, archive, name, marker)
+    out = _import(cli, ns, str(archive))
+    assert out.returncode == 0, out.stderr
+    assert f"Loaded image: {name}" in out.stdout.decode()
+    image = images.get_image(ns, name)
+    assert image.target.media_type == content.MT_DOCKER_MANIFEST
+    assert [layer.media_type for layer in image.layers] == [content.MT_DOCKER_LAYER] * 2
+    assert image.layers[1].digest == _sha(layer2)
+    files = images.read_rootfs_files(ns, image, ["/etc/marker", "/bin/busybox"])
+    assert files["/etc/marker"] == marker.encode()
+    assert files["/bin/busybox"]
+    peer = ns.namespace + "-ctr"
+    try:
+        _ctr(containerd_address, peer, "images", "import", str(archive))
+        listed = _ctr(containerd_address, peer, "images", "ls", "-q")
+        assert name in listed.split()
+        theirs = images.get_image(ns.with_namespace(peer), name)
+        assert theirs.target.digest == image.target.digest  # the same manifest, byte for byte
+    finally:
+        _ctr(containerd_address, peer, "images", "rm", "--sync", name)
+        _ctr(containerd_address, "default", "namespaces", "remove", peer)
+
+
+def test_import_from_stdin(cli: Cli, ns: Client, test_image_archive: Path, tmp_path: Path) -> None:
+    marker = secrets.token_hex(6)
+    name = f"docker.io/library/cx-stdin-{marker}:v1"
+    digests = build_oci_variant(test_image_archive, tmp_path / "v.tar", name, marker)
+    data = (tmp_path / "v.tar").read_bytes()
+    out = _import(cli, ns, "-", stdin=gzip.compress(data, compresslevel=1))
+    assert out.returncode == 0, out.stderr
+    image = images.get_image(ns, name)
+    assert image.manifest_digest == digests["manifest"]
+    assert images.read_rootfs_files(ns, image, ["/etc/marker"])["/etc/marker"] == marker.encode()
+
+
+# -- export, and ctr both ways ------------------------------------------------------------------
+
+
+def test_export_is_read_by_ctr(
+    cli: Cli, client: Client, test_image: str, tmp_path: Path, containerd_address: str
+) -> None:
+    archive = tmp_path / "out.tar"
+    out = cli("export", test_image, str(archive))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == ""
+    members = _members(archive)
+    assert {"oci-layout", "index.json", "manifest.json"} <= set(members)
+    index = json.loads(members["index.json"])
+    (entry,) = index["manifests"]
+    assert entry["annotations"] == {
+        "io.containerd.image.name": test_image,
+        ANN_REF: "latest",
+    }
+    assert json.loads(members["manifest.json"])[0]["RepoTags"] == ["ctrexec-test:latest"]
+    mine = images.get_image(client, test_image)
+    peer = f"cx-arch-ctr-{secrets.token_hex(4)}"
+    try:
+        _ctr(containerd_address, peer, "images", "import", str(archive))
+        theirs = images.get_image(client.with_namespace(peer), test_image)
+        assert theirs.target.digest == mine.target.digest
+        assert images.is_unpacked(client.with_namespace(peer), theirs, SNAPSHOTTER)
+    finally:
+        _ctr(containerd_address, peer, "images", "rm", "--sync", test_image)
+        _ctr(containerd_address, "default", "namespaces", "remove", peer)
+
+
+def test_ctr_export_is_read_by_ctrexec_from_stdin(
+    cli: Cli, ns: Client, test_image: str, tmp_path: Path, containerd_address: str
+) -> None:
+    archive = tmp_path / "ctr.tar"
+    _ctr(containerd_address, TEST_NAMESPACE, "images", "export", str(archive), test_image)
+    out = _import(cli, ns, "-", stdin=archive.read_bytes())
+    assert out.returncode == 0, out.stderr
+    image = images.get_image(ns, test_image)
+    assert images.is_unpacked(ns, image, SNAPSHOTTER)
+    assert ns.leases() == []
+
+
+def test_export_to_stdout_round_trips_through_stdin(
+    cli: Cli, ns: Client, test_image_archive: Path, tmp_path: Path
+) -> None:
+    marker = secrets.token_hex(6)
+    name = f"docker.io/library/cx-pipe-{marker}:v1"
+    digests = build_oci_variant(test_image_archive, tmp_path / "v.tar", name, marker)
+    assert _import(cli, ns, "-q", str(tmp_path / "v.tar")).returncode == 0
+    exported = subprocess.run(
+        cli.argv("export", name, "-", namespace=ns.namespace),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout[:512].startswith(b"blobs/") or b"blobs/" in exported.stdout[:1024]
+    images.remove_image(ns, name, sync=True)
+    until(
+        lambda: not content.exists(ns, str(digests["layer2"])), "the marker layer to be collected"
+    )
+    back = _import(cli, ns, "-", stdin=exported.stdout)
+    assert back.returncode == 0, back.stderr
+    image = images.get_image(ns, name)
+    assert image.manifest_digest == digests["manifest"]
+    assert images.read_rootfs_files(ns, image, ["/etc/marker"])["/etc/marker"] == marker.encode()
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+def _refused(out: subprocess.CompletedProcess[bytes], words: str) -> None:
+    err = out.stderr.decode()
+    assert out.returncode == 125, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("ctrexec: ") and words in err, err
+    assert "Traceback" not in err
+
+
+def _bad_archives(archive: Path, tmp: Path, marker: str) -> list[tuple[str, bytes, str]]:
+    name = f"docker.io/library/cx-bad-{marker}:v1"
+    cases = [("garbage", os.urandom(4096), "not a tar archive")]
+    cases.append(("no layout", _tar_bytes({"hello.txt": b"hi"}), "not an image archive"))
+    cases.append(
+        ("no index", _tar_bytes({"oci-layout": b'{"imageLayoutVersion":"1.0.0"}'}), "no index.json")
+    )
+    build_oci_variant(archive, tmp / "c.tar", name, marker, corrupt=True)
+    cases.append(("corrupt", (tmp / "c.tar").read_bytes(), "do not match the digest"))
+    build_oci_variant(archive, tmp / "d.tar", name, marker, drop="config")
+    cases.append(("missing blob", (tmp / "d.tar").read_bytes(), "archive lacks"))
+    build_oci_variant(archive, tmp / "t.tar", name, marker)
+    whole = (tmp / "t.tar").read_bytes()
+    cases.append(("truncated", whole[: len(whole) - 1024 - 128 * 1024], "truncated or corrupt"))
+    return cases
+
+
+def test_bad_archives_are_one_line_and_leave_nothing(
+    cli: Cli, ns: Client, test_image_archive: Path, tmp_path: Path
+) -> None:
+    marker = secrets.token_hex(6)
+    for what, data, words in _bad_archives(test_image_archive, tmp_path, marker):
+        path = tmp_path / "bad.tar"
+        path.write_bytes(data)
+        _refused(_import(cli, ns, "-q", str(path)), words)
+        _refused(_import(cli, ns, "-q", "-", stdin=data), words)
+        assert _empty(ns) == [], what
+        assert _snapshots(ns) == set(), what
+    _refused(_import(cli, ns, "-q", str(tmp_path / "absent.tar")), "cannot read")
+
+
+def test_export_of_an_unknown_ref_writes_nothing(cli: Cli, test_image: str, tmp_path: Path) -> None:
+    dest = tmp_path / "out.tar"
+    out = subprocess.run(
+        cli.argv("export", test_image, "no-such-image:v9", str(dest)),
+        capture_output=True,
+        check=False,
+    )
+    _refused(out, "no-such-image")
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- prune and usage ------------------------------------------------------------------------------
+
+
+def _container(ns: Client, image: str) -> str:
+    cid = f"cx-prune-{secrets.token_hex(4)}"
+    containers.create(
+        ns,
+        cid,
+        image=image,
+        spec={"ociVersion": "1.0.2"},
+        snapshotter=SNAPSHOTTER,
+        snapshot_key=cid,
+        runtime=containers.Runtime("io.containerd.runc.v2"),
+        labels={},
+    )
+    return cid
+
+
+def test_prune_and_usage(cli: Cli, ns: Client, test_image_archive: Path, tmp_path: Path) -> None:
+    marker = secrets.token_hex(6)
+    used = f"docker.io/library/cx-used-{marker}:v1"
+    build_docker_save(test_image_archive, tmp_path / "d.tar", used, marker)
+    assert _import(cli, ns, "-q", str(tmp_path / "d.tar")).returncode == 0
+    assert _import(cli, ns, "-q", str(test_image_archive)).returncode == 0
+    test_name = "docker.io/library/ctrexec-test:latest"
+    plain = images.get_image(ns, test_name)
+    dangling = f"docker.io/library/cx-none-{marker}@{plain.target.digest}"
+    with ns.lease() as le:
+        imagestore.record_image(ns, dangling, plain.target, lease=le.id)
+    cid = _container(ns, used)
+    try:
+        listed = json.loads(cli("images", "--json", namespace=ns.namespace, check=True).stdout)
+        assert {i["name"]: i["containers"] for i in listed} == {used: 1, test_name: 0, dangling: 0}
+        table = cli("images", namespace=ns.namespace, check=True).stdout.splitlines()
+        assert table[0].split()[-1] == "CONTAINERS"
+
+        out = cli("image prune", "--json", namespace=ns.namespace, check=True)
+        assert json.loads(out.stdout)["deleted"] == [dangling]
+        assert {i.name for i in images.list_images(ns)} == {used, test_name}
+        assert content.exists(ns, plain.manifest_digest)  # the tag still holds it
+
+        out = cli("image prune", "--all", namespace=ns.namespace, check=True)
+        assert out.stdout.splitlines()[0] == f"Deleted: {test_name}"
+        assert {i.name for i in images.list_images(ns)} == {used}
+        for blob in (plain.manifest_digest, plain.config_digest, plain.layers[0].digest):
+            until(lambda b=blob: not content.exists(ns, b), f"{blob} to be collected")
+    finally:
+        containers.delete(ns, cid)
+    image = images.get_image(ns, used)
+    assert {image.top_chain_id, image.chain_ids[0]} <= _snapshots(ns)
+    from ctrexec import prune_images
+
+    report = prune_images(ns, all_images=True)
+    assert report.deleted == (used,)
+    assert report.reclaimed > 256 * 1024
+    until(lambda: not _snapshots(ns), "the pruned image's snapshots to go")
+    until(lambda: not _content(ns), "the pruned image's content to go")
+
+
+# -- platforms -----------------------------------------------------------------------------------
+
+
+def _index_archive(tmp_path: Path, name: str) -> dict[str, str]:
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parents[2] / "scripts" / "build-test-image"),
+            "--out",
+            str(tmp_path / "index.tar"),
+            "--name",
+            name,
+            "--platform-index",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    summary: dict[str, str] = json.loads(out.stdout)
+    return summary
+
+
+def test_import_keeps_the_host_platform_unless_all_are_asked_for(
+    cli: Cli, ns: Client, tmp_path: Path
+) -> None:
+    name = f"docker.io/library/cx-multi-{secrets.token_hex(4)}:v1"
+    summary = _index_archive(tmp_path, name)
+    archive = str(tmp_path / "index.tar")
+    index, other = summary["image_index"], summary["other_manifest"]
+
+    assert _import(cli, ns, "-q", archive).returncode == 0
+    labels = content.info(ns, index).labels
+    assert labels == {f"{content.GC_REF_CONTENT}m.0": summary["manifest"]}
+    _gc(ns)
+    assert not content.exists(ns, other)  # unreferenced: collected with the lease
+
+    assert _import(cli, ns, "-q", "--all-platforms", archive).returncode == 0
+    labels = content.info(ns, index).labels
+    assert labels[f"{content.GC_REF_CONTENT}m.1"] == other
+    _gc(ns)
+    assert content.exists(ns, other)
+
+    other_platform = "linux/arm64" if Platform.host().architecture == "amd64" else "linux/amd64"
+    out = _import(cli, ns, "-q", "--platform", other_platform, archive)
+    assert out.returncode == 0, out.stderr
+    theirs = images.get_image(ns, name, platform=other_platform)
+    got = images.read_rootfs_files(ns, theirs, ["/etc/ctrexec-platform"])
+    assert got["/etc/ctrexec-platform"] == f"{theirs.platform.architecture}\n".encode()
+    assert theirs.manifest_digest == other

@@ -1,0 +1,234 @@
+"""The Nomad driver's config path: hclspec trees, the cty-msgpack decoder, the
+mapping of Nomad's TaskConfig onto ctrexec's, and the hclog line format."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from ctrexec._api.nomad.drivers import driver_pb2 as dpb
+from ctrexec.errors import InvalidArgument, InvalidField
+from ctrexec.ids import is_valid_id
+from ctrexec.nomad import hclog, hclspec
+from ctrexec.nomad.config import PLUGIN_SCHEMA, TASK_SCHEMA, PluginConfig, parse_duration
+from ctrexec.nomad.taskmap import DriverState, container_id, to_task_config
+
+
+def _walk(spec, path=""):  # type: ignore[no-untyped-def]
+    """The rules Nomad's hclspecutils/dec.go applies to a spec tree."""
+    kind = spec.WhichOneof("block")
+    if kind == "object":
+        for k, v in spec.object.attributes.items():
+            yield from _walk(v, f"{path}.{k}")
+    elif kind == "default":
+        assert spec.default.primary.Attr.name, f"{path}: a Default's Attr must name itself"
+        assert spec.default.default.literal.value
+        json.loads(spec.default.default.literal.value)
+        yield path
+    elif kind == "Attr":
+        assert spec.Attr.type, f"{path}: empty type"
+        assert spec.Attr.type != "any"
+        yield path
+    elif kind in ("block_value", "block_list"):
+        yield from _walk(getattr(spec, kind).nested, path)
+    else:
+        raise AssertionError(f"{path}: unexpected {kind}")
+
+
+@pytest.mark.parametrize("schema", [PLUGIN_SCHEMA, TASK_SCHEMA])
+def test_schemas_are_well_formed_hclspec(schema: hclspec.Schema) -> None:
+    assert list(_walk(hclspec.to_proto(schema)))
+
+
+def _cty(**values: object) -> bytes:
+    """As cty encodes: every attribute present, nil when absent, keys sorted."""
+    full = {e.name: None for e in PLUGIN_SCHEMA} | values
+    return msgpack.packb(dict(sorted(full.items())))
+
+
+def test_plugin_config_defaults_apply_to_nil_and_to_absent_keys() -> None:
+    for payload in (_cty(), msgpack.packb({}), b""):
+        cfg = PluginConfig.from_decoded(hclspec.decode(PLUGIN_SCHEMA, payload))
+        assert cfg.namespace == "nomad"
+        assert cfg.stats_interval == 1.0
+        assert cfg.allow_privileged is False
+        assert "chown" in cfg.allow_caps
+
+
+def test_wrong_types_name_their_key() -> None:
+    with pytest.raises(InvalidField) as err:
+        hclspec.decode(PLUGIN_SCHEMA, _cty(allow_privileged="yes"))
+    assert err.value.field == "allow_privileged"
+    with pytest.raises(InvalidField):
+        hclspec.decode(PLUGIN_SCHEMA, b"\xc1")
+    with pytest.raises(InvalidField) as err:
+        hclspec.decode(TASK_SCHEMA, msgpack.packb({"mount": [{"target": "/x"}], "image": "i"}))
+    assert err.value.field == "mount[0].source"
+
+
+def test_durations() -> None:
+    assert parse_duration("d", "1m30s") == 90.0
+    assert parse_duration("d", "500ms") == 0.5
+    for bad in ("", "5", "soon", "1s2"):
+        with pytest.raises(InvalidField):
+            parse_duration("d", bad)
+
+
+def _plugin(**kw: object) -> PluginConfig:
+    return PluginConfig.from_decoded(hclspec.decode(PLUGIN_SCHEMA, msgpack.packb(kw)))
+
+
+def _task(netns: str | None = None) -> dpb.TaskConfig:
+    tc = dpb.TaskConfig(
+        id="0b5e7c1a-9a3d-4a61-9d33-1f5a3c2e8d10/web/ab12cd34",
+        name="web",
+        alloc_id="0b5e7c1a-9a3d-4a61-9d33-1f5a3c2e8d10",
+        alloc_dir="/var/nomad/alloc/0b5e7c1a",
+        env={"NOMAD_TASK_NAME": "web"},
+        user="nobody",
+    )
+    tc.resources.linux_resources.cpu_shares = 500
+    tc.resources.linux_resources.memory_limit_bytes = 256 * 1024 * 1024
+    tc.mounts.add(host_path="/srv/data", task_path="/data", readonly=True)
+    if netns:
+        tc.network_isolation_spec.mode = dpb.NetworkIsolationSpec.GROUP
+        tc.network_isolation_spec.path = netns
+    return tc
+
+
+def _opts(**kw: object) -> dict[str, object]:
+    return hclspec.decode(TASK_SCHEMA, msgpack.packb({"image": "busybox", **kw}))
+
+
+def test_task_maps_onto_taskconfig() -> None:
+    cfg = to_task_config(
+        _task("/var/run/netns/0b5e7c1a-9a3d-4a61-9d33-1f5a3c2e8d10"),
+        _opts(command="httpd", args=["-f"], shm_size=1048576),
+        _plugin(),
+    )
+    assert cfg.netns == "/var/run/netns/0b5e7c1a-9a3d-4a61-9d33-1f5a3c2e8d10"
+    assert cfg.command == ("httpd", "-f")
+    assert cfg.user == "nobody"
+    assert (cfg.cpu_shares, cfg.memory) == (500, 256 * 1024 * 1024)
+    assert cfg.volumes[:3] == (
+        "/var/nomad/alloc/0b5e7c1a/alloc:/alloc",
+        "/var/nomad/alloc/0b5e7c1a/web/local:/local",
+        "/var/nomad/alloc/0b5e7c1a/web/secrets:/secrets",
+    )
+    assert "/srv/data:/data:ro" in cfg.volumes
+    assert cfg.tmpfs == ("/dev/shm:nosuid,noexec,nodev,mode=1777,size=1048576",)
+    assert to_task_config(_task(), _opts(), _plugin()).netns == "host"
+
+
+@pytest.mark.parametrize(
+    ("opts", "field"),
+    [
+        ({"privileged": True}, "privileged"),
+        ({"cap_add": ["sys_admin"]}, "cap_add"),
+        ({"extra_hosts": ["a:1.2.3.4"]}, "extra_hosts"),
+        ({"host_network": True}, "host_network"),
+    ],
+)
+def test_task_options_the_plugin_does_not_allow(opts: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidField) as err:
+        to_task_config(_task("/var/run/netns/x"), _opts(**opts), _plugin())
+    assert err.value.field == field
+
+
+def test_pull_options_follow_force_pull_and_the_auth_block() -> None:
+    from ctrexec.nomad.taskmap import pull_options
+
+    assert pull_options(_opts()) == {"policy": "missing"}
+    forced = pull_options(_opts(force_pull=True, auth={"username": "u", "password": "p"}))
+    assert forced["policy"] == "always"
+    assert (forced["credentials"].username, forced["credentials"].secret) == ("u", "p")
+
+
+def test_the_groups_dns_block_becomes_the_tasks_resolver() -> None:
+    task = _task("/var/run/netns/x")
+    task.dns.servers.extend(["10.0.0.53"])
+    task.dns.searches.extend(["svc.test"])
+    task.dns.options.extend(["ndots:2"])
+    cfg = to_task_config(task, _opts(), _plugin())
+    assert (cfg.dns, cfg.dns_search, cfg.dns_options) == (
+        ("10.0.0.53",),
+        ("svc.test",),
+        ("ndots:2",),
+    )
+    assert to_task_config(_task("/var/run/netns/x"), _opts(), _plugin()).dns == ()
+
+
+def test_pull_credentials_come_from_the_plugin_when_the_task_has_none(tmp_path: Path) -> None:
+    from ctrexec.nomad.taskmap import pull_options
+
+    plugin = _plugin(auth={"config": str(tmp_path / "docker.json"), "helper": ""})
+    assert pull_options(_opts(), plugin)["docker_config"] == tmp_path / "docker.json"
+    given = pull_options(_opts(auth={"username": "u", "password": "p"}), plugin)
+    assert "docker_config" not in given and given["credentials"].username == "u"
+
+
+def test_memory_max_makes_memory_the_reservation() -> None:
+    task = _task()
+    task.resources.allocated_resources.memory.memory_mb = 128
+    cfg = to_task_config(task, _opts(), _plugin())  # limit 256 MiB: memory_max
+    assert (cfg.memory, cfg.memory_reservation) == (256 << 20, 128 << 20)
+    task.resources.allocated_resources.memory.memory_mb = 256  # no memory_max
+    assert to_task_config(task, _opts(), _plugin()).memory_reservation is None
+
+
+def test_allowed_by_plugin_config() -> None:
+    plugin = _plugin(allow_privileged=True, allow_caps=["all"])
+    cfg = to_task_config(_task(), _opts(privileged=True, cap_add=["sys_admin"]), plugin)
+    assert cfg.privileged
+
+
+def test_container_ids_are_valid_stable_and_distinct() -> None:
+    a = container_id("0b5e7c1a-9a3d-4a61-9d33-1f5a3c2e8d10/web/ab12cd34")
+    b = container_id("0b5e7c1a-9a3d-4a61-9d33-1f5a3c2e8d10/web/ab12cd35")
+    long = container_id("x" * 36 + "/" + "t" * 200 + "/r")
+    assert a == container_id("0b5e7c1a-9a3d-4a61-9d33-1f5a3c2e8d10/web/ab12cd34")
+    assert a != b
+    assert all(is_valid_id(i) for i in (a, b, long, container_id("//")))
+
+
+def test_driver_state_round_trips_and_refuses_garbage() -> None:
+    from datetime import UTC, datetime
+
+    s = DriverState(container_id="c", namespace="nomad", started_at=datetime.now(UTC))
+    assert DriverState.decode(s.encode()) == s
+    with pytest.raises(InvalidArgument):
+        DriverState.decode(b"\x81\xa1a\x01")
+
+
+def test_hclog_lines() -> None:
+    out = io.StringIO()
+    hclog.install(stream=out)
+    try:
+        logging.getLogger("ctrexec.nomad").warning("x %s", "y", extra={"task_id": "t"})
+    finally:
+        logging.getLogger().handlers.clear()
+    entry = json.loads(out.getvalue())
+    assert (entry["@level"], entry["@message"], entry["task_id"]) == ("warn", "x y", "t")
+    assert entry["@timestamp"][19] == "." and len(entry["@timestamp"].split(".")[1]) >= 7
+
+
+def test_hclog_survives_a_broken_pipe() -> None:
+    class Broken(io.StringIO):
+        def write(self, _s: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    err = io.StringIO()
+    hclog.install(stream=Broken())
+    try:
+        import contextlib
+
+        with contextlib.redirect_stderr(err):
+            logging.getLogger("t").error("lost")
+    finally:
+        logging.getLogger().handlers.clear()
+    assert err.getvalue() == ""
