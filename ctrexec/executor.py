@@ -25,6 +25,7 @@ from ctrexec import (
     logdaemon_client,
     logmodes,
     runs,
+    taskctl,
     taskinfo,
     taskio,
     taskspec,
@@ -503,10 +504,7 @@ class Executor:
     # -- act ---------------------------------------------------------------------------
 
     def signal(self, task_id: str, sig: int | str) -> None:
-        num = taskspec.parse_signal(sig)
-        if tasks.find(self.client, task_id) is None:
-            raise NotFound(f"container {task_id} has no task")
-        tasks.kill(self.client, task_id, num)
+        taskctl.signal(self.client, task_id, taskspec.parse_signal(sig))
 
     def stop(
         self, task_id: str, timeout: float | None = None, signal: int | str | None = None
@@ -544,10 +542,10 @@ class Executor:
                 pending.cancel()
 
     def pause(self, task_id: str) -> None:
-        tasks.pause(self.client, task_id)
+        taskctl.pause(self.client, task_id)
 
     def resume(self, task_id: str) -> None:
-        tasks.resume(self.client, task_id)
+        taskctl.resume(self.client, task_id)
 
     def destroy(self, task_id: str, *, force: bool = False) -> None:
         """Remove task, container, snapshot, logs and unused namespace files."""

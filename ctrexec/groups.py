@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from ctrexec import fields, taskspec
+from ctrexec import fields, taskspec, teardown
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, images
 from ctrexec.containerd.tasks import Status
@@ -263,10 +263,7 @@ class Groups:
         if not members and not Path(path).exists() and not has_network:
             raise FailedPrecondition(f"group {name} does not exist")
         modes = {c.labels.get(lbl.NETWORK_MODE, "bridge") for c in members}
-        for c in members:
-            with contextlib.suppress(CtrexecError):
-                self.executor.stop(c.id, timeout=timeout)
-            self.executor.destroy(c.id, force=True)
+        teardown.stop_and_destroy(self.executor, [c.id for c in members], timeout=timeout)
         for a in self.networks.attachments():
             if a.owner == name:
                 modes.add(a.mode)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ctrexec.defaults import ADDRESS_ENV, DEFAULT_ADDRESS
+from ctrexec.defaults import ADDRESS_ENV, DEFAULT_ADDRESS, DEFAULT_NAMESPACE, NAMESPACE_ENV
 from ctrexec.errors import CtrexecError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -41,16 +42,36 @@ class ArgumentParser(argparse.ArgumentParser):
         raise InvalidArgument(f"{where}: {message}" if where else message)
 
 
-def connection_flags() -> ArgumentParser:
-    """Flags every command that talks to containerd accepts, after the subcommand."""
+def connection_flags(*, short_namespace: bool = True) -> ArgumentParser:
+    """Flags every command that talks to containerd accepts, after the subcommand.
+
+    The help shows the defaults in force for this call, environment included.
+    ``short_namespace=False`` where docker gives ``-n`` its own meaning (``logs -n 3``
+    is ``--tail 3``, ``ps -n 3`` is ``--last 3``): there the namespace is ``-N``.
+    """
     p = ArgumentParser(add_help=False)
+    p.add_argument("--address", help=f"containerd socket (default: {address_default()})")
     p.add_argument(
-        "--address",
-        help="containerd socket (default: $CONTAINERD_ADDRESS, the system socket, "
-        "else ctrexec's embedded containerd)",
+        "--namespace",
+        "-n" if short_namespace else "-N",
+        help=f"containerd namespace (default: {namespace_default()})",
     )
-    p.add_argument("--namespace", "-n", help="containerd namespace (default: ctrexec)")
     return p
+
+
+def address_default() -> str:
+    """What connect() uses when no ``--address`` is given, in words for ``--help``."""
+    env = os.environ.get(ADDRESS_ENV)
+    if env:
+        return f"{env}, from ${ADDRESS_ENV}"
+    return (
+        f"${ADDRESS_ENV}, else {DEFAULT_ADDRESS} if it exists, else ctrexec's embedded containerd"
+    )
+
+
+def namespace_default() -> str:
+    env = os.environ.get(NAMESPACE_ENV)
+    return f"{env}, from ${NAMESPACE_ENV}" if env else f"{DEFAULT_NAMESPACE} (or ${NAMESPACE_ENV})"
 
 
 def json_flag() -> ArgumentParser:
@@ -96,8 +117,26 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
         print("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
+#: ``Tasks.Pause: `` at the start of a translated gRPC error: the call, not the user's words.
+_RPC_NAME = re.compile(r"^(?:[A-Z][A-Za-z]*\.)+[A-Z][A-Za-z]*: ")
+#: runc's and containerd's code for an error they did not classify.
+_NOISE = (": unknown", ": internal")
+
+
+def user_words(err: CtrexecError) -> str:
+    """The first line of an error without the RPC's name or runc's ``: unknown``.
+
+    The library's messages are meant for users already; this is the last guard for a
+    failure no seam rephrased, so a user never reads containerd's method names.
+    """
+    text = str(err).strip()
+    msg = _RPC_NAME.sub("", text.splitlines()[0]) if text else type(err).__name__
+    for noise in _NOISE:
+        msg = msg.removesuffix(noise)
+    return msg
+
+
 def fail(err: CtrexecError) -> int:
     """Print one line for a ctrexec error and return its exit code."""
-    msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    print(f"ctrexec: {msg}", file=sys.stderr)
+    print(f"ctrexec: {user_words(err)}", file=sys.stderr)
     return err.exit_code

@@ -55,13 +55,11 @@ def cmd_images(args: argparse.Namespace) -> int:
 
 
 def cmd_rmi(args: argparse.Namespace) -> int:
-    from ctrexec.containerd import images
+    from ctrexec import imageuse
+    from ctrexec.cli.verbs import each
 
     with connect(args) as client:
-        for ref in args.refs:
-            images.remove_image(client, ref)
-            print(ref)
-    return 0
+        return each(args.refs, lambda ref: imageuse.remove(client, ref, force=args.force))
 
 
 def cmd_ensure(args: argparse.Namespace) -> int:
@@ -79,6 +77,7 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p = sub.add_parser("images", parents=[conn, json_flag()], help="list images")
     p.set_defaults(func=cmd_images)
     p = sub.add_parser("rmi", parents=[conn], help="remove images (GC frees their data)")
+    p.add_argument("-f", "--force", action="store_true", help="even if a container uses it")
     p.add_argument("refs", nargs="+")
     p.set_defaults(func=cmd_rmi)
     p = sub.add_parser(

@@ -19,13 +19,17 @@ from ctrexec.cli import (
     groups,
     images,
     info,
+    inspect,
     netns,
     registry,
     tasks,
+    verbs,
 )
 from ctrexec.errors import CtrexecError
 
-COMMAND_MODULES = (info, tasks, attach, images, registry, archives, groups, events, netns, daemon)
+COMMAND_MODULES = (
+    info, tasks, inspect, verbs, attach, images, registry, archives, groups, events, netns, daemon,
+)  # fmt: skip
 
 
 def build_parser() -> _common.ArgumentParser:

@@ -1,4 +1,4 @@
-"""Task commands: run, create, start, stop, kill, rm, ps, inspect, logs, exec, stats."""
+"""Task commands: run, create, start, stop, kill, rm, logs, exec, pause, unpause."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from ctrexec import labels as lbl
 from ctrexec import logmodes
 from ctrexec.cli import attach
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
-from ctrexec.cli._common import print_table as table
+from ctrexec.cli._time import point_in_time
 from ctrexec.cli.registry import add_pull_policy, ensure_images
+from ctrexec.cli.verbs import each, until
 from ctrexec.defaults import DEFAULT_LOG_DIR
 from ctrexec.errors import (
     CtrexecError,
@@ -64,6 +65,28 @@ def _positive_seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
     return value
+
+
+def _tail(text: str) -> int | None:
+    """``--tail N`` or ``--tail all`` (docker's spelling of "everything")."""
+    if text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of lines or all, got {text!r}")
+    return value
+
+
+def _cpus(text: str) -> float | None:
+    """``--cpus``: 0 is docker's "no limit"; other values are checked against the range."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of CPUs, got {text!r}") from None
+    return None if value == 0 else value
 
 
 def _entrypoint(value: str | None) -> tuple[str, ...] | None:
@@ -309,70 +332,56 @@ def cmd_start(args: argparse.Namespace) -> int:
     from ctrexec.taskio import is_interactive
 
     ex = _executor(args)
-    for task_id in args.ids:
-        config = ex.inspect(task_id).config if args.attach or args.interactive else None
+    if args.attach or args.interactive:  # docker attaches to one container only
+        task_id = args.ids[0]
+        config = ex.inspect(task_id).config
         if config is not None and is_interactive(config):
             return attach.start_attached(ex, task_id, config.tty, args)
         handle = ex.start(task_id)
-        if args.attach:
-            driver = _driver_of(ex.inspect(task_id, addresses=False).config)
-            return _stream_until_exit(ex, task_id, handle.log_path, driver)
-        print_json(handle.to_json()) if args.json else print(task_id)
-    return 0
+        driver = _driver_of(ex.inspect(task_id, addresses=False).config)
+        return _stream_until_exit(ex, task_id, handle.log_path, driver)
+    return each(args.ids, lambda task_id: _start_one(ex, task_id, args.json))
+
+
+def _start_one(ex: Executor, task_id: str, as_json: bool) -> bool:
+    """Start one task; one that runs already is left alone, as docker does (exit 0)."""
+    from ctrexec.containerd.tasks import Status
+
+    try:
+        handle = ex.start(task_id)
+    except FailedPrecondition:
+        if ex.inspect(task_id, addresses=False).status is not Status.RUNNING:
+            raise
+        return False
+    if as_json:
+        print_json(handle.to_json())
+    return as_json
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
     ex = _executor(args)
-    for task_id in args.ids:
+
+    def stop(task_id: str) -> None:
         auto_remove = ex.inspect(task_id, addresses=False).labels.get(lbl.AUTO_REMOVE) == "true"
         ex.stop(task_id, timeout=args.time, signal=args.signal)
         if auto_remove:  # as docker removes a stopped --rm container
             _remove(ex, task_id)
-        print(task_id)
-    return 0
+
+    return each(args.ids, stop)
 
 
 def cmd_kill(args: argparse.Namespace) -> int:
     ex = _executor(args)
-    for task_id in args.ids:
-        ex.signal(task_id, args.signal)
-        print(task_id)
-    return 0
+    return each(args.ids, lambda task_id: ex.signal(task_id, args.signal))
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
+    from ctrexec import teardown
+
     ex = _executor(args)
-    for task_id in args.ids:
-        ex.destroy(task_id, force=args.force)
-        print(task_id)
-    return 0
-
-
-def cmd_ps(args: argparse.Namespace) -> int:
-    from ctrexec.containerd.tasks import Status
-
-    infos = _executor(args).list(all_tasks=args.all)
-    if args.json:
-        print_json([i.to_json() for i in infos])
-        return 0
-    rows = []
-    for i in infos:
-        status = i.status.value
-        if i.status is Status.STOPPED and i.exit is not None:
-            status = (
-                f"exited ({i.exit.code}, OOM killed)" if i.oom_killed else f"exited ({i.exit.code})"
-            )
-        rows.append(
-            [i.id, i.image, status, i.pid or "-", i.netns_path or i.netns_mode, i.group or "-"]
-        )
-    table(["ID", "IMAGE", "STATUS", "PID", "NETNS", "GROUP"], rows)
-    return 0
-
-
-def cmd_inspect(args: argparse.Namespace) -> int:
-    ex = _executor(args)
-    print_json([ex.inspect(task_id).to_json() for task_id in args.ids])
-    return 0
+    if args.force and len(args.ids) > 1:  # all killed at once; each removal then is quick
+        teardown.each_at_once(args.ids, lambda task_id: ex.signal(task_id, "SIGKILL"))
+    return each(args.ids, lambda task_id: ex.destroy(task_id, force=args.force))
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -400,9 +409,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.timestamps and "timestamps" not in logmodes.FEATURES[driver]:
         raise InvalidArgument(f"the {driver} log driver keeps no timestamps")
     entries = logmodes.read_task_logs(
-        driver, info.log_path, follow=args.follow, tail=args.tail, stop=stop
-    )
-    for entry in entries:
+        driver, info.log_path, follow=args.follow, since=args.since, stop=stop,
+        tail=args.tail if args.until is None else None,
+    )  # fmt: skip
+    for entry in entries if args.until is None else until(entries, args.until, args.tail):
         out = sys.stderr if entry.stream == logstore.STDERR else sys.stdout
         if args.timestamps:
             out.write(f"{entry.time} ")
@@ -433,34 +443,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def cmd_stats(args: argparse.Namespace) -> int:
-    ex = _executor(args)
-    results = {task_id: ex.stats(task_id) for task_id in args.ids}
-    if args.json:
-        print_json({k: v.to_json() for k, v in results.items()})
-        return 0
-    rows = []
-    for task_id, s in results.items():
-        limit = f"{s.memory_limit / 2**20:.1f}MiB" if s.memory_limit else "-"
-        rows.append(
-            [
-                task_id,
-                f"{s.cpu_usage_ns / 1e9:.3f}s",
-                f"{s.memory_working_set / 2**20:.1f}MiB",
-                limit,
-                s.pids_current,
-            ]
-        )
-    table(["ID", "CPU TIME", "MEM USAGE", "MEM LIMIT", "PIDS"], rows)
-    return 0
-
-
 def cmd_pause(args: argparse.Namespace) -> int:
     ex = _executor(args)
-    for task_id in args.ids:
-        (ex.pause if args.command_name == "pause" else ex.resume)(task_id)
-        print(task_id)
-    return 0
+    return each(args.ids, ex.pause if args.command_name == "pause" else ex.resume)
 
 
 def _run_flags(p: ArgumentParser) -> None:
@@ -474,7 +459,7 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("--tmpfs", action="append", default=[], metavar="DST[:OPTS]")
     p.add_argument("--read-only", action="store_true")
     p.add_argument("-m", "--memory")
-    p.add_argument("--cpus", type=float)
+    p.add_argument("--cpus", type=_cpus, help="CPUs' worth of time; 0 means no limit")
     p.add_argument("--cpu-shares", type=int)
     p.add_argument("--cpuset-cpus")
     p.add_argument("--pids-limit", type=int)
@@ -491,7 +476,7 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("--hostname")
     p.add_argument("--entrypoint")
     p.add_argument("--stop-signal")
-    p.add_argument("--stop-timeout", type=float, default=10.0)
+    p.add_argument("--stop-timeout", type=float, default=10.0, help="(default: %(default)s)")
     p.add_argument("--rm", action="store_true", help="remove the container when it exits")
     p.add_argument("--log-dir", help=f"where task logs go (default {DEFAULT_LOG_DIR})")
     p.add_argument(
@@ -509,6 +494,20 @@ def _run_flags(p: ArgumentParser) -> None:
     add_pull_policy(p)
     p.add_argument("image")
     p.add_argument("command", nargs=argparse.REMAINDER)
+
+
+def _logs_parser(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
+    conn = connection_flags(short_namespace=False)  # -n is docker's --tail here
+    p = sub.add_parser("logs", parents=[conn], help="print a task's logs")
+    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("-t", "--timestamps", action="store_true")
+    p.add_argument(
+        "-n", "--tail", type=_tail, default=None, help="last N lines, or all (default: all)"
+    )
+    p.add_argument("--since", type=point_in_time, help="from this time or age (10m) on")
+    p.add_argument("--until", type=point_in_time, help="up to this time or age (10m)")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_logs)
 
 
 def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
@@ -538,18 +537,7 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("-f", "--force", action="store_true")
     p.add_argument("ids", nargs="+")
     p.set_defaults(func=cmd_rm)
-    p = sub.add_parser("ps", parents=[conn, js], help="list tasks")
-    p.add_argument("-a", "--all", action="store_true")
-    p.set_defaults(func=cmd_ps)
-    p = sub.add_parser("inspect", parents=[conn], help="show tasks as JSON")
-    p.add_argument("ids", nargs="+")
-    p.set_defaults(func=cmd_inspect)
-    p = sub.add_parser("logs", parents=[conn], help="print a task's logs")
-    p.add_argument("-f", "--follow", action="store_true")
-    p.add_argument("-t", "--timestamps", action="store_true")
-    p.add_argument("--tail", type=int)
-    p.add_argument("id")
-    p.set_defaults(func=cmd_logs)
+    _logs_parser(sub)
     p = sub.add_parser("exec", parents=[conn], help="run a command in a running task")
     attach.interactive_flags(p, detach_keys=True)
     p.add_argument("-e", "--env", action="append", default=[])
@@ -564,9 +552,6 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("id")
     p.add_argument("command", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_exec)
-    p = sub.add_parser("stats", parents=[conn, js], help="cpu, memory and pids of tasks")
-    p.add_argument("ids", nargs="+")
-    p.set_defaults(func=cmd_stats)
     for name in ("pause", "unpause"):
         p = sub.add_parser(name, parents=[conn], help=f"{name} tasks")
         p.add_argument("ids", nargs="+")

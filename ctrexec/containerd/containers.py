@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 from google.protobuf import any_pb2, empty_pb2, field_mask_pb2
 
-from ctrexec import _rpc
+from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.containers.v1 import containers_pb2
 from ctrexec.containerd._proto import from_timestamp
 from ctrexec.containerd.client import Client
@@ -115,12 +115,16 @@ def create(
 
 
 def get(client: Client, container_id: str) -> Container:
-    resp = client.call(
-        _rpc.CONTAINERS,
-        "Get",
-        containers_pb2.GetContainerRequest(id=container_id),
-        containers_pb2.GetContainerResponse,
-    )
+    """The record; a missing one is reported in docker's words, not containerd's."""
+    try:
+        resp = client.call(
+            _rpc.CONTAINERS,
+            "Get",
+            containers_pb2.GetContainerRequest(id=container_id),
+            containers_pb2.GetContainerResponse,
+        )
+    except errors.NotFound as exc:
+        raise errors.NotFound(f"No such container: {container_id}") from exc
     return Container.from_proto(resp.container)
 
 

@@ -48,7 +48,7 @@ def test_oom_killed_task_says_so(ex: Executor, test_image: str, cli: Cli) -> Non
     rows = [
         line for line in cli("ps", "-a", timeout=60, check=True).stdout.splitlines() if name in line
     ]
-    assert len(rows) == 1 and "exited (137, OOM killed)" in rows[0], rows
+    assert len(rows) == 1 and "Exited (137, OOM killed)" in rows[0], rows
 
 
 def test_plain_sigkill_is_not_an_oom_kill(ex: Executor, test_image: str) -> None:

@@ -46,7 +46,7 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     ("flags", "expected"),
     [
         (["--cpus", "5000"], "invalid value 5000.0 for --cpus: CPU count must be between"),
-        (["--cpus", "0"], "for --cpus"),
+        (["--cpus", "-1"], "for --cpus: CPU count must be between"),
         (["--pids-limit", "0"], "invalid value 0 for --pids-limit"),
         (["--cpu-shares", "1"], "for --cpu-shares: CPU shares must be between 2 and 262144"),
         (["--oom-score-adj", "2000"], "for --oom-score-adj"),

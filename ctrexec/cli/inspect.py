@@ -1,0 +1,96 @@
+"""``ps`` and ``inspect``: docker's columns, filters and templates (see ctrexec.psformat)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
+from ctrexec.cli.verbs import each
+
+if TYPE_CHECKING:
+    from ctrexec.executor import Executor
+    from ctrexec.taskconfig import TaskInfo
+
+
+def _executor(args: argparse.Namespace) -> Executor:
+    from ctrexec.executor import Executor
+
+    return Executor(connect(args))
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    from ctrexec import psformat
+
+    filters = psformat.parse_filters(args.filter)  # before connecting: a typo starts nothing
+    if args.format:
+        psformat.ps_lines([], args.format)  # unknown fields are refused with no row too
+    last = 1 if args.latest else args.last
+    infos = _executor(args).list(all_tasks=args.all or last is not None)
+    infos = [i for i in infos if psformat.matches(i, filters)]
+    infos.sort(key=_created, reverse=True)  # newest first, as docker lists
+    if last is not None:
+        infos = infos[:last]
+    if args.json:
+        print_json([_shown(i) for i in infos])
+        return 0
+    template = "{{.ID}}" if args.quiet else args.format or psformat.PS_DEFAULT
+    for line in psformat.ps_lines(infos, template):
+        print(line)
+    return 0
+
+
+def _created(info: TaskInfo) -> float:
+    return info.created_at.timestamp() if info.created_at else 0.0
+
+
+def _shown(info: TaskInfo) -> dict[str, Any]:
+    """inspect's JSON, with no pid once the task is not running (it is nobody's now)."""
+    from ctrexec.containerd.tasks import Status
+
+    data = info.to_json()
+    if info.status not in (Status.RUNNING, Status.PAUSED):
+        data["pid"] = None
+    return data
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from ctrexec import psformat
+
+    ex = _executor(args)
+    if not args.format:
+        print_json([_shown(ex.inspect(task_id)) for task_id in args.ids])
+        return 0
+    psformat.render(args.format, lambda _name: None)  # a bad template fails before any output
+
+    def show(task_id: str) -> bool:
+        data = _shown(ex.inspect(task_id))
+        print(psformat.render(args.format, psformat.inspect_lookup(data)), flush=True)
+        return True
+
+    return each(args.ids, show)
+
+
+def _last(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number of containers, got {text!r}")
+    return int(text)
+
+
+def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
+    conn = connection_flags(short_namespace=False)  # -n is docker's --last here
+    p = sub.add_parser("ps", parents=[conn, json_flag()], help="list tasks")
+    p.add_argument("-a", "--all", action="store_true", help="stopped and created ones too")
+    p.add_argument("-q", "--quiet", action="store_true", help="ids only")
+    p.add_argument("--format", help="a template such as 'table {{.ID}}\\t{{.Status}}'; see README")
+    p.add_argument(
+        "-f", "--filter", action="append", default=[], metavar="KEY=VALUE",
+        help="status=, label=, group=, netns=, name=, id= (repeatable)",
+    )  # fmt: skip
+    p.add_argument("-n", "--last", type=_last, metavar="N", help="the N newest, all states")
+    p.add_argument("-l", "--latest", action="store_true", help="the newest, any state")
+    p.set_defaults(func=cmd_ps)
+    p = sub.add_parser("inspect", parents=[connection_flags()], help="show tasks as JSON")
+    p.add_argument("-f", "--format", help="a template such as '{{.State.Pid}}'; see README")
+    p.add_argument("ids", nargs="+")
+    p.set_defaults(func=cmd_inspect)

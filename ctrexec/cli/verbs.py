@@ -1,0 +1,186 @@
+"""What the verbs that take several names share, and the verbs docker has beyond them.
+
+docker acts on every name given and reports each failure on its own line, then exits 1:
+``rm a nosuch b`` removes ``a`` and ``b``. :func:`each` is that loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ctrexec.cli._common import (
+    ArgumentParser,
+    connect,
+    connection_flags,
+    fail,
+    json_flag,
+    print_json,
+    print_table,
+)
+from ctrexec.defaults import DEFAULT_LOG_DIR
+from ctrexec.errors import CtrexecError, FailedPrecondition, NotFound
+
+if TYPE_CHECKING:
+    from ctrexec.containerd.stats import Stats
+    from ctrexec.executor import Executor
+    from ctrexec.logs import LogEntry
+
+#: docker's exit code when some of the names given failed.
+SOME_FAILED = 1
+
+
+def each(ids: Sequence[str], act: Callable[[str], object]) -> int:
+    """Run ``act`` on every id; print the id when it succeeds, the error when not.
+
+    ``act`` returning True has printed its own output (``start --json``).
+    """
+    failed = False
+    for task_id in ids:
+        try:
+            printed = act(task_id)
+        except CtrexecError as err:
+            fail(err)
+            failed = True
+            continue
+        if printed is not True:
+            print(task_id, flush=True)
+    return SOME_FAILED if failed else 0
+
+
+def until(entries: Iterable[LogEntry], when: datetime, tail: int | None) -> Iterator[LogEntry]:
+    """``logs --until``: the entries up to ``when``, then the last ``tail`` of those."""
+    limit = int(when.timestamp() * 1e9)
+    kept = [e for e in entries if e.time_ns <= limit]
+    return iter(kept if tail is None else kept[len(kept) - tail :] if tail else [])
+
+
+def _executor(args: argparse.Namespace) -> Executor:
+    from ctrexec.executor import Executor
+
+    return Executor(connect(args), log_dir=Path(DEFAULT_LOG_DIR))
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    """docker's ``wait``: each container's exit code, one per line, once it has one."""
+    from ctrexec.containerd.tasks import Status
+
+    ex = _executor(args)
+
+    def wait(task_id: str) -> bool:
+        info = ex.inspect(task_id, addresses=False)
+        if info.status is Status.STOPPED and info.exit is not None:
+            code = info.exit.code
+        elif info.status in (Status.RUNNING, Status.PAUSED):
+            code = ex.wait(task_id).code
+        else:
+            raise FailedPrecondition(f"container {task_id} is not running")
+        print(code, flush=True)
+        return True
+
+    return each(args.ids, wait)
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    ex = _executor(args)
+
+    def restart(task_id: str) -> None:
+        ex.stop(task_id, timeout=args.time, signal=args.signal)
+        ex.start(task_id)
+
+    return each(args.ids, restart)
+
+
+def cmd_port(args: argparse.Namespace) -> int:
+    """docker's ``port``: ``80/tcp -> 0.0.0.0:8080`` for each published port."""
+    for m in _executor(args).inspect(args.id, addresses=False).ports:
+        if args.port in (None, str(m.container_port), f"{m.container_port}/{m.protocol}"):
+            host = m.host_ip or "0.0.0.0"  # noqa: S104 - docker's words for "any address"
+            print(f"{m.container_port}/{m.protocol} -> {host}:{m.host_port}")
+    return 0
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    """The task's processes as the host sees them (docker runs ps on the host too)."""
+    from ctrexec import procs
+    from ctrexec.containerd.tasks import Status
+
+    info = _executor(args).inspect(args.id, addresses=False)
+    if info.status not in (Status.RUNNING, Status.PAUSED) or not info.pid:
+        raise FailedPrecondition(f"container {args.id} is not running")
+    rows = [
+        [p.user, p.pid, p.ppid, time.strftime("%H:%M:%S", time.gmtime(p.cpu_seconds)), p.command]
+        for p in procs.of_task(info.pid)
+    ]
+    print_table(["UID", "PID", "PPID", "TIME", "CMD"], rows)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Stream a table of the named tasks (all running ones by default) until interrupted."""
+    ex = _executor(args)
+    while True:
+        results = _sample(ex, args.ids)
+        if args.json:
+            print_json({k: v.to_json() for k, v in results.items()})
+        else:
+            _stats_table(results)
+        sys.stdout.flush()
+        if args.no_stream:
+            return 0
+        time.sleep(args.interval)
+        if not args.json:
+            print()
+
+
+def _sample(ex: Executor, ids: Sequence[str]) -> dict[str, Stats]:
+    """Named tasks must all exist; of all running ones, those that exited meanwhile drop out."""
+    if ids:
+        return {task_id: ex.stats(task_id) for task_id in ids}
+    out = {}
+    for info in ex.list():
+        try:
+            out[info.id] = ex.stats(info.id)
+        except NotFound:
+            continue
+    return out
+
+
+def _stats_table(results: dict[str, Stats]) -> None:
+    rows = []
+    for task_id, s in results.items():
+        limit = f"{s.memory_limit / 2**20:.1f}MiB" if s.memory_limit else "-"
+        cpu = f"{s.cpu_usage_ns / 1e9:.3f}s"
+        rows.append([task_id, cpu, f"{s.memory_working_set / 2**20:.1f}MiB", limit, s.pids_current])
+    print_table(["ID", "CPU TIME", "MEM USAGE", "MEM LIMIT", "PIDS"], rows)
+
+
+def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
+    conn = connection_flags()
+    p = sub.add_parser("wait", parents=[conn], help="block until tasks exit, print exit codes")
+    p.add_argument("ids", nargs="+")
+    p.set_defaults(func=cmd_wait)
+    p = sub.add_parser("restart", parents=[conn], help="stop, then start tasks again")
+    p.add_argument("-t", "--time", type=float, help="seconds before SIGKILL")
+    p.add_argument("-s", "--signal")
+    p.add_argument("ids", nargs="+")
+    p.set_defaults(func=cmd_restart)
+    p = sub.add_parser("port", parents=[conn], help="a task's published ports")
+    p.add_argument("id")
+    p.add_argument("port", nargs="?", metavar="PORT[/PROTO]")
+    p.set_defaults(func=cmd_port)
+    p = sub.add_parser("top", parents=[conn], help="a task's processes")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_top)
+    p = sub.add_parser(
+        "stats", parents=[conn, json_flag()], help="cpu, memory and pids of tasks, live"
+    )
+    p.add_argument("--no-stream", action="store_true", help="print once and exit")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds (default: 1.0)")
+    p.add_argument("ids", nargs="*", help="tasks (default: all running)")
+    p.set_defaults(func=cmd_stats)

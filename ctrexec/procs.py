@@ -1,0 +1,88 @@
+"""The processes of a task, read from /proc on the host, for ``ctrexec top``.
+
+docker's ``top`` runs ``ps`` on the host over the container's pids rather than inside
+the container, whose image may have no ``ps`` at all. The pids are those of the task's
+cgroup (its init process's, so execs are included) and each row is read from
+``/proc/PID``; a process that exits meanwhile is left out, not an error.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from pathlib import Path
+
+import attrs
+
+from ctrexec.errors import FailedPrecondition
+
+PROC = Path("/proc")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@attrs.frozen
+class Proc:
+    """One row of ``top``: ids, owner, CPU time and the command line."""
+
+    pid: int
+    ppid: int
+    uid: int
+    cpu_seconds: float
+    command: str
+
+    @property
+    def user(self) -> str:
+        try:
+            return pwd.getpwuid(self.uid).pw_name
+        except KeyError:
+            return str(self.uid)
+
+
+def cgroup_pids(init_pid: int) -> list[int]:
+    """Every pid in the cgroup of ``init_pid``: v2, or v1's pids/freezer/memory hierarchy."""
+    try:
+        lines = (PROC / str(init_pid) / "cgroup").read_text().splitlines()
+    except OSError as exc:
+        raise FailedPrecondition(f"process {init_pid} is gone") from exc
+    for procs in _procs_files(lines):
+        try:
+            return sorted(int(p) for p in procs.read_text().split())
+        except OSError:
+            continue
+    return [init_pid]
+
+
+def _procs_files(lines: list[str]) -> list[Path]:
+    """Where the cgroup's member list may be, most likely first (hybrid hosts have both)."""
+    paths = {}
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for name in controllers.split(",") if controllers else [""]:
+            paths[name] = path.lstrip("/")
+    found = []
+    if "" in paths:
+        found += [CGROUP_ROOT / paths[""], CGROUP_ROOT / "unified" / paths[""]]
+    found += [CGROUP_ROOT / c / paths[c] for c in ("pids", "freezer", "memory") if c in paths]
+    return [f / "cgroup.procs" for f in found]
+
+
+def read(pid: int) -> Proc | None:
+    """The row for ``pid``, None once it exited."""
+    base = PROC / str(pid)
+    try:
+        stat = (base / "stat").read_text()
+        cmdline = (base / "cmdline").read_bytes()
+        uid = base.stat().st_uid
+    except OSError:
+        return None
+    # comm, in parentheses, may hold spaces and parentheses: split after the last ")"
+    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2 :].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    args = [a.decode(errors="replace") for a in cmdline.split(b"\0") if a]
+    return Proc(pid, int(fields[1]), uid, cpu, " ".join(args) if args else f"[{comm}]")
+
+
+def of_task(init_pid: int) -> list[Proc]:
+    return [p for pid in cgroup_pids(init_pid) if (p := read(pid)) is not None]

@@ -1,0 +1,105 @@
+"""``group down`` stops its tasks together: every task has had its stop signal before
+the first one is killed. Checked by order, in one file both tasks append to, not by
+how long the command took."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _cli import Cli
+
+from ctrexec.testing import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _stubborn(name: str) -> str:
+    """Notes SIGTERM, then says it is alive every 0.1 s until SIGKILL ends it."""
+    return (
+        f"trap 'echo term {name} >> /out/log; T=1' TERM; echo ready {name} >> /out/log; "
+        f'while :; do [ -n "$T" ] && echo alive {name} >> /out/log; sleep 0.1; done'
+    )
+
+
+@pytest.fixture
+def group(cli: Cli, tmp_path: Path, test_image: str) -> Iterator[tuple[str, Path]]:
+    name = f"cxd{secrets.token_hex(2)}"
+    out = tmp_path / "out"
+    out.mkdir()
+    tasks = "".join(
+        f'[[task]]\nname = "t{timeout}"\nimage = "{test_image}"\n'
+        f'command = ["sh", "-c", {json.dumps(_stubborn(f"t{timeout}"))}]\n'
+        f'volumes = ["{out}:/out"]\nstop_timeout = {timeout}\n'
+        for timeout in (2, 4)
+    )
+    file = tmp_path / "group.toml"
+    file.write_text(f'name = "{name}"\nnetwork = "none"\n{tasks}')
+    up = cli("group up", str(file))
+    assert up.returncode == 0, up.stderr
+    try:
+        yield name, out / "log"
+    finally:
+        with contextlib.suppress(Exception):
+            cli("group down", name)
+
+
+def test_group_down_stops_tasks_concurrently(cli: Cli, group: tuple[str, Path]) -> None:
+    name, log = group
+    wait_for(
+        lambda: {"ready t2", "ready t4"} <= set(log.read_text().splitlines()),
+        timeout=30,
+        what="both tasks trap SIGTERM",
+    )
+    down = cli("group down", name)
+    assert (down.returncode, down.stdout) == (0, f"{name}\n"), down.stderr
+    lines = log.read_text().splitlines()
+    for task, other in (("t2", "t4"), ("t4", "t2")):
+        last_alive = max(i for i, line in enumerate(lines) if line == f"alive {task}")
+        # the other task was asked to stop while this one still ran (it was not yet killed)
+        assert lines.index(f"term {other}") < last_alive, lines
+
+
+def test_rm_force_kills_every_task_before_removing_any(cli: Cli, test_image: str) -> None:
+    import subprocess
+    import threading
+
+    names = ["rmf-a", "rmf-b", "rmf-sentinel"]
+    for n in names:
+        assert cli("run", "-d", "--name", n, test_image, "sleep", "300").returncode == 0
+    events = subprocess.Popen(cli.argv("events"), stdout=subprocess.PIPE, text=True)
+    seen: list[dict[str, str]] = []
+    reader = threading.Thread(
+        target=lambda: seen.extend(json.loads(line) for line in events.stdout or ()), daemon=True
+    )
+    reader.start()
+    try:
+
+        def live() -> bool:  # the stream shows a pause from now on: it is subscribed
+            cli("pause", "rmf-sentinel")
+            cli("unpause", "rmf-sentinel")
+            return any(e.get("type") == "pause" for e in list(seen))
+
+        wait_for(live, timeout=30, what="ctrexec events to be live")
+        out = cli("rm", "-f", "rmf-a", "rmf-b")
+        assert (out.returncode, out.stdout) == (0, "rmf-a\nrmf-b\n"), out.stderr
+        wait_for(
+            lambda: sum(e.get("type") == "delete" for e in list(seen)) >= 2,
+            timeout=30,
+            what="both deletes",
+        )
+    finally:
+        events.terminate()
+        events.wait(timeout=30)
+        reader.join(timeout=30)
+        if events.stdout is not None:
+            events.stdout.close()
+        cli("rm", "-f", *names)
+    ours = [(e["type"], e["task"]) for e in seen if e.get("task") in ("rmf-a", "rmf-b")]
+    first_delete = next(i for i, (kind, _) in enumerate(ours) if kind == "delete")
+    exits = {task for kind, task in ours[:first_delete] if kind == "exit"}
+    assert exits == {"rmf-a", "rmf-b"}, ours  # b was killed before a was removed

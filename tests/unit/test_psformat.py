@@ -1,0 +1,43 @@
+"""docker's wording of ages, templates and filters, without a daemon."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctrexec.errors import InvalidArgument
+from ctrexec.psformat import human_duration, inspect_lookup, parse_filters, render
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [
+        (0.5, "Less than a second"), (1, "1 second"), (59, "59 seconds"),
+        (61, "About a minute"), (180, "3 minutes"), (3700, "About an hour"),
+        (5 * 3600, "5 hours"), (3 * 86400, "3 days"), (20 * 86400, "2 weeks"),
+        (100 * 86400, "3 months"), (800 * 86400, "2 years"),
+    ],
+)  # fmt: skip
+def test_human_duration(seconds: float, words: str) -> None:
+    assert human_duration(seconds) == words
+
+
+def test_render_fields_json_and_refusals() -> None:
+    data = {"pid": 7, "status": "running", "exit": {"code": 3}, "oom_killed": False}
+    look = inspect_lookup(data)
+    assert render("{{.State.Pid}}/{{ .status }}/{{.exit.code}}", look) == "7/running/3"
+    assert render("{{json .exit}} {{.State.OOMKilled}}", look) == '{"code": 3} false'
+    with pytest.raises(InvalidArgument, match=r"no field \.Nope"):
+        render("{{.Nope}}", look)
+    with pytest.raises(InvalidArgument, match="only"):
+        render("{{if .pid}}x{{end}}", look)
+
+
+def test_parse_filters() -> None:
+    assert parse_filters(["status=running", "status=paused", "label=a=b"]) == {
+        "status": ["running", "paused"],
+        "label": ["a=b"],
+    }
+    with pytest.raises(InvalidArgument, match="invalid filter 'colour=red'"):
+        parse_filters(["colour=red"])
+    with pytest.raises(InvalidArgument):
+        parse_filters(["status"])
