@@ -81,21 +81,11 @@ def _unary(fn: Any, detail_for: DetailFor) -> Callable[[Any, Any], Awaitable[Mes
 
 
 def _stream(fn: Any, detail_for: DetailFor) -> Callable[[Any, Any], AsyncIterator[Message]]:
+    """A server stream; ``request`` is one message, or for a bidi call the request stream."""
+
     async def call(request: Any, context: Any) -> AsyncIterator[Message]:
         try:
             async for item in fn(request):
-                yield item
-        except errors.CtrexecError as exc:
-            code, text, trailers = status_of(exc, detail_for(exc))
-            await context.abort(code, text, trailing_metadata=trailers)
-
-    return call
-
-
-def _bidi(fn: Any, detail_for: DetailFor) -> Callable[[Any, Any], AsyncIterator[Message]]:
-    async def call(requests: Any, context: Any) -> AsyncIterator[Message]:
-        try:
-            async for item in fn(requests):
                 yield item
         except errors.CtrexecError as exc:
             code, text, trailers = status_of(exc, detail_for(exc))
@@ -120,7 +110,7 @@ def service_handler(
         request = message_factory.GetMessageClass(m.input_type)
         wrap: Callable[[Any, DetailFor], Callable[[Any, Any], Any]]
         if m.client_streaming:
-            kind, wrap = grpc.stream_stream_rpc_method_handler, _bidi
+            kind, wrap = grpc.stream_stream_rpc_method_handler, _stream  # requests in
         elif m.server_streaming:
             kind, wrap = grpc.unary_stream_rpc_method_handler, _stream
         else:
