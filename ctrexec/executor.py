@@ -562,9 +562,11 @@ class Executor:
             # the first delete; containerd does not stop it for a deleted container.
             tasks.force_delete(self.client, task_id)
             # Such a Create that containerd cancelled can leave a shim serving nothing,
-            # with our log driver, that containerd no longer knows (containerd 1.6).
-            # (With the log daemon's FIFOs, such a shim has no child at all.)
-            if record.labels.get(lbl.LOG_PATH):
+            # with our log driver, that containerd no longer knows (containerd 1.6);
+            # with the log daemon's FIFOs it has no child at all, as has the shim of a
+            # group whose other tasks have all stopped: that one is not looked at.
+            shared = taskinfo.shim_shared(self.client, record.labels.get(lbl.GROUP))
+            if record.labels.get(lbl.LOG_PATH) and not shared:
                 logstore.stop_orphaned_drivers(
                     record.labels[lbl.LOG_PATH], self.client.namespace, task_id
                 )

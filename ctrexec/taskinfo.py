@@ -229,3 +229,10 @@ def undo_next_run(client: Client, before: containers.Container) -> None:
     the failure being reported matters more."""
     with contextlib.suppress(CtrexecError):
         containers.update_labels(client, before.id, runs.undo_next_run(before.labels))
+
+
+def shim_shared(client: Client, group: str | None) -> bool:
+    """Whether containers of this group remain, whose tasks its shared shim serves."""
+    if not group:
+        return False
+    return bool(containers.list_containers(client, containers.label_filter(lbl.GROUP, group)))

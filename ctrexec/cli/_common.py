@@ -7,11 +7,13 @@ when the command cannot be executed, 127 when it is not found, else the task's o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -140,3 +142,26 @@ def fail(err: CtrexecError) -> int:
     """Print one line for a ctrexec error and return its exit code."""
     print(f"ctrexec: {user_words(err)}", file=sys.stderr)
     return err.exit_code
+
+
+@contextlib.contextmanager
+def signal_pipe(signals: tuple[int, ...]) -> Iterator[int]:
+    """A pipe that receives the number of each of ``signals`` as it arrives.
+
+    The Python-level handlers do nothing; the C-level handler writes the byte
+    (``signal.set_wakeup_fd``), which is safe at any instruction: no KeyboardInterrupt
+    lands inside a gRPC call, and a loop waits on the pipe instead of sleeping.
+    """
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.set_blocking(write_end, False)
+    old_handlers = {s: signal.signal(s, lambda _n, _f: None) for s in signals}
+    old_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    try:
+        yield read_end
+    finally:
+        signal.set_wakeup_fd(old_fd)
+        for s, h in old_handlers.items():
+            signal.signal(s, h)
+        os.close(read_end)
+        os.close(write_end)

@@ -22,6 +22,7 @@ import tty
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from ctrexec.cli._common import signal_pipe
 from ctrexec.errors import CtrexecError, InvalidArgument, NotATerminal
 
 if TYPE_CHECKING:
@@ -108,24 +109,6 @@ def raw_mode(fd: int) -> Iterator[None]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-@contextlib.contextmanager
-def _wakeups(signals: tuple[int, ...]) -> Iterator[int]:
-    """A pipe that receives the number of each of ``signals`` as it arrives."""
-    read_end, write_end = os.pipe()
-    os.set_blocking(read_end, False)
-    os.set_blocking(write_end, False)
-    old_handlers = {s: signal.signal(s, lambda _n, _f: None) for s in signals}
-    old_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    try:
-        yield read_end
-    finally:
-        signal.set_wakeup_fd(old_fd)
-        for s, h in old_handlers.items():
-            signal.signal(s, h)
-        os.close(read_end)
-        os.close(write_end)
-
-
 def write_out(fd: int) -> Callable[[bytes], None]:
     """A callback that writes each chunk of output to ``fd`` whole."""
 
@@ -162,7 +145,7 @@ class Session:
     def __enter__(self) -> Session:
         signals = (*_LEAVE_SIGNALS, signal.SIGWINCH) if self.tty else _LEAVE_SIGNALS
         with contextlib.ExitStack() as stack:
-            self._wake = stack.enter_context(_wakeups(signals))
+            self._wake = stack.enter_context(signal_pipe(signals))
             if self._raw:
                 stack.enter_context(raw_mode(0))
             self._stack = stack.pop_all()

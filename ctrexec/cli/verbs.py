@@ -7,6 +7,9 @@ docker acts on every name given and reports each failure on its own line, then e
 from __future__ import annotations
 
 import argparse
+import os
+import select
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -22,6 +25,7 @@ from ctrexec.cli._common import (
     json_flag,
     print_json,
     print_table,
+    signal_pipe,
 )
 from ctrexec.defaults import DEFAULT_LOG_DIR
 from ctrexec.errors import CtrexecError, FailedPrecondition, NotFound
@@ -124,18 +128,20 @@ def cmd_top(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     """Stream a table of the named tasks (all running ones by default) until interrupted."""
     ex = _executor(args)
-    while True:
-        results = _sample(ex, args.ids)
-        if args.json:
-            print_json({k: v.to_json() for k, v in results.items()})
-        else:
-            _stats_table(results)
-        sys.stdout.flush()
-        if args.no_stream:
-            return 0
-        time.sleep(args.interval)
-        if not args.json:
-            print()
+    with signal_pipe((signal.SIGINT, signal.SIGTERM)) as wake:
+        while True:
+            results = _sample(ex, args.ids)
+            if args.json:
+                print_json({k: v.to_json() for k, v in results.items()})
+            else:
+                _stats_table(results)
+            sys.stdout.flush()
+            if args.no_stream:
+                return 0
+            if select.select([wake], [], [], args.interval)[0]:
+                return 128 + os.read(wake, 1)[0]  # interrupted, as docker's 130 for ^C
+            if not args.json:
+                print()
 
 
 def _sample(ex: Executor, ids: Sequence[str]) -> dict[str, Stats]:
