@@ -53,6 +53,15 @@ GROUP_SPEC = "io.ctrexec.group.spec-hash"
 #: The group's published ports (``[IP:]HOST:CONTAINER/PROTO``, comma-separated), so
 #: ``inspect`` can say them without reading CNI's cache.
 GROUP_PORTS = "io.ctrexec.group.ports"
+#: The addresses of the task's network namespace (comma-separated), as the caller that
+#: wired it knows them: the task's own /etc/hosts entry names them.
+ADDRESSES = "io.ctrexec.net.addresses"
+#: The other members of the task's group, as ``NAME=HOSTNAME`` pairs (comma-separated):
+#: the shared part of each member's /etc/hosts lists them.
+GROUP_MEMBERS = "io.ctrexec.group.members"
+#: The group was made by ``run --network``/``-p`` for one container: removing the
+#: container removes its namespace and network too.
+IMPLICIT_GROUP = "io.ctrexec.group.implicit"
 #: Which run of the container the current task is: 1 for the first start, +1 for each
 #: start after it (by hand or by the supervisor). A handle names its run by it.
 RUN_ID = "io.ctrexec.run.id"
