@@ -589,12 +589,13 @@ class Executor:
             # finishes tearing down its processes; the parents go with the last task.
             leaf = f"ctrexec/{self.client.namespace}/{task_id}"
             last = not containers.list_containers(self.client)
-            tasks.wait_until(
-                lambda: _linux.remove_empty_cgroups(leaf, parents=last),
-                timeout=2.0,
-            )
+            tasks.wait_until(lambda: _linux.remove_empty_cgroups(leaf, parents=last), timeout=2.0)
         with self._locks_guard:
             self._locks.pop(task_id, None)
+        if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
+            from ctrexec import standalone
+
+            standalone.release(self, record.labels)
 
     def _exec_spec(
         self,

@@ -271,8 +271,12 @@ class Groups:
             self._teardown_network(name, path, mode)
 
     def _teardown_network(self, name: str, path: str, mode: str) -> None:
-        """CNI DEL first (it needs the namespace to remove masquerade rules), then the rest."""
-        self.networks.teardown(name, path if Path(path).exists() else None, parse_mode(mode))
-        hostfiles.remove(path, base=self.executor.files_dir)
-        with contextlib.suppress(CtrexecError):
-            netns.remove(path)
+        teardown_network(self.networks, self.executor.files_dir, name, path, mode)
+
+
+def teardown_network(networks: Networks, files_dir: Path, name: str, path: str, mode: str) -> None:
+    """CNI DEL first (it needs the namespace to remove masquerade rules), then the rest."""
+    networks.teardown(name, path if Path(path).exists() else None, parse_mode(mode))
+    hostfiles.remove(path, base=files_dir)
+    with contextlib.suppress(CtrexecError):
+        netns.remove(path)

@@ -60,7 +60,8 @@ ADDRESSES = "io.ctrexec.net.addresses"
 #: the shared part of each member's /etc/hosts lists them.
 GROUP_MEMBERS = "io.ctrexec.group.members"
 #: The group was made by ``run --network``/``-p`` for one container: removing the
-#: container removes its namespace and network too.
+#: container removes its namespace and network too. The value is the network settings
+#: it was wired with (JSON, :mod:`ctrexec.net.settings`), so any process tears it down.
 IMPLICIT_GROUP = "io.ctrexec.group.implicit"
 #: Which run of the container the current task is: 1 for the first start, +1 for each
 #: start after it (by hand or by the supervisor). A handle names its run by it.

@@ -85,16 +85,19 @@ def run_attached(
     *,
     auto_remove: bool,
     remove: Callable[[str], None],
+    created: bool = False,
 ) -> int:
     """``run -i/-t`` without ``-d``: the task's exit code, 0 after a detach.
 
     ``--rm`` removes the task once the session ends, unless it was a detach (then
-    the task runs on, and ``ctrexec supervise`` removes it at its exit).
+    the task runs on, and ``ctrexec supervise`` removes it at its exit). ``created``:
+    the container exists already (``run --network`` made it with its owner labels).
     """
     detached = False
+    task: TaskConfig | str = config.name if created else config
     try:
         code = _session(
-            lambda: ex.start_attached(config, **_outputs())[1],
+            lambda: ex.start_attached(task, **_outputs())[1],
             keys,
             tty=config.tty,
             stdin=config.stdin_open,

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import signal
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
+from ctrexec.cli import publish
+from ctrexec.cli._common import (
+    ArgumentParser,
+    connect,
+    connection_flags,
+    json_flag,
+    print_json,
+    signal_pipe,
+)
 from ctrexec.cli._common import print_table as table
 from ctrexec.cli.registry import add_pull_policy, ensure_images
 from ctrexec.defaults import DEFAULT_LOG_DIR
@@ -21,9 +31,9 @@ if TYPE_CHECKING:
 
 
 def _networks(args: argparse.Namespace) -> Networks:
-    from ctrexec.net.networks import Networks
+    from ctrexec.net import settings
 
-    return Networks(subnet=args.subnet) if args.subnet else Networks()
+    return settings.from_env(subnet=args.subnet)
 
 
 def _groups(args: argparse.Namespace) -> Groups:
@@ -58,6 +68,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         args,
         groups.executor.images,
     )
+    publish.warn_unsupervised(groups.executor.client, spec.task_configs())
     _print(groups.up(spec), args.json)
     return 0
 
@@ -99,9 +110,26 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     ex = Executor(connect(args), log_dir=Path(args.log_dir or DEFAULT_LOG_DIR))
     stop = threading.Event()
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, lambda *_: stop.set())
-    Supervisor(ex).run(stop)
+    failed: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            Supervisor(ex).run(stop)
+        except BaseException as exc:  # re-raised in the main thread, as one line
+            failed.append(exc)
+
+    # The handlers only write a byte to the pipe (setting the Event takes a lock, which
+    # is not safe at any instruction); this thread turns the byte into the stop.
+    with signal_pipe((signal.SIGINT, signal.SIGTERM)) as wakeup:
+        worker = threading.Thread(target=serve, name="ctrexec-supervise")
+        worker.start()
+        while worker.is_alive():
+            if select.select([wakeup], [], [], 0.5)[0]:
+                os.read(wakeup, 64)
+                stop.set()
+        worker.join()
+    if failed:
+        raise failed[0]
     return 0
 
 

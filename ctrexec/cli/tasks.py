@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ctrexec import labels as lbl
 from ctrexec import logmodes
-from ctrexec.cli import attach
+from ctrexec.cli import attach, publish
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._time import point_in_time
 from ctrexec.cli.registry import add_pull_policy, ensure_images
@@ -132,6 +132,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
 
     driver = logmodes.DEFAULT_DRIVER if args.log_driver is None else args.log_driver
     max_size, max_files, transport = logmodes.parse_log_opts(driver, args.log_opt)
+    restart = publish.restart_config(args)
     return TaskConfig(
         name=args.name if args.name is not None else f"ctrexec-{secrets.token_hex(4)}",
         image=args.image,
@@ -140,7 +141,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         env=_env(args.env),
         workdir=args.workdir,
         user=args.user,
-        netns=args.netns,
+        netns=publish.netns_value(args),
         hostname=args.hostname,
         volumes=args.volume,
         tmpfs=args.tmpfs,
@@ -169,6 +170,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         log_max_size=max_size,
         log_max_files=max_files,
         log_transport=transport,
+        restart=restart,
     )
 
 
@@ -283,12 +285,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     keys = attach.prepare(args) if attached else b""
     with _by_flag():
         config = _config(args)  # before connecting: bad flags start no daemon
+        wired = publish.wiring(args)
         ex = _executor(args)
         ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
-        if attached:
-            remove = lambda task_id: _remove(ex, task_id, force=True)  # noqa: E731
-            return attach.run_attached(ex, config, keys, auto_remove=args.rm, remove=remove)
-        handle = ex.start_task(config)
+        with publish.own_network(ex, config, wired) as (config, owned):
+            if attached:
+                if owned:  # the record needs its owner labels before the attached start
+                    ex.create(config, owner_labels=owned)
+                publish.warn_unsupervised(ex.client, [config])
+                remove = lambda task_id: _remove(ex, task_id, force=True)  # noqa: E731
+                return attach.run_attached(
+                    ex, config, keys, auto_remove=args.rm, remove=remove, created=bool(owned)
+                )
+            handle = ex.start_task(config, owner_labels=owned)
+    publish.warn_unsupervised(ex.client, [config])
     if args.detach:
         if args.rm and not is_supervised(ex.client):
             _warn_unsupervised_rm(ex, handle.id)
@@ -321,9 +331,12 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 def cmd_create(args: argparse.Namespace) -> int:
     with _by_flag():
         config = _config(args)
+        wired = publish.wiring(args)
         ex = _executor(args)
         ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
-        record = ex.create(config)
+        with publish.own_network(ex, config, wired) as (config, owned):
+            record = ex.create(config, owner_labels=owned)
+    publish.warn_unsupervised(ex.client, [config])
     print(record.id)
     return 0
 
@@ -452,6 +465,7 @@ def _run_flags(p: ArgumentParser) -> None:
     attach.interactive_flags(p)
     p.add_argument("--name", help="container id (default: generated)")
     p.add_argument("--netns", default="none", help="NAME, /path, host or none (default: none)")
+    publish.add_flags(p)
     p.add_argument("-e", "--env", action="append", default=[], metavar="K=V")
     p.add_argument("-w", "--workdir")
     p.add_argument("-u", "--user")

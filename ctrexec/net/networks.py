@@ -327,6 +327,7 @@ class Networks:
         )
         self.subnet = ipaddress.ip_network(subnet)  # bridge_conflist has validated it
         self.network = self.bridge_network.name
+        self.ipam_dir = os.fspath(ipam_dir)
         self._routes = routes
 
     # ----------------------------------------------------------------- lookup

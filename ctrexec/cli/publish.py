@@ -1,0 +1,137 @@
+"""``run``/``create``'s docker flags for a container's own network and its restarts.
+
+``--network bridge|cni:NAME`` and ``-p`` make the container an implicit group of one
+(:mod:`ctrexec.standalone`); ``--network none|host`` is ``--netns none|host``.
+``--restart`` is docker's policy, which ``ctrexec supervise`` applies: ctrexec has no
+daemon, so a policy set while no supervisor runs gets one warning on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ctrexec.errors import CtrexecError, InvalidArgument
+
+if TYPE_CHECKING:
+    from ctrexec.containerd.client import Client
+    from ctrexec.executor import Executor
+    from ctrexec.standalone import Wiring
+    from ctrexec.taskconfig import RestartPolicy, TaskConfig
+
+_POLICIES = ("no", "on-failure", "always", "unless-stopped")
+SUPERVISOR_UNIT = "contrib/systemd/ctrexec-supervise@.service"
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--network",
+        "--net",
+        metavar="MODE",
+        help="bridge, none, host or cni:NAME: bridge and cni give the container a "
+        "namespace of its own (default: as --netns)",
+    )
+    p.add_argument(
+        "-p",
+        "--publish",
+        action="append",
+        default=[],
+        metavar="[IP:]HOST:CONTAINER[/PROTO]",
+        help="publish a port (implies --network bridge)",
+    )
+    p.add_argument(
+        "--restart",
+        type=restart_policy,
+        metavar="POLICY",
+        help="no, on-failure[:N], always or unless-stopped, applied by `ctrexec supervise` "
+        "(default: no)",
+    )
+
+
+def restart_policy(text: str) -> tuple[str, int]:
+    """``--restart`` as docker spells it: the policy and its maximum retry count."""
+    policy, colon, count = text.partition(":")
+    if policy not in _POLICIES:
+        raise argparse.ArgumentTypeError(
+            f"invalid restart policy {text!r}: use {', '.join(_POLICIES[:-1])} or unless-stopped"
+        )
+    if not colon:
+        return policy, 0
+    if policy != "on-failure":
+        raise argparse.ArgumentTypeError(
+            f"maximum retry count cannot be used with restart policy {policy!r}"
+        )
+    if not count.isdigit():
+        raise argparse.ArgumentTypeError(f"invalid maximum retry count {count!r}")
+    return policy, int(count)
+
+
+def restart_config(args: argparse.Namespace) -> RestartPolicy:
+    """The task's RestartPolicy (docker's default: no), checked against --rm."""
+    from ctrexec.taskconfig import RestartPolicy
+
+    policy, count = args.restart or ("no", 0)
+    if policy != "no" and args.rm:
+        raise InvalidArgument("conflicting options: --restart and --rm")
+    return RestartPolicy(policy=policy, max_attempts=count)
+
+
+def netns_value(args: argparse.Namespace) -> str:
+    """What ``--netns`` the task gets: ``--network none|host`` spell two of them."""
+    if args.network in ("none", "host"):
+        if args.netns not in ("none", ""):
+            raise InvalidArgument("--netns cannot be used with --network")
+        return str(args.network)
+    return str(args.netns)
+
+
+def wiring(args: argparse.Namespace) -> Wiring | None:
+    """The namespace to make for the container, checked before any daemon is asked."""
+    if args.network is None and not args.publish:
+        return None
+    from ctrexec.standalone import requested
+
+    return requested(args.network, args.publish, args.netns)
+
+
+@contextlib.contextmanager
+def own_network(
+    ex: Executor, config: TaskConfig, wired: Wiring | None
+) -> Iterator[tuple[TaskConfig, dict[str, str]]]:
+    """The config (joined to a namespace of its own, if asked) and its owner labels.
+
+    If the block fails, the namespace and its address go again; once the record exists,
+    removing the container does that (:func:`ctrexec.standalone.release`).
+    """
+    if wired is None:
+        yield config, {}
+        return
+    from ctrexec import labels as lbl
+    from ctrexec import standalone
+    from ctrexec.net import settings
+
+    joined, owned = standalone.attach(ex, settings.from_env(), config, wired)
+    try:
+        yield joined, owned
+    except BaseException:
+        with contextlib.suppress(CtrexecError):
+            standalone.release_unless_created(ex, {**owned, lbl.GROUP: config.name})
+        raise
+
+
+def warn_unsupervised(client: Client, configs: list[TaskConfig]) -> None:
+    """One line on stderr when a policy is set that no running supervisor will apply."""
+    from ctrexec.supervisor import is_supervised
+
+    policies = sorted({c.restart.policy for c in configs} - {"no"})
+    if not policies or is_supervised(client):
+        return
+    print(
+        f"ctrexec: warning: restart policy {', '.join(policies)}: no `ctrexec supervise` runs for "
+        f"namespace {client.namespace}, so nothing restarts the task until one does "
+        f"(see {SUPERVISOR_UNIT})",
+        file=sys.stderr,
+    )

@@ -1,0 +1,226 @@
+"""``run -p``/``--network`` and ``run --restart``, through the real binary.
+
+``run -d -p HOST:CONTAINER IMAGE`` needs no group file: the container gets a namespace
+of its own on the bridge (an implicit group of one), and ``rm`` takes it all away again:
+task, namespace, address, port mapping. The test bridge has its own name, subnet and
+CNI directories, passed to the CLI through its ``CTREXEC_*`` settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import signal
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _cli import Cli
+from _nethelpers import free_port
+from _support import scratch_executor, until
+
+from ctrexec.containerd import containers
+from ctrexec.containerd.client import Client
+from ctrexec.errors import NotFound
+from ctrexec.executor import Executor
+from ctrexec.net import netns
+from ctrexec.supervisor import is_supervised
+
+pytestmark = pytest.mark.integration
+
+SUBNET = "10.231.188.0/24"
+HTTPD = ["httpd", "-f", "-p", "8080", "-h", "/var/www"]
+
+
+@pytest.fixture
+def bridge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """ctrexec's bridge network under test names; everything of it is gone after."""
+    tag = secrets.token_hex(2)
+    name = f"cxtr{tag}"
+    monkeypatch.setenv("CTREXEC_NETWORK", name)
+    monkeypatch.setenv("CTREXEC_BRIDGE", name)
+    monkeypatch.setenv("CTREXEC_SUBNET", SUBNET)
+    monkeypatch.setenv("CTREXEC_CNI_CACHE_DIR", str(tmp_path / "cni-cache"))
+    monkeypatch.setenv("CTREXEC_IPAM_DIR", str(tmp_path / "ipam"))
+    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text()
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+        Path("/proc/sys/net/ipv4/ip_forward").write_text(forward)
+    assert list((tmp_path / "ipam").rglob("10.*")) == [], "an address stayed allocated"
+    assert list((tmp_path / "cni-cache").rglob("*-eth0")) == [], "a CNI result stayed"
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
+    assert "10.231.188." not in rules, "a port mapping or masquerade rule stayed"
+
+
+@pytest.fixture
+def ex(client: Client, tmp_path: Path) -> Iterator[Executor]:
+    with scratch_executor(client, tmp_path, "rn-") as executor:
+        yield executor
+
+
+@pytest.fixture
+def made(cli: Cli) -> Iterator[list[str]]:
+    names: list[str] = []
+    yield names
+    if names:
+        with contextlib.suppress(Exception):
+            cli("rm", "-f", *names)
+
+
+def _get(port: int) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
+        body: bytes = resp.read()
+        return body
+
+
+def _gone(client: Client, name: str) -> bool:
+    try:
+        containers.get(client, name)
+    except NotFound:
+        return True
+    return False
+
+
+def test_run_publish_serves_on_localhost_and_rm_removes_the_network(
+    cli: Cli, bridge: str, test_image: str, client: Client, made: list[str]
+) -> None:
+    port = free_port()
+    made.append("rn-web")
+    out = cli("run", "-d", "-p", f"{port}:8080", "--name", "rn-web", test_image, *HTTPD)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "rn-web\n", ""), out.stderr
+    body: list[bytes] = []
+    until(lambda: body.append(_get(port)) or True, "the published port to answer")
+    assert b"hello from ctrexec" in body[0]
+    info = json.loads(cli("inspect", "rn-web", check=True).stdout)[0]
+    assert len(info["ports"]) == 1 and str(port) in info["ports"][0], info
+    assert info["addresses"][0]["address"].startswith("10.231.188."), info
+    ps = cli("ps", "--format", "{{.Names}} {{.Ports}}", check=True).stdout
+    assert f"rn-web 0.0.0.0:{port}->8080/tcp" in ps, ps
+    port_out = cli("port", "rn-web", check=True).stdout
+    assert port_out == f"8080/tcp -> 0.0.0.0:{port}\n"
+    path = netns.resolve("cx-rn-web")
+    assert Path(path).exists()
+    rm = cli("rm", "-f", "rn-web")
+    assert (rm.returncode, rm.stdout) == (0, "rn-web\n"), rm.stderr
+    assert not Path(path).exists()
+    assert _gone(client, "rn-web")
+
+
+def test_run_network_bridge_without_ports_and_run_rm_cleans_up(
+    cli: Cli, bridge: str, test_image: str
+) -> None:
+    out = cli(
+        "run", "--rm", "--network", "bridge", "--name", "rn-once", test_image,
+        "sh", "-c", "ip -4 -o addr show eth0 | grep -o '10\\.231\\.188\\.[0-9]*'",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("10.231.188."), out.stdout
+    assert not Path(netns.resolve("cx-rn-once")).exists()
+
+
+def test_run_network_none_and_host_need_no_namespace(cli: Cli, test_image: str) -> None:
+    none = cli("run", "--rm", "--network", "none", test_image, "sh", "-c", "ls /sys/class/net")
+    assert (none.returncode, none.stdout) == (0, "lo\n"), none.stderr
+    host = cli("run", "--rm", "--network", "host", test_image, "ls", "/sys/class/net")
+    assert host.returncode == 0 and "lo" in host.stdout.split(), host.stderr
+    assert len(host.stdout.split()) == len(list(Path("/sys/class/net").iterdir()))
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--network", "nosuch"], "invalid network mode 'nosuch'"),
+        (["-p", "80"], "80"),
+        (["--network", "none", "-p", "8080:80"], "--publish needs --network bridge or cni:NAME"),
+        (["--netns", "host", "-p", "8080:80"], "--netns cannot be used with --network"),
+        (["--network", "bridge", "--group", "g"], "--group cannot be used with --network"),
+        (["--restart", "sometimes"], "invalid restart policy 'sometimes'"),
+        (["--restart", "always:3"], "maximum retry count cannot be used"),
+        (["--restart", "on-failure:x"], "invalid maximum retry count 'x'"),
+        (["--restart", "always", "--rm"], "conflicting options: --restart and --rm"),
+        (["--network", "cni:nosuchnet"], "no CNI network 'nosuchnet'"),
+    ],
+)
+def test_bad_network_and_restart_flags_are_one_line_and_make_nothing(
+    cli: Cli, bridge: str, test_image: str, client: Client, flags: list[str], message: str
+) -> None:
+    out = cli("run", "-d", "--name", "rn-bad", *flags, test_image, "true")
+    assert out.returncode == 125, out
+    assert len(out.stderr.splitlines()) == 1 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    assert _gone(client, "rn-bad")
+    assert not Path(netns.resolve("cx-rn-bad")).exists()
+
+
+def test_a_taken_name_leaves_the_existing_container_and_its_network_alone(
+    cli: Cli, bridge: str, test_image: str, made: list[str]
+) -> None:
+    port = free_port()
+    made.append("rn-keep")
+    first = cli("run", "-d", "-p", f"{port}:8080", "--name", "rn-keep", test_image, *HTTPD)
+    assert first.returncode == 0, first.stderr
+    again = cli("run", "-d", "-p", f"{free_port()}:8080", "--name", "rn-keep", test_image, "true")
+    assert again.returncode == 125
+    assert again.stderr == "ctrexec: container name 'rn-keep' is already in use\n"
+    body: list[bytes] = []
+    until(lambda: body.append(_get(port)) or True, "the first container still to answer")
+    assert Path(netns.resolve("cx-rn-keep")).exists()
+
+
+def test_create_with_network_then_start_and_group_down_removes_it(
+    cli: Cli, bridge: str, test_image: str, client: Client, made: list[str]
+) -> None:
+    port = free_port()
+    made.append("rn-made")
+    created = cli("create", "-p", f"{port}:8080", "--name", "rn-made", test_image, *HTTPD)
+    assert (created.returncode, created.stdout) == (0, "rn-made\n"), created.stderr
+    assert cli("start", "rn-made").returncode == 0
+    body: list[bytes] = []
+    until(lambda: body.append(_get(port)) or True, "the created container to answer")
+    down = cli("group down", "rn-made")
+    assert down.returncode == 0, down.stderr
+    assert _gone(client, "rn-made")
+    assert not Path(netns.resolve("cx-rn-made")).exists()
+
+
+WARNING = "ctrexec: warning: restart policy on-failure: no `ctrexec supervise` runs"
+
+
+def test_restart_without_supervisor_warns_once(cli: Cli, test_image: str, made: list[str]) -> None:
+    made.append("rn-warn")
+    out = cli("run", "-d", "--restart", "on-failure:2", "--name", "rn-warn", test_image, "true")
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(WARNING), out.stderr
+    assert "contrib/systemd/ctrexec-supervise@.service" in lines[0]
+
+
+def test_restart_on_failure_is_applied_by_ctrexec_supervise(
+    cli: Cli, ex: Executor, test_image: str, made: list[str]
+) -> None:
+    made.append("rn-retry")
+    sup = subprocess.Popen(cli.argv("supervise"), stderr=subprocess.PIPE, text=True)
+    try:
+        until(lambda: is_supervised(ex.client), "the supervisor's presence lock")
+        out = cli(
+            "run", "-d", "--restart", "on-failure:2", "--name", "rn-retry", test_image,
+            "sh", "-c", "exit 3",
+        )  # fmt: skip
+        assert (out.returncode, out.stderr) == (0, ""), out.stderr
+        until(lambda: ex.inspect("rn-retry").restart_count == 2, "two restarts", timeout=60)
+        info = json.loads(cli("inspect", "rn-retry", check=True).stdout)[0]
+        assert info["config"]["restart"]["policy"] == "on-failure"
+        assert info["config"]["restart"]["max_attempts"] == 2
+        until(lambda: ex.inspect("rn-retry").exit is not None, "the last exit", timeout=60)
+    finally:
+        sup.send_signal(signal.SIGTERM)
+        _, err = sup.communicate(timeout=30)
+    assert sup.returncode == 0, err
+    assert "Traceback" not in err
+    assert ex.inspect("rn-retry").restart_count == 2
+    assert not is_supervised(ex.client)
