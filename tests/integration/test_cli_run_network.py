@@ -224,3 +224,42 @@ def test_restart_on_failure_is_applied_by_ctrexec_supervise(
     assert "Traceback" not in err
     assert ex.inspect("rn-retry").restart_count == 2
     assert not is_supervised(ex.client)
+
+
+def test_run_interactive_with_publish_and_rm_cleans_up(
+    cli: Cli, bridge: str, test_image: str
+) -> None:
+    port = free_port()
+    argv = cli.argv(
+        "run", "-i", "--rm", "-p", f"{port}:8080", "--name", "rn-attached", test_image,
+        "sh", "-c", "read line; echo got $line; ip -4 -o addr show eth0",
+    )  # fmt: skip
+    out = subprocess.run(
+        argv, input="hello\n", capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    first, second = out.stdout.splitlines()
+    assert first == "got hello" and "10.231.188." in second, out.stdout
+    assert not Path(netns.resolve("cx-rn-attached")).exists()
+
+
+def test_group_up_warns_once_about_an_unapplied_policy(
+    cli: Cli, test_image: str, tmp_path: Path
+) -> None:
+    tasks = "".join(
+        f'[[task]]\nname = "{n}"\nimage = "{test_image}"\ncommand = ["true"]\n'
+        f'restart = {{ policy = "{policy}" }}\n'
+        for n, policy in (("a", "on-failure"), ("b", "always"), ("c", "on-failure"))
+    )
+    file = tmp_path / "g.toml"
+    file.write_text(f'name = "rnwarn"\nnetwork = "none"\n{tasks}')
+    up = cli("group up", str(file))
+    try:
+        assert up.returncode == 0, up.stderr
+        lines = up.stderr.splitlines()
+        assert len(lines) == 1, up.stderr
+        assert lines[0].startswith(
+            "ctrexec: warning: restart policy always, on-failure: no `ctrexec supervise`"
+        )
+    finally:
+        assert cli("group down", "rnwarn").returncode == 0
