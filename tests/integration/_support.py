@@ -9,7 +9,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
+from ctrexec.errors import NotFound
 from ctrexec.executor import Executor
 from ctrexec.supervisor import Supervisor
 from ctrexec.testing import wait_for
@@ -45,3 +47,12 @@ def scratch_executor(client: Client, tmp_path: Path, prefix: str) -> Iterator[Ex
         for info in executor.list(all_tasks=True):
             if info.id.startswith(prefix):
                 executor.destroy(info.id, force=True)
+
+
+def gone(client: Client, name: str) -> bool:
+    """Whether containerd has no container record of this name."""
+    try:
+        containers.get(client, name)
+    except NotFound:
+        return True
+    return False

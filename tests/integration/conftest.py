@@ -1,11 +1,14 @@
-"""Fixtures of the network tests' harness (``_nethelpers``), used by ``NET_MARKS``."""
+"""Fixtures of the integration tests: the network harness's (``_nethelpers``, used by
+``NET_MARKS``) and the CLI tests' record of what they made."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _cli import Cli
 from _nethelpers import IP_FORWARD, RUN_TAG, iptables_dump, sh
 
 
@@ -19,3 +22,13 @@ def restore_ip_forward() -> Iterator[None]:
     assert [p.name for p in Path("/run/netns").glob(f"{RUN_TAG}*")] == []
     assert RUN_TAG not in iptables_dump()
     assert RUN_TAG not in sh("ip", "-o", "link").stdout
+
+
+@pytest.fixture
+def made(cli: Cli) -> Iterator[list[str]]:
+    """Names a CLI test created; each is removed (forced) afterwards, even if it failed."""
+    names: list[str] = []
+    yield names
+    if names:
+        with contextlib.suppress(Exception):
+            cli("rm", "-f", *names)

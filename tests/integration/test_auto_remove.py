@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 from _cli import Cli
-from _support import scratch_executor, supervising, until
+from _support import gone, scratch_executor, supervising, until
 
-from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.errors import NotFound
 from ctrexec.executor import Executor
 from ctrexec.supervisor import Supervisor, is_supervised
 from ctrexec.taskconfig import RestartPolicy, TaskConfig
@@ -39,14 +37,6 @@ def supervised(ex: Executor) -> Iterator[Supervisor]:
         yield sup
 
 
-def _gone(client: Client, name: str) -> bool:
-    try:
-        containers.get(client, name)
-    except NotFound:
-        return True
-    return False
-
-
 def test_run_d_rm_without_supervisor_warns_and_stop_removes(
     ex: Executor, cli: Cli, test_image: str
 ) -> None:
@@ -59,7 +49,7 @@ def test_run_d_rm_without_supervisor_warns_and_stop_removes(
     assert ex.inspect("rm-nosup").status is Status.RUNNING
     out = cli("stop", "-t", "1", "rm-nosup")
     assert out.returncode == 0, out.stderr
-    assert _gone(ex.client, "rm-nosup")
+    assert gone(ex.client, "rm-nosup")
 
 
 def test_exit_without_supervisor_is_removed_when_one_starts(
@@ -68,10 +58,10 @@ def test_exit_without_supervisor_is_removed_when_one_starts(
     out = cli("run", "-d", "--rm", "--name", "rm-late", test_image, "true")
     assert out.returncode == 0, out.stderr
     until(lambda: ex.inspect("rm-late").status is Status.STOPPED, "the exit")
-    assert not _gone(ex.client, "rm-late")  # nobody watches: it stays, as warned
+    assert not gone(ex.client, "rm-late")  # nobody watches: it stays, as warned
     log_dir = Path(ex.inspect("rm-late").log_path).parent
     with supervising(ex):
-        until(lambda: _gone(ex.client, "rm-late"), "removal by the supervisor's reconcile")
+        until(lambda: gone(ex.client, "rm-late"), "removal by the supervisor's reconcile")
     assert not log_dir.exists()
 
 
@@ -81,7 +71,7 @@ def test_run_d_rm_with_supervisor_is_removed_on_exit(
     out = cli("run", "-d", "--rm", "--name", "rm-sup", test_image, "sh", "-c", "sleep 0.5")
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
-    until(lambda: _gone(ex.client, "rm-sup"), "removal on exit")
+    until(lambda: gone(ex.client, "rm-sup"), "removal on exit")
 
 
 def test_foreground_rm_with_supervisor_keeps_output_and_exit_code(
@@ -92,7 +82,7 @@ def test_foreground_rm_with_supervisor_keeps_output_and_exit_code(
     assert out.returncode == 3, out.stderr
     assert out.stdout == "hello\n"
     assert out.stderr == ""
-    until(lambda: _gone(ex.client, "rm-fg"), "removal")
+    until(lambda: gone(ex.client, "rm-fg"), "removal")
 
 
 def test_rm_with_restart_policy_is_removed_once_the_policy_gives_up(
@@ -108,7 +98,7 @@ def test_rm_with_restart_policy_is_removed_once_the_policy_gives_up(
             restart=RestartPolicy(policy="on-failure", max_attempts=2, delay=0.1),
         )
     )
-    until(lambda: _gone(ex.client, "rm-policy"), "removal after the last attempt")
+    until(lambda: gone(ex.client, "rm-policy"), "removal after the last attempt")
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rm-policy ")]
     assert said == [
         "rm-policy exited with code 1; restarting in 0.1s",

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 import signal
@@ -23,15 +22,6 @@ from ctrexec.net.networks import Networks
 from ctrexec.testing import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def made(cli: Cli) -> Iterator[list[str]]:
-    names: list[str] = []
-    yield names
-    if names:
-        with contextlib.suppress(Exception):
-            cli("rm", "-f", *names)
 
 
 def _run(cli: Cli, made: list[str], name: str, *argv: str, detach: bool = True) -> None:

@@ -8,7 +8,6 @@ CNI directories, passed to the CLI through its ``CTREXEC_*`` settings.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 import signal
@@ -20,11 +19,9 @@ from pathlib import Path
 import pytest
 from _cli import Cli
 from _nethelpers import free_port
-from _support import scratch_executor, until
+from _support import gone, scratch_executor, until
 
-from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
-from ctrexec.errors import NotFound
 from ctrexec.executor import Executor
 from ctrexec.net import netns
 from ctrexec.supervisor import is_supervised
@@ -63,27 +60,10 @@ def ex(client: Client, tmp_path: Path) -> Iterator[Executor]:
         yield executor
 
 
-@pytest.fixture
-def made(cli: Cli) -> Iterator[list[str]]:
-    names: list[str] = []
-    yield names
-    if names:
-        with contextlib.suppress(Exception):
-            cli("rm", "-f", *names)
-
-
 def _get(port: int) -> bytes:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
         body: bytes = resp.read()
         return body
-
-
-def _gone(client: Client, name: str) -> bool:
-    try:
-        containers.get(client, name)
-    except NotFound:
-        return True
-    return False
 
 
 def test_run_publish_serves_on_localhost_and_rm_removes_the_network(
@@ -108,7 +88,7 @@ def test_run_publish_serves_on_localhost_and_rm_removes_the_network(
     rm = cli("rm", "-f", "rn-web")
     assert (rm.returncode, rm.stdout) == (0, "rn-web\n"), rm.stderr
     assert not Path(path).exists()
-    assert _gone(client, "rn-web")
+    assert gone(client, "rn-web")
 
 
 def test_run_network_bridge_without_ports_and_run_rm_cleans_up(
@@ -153,7 +133,7 @@ def test_bad_network_and_restart_flags_are_one_line_and_make_nothing(
     assert out.returncode == 125, out
     assert len(out.stderr.splitlines()) == 1 and message in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
-    assert _gone(client, "rn-bad")
+    assert gone(client, "rn-bad")
     assert not Path(netns.resolve("cx-rn-bad")).exists()
 
 
@@ -184,7 +164,7 @@ def test_create_with_network_then_start_and_group_down_removes_it(
     until(lambda: body.append(_get(port)) or True, "the created container to answer")
     down = cli("group down", "rn-made")
     assert down.returncode == 0, down.stderr
-    assert _gone(client, "rn-made")
+    assert gone(client, "rn-made")
     assert not Path(netns.resolve("cx-rn-made")).exists()
 
 

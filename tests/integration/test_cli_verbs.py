@@ -7,9 +7,7 @@ the end; its refusals name the container and its state, never an RPC or runc's
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator
 
 import pytest
 from _cli import Cli
@@ -18,16 +16,6 @@ pytestmark = pytest.mark.integration
 
 #: What must never reach a user: a containerd method name, runc's unclassified suffix.
 INTERNAL = re.compile(r"\b[A-Z][a-z]+s\.[A-Z][a-zA-Z]+:|: unknown\b")
-
-
-@pytest.fixture
-def made(cli: Cli) -> Iterator[list[str]]:
-    """Names a test created; each is removed (forced) afterwards."""
-    names: list[str] = []
-    yield names
-    if names:
-        with contextlib.suppress(Exception):
-            cli("rm", "-f", *names)
 
 
 def _sleeper(cli: Cli, image: str, made: list[str], name: str) -> None:
