@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -165,3 +166,17 @@ def signal_pipe(signals: tuple[int, ...]) -> Iterator[int]:
             signal.signal(s, h)
         os.close(read_end)
         os.close(write_end)
+
+
+def until_signal(wakeup: int, alive: Callable[[], bool], poll: float = 0.5) -> bool:
+    """Wait on a :func:`signal_pipe` until a signal comes (True) or ``alive()`` ends (False).
+
+    For a command whose work runs on another thread: the main thread only waits, so a
+    signal's byte is read here, in plain code, and the caller stops the work.
+    """
+    while alive():
+        if select.select([wakeup], [], [], poll)[0]:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wakeup, 64)
+            return True
+    return False

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import select
 import signal
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ctrexec.cli._common import ArgumentParser, connect, connection_flags
+from ctrexec.cli._common import (
+    ArgumentParser,
+    connect,
+    connection_flags,
+    signal_pipe,
+    until_signal,
+)
 from ctrexec.errors import CtrexecError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -47,7 +51,8 @@ def cmd_events(args: argparse.Namespace) -> int:
     """Print events until SIGINT or SIGTERM (exit 0) or until the stream fails (125).
 
     The handlers do nothing: the signal's byte on the wakeup pipe is what wakes the
-    main thread, which then cancels the stream; the printing runs on its own thread.
+    main thread, which then cancels the stream; the printing runs on its own thread,
+    and its end (the stream failed, or stdout closed) ends the wait as well.
     """
     from ctrexec.executor import Executor
     from ctrexec.watch import TaskEvents, parse_kinds
@@ -55,32 +60,23 @@ def cmd_events(args: argparse.Namespace) -> int:
     options = parse_filters(args.filter or [])
     parse_kinds(options.get("types", []))  # refused before connecting, as bad flags are
     stream = TaskEvents.of(Executor(connect(args)), **options)
-    wake_r, wake_w = os.pipe()
-    for fd in (wake_r, wake_w):
-        os.set_blocking(fd, False)
-    previous = signal.set_wakeup_fd(wake_w)
-    handlers = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGTERM)}
     failure: list[BaseException] = []
     printer = threading.Thread(
-        target=_print_events, args=(stream, failure, wake_w), name="ctrexec-events-print"
+        target=_print_events, args=(stream, failure), name="ctrexec-events-print"
     )
-    printer.start()
-    try:
-        select.select([wake_r], [], [])
-    finally:
-        stream.cancel()
-        printer.join()
-        signal.set_wakeup_fd(previous)
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        os.close(wake_r)
-        os.close(wake_w)
+    with signal_pipe((signal.SIGINT, signal.SIGTERM)) as wakeup:
+        printer.start()
+        try:
+            until_signal(wakeup, printer.is_alive)
+        finally:
+            stream.cancel()
+            printer.join()
     if failure and isinstance(failure[0], CtrexecError):
         raise failure[0]
     return 0
 
 
-def _print_events(stream: TaskEvents, failure: list[BaseException], wake: int) -> None:
+def _print_events(stream: TaskEvents, failure: list[BaseException]) -> None:
     try:
         for event in stream:
             sys.stdout.write(json.dumps(event.to_json(), sort_keys=True) + "\n")
@@ -89,8 +85,6 @@ def _print_events(stream: TaskEvents, failure: list[BaseException], wake: int) -
         pass  # the reader went away (``ctrexec events | head``): done
     except CtrexecError as exc:
         failure.append(exc)
-    finally:
-        os.write(wake, b"\0")
 
 
 def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import select
 import signal
 import threading
 from pathlib import Path
@@ -18,6 +16,7 @@ from ctrexec.cli._common import (
     json_flag,
     print_json,
     signal_pipe,
+    until_signal,
 )
 from ctrexec.cli._common import print_table as table
 from ctrexec.cli.registry import add_pull_policy, ensure_images
@@ -123,10 +122,8 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     with signal_pipe((signal.SIGINT, signal.SIGTERM)) as wakeup:
         worker = threading.Thread(target=serve, name="ctrexec-supervise")
         worker.start()
-        while worker.is_alive():
-            if select.select([wakeup], [], [], 0.5)[0]:
-                os.read(wakeup, 64)
-                stop.set()
+        if until_signal(wakeup, worker.is_alive):
+            stop.set()
         worker.join()
     if failed:
         raise failed[0]
