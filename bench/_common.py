@@ -171,14 +171,6 @@ def log_daemon_pids() -> list[int]:
     return [pid] if any(logdaemon.NAME in a for a in cmdline(pid)) else []
 
 
-def log_daemon_registrations() -> list[str]:
-    """Runs the log daemon still writes for: a clean scenario leaves none."""
-    from ctrexec import logdaemon, logdaemon_client
-
-    where = logdaemon_client.state_dir() / logdaemon.STREAMS_DIR
-    return sorted(p.stem for p in where.glob("*.json")) if where.is_dir() else []
-
-
 def memory_of(pid_list: Sequence[int]) -> Mem:
     rss = pss = dirty = count = 0
     for pid in pid_list:

@@ -18,7 +18,6 @@ from _common import (
     BenchError,
     MemResult,
     log_daemon_pids,
-    log_daemon_registrations,
     logdriver_pids,
     memory_of,
     run,
@@ -29,6 +28,7 @@ from _common import (
 )
 from _docker import Dockerd, restart_attempt, wait_exited
 
+from ctrexec import logdaemon_client
 from ctrexec.containerd.client import Client
 from ctrexec.executor import Executor
 from ctrexec.net import netns
@@ -163,7 +163,7 @@ class Bench:
     def check_clean(self, what: str) -> None:
         wait_until(lambda: not shim_pids(self.address), GONE_TIMEOUT, f"shims to exit ({what})")
         left = audit(self.client)
-        left += [f"log daemon registration {r}" for r in log_daemon_registrations()]
+        left += [f"log daemon registration {r}" for r in logdaemon_client.registrations()]
         if self.docker.containers():
             left.append(f"docker containers {self.docker.containers()}")
         if left:
@@ -347,7 +347,8 @@ def memory(b: Bench, g: int, how: str) -> MemResult:
             # The log daemon serves these tasks only (one scenario runs at a time); it
             # outlives a scenario by its idle time, so it counts only while it serves.
             drivers=memory_of(
-                logdriver_pids(shims) + (log_daemon_pids() if log_daemon_registrations() else [])
+                logdriver_pids(shims)
+                + (log_daemon_pids() if logdaemon_client.registrations() else [])
             ),
             other_shims=len(shim_pids(None)) - len(shims),
             extra=memory_of(extra),

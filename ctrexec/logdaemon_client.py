@@ -43,6 +43,24 @@ def state_dir() -> Path:
     return Path(os.environ.get(LOGD_DIR_ENV) or DEFAULT_LOGD_DIR)
 
 
+def registrations(log_path: str | os.PathLike[str] | None = None) -> list[str]:
+    """The runs the daemon reads (those writing ``log_path``, or all), by token, sorted.
+
+    Read from its registration files, not asked of it: a killed daemon's runs still
+    count, as its successor adopts them. Tests and benchmarks audit with it.
+    """
+    where = state_dir() / logdaemon.STREAMS_DIR
+    found = []
+    for reg in where.glob("*.json") if where.is_dir() else []:
+        if log_path is None:
+            found.append(reg.stem)
+            continue
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            if json.loads(reg.read_text())["log"] == os.fspath(log_path):
+                found.append(reg.stem)
+    return sorted(found)
+
+
 def fifo_paths(log_path: str | os.PathLike[str]) -> tuple[str, str, str]:
     """``(token, stdout FIFO, stderr FIFO)`` for a new run, next to its log file.
 

@@ -9,7 +9,6 @@ directory), and are then signalled by pid.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
@@ -19,7 +18,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ctrexec import _rpc, errors, logdaemon, logdaemon_client
+from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.leases.v1 import leases_pb2
 from ctrexec._linux import mounts_under
 from ctrexec.containerd import containers, snapshots, tasks
@@ -150,17 +149,6 @@ def log_drivers(under: Path) -> list[int]:
         if any(b"logdriver" in a for a in cmdline(pid)[:3])
         and any(a.startswith(prefix) for a in cmdline(pid))
     ]
-
-
-def log_daemon_runs(log_path: str | Path) -> list[str]:
-    """The shared log daemon's registrations (runs it reads) that write ``log_path``."""
-    where = logdaemon_client.state_dir() / logdaemon.STREAMS_DIR
-    found = []
-    for reg in where.glob("*.json") if where.is_dir() else []:
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(reg.read_text())["log"] == str(log_path):
-                found.append(reg.stem)
-    return found
 
 
 def strays(address: str, namespace: str, prefix: str, logs: Path) -> list[str]:

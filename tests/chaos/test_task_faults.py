@@ -15,7 +15,6 @@ from _chaoslib import (
     cgroup_dirs,
     cgroup_members,
     cmdline,
-    log_daemon_runs,
     log_drivers,
     netns_id,
     ppid,
@@ -24,7 +23,7 @@ from _chaoslib import (
     wait_for,
 )
 
-from ctrexec import errors
+from ctrexec import errors, logdaemon_client
 from ctrexec._linux import mounts_under
 from ctrexec.containerd import containers, snapshots, tasks
 from ctrexec.containerd.client import Client
@@ -118,14 +117,18 @@ def test_shim_sigkill_takes_task_and_destroy_still_cleans(
     assert shim_pid in shims(containerd_address, client.namespace, name)
     shim = proc(shim_pid)
     assert [p for p in log_drivers(tmp_path) if ppid(p) == shim_pid] == []
-    assert len(log_daemon_runs(h.log_path)) == 1, "the log daemon should hold the task's FIFOs"
+    assert len(logdaemon_client.registrations(h.log_path)) == 1, (
+        "the log daemon should hold the task's FIFOs"
+    )
 
     os.kill(shim_pid, signal.SIGKILL)
 
     wait_for(lambda: not alive(shim), "the shim to die")
     wait_for(lambda: not alive(task), "the task to die with its shim")
     # The dead shim's FIFO ends closed: the log daemon ends the run's streams.
-    wait_for(lambda: not log_daemon_runs(h.log_path), "the log daemon to end the run")
+    wait_for(
+        lambda: not logdaemon_client.registrations(h.log_path), "the log daemon to end the run"
+    )
     assert cgroup_members(client.namespace, name) == [], "processes left in the task's cgroup"
     reported = wait_for(lambda: _settled(ex, name), "containerd to finish with the dead shim")
     # Both are acceptable by containerd's API; 1.6.20 answers NotFound.

@@ -23,11 +23,6 @@ def _state() -> Path:
     return logdaemon_client.state_dir()
 
 
-def _registrations() -> list[str]:
-    where = _state() / logdaemon.STREAMS_DIR
-    return sorted(p.stem for p in where.glob("*.json")) if where.is_dir() else []
-
-
 def _daemon_pid() -> int:
     return int((_state() / logdaemon.PIDFILE).read_text())
 
@@ -79,10 +74,10 @@ def test_each_run_ends_its_registration(
     handle = executor.start_task(config)
     try:
         assert executor.wait(name).code == 3
-        until(lambda: not _registrations(), "the first run's registration to end")
+        until(lambda: not logdaemon_client.registrations(), "the first run's registration to end")
         executor.start(name)
         assert executor.wait(name).code == 3
-        until(lambda: not _registrations(), "the second run's registration to end")
+        until(lambda: not logdaemon_client.registrations(), "the second run's registration to end")
         lines = [e.message for e in logs.read_logs(handle.log_path)]
         assert lines == ["run\n", "run\n"]
     finally:
@@ -93,7 +88,7 @@ def test_a_start_that_fails_leaves_no_registration(executor: Executor, test_imag
     name = "logd-nocmd"
     with pytest.raises(CtrexecError, match="no-such-command"):
         executor.start_task(TaskConfig(name=name, image=test_image, command=["no-such-command"]))
-    assert _registrations() == []
+    assert logdaemon_client.registrations() == []
     assert not list(Path(executor.log_dir).rglob("*.fifo"))
 
 

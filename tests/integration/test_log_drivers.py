@@ -8,8 +8,6 @@ the driver has them, the disk bound where it has one, and nothing at all for ``n
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +16,7 @@ import pytest
 from _cli import TEST_NAMESPACE, Cli
 from _support import until
 
-from ctrexec import logdaemon, logs
-from ctrexec.defaults import LOGD_DIR_ENV
+from ctrexec import logdaemon_client, logs
 
 CHATTY = "echo out; echo err >&2; i=0; while :; do echo line $i; i=$((i+1)); sleep 0.2; done"
 
@@ -36,19 +33,6 @@ def names(cli: Cli) -> Iterator[list[str]]:
 def _log(cli: Cli, name: str) -> Path:
     assert cli.log_dir is not None
     return cli.log_dir / TEST_NAMESPACE / name / "task.log"
-
-
-def _daemon_runs(path: Path) -> list[str]:
-    """Tokens of the shared log daemon's registrations that write ``path``."""
-    where = Path(os.environ[LOGD_DIR_ENV]) / logdaemon.STREAMS_DIR
-    if not where.is_dir():
-        return []
-    found = []
-    for reg in where.glob("*.json"):
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(reg.read_text())["log"] == str(path):
-                found.append(reg.stem)
-    return found
 
 
 #: The CLI flags of each way to log that keeps a file.
@@ -87,7 +71,7 @@ def test_logs_and_follow_outlive_the_cli_that_started_the_task(
         assert shown.stdout.startswith("out\nline 0\n") and shown.stderr == "err\n"
         # The shared daemon writes it, or a process of its own, never both.
         assert (_drivers_writing(_log(cli, name)) != []) == (driver == "process")
-        assert (_daemon_runs(_log(cli, name)) != []) == (driver == "json-file")
+        assert (logdaemon_client.registrations(_log(cli, name)) != []) == (driver == "json-file")
     else:  # the shim writes both streams to one file, itself
         # Two pipes copied into one file: each stream keeps its order, not the two together.
         lines = shown.stdout.splitlines()
