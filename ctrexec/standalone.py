@@ -26,6 +26,7 @@ from ctrexec.groups import NETNS_PREFIX, teardown_network
 from ctrexec.ids import validate_id
 from ctrexec.net import netns, settings
 from ctrexec.net.networks import NetworkMode, Networks, parse_mode, parse_port
+from ctrexec.net.ports import expand_publish
 from ctrexec.taskconfig import TaskConfig
 
 
@@ -41,14 +42,16 @@ def requested(network: str | None, ports: Sequence[str], netns_flag: str) -> Wir
     """Read ``--network``/``-p`` against ``--netns``; None when no namespace is to be made.
 
     Checks everything that needs no daemon, so a bad flag has no side effect.
-    ``-p`` alone means docker's default network, the bridge. ``none`` and ``host``
-    need no group: they are ``--netns none|host``.
+    ``-p`` alone means docker's default network, the bridge; its range and
+    host-port-less forms become plain mappings here. ``none`` and ``host`` need no
+    group: they are ``--netns none|host``.
     """
     if network is None and not ports:
         return None
     if netns_flag not in ("none", ""):
         raise InvalidArgument("--netns cannot be used with --network or --publish")
     mode = parse_mode(network or "bridge")
+    ports = [one for text in ports for one in expand_publish(text)]
     for port in ports:
         parse_port(port)
     if not mode.uses_cni:

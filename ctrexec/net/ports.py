@@ -22,7 +22,7 @@ import errno
 import ipaddress
 import re
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -86,6 +86,72 @@ def parse_port(text: str) -> PortMapping:
         protocol=proto or "tcp",
         host_ip=_host_ip(host_ip, text),
     )
+
+
+def expand_publish(text: str, pick: Callable[[str, str], int] | None = None) -> list[str]:
+    """docker's other ``-p`` forms as the ``HOST:CONTAINER`` mappings parse_port reads.
+
+    A range (``8000-8001:80-81``) gives one mapping per port; a missing host port
+    (``80``, ``IP::80``) is picked now (``pick(host_ip, proto)``, by default a port
+    the kernel hands out as free), and named from then on, so a restart republishes
+    the same one. Anything else comes back unchanged for parse_port to judge.
+    """
+    spec, slash, proto = text.partition("/")
+    if spec.startswith("["):
+        address, bracket, rest = spec[1:].partition("]")
+        if not bracket or not rest.startswith(":"):
+            return [text]
+        host_ip, prefix, parts = address, f"[{address}]:", rest[1:].split(":")
+    else:
+        parts = spec.split(":")
+        host_ip = parts.pop(0) if len(parts) == 3 else ""
+        prefix = f"{host_ip}:" if len(spec.split(":")) == 3 else ""
+    if len(parts) == 1:
+        parts = ["", parts[0]]
+    if len(parts) != 2:
+        return [text]
+    wanted = _port_range(parts[1], text)
+    hosts = _port_range(parts[0], text) if parts[0] else None
+    if hosts is not None and len(hosts) != len(wanted):
+        raise InvalidArgument(
+            f"invalid port mapping {text!r}: the host and container ranges differ in size"
+        )
+    if hosts is None:
+        hosts = _picked(len(wanted), host_ip, proto or "tcp", pick or free_host_port)
+    return [f"{prefix}{h}:{port}{slash}{proto}" for h, port in zip(hosts, wanted, strict=True)]
+
+
+def _picked(count: int, host_ip: str, proto: str, pick: Callable[[str, str], int]) -> list[int]:
+    """``count`` different host ports (the kernel may hand the same one out twice)."""
+    chosen: list[int] = []
+    for _ in range(count * 20):
+        if len(chosen) == count:
+            break
+        port = pick(host_ip, proto)
+        if port not in chosen:
+            chosen.append(port)
+    if len(chosen) < count:
+        raise InvalidArgument(f"cannot pick {count} free host ports on {host_ip or 'the host'}")
+    return chosen
+
+
+def _port_range(text: str, spec: str) -> list[int]:
+    first, dash, last = text.partition("-")
+    low = _port(first, spec)
+    high = _port(last, spec) if dash else low
+    if high < low:
+        raise InvalidArgument(f"invalid port mapping {spec!r}: range {text} ends before it starts")
+    return list(range(low, high + 1))
+
+
+def free_host_port(host_ip: str, proto: str) -> int:
+    """A port the kernel deems free on ``host_ip`` (all addresses if empty), as docker
+    picks one for ``-p 80``; the check before the ADD still guards the moment after."""
+    family = socket.AF_INET6 if ":" in host_ip else socket.AF_INET
+    kind = socket.SOCK_DGRAM if proto == "udp" else socket.SOCK_STREAM
+    with socket.socket(family, kind) as sock:
+        sock.bind((host_ip, 0))  # "" is every address of the family
+        return int(sock.getsockname()[1])
 
 
 def describe(mapping: PortMapping) -> str:

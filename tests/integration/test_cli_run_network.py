@@ -91,6 +91,23 @@ def test_run_publish_serves_on_localhost_and_rm_removes_the_network(
     assert gone(client, "rn-web")
 
 
+def test_publish_without_a_host_port_picks_one_and_keeps_it_across_a_restart(
+    cli: Cli, bridge: str, test_image: str, made: list[str]
+) -> None:
+    made.append("rn-pick")
+    out = cli("run", "-d", "-p", "127.0.0.1::8080", "--name", "rn-pick", test_image, *HTTPD)
+    assert out.returncode == 0, out.stderr
+    line = cli("port", "rn-pick", "8080", check=True).stdout
+    host = line.strip().rsplit(" ", 1)[-1]
+    assert host.startswith("127.0.0.1:"), line
+    port = int(host.rsplit(":", 1)[1])
+    body: list[bytes] = []
+    until(lambda: body.append(_get(port)) or True, "the picked port to answer")
+    assert cli("restart", "-t", "1", "rn-pick").returncode == 0
+    assert cli("port", "rn-pick", "8080", check=True).stdout == line
+    until(lambda: body.append(_get(port)) or True, "the same port to answer after the restart")
+
+
 def test_run_network_bridge_without_ports_and_run_rm_cleans_up(
     cli: Cli, bridge: str, test_image: str
 ) -> None:
@@ -115,7 +132,8 @@ def test_run_network_none_and_host_need_no_namespace(cli: Cli, test_image: str) 
     ("flags", "message"),
     [
         (["--network", "nosuch"], "invalid network mode 'nosuch'"),
-        (["-p", "80"], "80"),
+        (["-p", "8000-8001:80"], "the host and container ranges differ in size"),
+        (["-p", "1:2:3:4"], "invalid port mapping '1:2:3:4'"),
         (["--network", "none", "-p", "8080:80"], "--publish needs --network bridge or cni:NAME"),
         (["--netns", "host", "-p", "8080:80"], "--netns cannot be used with --network"),
         (["--network", "bridge", "--group", "g"], "--group cannot be used with --network"),
@@ -127,8 +145,15 @@ def test_run_network_none_and_host_need_no_namespace(cli: Cli, test_image: str) 
     ],
 )
 def test_bad_network_and_restart_flags_are_one_line_and_make_nothing(
-    cli: Cli, bridge: str, test_image: str, client: Client, flags: list[str], message: str
+    cli: Cli,
+    bridge: str,
+    test_image: str,
+    client: Client,
+    flags: list[str],
+    message: str,
+    made: list[str],
 ) -> None:
+    made.append("rn-bad")  # removed, network and all, should the run succeed after all
     out = cli("run", "-d", "--name", "rn-bad", *flags, test_image, "true")
     assert out.returncode == 125, out
     assert len(out.stderr.splitlines()) == 1 and message in out.stderr, out.stderr
