@@ -71,23 +71,51 @@ def _executor(args: argparse.Namespace) -> Executor:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    """docker's ``wait``: each container's exit code, one per line, once it has one."""
-    from ctrexec.containerd.tasks import Status
+    """docker's ``wait``: each container's exit code, one per line, once it has one.
 
+    A container never started is waited for as docker does: until a ``start`` from
+    elsewhere runs it and it exits.
+    """
     ex = _executor(args)
 
     def wait(task_id: str) -> bool:
-        info = ex.inspect(task_id, addresses=False)
-        if info.status is Status.STOPPED and info.exit is not None:
-            code = info.exit.code
-        elif info.status in (Status.RUNNING, Status.PAUSED):
-            code = ex.wait(task_id).code
-        else:
-            raise FailedPrecondition(f"container {task_id} is not running")
-        print(code, flush=True)
+        print(_exit_code(ex, task_id), flush=True)
         return True
 
     return each(args.ids, wait)
+
+
+def _exit_code(ex: Executor, task_id: str) -> int:
+    """The current run's exit code, waiting for it to start first if it has not.
+
+    The stream is subscribed before the state is read, so a start in between is an
+    event that ends the wait for it; any event of the task makes it look again.
+    """
+    from ctrexec.containerd.tasks import Status
+
+    stream = None
+    try:
+        while True:
+            info = ex.inspect(task_id, addresses=False)
+            if info.status in (Status.RUNNING, Status.PAUSED, Status.PAUSING):
+                return ex.wait(task_id).code
+            if info.exit is not None:  # stopped, or its exit kept once the task went
+                return info.exit.code
+            if stream is None:
+                stream = ex.events(tasks=[task_id])
+                continue  # look again now that nothing can be missed
+            next(stream)
+    finally:
+        if stream is not None:
+            stream.cancel()
+
+
+def cmd_rename(args: argparse.Namespace) -> int:
+    """docker's ``rename``, for a container whose task is not running (see ctrexec.rename)."""
+    from ctrexec.rename import rename
+
+    rename(_executor(args), args.old, args.new)
+    return 0
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
@@ -171,6 +199,10 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p = sub.add_parser("wait", parents=[conn], help="block until tasks exit, print exit codes")
     p.add_argument("ids", nargs="+")
     p.set_defaults(func=cmd_wait)
+    p = sub.add_parser("rename", parents=[conn], help="rename a container that is not running")
+    p.add_argument("old", metavar="CONTAINER")
+    p.add_argument("new", metavar="NEW_NAME")
+    p.set_defaults(func=cmd_rename)
     p = sub.add_parser("restart", parents=[conn], help="stop, then start tasks again")
     p.add_argument("-t", "--time", type=float, help="seconds before SIGKILL")
     p.add_argument("-s", "--signal")
