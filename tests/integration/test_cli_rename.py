@@ -90,11 +90,11 @@ def test_rename_refusals(cli: Cli, test_image: str, made: list[str]) -> None:
     assert cli("create", "--name", "rn-taken", test_image, "true").returncode == 0
     cases = {
         ("rn-web", "rn-other"): (
-            1,
+            125,
             "cannot rename running container rn-web: containerd keys a task by its "
             "container's id; stop it first",
         ),
-        ("rn-taken", "rn-web"): (1, "container name 'rn-web' is already in use"),
+        ("rn-taken", "rn-web"): (125, "container name 'rn-web' is already in use"),
         ("rn-nosuch", "rn-x"): (1, "No such container: rn-nosuch"),
         ("rn-taken", "bad/name"): (
             125,
@@ -129,14 +129,14 @@ def test_rename_refuses_owned_ids(
         task = {"name": "web", "image": test_image, "command": ["sleep", "300"]}
         groups.up(parse_group({"name": group, "network": "none", "task": [task]}))
         out = cli("rename", f"{group}-web", "rn-x")
-        assert out.returncode == 1
+        assert out.returncode == 125
         assert out.stderr.startswith(
             f"ctrexec: cannot rename container {group}-web: it is a member of group {group}"
         )
         config = TaskConfig(name=nomad, image=test_image, command=("true",))
         ex.create(config, owner_labels={lbl.NOMAD_TASK_ID: "alloc/web/1"})
         out = cli("rename", nomad, "rn-y")
-        assert out.returncode == 1
+        assert out.returncode == 125
         assert out.stderr.startswith(f"ctrexec: cannot rename container {nomad}: it belongs")
         assert cli("inspect", nomad).returncode == 0
         assert cli("inspect", f"{group}-web").returncode == 0
