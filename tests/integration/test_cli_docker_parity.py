@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from _cli import Cli
@@ -110,3 +111,25 @@ def test_inspect_prints_those_it_found(cli: Cli, test_image: str, made: list[str
     assert out.returncode == 1
     assert [i["id"] for i in json.loads(out.stdout)] == ["dp-a", "dp-b"]
     assert out.stderr == "ctrexec: No such container: dp-nosuch\n"
+
+
+def test_a_missing_image_says_how_to_get_it(cli: Cli, tmp_path: Path) -> None:
+    ref = "ctrexec-nope-nope:v0"
+    group = tmp_path / "g.toml"
+    group.write_text(
+        'name = "dpimg"\nnetwork = "none"\n[[task]]\nname = "t"\n'
+        f'image = "{ref}"\ncommand = ["true"]\n'
+    )
+    for argv in (
+        ["run", "--pull", "never", "--name", "dp-img", ref],
+        ["create", "--pull", "never", "--name", "dp-img", ref],
+        ["group up", "--pull", "never", str(group)],
+    ):
+        verb, *rest = argv
+        out = cli(verb, *rest)
+        assert out.returncode == 125, argv
+        assert out.stderr.count("\n") == 1, out.stderr
+        assert out.stderr.startswith(f"ctrexec: image {ref!r} not found in namespace"), argv
+        assert out.stderr.endswith(f"; get it with: ctrexec pull {ref}\n"), argv
+    assert "dp-img" not in cli("ps", "-a").stdout
+    assert not Path("/run/netns/dpimg").exists()
