@@ -79,15 +79,15 @@ def rename(executor: Executor, old: str, new: str) -> containers.Container:
 def _refuse_owned(record: containers.Container) -> None:
     name = record.id
     group = record.labels.get(lbl.GROUP)
-    if group and lbl.IMPLICIT_GROUP not in record.labels:
+    if lbl.IMPLICIT_GROUP in record.labels:
+        raise FailedPrecondition(
+            f"cannot rename container {name}: its network ({group or name}) is named "
+            "after it; remove it and run it again under the new name"
+        )
+    if group:
         raise FailedPrecondition(
             f"cannot rename container {name}: it is a member of group {group}, whose "
             "members are named after it; rename the group's file and bring it up again"
-        )
-    if lbl.IMPLICIT_GROUP in record.labels:
-        raise FailedPrecondition(
-            f"cannot rename container {name}: its network ({group}) is named after it; "
-            "remove it and run it again under the new name"
         )
     if lbl.NOMAD_TASK_ID in record.labels:
         raise FailedPrecondition(
