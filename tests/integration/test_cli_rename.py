@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from _cli import Cli
 
+from ctrexec import errors
 from ctrexec import labels as lbl
-from ctrexec.containerd import containers
+from ctrexec.containerd import containers, snapshots
 from ctrexec.containerd.client import Client
 from ctrexec.executor import Executor
 from ctrexec.groups import Groups, parse_group
@@ -146,3 +147,32 @@ def test_rename_refuses_owned_ids(
         with contextlib.suppress(Exception):
             ex.destroy(nomad, force=True)
         nets.remove_bridge()
+
+
+def test_a_failed_move_leaves_the_old_container_whole(
+    client: Client, test_image: str, tmp_path: Path
+) -> None:
+    """The logs cannot move (the new name's log directory is taken): the copy made under
+    the new name goes again, and the old container, exit and logs included, stays."""
+    from _support import scratch_executor
+
+    from ctrexec import rename
+
+    with scratch_executor(client, tmp_path, "rn-lib") as ex:
+        ex.start_task(TaskConfig(name="rn-lib-a", image=test_image, command=("echo", "kept")))
+        assert ex.wait("rn-lib-a").code == 0
+        log_path = Path(ex.inspect("rn-lib-a").log_path)
+        taken = log_path.parent.parent / "rn-lib-b"
+        taken.mkdir()
+        (taken / "left-behind").write_text("")
+        with pytest.raises(errors.FailedPrecondition, match="cannot move the logs"):
+            rename(ex, "rn-lib-a", "rn-lib-b")
+        with pytest.raises(errors.NotFound):
+            ex.inspect("rn-lib-b")
+        info = ex.inspect("rn-lib-a")
+        assert info.exit is not None and info.exit.code == 0
+        assert log_path.read_text().count("kept") == 1
+        record = containers.get(client, "rn-lib-a")
+        assert snapshots.stat_snapshot(client, record.snapshot_key, record.snapshotter)
+        ex.start("rn-lib-a")
+        assert ex.wait("rn-lib-a").code == 0
