@@ -95,6 +95,7 @@ if TYPE_CHECKING:
     from ctrexec.net.netns import remove as remove_netns
     from ctrexec.net.networks import Attachment, Networks
     from ctrexec.registry.pull import PullEvent, ensure_pulled, pull
+    from ctrexec.rename import rename
     from ctrexec.supervisor import Supervisor, is_supervised
     from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
     from ctrexec.watch import EventFilter, TaskEvents
@@ -164,6 +165,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "Route",
     ),
     "ctrexec.net.networks": ("Attachment", "Networks"),
+    "ctrexec.rename": ("rename",),
     "ctrexec.supervisor": ("Supervisor", "is_supervised"),
     # The events names (Executor.events' types) are added with them.
     "ctrexec.registry.pull": (
@@ -293,6 +295,7 @@ __all__ = [
     "read_task_logs",
     "remove_image",
     "remove_netns",
+    "rename",
 ]
 
 

@@ -59,8 +59,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     ex = _executor(args)
     if not args.format:
-        print_json([_shown(ex.inspect(task_id)) for task_id in args.ids])
-        return 0
+        found: list[dict[str, Any]] = []  # docker prints those it found, then exits 1
+
+        def add(task_id: str) -> bool:
+            found.append(_shown(ex.inspect(task_id)))
+            return True
+
+        code = each(args.ids, add)
+        print_json(found)
+        return code
     psformat.render(args.format, lambda _name: None)  # a bad template fails before any output
 
     def show(task_id: str) -> bool:

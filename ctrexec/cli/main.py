@@ -25,7 +25,15 @@ from ctrexec.cli import (
     tasks,
     verbs,
 )
-from ctrexec.errors import CtrexecError
+from ctrexec.errors import CtrexecError, NotFound
+
+#: Verbs on one container for which ``No such container`` exits 1, as docker's do and
+#: as the verbs on several names do (see cli.verbs.each); their other failures keep
+#: ctrexec's 125, and run and create (which make the container) keep 125 for all.
+SINGLE_CONTAINER_VERBS = frozenset(
+    {"logs", "top", "port", "exec", "inspect", "stats", "attach", "rename"}
+)
+NO_SUCH_CONTAINER = 1
 
 COMMAND_MODULES = (
     info, tasks, inspect, verbs, attach, images, registry, archives, groups, events, netns, daemon,
@@ -43,15 +51,20 @@ def build_parser() -> _common.ArgumentParser:
     sub.required = True
     for module in COMMAND_MODULES:
         module.register(sub)
+    for verb in SINGLE_CONTAINER_VERBS:
+        sub.choices[verb].set_defaults(missing_exit=NO_SUCH_CONTAINER)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    missing_exit = None
     try:
         args = build_parser().parse_args(argv)
+        missing_exit = getattr(args, "missing_exit", None)
         code: int = args.func(args)
     except CtrexecError as err:
-        return _common.fail(err)
+        code = _common.fail(err)
+        return missing_exit if missing_exit and isinstance(err, NotFound) else code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

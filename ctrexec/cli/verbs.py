@@ -71,23 +71,51 @@ def _executor(args: argparse.Namespace) -> Executor:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    """docker's ``wait``: each container's exit code, one per line, once it has one."""
-    from ctrexec.containerd.tasks import Status
+    """docker's ``wait``: each container's exit code, one per line, once it has one.
 
+    A container never started is waited for as docker does: until a ``start`` from
+    elsewhere runs it and it exits.
+    """
     ex = _executor(args)
 
     def wait(task_id: str) -> bool:
-        info = ex.inspect(task_id, addresses=False)
-        if info.status is Status.STOPPED and info.exit is not None:
-            code = info.exit.code
-        elif info.status in (Status.RUNNING, Status.PAUSED):
-            code = ex.wait(task_id).code
-        else:
-            raise FailedPrecondition(f"container {task_id} is not running")
-        print(code, flush=True)
+        print(_exit_code(ex, task_id), flush=True)
         return True
 
     return each(args.ids, wait)
+
+
+def _exit_code(ex: Executor, task_id: str) -> int:
+    """The current run's exit code, waiting for it to start first if it has not.
+
+    The stream is subscribed before the state is read, so a start in between is an
+    event that ends the wait for it; any event of the task makes it look again.
+    """
+    from ctrexec.containerd.tasks import Status
+
+    stream = None
+    try:
+        while True:
+            info = ex.inspect(task_id, addresses=False)
+            if info.status in (Status.RUNNING, Status.PAUSED, Status.PAUSING):
+                return ex.wait(task_id).code
+            if info.exit is not None:  # stopped, or its exit kept once the task went
+                return info.exit.code
+            if stream is None:
+                stream = ex.events(tasks=[task_id])
+                continue  # look again now that nothing can be missed
+            next(stream)
+    finally:
+        if stream is not None:
+            stream.cancel()
+
+
+def cmd_rename(args: argparse.Namespace) -> int:
+    """docker's ``rename``, for a container whose task is not running (see ctrexec.rename)."""
+    from ctrexec.rename import rename
+
+    rename(_executor(args), args.old, args.new)
+    return 0
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
@@ -126,22 +154,44 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    """Stream a table of the named tasks (all running ones by default) until interrupted."""
+    """Stream a table of the named tasks (all running ones by default) until interrupted.
+
+    CPU % is docker's: the CPU time used between two readings over the wall time
+    between them (100 % is one CPU's worth), so the first table comes one interval
+    after the first reading, and ``--no-stream`` reads twice, as docker does.
+    """
     ex = _executor(args)
+    for task_id in args.ids:
+        ex.inspect(task_id, addresses=False)  # "No such container" before any reading
     with signal_pipe((signal.SIGINT, signal.SIGTERM)) as wake:
+        before = _sample(ex, args.ids)
         while True:
+            if select.select([wake], [], [], args.interval)[0]:
+                return 128 + os.read(wake, 1)[0]  # interrupted, as docker's 130 for ^C
             results = _sample(ex, args.ids)
+            cpu = {k: cpu_percent(before.get(k), v) for k, v in results.items()}
             if args.json:
-                print_json({k: v.to_json() for k, v in results.items()})
+                print_json({k: {**v.to_json(), "cpu_percent": cpu[k]} for k, v in results.items()})
             else:
-                _stats_table(results)
+                _stats_table(results, cpu)
             sys.stdout.flush()
             if args.no_stream:
                 return 0
-            if select.select([wake], [], [], args.interval)[0]:
-                return 128 + os.read(wake, 1)[0]  # interrupted, as docker's 130 for ^C
+            before = results
             if not args.json:
                 print()
+
+
+def cpu_percent(before: Stats | None, after: Stats) -> float:
+    """CPU time used between two readings over the wall time between them, in percent
+    of one CPU; 0.0 without an earlier reading (a task that started meanwhile)."""
+    if before is None:
+        return 0.0
+    wall_ns = (after.read_at - before.read_at).total_seconds() * 1e9
+    used_ns = after.cpu_usage_ns - before.cpu_usage_ns
+    if wall_ns <= 0 or used_ns < 0:  # a restart in between resets the counter
+        return 0.0
+    return used_ns / wall_ns * 100
 
 
 def _sample(ex: Executor, ids: Sequence[str]) -> dict[str, Stats]:
@@ -157,13 +207,16 @@ def _sample(ex: Executor, ids: Sequence[str]) -> dict[str, Stats]:
     return out
 
 
-def _stats_table(results: dict[str, Stats]) -> None:
+def _stats_table(results: dict[str, Stats], cpu: dict[str, float]) -> None:
+    """docker's columns, as far as containerd's metrics go (no network or block I/O)."""
     rows = []
     for task_id, s in results.items():
+        used = s.memory_working_set
         limit = f"{s.memory_limit / 2**20:.1f}MiB" if s.memory_limit else "-"
-        cpu = f"{s.cpu_usage_ns / 1e9:.3f}s"
-        rows.append([task_id, cpu, f"{s.memory_working_set / 2**20:.1f}MiB", limit, s.pids_current])
-    print_table(["ID", "CPU TIME", "MEM USAGE", "MEM LIMIT", "PIDS"], rows)
+        share = f"{used / s.memory_limit * 100:.2f}%" if s.memory_limit else "-"
+        memory = f"{used / 2**20:.1f}MiB / {limit}"
+        rows.append([task_id, f"{cpu[task_id]:.2f}%", memory, share, s.pids_current])
+    print_table(["NAME", "CPU %", "MEM USAGE / LIMIT", "MEM %", "PIDS"], rows)
 
 
 def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
@@ -171,6 +224,10 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p = sub.add_parser("wait", parents=[conn], help="block until tasks exit, print exit codes")
     p.add_argument("ids", nargs="+")
     p.set_defaults(func=cmd_wait)
+    p = sub.add_parser("rename", parents=[conn], help="rename a container that is not running")
+    p.add_argument("old", metavar="CONTAINER")
+    p.add_argument("new", metavar="NEW_NAME")
+    p.set_defaults(func=cmd_rename)
     p = sub.add_parser("restart", parents=[conn], help="stop, then start tasks again")
     p.add_argument("-t", "--time", type=float, help="seconds before SIGKILL")
     p.add_argument("-s", "--signal")

@@ -3,8 +3,11 @@
 An image is a record (name -> target descriptor) plus content: an optional index
 (or docker manifest list), one manifest per platform, a config and layers.
 :func:`get_image` reads them for one platform; :func:`ensure_image` also finds an
-image that another containerd namespace holds (``default``, ``moby``, ``k8s.io``),
-adopts its content without copying data, and unpacks its layers into snapshots.
+image that another containerd namespace holds, adopts its content without copying
+data, and unpacks its layers into snapshots. The namespaces searched are
+``$CTREXEC_IMAGE_NAMESPACES`` (comma-separated, in order; empty: none), else
+``default``, ``k8s.io`` and then every other but docker's ``moby``, which is searched
+only when listed: dockerd's images are dockerd's to manage.
 
 GC: adopted content carries ``containerd.io/gc.ref.content.*`` labels from index to
 manifest to config and layers, and unpacking labels the config with
@@ -15,6 +18,7 @@ own unpacker does, so the image record alone keeps everything alive.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -39,8 +43,13 @@ from ctrexec.containerd.memo import Memo
 from ctrexec.ids import validate_id
 
 DEFAULT_SNAPSHOTTER = snapshots.DEFAULT_SNAPSHOTTER
-#: Namespaces searched first for an image this namespace lacks; then every other one.
-DEFAULT_SOURCE_NAMESPACES = ("default", "moby", "k8s.io")
+#: Namespaces searched first for an image this namespace lacks; then every other one
+#: but those of :data:`OPT_IN_NAMESPACES`.
+DEFAULT_SOURCE_NAMESPACES = ("default", "k8s.io")
+#: dockerd's namespace: searched only when named (in the variable or the argument).
+OPT_IN_NAMESPACES = ("moby",)
+#: The namespaces to search instead, comma-separated, in order; set but empty: none.
+IMAGE_NAMESPACES_ENV = "CTREXEC_IMAGE_NAMESPACES"
 _MAX_DEPTH = 4
 
 # -- references (docker's distribution/reference grammar) ------------------------------
@@ -455,13 +464,31 @@ def remove_image(client: Client, ref: str, *, sync: bool = False) -> None:
 # -- adoption from other namespaces ---------------------------------------------------------
 
 
+def missing_image_hint(ref: str) -> str:
+    """What a missing image's error ends with, wherever it is reported."""
+    return f"get it with: ctrexec pull {ref}"
+
+
+def configured_namespaces() -> list[str] | None:
+    """The namespaces ``$CTREXEC_IMAGE_NAMESPACES`` lists; None when it is not set."""
+    value = os.environ.get(IMAGE_NAMESPACES_ENV)
+    if value is None:
+        return None
+    names = [ns.strip() for ns in value.split(",") if ns.strip()]
+    return [validate_id(ns, kind=f"namespace in ${IMAGE_NAMESPACES_ENV}") for ns in names]
+
+
 def _source_order(client: Client, source_namespaces: Iterable[str] | None) -> list[str]:
-    existing = client.namespaces()
     if source_namespaces is None:
+        source_namespaces = configured_namespaces()
+    if source_namespaces is None:
+        existing = client.namespaces()
         first = [ns for ns in DEFAULT_SOURCE_NAMESPACES if ns in existing]
-        order = first + [ns for ns in existing if ns not in first]
+        rest = [ns for ns in existing if ns not in first and ns not in OPT_IN_NAMESPACES]
+        order = first + rest
     else:
         order = [validate_id(ns, kind="namespace") for ns in source_namespaces]
+        existing = client.namespaces() if order else []
         order = [ns for ns in dict.fromkeys(order) if ns in existing]
     return [ns for ns in order if ns != client.namespace]
 
@@ -501,7 +528,8 @@ def _find_elsewhere(
         except errors.NotFound:
             continue
     where = ", ".join([client.namespace, *order])
-    raise _not_found(ref, str(parsed), f" in namespaces {where}")
+    found = _not_found(ref, str(parsed), f" in namespace{'s' if order else ''} {where}")
+    raise errors.NotFound(f"{found}; {missing_image_hint(ref)}")
 
 
 # -- unpack --------------------------------------------------------------------------------

@@ -254,10 +254,6 @@ def pull(
         repo.close()
 
 
-def missing_image_hint(ref: str) -> str:
-    return f"get it with: ctrexec pull {ref}"
-
-
 def ensure_pulled(
     client: Client,
     ref: str,
@@ -279,7 +275,7 @@ def ensure_pulled(
         return images.ensure_image(
             client, ref, platform=platform, snapshotter=snapshotter, cache=cache
         )
-    except errors.NotFound as exc:
+    except errors.NotFound:
         if policy == "never":
-            raise errors.NotFound(f"{exc}; {missing_image_hint(ref)}") from exc
+            raise  # its message says how to get it (images.missing_image_hint)
     return pull(client, ref, platform=platform, snapshotter=snapshotter, **pull_options)

@@ -109,7 +109,7 @@ def test_stats_streams_all_running_tasks(cli: Cli, test_image: str, made: list[s
             while headers < 3:  # a fresh table each interval, until interrupted
                 line = proc.stdout.readline()
                 assert line, "stats ended on its own"
-                headers += line.startswith("ID ")
+                headers += line.startswith("NAME ")
             assert proc.poll() is None
         finally:
             proc.send_signal(signal.SIGINT)
@@ -151,4 +151,4 @@ def test_port_lists_published_ports(cli: Cli, groups: Groups, test_image: str) -
     assert cli("port", f"{name}-web", "8080").stdout == out.stdout
     assert cli("port", f"{name}-web", "9999/tcp").stdout == ""
     none = cli("port", "nosuch")
-    assert (none.returncode, none.stderr) == (125, "ctrexec: No such container: nosuch\n")
+    assert (none.returncode, none.stderr) == (1, "ctrexec: No such container: nosuch\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -15,8 +16,10 @@ from pathlib import Path
 
 import attrs
 import pytest
+from google.protobuf import empty_pb2
 
 from ctrexec import _linux, _rpc, errors
+from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec.containerd import content, images, snapshots
 from ctrexec.containerd.client import Client
@@ -192,6 +195,45 @@ def other_image(
         images.remove_image(client, name, sync=True)  # our adopted copy
 
 
+def test_docker_namespace_is_searched_only_when_listed(
+    client: Client,
+    containerd_address: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """dockerd's ``moby`` namespace is skipped unless $CTREXEC_IMAGE_NAMESPACES names it;
+    set but empty, no other namespace is searched."""
+    marker = secrets.token_hex(8)
+    name = f"docker.io/library/ctrexec-dockerd-{marker}:v1"
+    build_archive(tmp_path / "moby.tar", name, marker)
+    _ctr(containerd_address, "-n", "moby", "images", "import", str(tmp_path / "moby.tar"))
+    monkeypatch.delenv(images.IMAGE_NAMESPACES_ENV, raising=False)
+    try:
+        with pytest.raises(errors.NotFound) as skipped:
+            images.ensure_image(client, name)
+        assert "moby" not in str(skipped.value)
+        assert str(skipped.value).endswith(f"; get it with: ctrexec pull {name}")
+        monkeypatch.setenv(images.IMAGE_NAMESPACES_ENV, "")
+        with pytest.raises(errors.NotFound) as none:
+            images.ensure_image(client, name)
+        assert f" in namespace {client.namespace}; get it with" in str(none.value)
+        monkeypatch.setenv(images.IMAGE_NAMESPACES_ENV, "default, moby")
+        assert images.ensure_image(client, name).name == name
+        monkeypatch.setenv(images.IMAGE_NAMESPACES_ENV, "moby,bad/name")
+        with pytest.raises(errors.InvalidArgument, match=r"namespace in \$CTREXEC_IMAGE"):
+            images.ensure_image(client, f"{name}-not-here")
+    finally:
+        _ctr(containerd_address, "-n", "moby", "images", "rm", "--sync", name)
+        with contextlib.suppress(errors.NotFound):
+            images.remove_image(client, name, sync=True)  # our adopted copy
+        client.call(
+            _rpc.NAMESPACES,
+            "Delete",
+            namespace_pb2.DeleteNamespaceRequest(name="moby"),
+            empty_pb2.Empty,
+        )
+
+
 # -- resolving -------------------------------------------------------------------------------
 
 
@@ -230,6 +272,7 @@ def test_missing_image_is_one_line_not_found(client: Client) -> None:
     assert "\n" not in str(exc2.value)
     assert "ctrexec-test" in str(exc2.value)
     assert "docker.io/library/ctrexec-missing:v9" in str(exc2.value)
+    assert str(exc2.value).endswith("; get it with: ctrexec pull ctrexec-missing:v9")
     with pytest.raises(errors.NotFound):
         images.remove_image(client, "ctrexec-missing")
 
