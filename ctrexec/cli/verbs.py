@@ -129,11 +129,17 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 
 def cmd_port(args: argparse.Namespace) -> int:
-    """docker's ``port``: ``80/tcp -> 0.0.0.0:8080`` for each published port."""
+    """docker's ``port``: ``80/tcp -> 0.0.0.0:8080`` for each published port; given a
+    port, only its host addresses (``0.0.0.0:8080``), and an error when it has none."""
+    found = 0
     for m in _executor(args).inspect(args.id, addresses=False).ports:
         if args.port in (None, str(m.container_port), f"{m.container_port}/{m.protocol}"):
             host = m.host_ip or "0.0.0.0"  # noqa: S104 - docker's words for "any address"
-            print(f"{m.container_port}/{m.protocol} -> {host}:{m.host_port}")
+            prefix = "" if args.port else f"{m.container_port}/{m.protocol} -> "
+            print(f"{prefix}{host}:{m.host_port}")
+            found += 1
+    if args.port and not found:
+        raise NotFound(f"No public port '{args.port}' published for {args.id}")
     return 0
 
 

@@ -148,7 +148,13 @@ def test_port_lists_published_ports(cli: Cli, groups: Groups, test_image: str) -
     groups.up(parse_group({"name": name, "ports": [f"{port}:8080/tcp"], "task": [task]}))
     out = cli("port", f"{name}-web")
     assert (out.returncode, out.stdout) == (0, f"8080/tcp -> 0.0.0.0:{port}\n"), out.stderr
-    assert cli("port", f"{name}-web", "8080").stdout == out.stdout
-    assert cli("port", f"{name}-web", "9999/tcp").stdout == ""
+    assert cli("port", f"{name}-web", "8080").stdout == f"0.0.0.0:{port}\n"
+    assert cli("port", f"{name}-web", "8080/tcp").stdout == f"0.0.0.0:{port}\n"
+    unpublished = cli("port", f"{name}-web", "9999/tcp")
+    assert (unpublished.returncode, unpublished.stdout, unpublished.stderr) == (
+        1,
+        "",
+        f"ctrexec: No public port '9999/tcp' published for {name}-web\n",
+    )
     none = cli("port", "nosuch")
     assert (none.returncode, none.stderr) == (1, "ctrexec: No such container: nosuch\n")

@@ -98,7 +98,7 @@ def test_publish_without_a_host_port_picks_one_and_keeps_it_across_a_restart(
     out = cli("run", "-d", "-p", "127.0.0.1::8080", "--name", "rn-pick", test_image, *HTTPD)
     assert out.returncode == 0, out.stderr
     line = cli("port", "rn-pick", "8080", check=True).stdout
-    host = line.strip().rsplit(" ", 1)[-1]
+    host = line.strip()
     assert host.startswith("127.0.0.1:"), line
     port = int(host.rsplit(":", 1)[1])
     body: list[bytes] = []
