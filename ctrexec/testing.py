@@ -40,13 +40,72 @@ def private_containerd(base: Path | None = None) -> Iterator[EmbeddedContainerd]
     owned = base is None
     base_dir = Path(tempfile.mkdtemp(prefix="cxd-", dir="/var/tmp")) if base is None else base
     daemon = EmbeddedContainerd(DaemonPaths.under(base_dir))
+    before = shim_state()
     try:
         daemon.start()
         yield daemon
     finally:
         daemon.stop()
+        remove_dead_shim_state(before)
         if owned and not mounts_under(base_dir):
             shutil.rmtree(base_dir, ignore_errors=True)
+
+
+#: Where containerd 1.6 puts every shim's socket and runc's per-namespace state,
+#: whatever the daemon's own state directory: fixed paths, shared by all containerds.
+SHIM_SOCKET_DIR = Path("/run/containerd/s")
+RUNC_STATE_DIR = Path("/run/containerd/runc")
+
+
+def shim_state(sockets: Path = SHIM_SOCKET_DIR, runc: Path = RUNC_STATE_DIR) -> set[Path]:
+    """What the shared shim directories hold now (see :func:`remove_dead_shim_state`)."""
+    found: set[Path] = set()
+    for where in (sockets, runc):
+        with contextlib.suppress(OSError):
+            found.update(where.iterdir())
+    return found
+
+
+def remove_dead_shim_state(
+    before: set[Path],
+    *,
+    sockets: Path = SHIM_SOCKET_DIR,
+    runc: Path = RUNC_STATE_DIR,
+    min_age: float = 5.0,
+) -> list[Path]:
+    """Remove what shims of this run left in the shared directories; returns it.
+
+    A SIGKILLed shim (chaos tests kill some) leaves its socket file, and each
+    namespace a shim served leaves an empty runc state directory: containerd removes
+    neither. Only entries new since ``before`` go, and only dead ones: a socket that
+    refuses connections and an empty directory, both older than ``min_age`` seconds
+    (so another run's shim between bind and listen is left alone).
+    """
+    removed: list[Path] = []
+    now = time.time()
+    for entry in sorted(shim_state(sockets, runc) - before):
+        with contextlib.suppress(OSError):
+            if now - entry.lstat().st_mtime < min_age:
+                continue
+            if entry.parent == sockets and not _listening(entry):
+                entry.unlink()
+                removed.append(entry)
+            elif entry.parent == runc and entry.is_dir() and not any(entry.iterdir()):
+                entry.rmdir()
+                removed.append(entry)
+    return removed
+
+
+def _listening(path: Path) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 def import_image(address: str, namespace: str, archive: Path) -> list[str]:
