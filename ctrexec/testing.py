@@ -77,21 +77,20 @@ def remove_dead_shim_state(
 
     A SIGKILLed shim (chaos tests kill some) leaves its socket file, and each
     namespace a shim served leaves an empty runc state directory: containerd removes
-    neither. Only entries new since ``before`` go, and only dead ones: a socket that
-    refuses connections and an empty directory, both older than ``min_age`` seconds
+    neither. Only entries new since ``before`` go, and only dead ones: an empty
+    directory, and a socket older than ``min_age`` seconds that refuses connections
     (so another run's shim between bind and listen is left alone).
     """
     removed: list[Path] = []
     now = time.time()
     for entry in sorted(shim_state(sockets, runc) - before):
         with contextlib.suppress(OSError):
-            if now - entry.lstat().st_mtime < min_age:
-                continue
-            if entry.parent == sockets and not _listening(entry):
-                entry.unlink()
-                removed.append(entry)
-            elif entry.parent == runc and entry.is_dir() and not any(entry.iterdir()):
-                entry.rmdir()
+            if entry.parent == sockets:
+                if now - entry.lstat().st_mtime >= min_age and not _listening(entry):
+                    entry.unlink()
+                    removed.append(entry)
+            elif entry.is_dir() and not any(entry.iterdir()):
+                entry.rmdir()  # emptied a moment ago, typically: no age to wait for
                 removed.append(entry)
     return removed
 

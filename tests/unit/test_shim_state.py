@@ -47,8 +47,6 @@ def test_only_new_dead_entries_go(short_dir: Path) -> None:
     (runc / "busy" / "task").mkdir()
     for name in ("live", "dead"):
         _old(sockets / name)
-    for name in ("empty", "busy"):
-        _old(runc / name)
     try:
         removed = remove_dead_shim_state(before, sockets=sockets, runc=runc)
     finally:
