@@ -97,13 +97,17 @@ def build(
     labels = record.labels
     now = runs.current(labels)
     exit_status = last_exit or (state.exit if state else None)
+    status = state.status if state else Status.CREATED
     if state is None:
-        exit_status = runs.kept_exit(labels)  # a start failed after deleting its task
+        # The run's task was deleted with its exit kept (a start that failed after
+        # deleting it, a rename): it exited, as ps and docker's inspect say.
+        exit_status = runs.kept_exit(labels)
+        status = Status.STOPPED if exit_status is not None else Status.CREATED
     pid = state.pid if state else 0
     return TaskInfo(
         id=record.id,
         image=labels.get(lbl.IMAGE_REF, record.image),
-        status=state.status if state else Status.CREATED,
+        status=status,
         pid=pid,
         exit=exit_status,
         netns_path=labels.get(lbl.NETNS_PATH),

@@ -58,6 +58,8 @@ def test_rename_an_exited_container(
     gone = cli("inspect", "rn-old")
     assert (gone.returncode, gone.stderr) == (1, "ctrexec: No such container: rn-old\n")
     assert _status(cli, "rn-new").startswith("rn-new Exited (3)")
+    kept = _inspect(cli, "rn-new")
+    assert (kept["status"], kept["exit_code"]) == ("stopped", 3), kept
     assert _status(cli, "rn-old") == ""
     record = containers.get(client, "rn-new")
     assert record.snapshot_key == key  # the same rootfs, held throughout

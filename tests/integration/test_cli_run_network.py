@@ -56,7 +56,7 @@ def bridge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def ex(client: Client, tmp_path: Path) -> Iterator[Executor]:
-    with scratch_executor(client, tmp_path, "rn-") as executor:
+    with scratch_executor(client, tmp_path, "pub-") as executor:
         yield executor
 
 
@@ -70,41 +70,41 @@ def test_run_publish_serves_on_localhost_and_rm_removes_the_network(
     cli: Cli, bridge: str, test_image: str, client: Client, made: list[str]
 ) -> None:
     port = free_port()
-    made.append("rn-web")
-    out = cli("run", "-d", "-p", f"{port}:8080", "--name", "rn-web", test_image, *HTTPD)
-    assert (out.returncode, out.stdout, out.stderr) == (0, "rn-web\n", ""), out.stderr
+    made.append("pub-web")
+    out = cli("run", "-d", "-p", f"{port}:8080", "--name", "pub-web", test_image, *HTTPD)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "pub-web\n", ""), out.stderr
     body: list[bytes] = []
     until(lambda: body.append(_get(port)) or True, "the published port to answer")
     assert b"hello from ctrexec" in body[0]
-    info = json.loads(cli("inspect", "rn-web", check=True).stdout)[0]
+    info = json.loads(cli("inspect", "pub-web", check=True).stdout)[0]
     assert len(info["ports"]) == 1 and str(port) in info["ports"][0], info
     assert info["addresses"][0]["address"].startswith("10.231.188."), info
     ps = cli("ps", "--format", "{{.Names}} {{.Ports}}", check=True).stdout
-    assert f"rn-web 0.0.0.0:{port}->8080/tcp" in ps, ps
-    port_out = cli("port", "rn-web", check=True).stdout
+    assert f"pub-web 0.0.0.0:{port}->8080/tcp" in ps, ps
+    port_out = cli("port", "pub-web", check=True).stdout
     assert port_out == f"8080/tcp -> 0.0.0.0:{port}\n"
-    path = netns.resolve("cx-rn-web")
+    path = netns.resolve("cx-pub-web")
     assert Path(path).exists()
-    rm = cli("rm", "-f", "rn-web")
-    assert (rm.returncode, rm.stdout) == (0, "rn-web\n"), rm.stderr
+    rm = cli("rm", "-f", "pub-web")
+    assert (rm.returncode, rm.stdout) == (0, "pub-web\n"), rm.stderr
     assert not Path(path).exists()
-    assert gone(client, "rn-web")
+    assert gone(client, "pub-web")
 
 
 def test_publish_without_a_host_port_picks_one_and_keeps_it_across_a_restart(
     cli: Cli, bridge: str, test_image: str, made: list[str]
 ) -> None:
-    made.append("rn-pick")
-    out = cli("run", "-d", "-p", "127.0.0.1::8080", "--name", "rn-pick", test_image, *HTTPD)
+    made.append("pub-pick")
+    out = cli("run", "-d", "-p", "127.0.0.1::8080", "--name", "pub-pick", test_image, *HTTPD)
     assert out.returncode == 0, out.stderr
-    line = cli("port", "rn-pick", "8080", check=True).stdout
+    line = cli("port", "pub-pick", "8080", check=True).stdout
     host = line.strip()
     assert host.startswith("127.0.0.1:"), line
     port = int(host.rsplit(":", 1)[1])
     body: list[bytes] = []
     until(lambda: body.append(_get(port)) or True, "the picked port to answer")
-    assert cli("restart", "-t", "1", "rn-pick").returncode == 0
-    assert cli("port", "rn-pick", "8080", check=True).stdout == line
+    assert cli("restart", "-t", "1", "pub-pick").returncode == 0
+    assert cli("port", "pub-pick", "8080", check=True).stdout == line
     until(lambda: body.append(_get(port)) or True, "the same port to answer after the restart")
 
 
@@ -112,12 +112,12 @@ def test_run_network_bridge_without_ports_and_run_rm_cleans_up(
     cli: Cli, bridge: str, test_image: str
 ) -> None:
     out = cli(
-        "run", "--rm", "--network", "bridge", "--name", "rn-once", test_image,
+        "run", "--rm", "--network", "bridge", "--name", "pub-once", test_image,
         "sh", "-c", "ip -4 -o addr show eth0 | grep -o '10\\.231\\.188\\.[0-9]*'",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("10.231.188."), out.stdout
-    assert not Path(netns.resolve("cx-rn-once")).exists()
+    assert not Path(netns.resolve("cx-pub-once")).exists()
 
 
 def test_run_network_none_and_host_need_no_namespace(cli: Cli, test_image: str) -> None:
@@ -153,52 +153,52 @@ def test_bad_network_and_restart_flags_are_one_line_and_make_nothing(
     message: str,
     made: list[str],
 ) -> None:
-    made.append("rn-bad")  # removed, network and all, should the run succeed after all
-    out = cli("run", "-d", "--name", "rn-bad", *flags, test_image, "true")
+    made.append("pub-bad")  # removed, network and all, should the run succeed after all
+    out = cli("run", "-d", "--name", "pub-bad", *flags, test_image, "true")
     assert out.returncode == 125, out
     assert len(out.stderr.splitlines()) == 1 and message in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
-    assert gone(client, "rn-bad")
-    assert not Path(netns.resolve("cx-rn-bad")).exists()
+    assert gone(client, "pub-bad")
+    assert not Path(netns.resolve("cx-pub-bad")).exists()
 
 
 def test_a_taken_name_leaves_the_existing_container_and_its_network_alone(
     cli: Cli, bridge: str, test_image: str, made: list[str]
 ) -> None:
     port = free_port()
-    made.append("rn-keep")
-    first = cli("run", "-d", "-p", f"{port}:8080", "--name", "rn-keep", test_image, *HTTPD)
+    made.append("pub-keep")
+    first = cli("run", "-d", "-p", f"{port}:8080", "--name", "pub-keep", test_image, *HTTPD)
     assert first.returncode == 0, first.stderr
-    again = cli("run", "-d", "-p", f"{free_port()}:8080", "--name", "rn-keep", test_image, "true")
+    again = cli("run", "-d", "-p", f"{free_port()}:8080", "--name", "pub-keep", test_image, "true")
     assert again.returncode == 125
-    assert again.stderr == "ctrexec: container name 'rn-keep' is already in use\n"
+    assert again.stderr == "ctrexec: container name 'pub-keep' is already in use\n"
     body: list[bytes] = []
     until(lambda: body.append(_get(port)) or True, "the first container still to answer")
-    assert Path(netns.resolve("cx-rn-keep")).exists()
+    assert Path(netns.resolve("cx-pub-keep")).exists()
 
 
 def test_create_with_network_then_start_and_group_down_removes_it(
     cli: Cli, bridge: str, test_image: str, client: Client, made: list[str]
 ) -> None:
     port = free_port()
-    made.append("rn-made")
-    created = cli("create", "-p", f"{port}:8080", "--name", "rn-made", test_image, *HTTPD)
-    assert (created.returncode, created.stdout) == (0, "rn-made\n"), created.stderr
-    assert cli("start", "rn-made").returncode == 0
+    made.append("pub-made")
+    created = cli("create", "-p", f"{port}:8080", "--name", "pub-made", test_image, *HTTPD)
+    assert (created.returncode, created.stdout) == (0, "pub-made\n"), created.stderr
+    assert cli("start", "pub-made").returncode == 0
     body: list[bytes] = []
     until(lambda: body.append(_get(port)) or True, "the created container to answer")
-    down = cli("group down", "rn-made")
+    down = cli("group down", "pub-made")
     assert down.returncode == 0, down.stderr
-    assert gone(client, "rn-made")
-    assert not Path(netns.resolve("cx-rn-made")).exists()
+    assert gone(client, "pub-made")
+    assert not Path(netns.resolve("cx-pub-made")).exists()
 
 
 WARNING = "ctrexec: warning: restart policy on-failure: no `ctrexec supervise` runs"
 
 
 def test_restart_without_supervisor_warns_once(cli: Cli, test_image: str, made: list[str]) -> None:
-    made.append("rn-warn")
-    out = cli("run", "-d", "--restart", "on-failure:2", "--name", "rn-warn", test_image, "true")
+    made.append("pub-warn")
+    out = cli("run", "-d", "--restart", "on-failure:2", "--name", "pub-warn", test_image, "true")
     assert out.returncode == 0, out.stderr
     lines = out.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(WARNING), out.stderr
@@ -208,26 +208,26 @@ def test_restart_without_supervisor_warns_once(cli: Cli, test_image: str, made: 
 def test_restart_on_failure_is_applied_by_ctrexec_supervise(
     cli: Cli, ex: Executor, test_image: str, made: list[str]
 ) -> None:
-    made.append("rn-retry")
+    made.append("pub-retry")
     sup = subprocess.Popen(cli.argv("supervise"), stderr=subprocess.PIPE, text=True)
     try:
         until(lambda: is_supervised(ex.client), "the supervisor's presence lock")
         out = cli(
-            "run", "-d", "--restart", "on-failure:2", "--name", "rn-retry", test_image,
+            "run", "-d", "--restart", "on-failure:2", "--name", "pub-retry", test_image,
             "sh", "-c", "exit 3",
         )  # fmt: skip
         assert (out.returncode, out.stderr) == (0, ""), out.stderr
-        until(lambda: ex.inspect("rn-retry").restart_count == 2, "two restarts", timeout=60)
-        info = json.loads(cli("inspect", "rn-retry", check=True).stdout)[0]
+        until(lambda: ex.inspect("pub-retry").restart_count == 2, "two restarts", timeout=60)
+        info = json.loads(cli("inspect", "pub-retry", check=True).stdout)[0]
         assert info["config"]["restart"]["policy"] == "on-failure"
         assert info["config"]["restart"]["max_attempts"] == 2
-        until(lambda: ex.inspect("rn-retry").exit is not None, "the last exit", timeout=60)
+        until(lambda: ex.inspect("pub-retry").exit is not None, "the last exit", timeout=60)
     finally:
         sup.send_signal(signal.SIGTERM)
         _, err = sup.communicate(timeout=30)
     assert sup.returncode == 0, err
     assert "Traceback" not in err
-    assert ex.inspect("rn-retry").restart_count == 2
+    assert ex.inspect("pub-retry").restart_count == 2
     assert not is_supervised(ex.client)
 
 
@@ -236,7 +236,7 @@ def test_run_interactive_with_publish_and_rm_cleans_up(
 ) -> None:
     port = free_port()
     argv = cli.argv(
-        "run", "-i", "--rm", "-p", f"{port}:8080", "--name", "rn-attached", test_image,
+        "run", "-i", "--rm", "-p", f"{port}:8080", "--name", "pub-attached", test_image,
         "sh", "-c", "read line; echo got $line; ip -4 -o addr show eth0",
     )  # fmt: skip
     out = subprocess.run(
@@ -245,7 +245,7 @@ def test_run_interactive_with_publish_and_rm_cleans_up(
     assert out.returncode == 0, out.stderr
     first, second = out.stdout.splitlines()
     assert first == "got hello" and "10.231.188." in second, out.stdout
-    assert not Path(netns.resolve("cx-rn-attached")).exists()
+    assert not Path(netns.resolve("cx-pub-attached")).exists()
 
 
 def test_group_up_warns_once_about_an_unapplied_policy(
@@ -257,7 +257,7 @@ def test_group_up_warns_once_about_an_unapplied_policy(
         for n, policy in (("a", "on-failure"), ("b", "always"), ("c", "on-failure"))
     )
     file = tmp_path / "g.toml"
-    file.write_text(f'name = "rnwarn"\nnetwork = "none"\n{tasks}')
+    file.write_text(f'name = "pubwarn"\nnetwork = "none"\n{tasks}')
     up = cli("group up", str(file))
     try:
         assert up.returncode == 0, up.stderr
@@ -267,4 +267,4 @@ def test_group_up_warns_once_about_an_unapplied_policy(
             "ctrexec: warning: restart policy always, on-failure: no `ctrexec supervise`"
         )
     finally:
-        assert cli("group down", "rnwarn").returncode == 0
+        assert cli("group down", "pubwarn").returncode == 0
