@@ -21,3 +21,7 @@ DEFAULT_LOG_DIR = Path("/var/log/ctrexec")
 #: The shared log daemon's socket and registrations (:mod:`ctrexec.logdaemon`).
 DEFAULT_LOGD_DIR = Path("/run/ctrexec/logd")
 LOGD_DIR_ENV = "CTREXEC_LOGD_DIR"
+#: ctrexec's bridge network's subnet, and the variable that moves it for the CLI
+#: (:mod:`ctrexec.net.settings` reads the other network variables).
+DEFAULT_SUBNET = "10.89.0.0/24"
+SUBNET_ENV = "CTREXEC_SUBNET"

@@ -135,7 +135,8 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     common = ArgumentParser(add_help=False)
     common.add_argument("--log-dir", help=f"where task logs go (default {DEFAULT_LOG_DIR})")
     common.add_argument(
-        "--subnet", help="subnet of ctrexec's bridge network (default 10.89.0.0/24)"
+        "--subnet",
+        help=f"subnet of ctrexec's bridge network (default: {publish.subnet_default()})",
     )
     p = sub.add_parser("group", help="groups: one network namespace plus its tasks")
     gsub = p.add_subparsers(dest="group_command", metavar="COMMAND", parser_class=ArgumentParser)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from ctrexec.defaults import DEFAULT_SUBNET, SUBNET_ENV
 from ctrexec.errors import CtrexecError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -32,15 +34,16 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         "--net",
         metavar="MODE",
         help="bridge, none, host or cni:NAME: bridge and cni give the container a "
-        "namespace of its own (default: as --netns)",
+        f"namespace of its own; the bridge's subnet is {subnet_default()} (default: as --netns)",
     )
     p.add_argument(
         "-p",
         "--publish",
         action="append",
         default=[],
-        metavar="[IP:]HOST:CONTAINER[/PROTO]",
-        help="publish a port (implies --network bridge)",
+        metavar="[[IP:]HOST:]CONTAINER[/PROTO]",
+        help="publish a port or a range (8000-8001:80-81); with no HOST, a free one is "
+        "picked and kept (implies --network bridge)",
     )
     p.add_argument(
         "--restart",
@@ -49,6 +52,12 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         help="no, on-failure[:N], always or unless-stopped, applied by `ctrexec supervise` "
         "(default: no)",
     )
+
+
+def subnet_default() -> str:
+    """The bridge subnet in force without a flag, as --help says it (environment included)."""
+    value = os.environ.get(SUBNET_ENV)
+    return f"{value} (${SUBNET_ENV})" if value else f"{DEFAULT_SUBNET} (or ${SUBNET_ENV})"
 
 
 def restart_policy(text: str) -> tuple[str, int]:

@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 import attrs
 
+from ctrexec import defaults
 from ctrexec.errors import (
     CtrexecError,
     FailedPrecondition,
@@ -56,7 +57,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_NETWORK = "ctrexec"
 DEFAULT_BRIDGE = "ctrexec0"
-DEFAULT_SUBNET = "10.89.0.0/24"
+DEFAULT_SUBNET = defaults.DEFAULT_SUBNET
 #: Every CNI attachment of a group is its namespace's ``eth0``.
 IFNAME = "eth0"
 _LOCK_NAME = ".networks.lock"

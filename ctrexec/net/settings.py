@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Mapping
 
+from ctrexec.defaults import SUBNET_ENV
 from ctrexec.errors import InvalidArgument
 from ctrexec.net import cni as _cni
 from ctrexec.net.networks import DEFAULT_BRIDGE, DEFAULT_NETWORK, DEFAULT_SUBNET, Networks
@@ -21,7 +22,7 @@ from ctrexec.net.networks import DEFAULT_BRIDGE, DEFAULT_NETWORK, DEFAULT_SUBNET
 ENVIRONMENT = {
     "CTREXEC_NETWORK": "the name of ctrexec's bridge network (CNI cache key)",
     "CTREXEC_BRIDGE": "the bridge interface",
-    "CTREXEC_SUBNET": "the bridge network's subnet",
+    SUBNET_ENV: "the bridge network's subnet",
     "CTREXEC_CNI_CONF_DIR": "where cni:NAME conflists are read",
     "CTREXEC_CNI_CACHE_DIR": "where CNI results are kept",
     "CTREXEC_CNI_PATH": "plugin directories, colon-separated",
@@ -36,7 +37,7 @@ def from_env(env: Mapping[str, str] | None = None, *, subnet: str | None = None)
     return Networks(
         network=env.get("CTREXEC_NETWORK") or DEFAULT_NETWORK,
         bridge=env.get("CTREXEC_BRIDGE") or DEFAULT_BRIDGE,
-        subnet=subnet or env.get("CTREXEC_SUBNET") or DEFAULT_SUBNET,
+        subnet=subnet or env.get(SUBNET_ENV) or DEFAULT_SUBNET,
         conf_dir=env.get("CTREXEC_CNI_CONF_DIR") or _cni.DEFAULT_CONF_DIR,
         cache_dir=env.get("CTREXEC_CNI_CACHE_DIR") or _cni.DEFAULT_CACHE_DIR,
         plugin_dirs=plugin_path.split(":") if plugin_path else _cni.DEFAULT_PLUGIN_DIRS,
