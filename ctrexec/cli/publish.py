@@ -46,6 +46,12 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         "picked and kept (implies --network bridge)",
     )
     p.add_argument(
+        "-P",
+        "--publish-all",
+        action="store_true",
+        help="publish every port the image exposes on a free host port",
+    )
+    p.add_argument(
         "--restart",
         type=restart_policy,
         metavar="POLICY",
@@ -104,6 +110,25 @@ def wiring(args: argparse.Namespace) -> Wiring | None:
     from ctrexec.standalone import requested
 
     return requested(args.network, args.publish, args.netns)
+
+
+def with_exposed(ex: Executor, config: TaskConfig, args: argparse.Namespace) -> Wiring | None:
+    """:func:`wiring` with ``-P``: every port the image exposes, not already given by
+    ``-p``, published on a host port picked now. Needs the image, so comes after it."""
+    wired = wiring(args)
+    if not args.publish_all or (wired is None and args.network in ("none", "host")):
+        return wired
+    from ctrexec.containerd.images import get_image
+    from ctrexec.net.ports import parse_port
+    from ctrexec.standalone import requested
+
+    taken = {(m.container_port, m.protocol) for m in map(parse_port, wired.ports if wired else ())}
+    exposed = []
+    for text in get_image(ex.client, config.image).config.exposed_ports:
+        port, _, proto = text.partition("/")
+        if port.isdigit() and (int(port), proto or "tcp") not in taken:
+            exposed.append(f"{port}/{proto or 'tcp'}")
+    return requested(args.network or "bridge", [*args.publish, *exposed], args.netns)
 
 
 @contextlib.contextmanager

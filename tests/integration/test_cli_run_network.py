@@ -12,12 +12,13 @@ import json
 import secrets
 import signal
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _cli import Cli
+from _cli import TEST_NAMESPACE, Cli
 from _nethelpers import free_port
 from _support import gone, scratch_executor, until
 
@@ -25,6 +26,7 @@ from ctrexec.containerd.client import Client
 from ctrexec.executor import Executor
 from ctrexec.net import netns
 from ctrexec.supervisor import is_supervised
+from ctrexec.testing import import_image
 
 pytestmark = pytest.mark.integration
 
@@ -268,3 +270,47 @@ def test_group_up_warns_once_about_an_unapplied_policy(
         )
     finally:
         assert cli("group down", "pubwarn").returncode == 0
+
+
+@pytest.fixture
+def exposing_image(cli: Cli, containerd_address: str, tmp_path: Path) -> Iterator[str]:
+    """The test image under another name, with ExposedPorts 8080/tcp and 9000/udp."""
+    name = "docker.io/library/ctrexec-test-expose:latest"
+    archive = tmp_path / "expose.tar"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "build-test-image"
+    subprocess.run(
+        [sys.executable, str(script), "--out", str(archive), "--name", name,
+         "--expose", "8080/tcp", "--expose", "9000/udp"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    import_image(containerd_address, TEST_NAMESPACE, archive)
+    try:
+        yield name
+    finally:
+        cli("rmi", name)
+
+
+def test_publish_all_publishes_what_the_image_exposes(
+    cli: Cli, bridge: str, exposing_image: str, made: list[str]
+) -> None:
+    made.append("pub-all")
+    given = free_port()
+    out = cli(
+        "run", "-d", "-P", "-p", f"{given}:8080", "--name", "pub-all", exposing_image, *HTTPD
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = sorted(cli("port", "pub-all", check=True).stdout.splitlines())
+    assert lines[0] == f"8080/tcp -> 0.0.0.0:{given}", lines  # -p wins over -P for 8080
+    assert len(lines) == 2 and lines[1].startswith("9000/udp -> 0.0.0.0:"), lines
+    body: list[bytes] = []
+    until(lambda: body.append(_get(given)) or True, "the given port to answer")
+
+
+def test_publish_all_without_exposed_ports_still_gets_the_bridge(
+    cli: Cli, bridge: str, test_image: str
+) -> None:
+    out = cli(
+        "run", "--rm", "-P", "--name", "pub-none", test_image,
+        "sh", "-c", "ip -4 -o addr show eth0 | grep -c 10.231.188.",
+    )  # fmt: skip
+    assert (out.returncode, out.stdout) == (0, "1\n"), out.stderr
