@@ -151,6 +151,18 @@ def set_link_up(ifname: str) -> None:
             fcntl.ioctl(sock.fileno(), _SIOCSIFFLAGS, struct.pack(_IFREQ, name, flags | _IFF_UP))
 
 
+def unix_socket_listening(path: str | os.PathLike[str], timeout: float = 1.0) -> bool:
+    """Whether a process accepts connections on the unix socket ``path``: a SIGKILLed
+    server's socket file stays behind, and only a connect tells the two apart."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(os.fspath(path))
+        except OSError:
+            return False
+    return True
+
+
 def same_file(a: os.stat_result, b: os.stat_result) -> bool:
     """Namespace identity is (st_dev, st_ino) of its nsfs inode."""
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

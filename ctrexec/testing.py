@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ctrexec import _rpc
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
-from ctrexec._linux import mount_points, mounts_under
+from ctrexec._linux import mount_points, mounts_under, unix_socket_listening
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
@@ -86,25 +86,13 @@ def remove_dead_shim_state(
     for entry in sorted(shim_state(sockets, runc) - before):
         with contextlib.suppress(OSError):
             if entry.parent == sockets:
-                if now - entry.lstat().st_mtime >= min_age and not _listening(entry):
+                if now - entry.lstat().st_mtime >= min_age and not unix_socket_listening(entry):
                     entry.unlink()
                     removed.append(entry)
             elif entry.is_dir() and not any(entry.iterdir()):
                 entry.rmdir()  # emptied a moment ago, typically: no age to wait for
                 removed.append(entry)
     return removed
-
-
-def _listening(path: Path) -> bool:
-    import socket
-
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(1.0)
-        try:
-            sock.connect(str(path))
-        except OSError:
-            return False
-    return True
 
 
 def import_image(address: str, namespace: str, archive: Path) -> list[str]:

@@ -15,10 +15,14 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 MAGIC_COOKIE_KEY = "NOMAD_PLUGIN_MAGIC_COOKIE"
 MAGIC_COOKIE_VALUE = "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255"
+#: ``$TMPDIR/ctrexec-nomad-XXXX/plugin.sock``: one directory per plugin process.
+SOCKET_DIR_PREFIX = "ctrexec-nomad-"
+SOCKET_NAME = "plugin.sock"
 CORE_PROTOCOL = 1
 APP_PROTOCOL = 2
 NOT_A_PLUGIN = (
@@ -52,8 +56,9 @@ def main() -> int:
 
     from ctrexec.nomad import serve
 
-    directory = Path(tempfile.mkdtemp(prefix="ctrexec-nomad-"))
-    socket_path = directory / "plugin.sock"
+    sweep_stale_sockets(Path(tempfile.gettempdir()))
+    directory = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
+    socket_path = directory / SOCKET_NAME
     try:
         asyncio.run(serve.run(str(socket_path), _handshake))
     finally:
@@ -62,6 +67,28 @@ def main() -> int:
         with contextlib.suppress(OSError):
             directory.rmdir()
     return 0
+
+
+def sweep_stale_sockets(tmp: Path, *, min_age: float = 5.0) -> list[Path]:
+    """Remove the socket directories of plugins that died without cleaning up.
+
+    A plugin that exits removes its own; one that Nomad (or anyone) SIGKILLed cannot.
+    A directory goes only when its socket accepts no connection and is older than
+    ``min_age`` seconds (a plugin starting right now has not listened yet).
+    """
+    from ctrexec._linux import unix_socket_listening
+
+    removed = []
+    now = time.time()
+    for directory in tmp.glob(SOCKET_DIR_PREFIX + "*"):
+        sock = directory / SOCKET_NAME
+        with contextlib.suppress(OSError):
+            if now - directory.lstat().st_mtime < min_age or unix_socket_listening(sock):
+                continue
+            sock.unlink(missing_ok=True)
+            directory.rmdir()
+            removed.append(directory)
+    return removed
 
 
 def _handshake(socket_path: str) -> None:

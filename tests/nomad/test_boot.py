@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +153,35 @@ def test_survives_sigint_and_a_dead_agent_stderr() -> None:
     finally:
         p.kill()
     assert p.proc.returncode == 0
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A TMPDIR short enough for a unix socket path (108 bytes) under it."""
+    with tempfile.TemporaryDirectory(prefix="cxn-", dir="/tmp") as where:
+        yield Path(where)
+
+
+def test_a_sigkilled_plugins_socket_dir_is_swept_by_the_next_one(short_tmp: Path) -> None:
+    """SIGKILL leaves the socket and its directory; the next plugin to start removes
+    them (its own, and any other live plugin's, stay)."""
+    env = {"TMPDIR": str(short_tmp)}
+    first = PluginProcess(env)
+    stale = Path(first.address).parent
+    os.kill(first.proc.pid, signal.SIGKILL)
+    first.proc.wait(timeout=30)
+    first.channel.close()
+    assert stale.exists(), "a SIGKILLed plugin cannot remove its directory"
+    past = time.time() - 60  # older than the sweep's grace for a plugin still starting
+    os.utime(stale, (past, past))
+    live = PluginProcess(env)
+    try:
+        second = PluginProcess(env)
+        try:
+            assert not stale.exists()
+            assert Path(live.address).exists() and Path(second.address).exists()
+        finally:
+            second.kill()
+    finally:
+        live.kill()
+    assert list(short_tmp.iterdir()) == []
