@@ -234,10 +234,10 @@ class Groups:
         try:
             ns = netns.create(spec.netns_name, exist_ok=True)
             attachment = self.networks.setup(spec.name, ns.path, mode, ports)
-            shared = {  # what every member's /etc/hosts says (see ctrexec.taskfiles)
-                lbl.ADDRESSES: ",".join(attachment.addresses()),
-                lbl.GROUP_MEMBERS: _members(spec, configs),
-            }
+            # What every member's /etc/hosts says (see ctrexec.taskfiles).
+            shared = {lbl.GROUP_MEMBERS: _members(spec, configs)}
+            if attachment.addresses():
+                shared[lbl.ADDRESSES] = ",".join(attachment.addresses())
             have = {c.id for c in existing}
             for cfg in configs:
                 if cfg.name not in have:
