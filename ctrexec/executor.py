@@ -26,6 +26,7 @@ from ctrexec import (
     logmodes,
     runs,
     taskctl,
+    taskfiles,
     taskinfo,
     taskio,
     taskspec,
@@ -80,7 +81,7 @@ class Executor:
         state_dir: Path | None = None,
     ) -> None:
         """``log_dir``: task logs (a TaskConfig's ``log_dir`` wins). ``state_dir``: the
-        rest of ctrexec's own files (the namespaces' hosts files unless ``files_dir``
+        rest of ctrexec's own files (the tasks' hosts files unless ``files_dir``
         says, the log driver's launcher), instead of under /run/ctrexec."""
         self.client = client
         self.log_dir = Path(log_dir)
@@ -132,11 +133,7 @@ class Executor:
         log_path = log_root / self.client.namespace / config.name / "task.log"
         # The spec needs only the files' paths; they are written once the record exists
         # (here, or by start()), so a crash in between leaves no orphan files behind.
-        files = (
-            hostfiles.HostFiles(self.files_dir / hostfiles.key_for(netns_path))
-            if mode == "path" and netns_path is not None
-            else None
-        )
+        files = taskfiles.for_task(self.files_dir, self.client.namespace, config)
         spec = taskspec.build(
             checked,
             image_entrypoint=image.config.entrypoint,
@@ -162,8 +159,7 @@ class Executor:
             owner_labels=owner_labels,
         )
         record, mounts = self._create_record(checked, image, spec, record_labels)
-        if files is not None and netns_path is not None:
-            self._ensure_files(record, netns_path, config)
+        taskfiles.write(record.id, record.labels, config, replace=True)
         return record, mounts
 
     def _create_record(
@@ -239,16 +235,6 @@ class Executor:
             )
             return self._prepare_rootfs(record, image)
 
-    @staticmethod
-    def _ensure_files(
-        record: containers.Container, netns_path: str, config: TaskConfig | None
-    ) -> None:
-        """Write the namespace's files where the record says they are (once)."""
-        directory = Path(record.labels[lbl.HOSTFILES_DIR])
-        hostname = (config.hostname or taskspec.default_hostname(config)) if config else record.id
-        resolv = taskspec.resolv_conf(config)
-        hostfiles.ensure(netns_path, hostname=hostname, base=directory.parent, resolv_conf=resolv)
-
     def _resolve_netns(self, value: str) -> tuple[str | None, str]:
         if value == "host":
             return None, "host"
@@ -301,9 +287,7 @@ class Executor:
         if netns_path:
             # Verified again (it may have been removed since); `ip netns add` leaves lo down.
             netns.ensure_loopback_up(netns_path)
-            files_dir = record.labels.get(lbl.HOSTFILES_DIR)
-            if files_dir and not hostfiles.all_written(Path(files_dir)):
-                self._ensure_files(record, netns_path, cfg)
+        taskfiles.write(task_id, record.labels, cfg, replace=False)  # the missing ones
         try:
             with taskio.task_stdio(record.labels, cfg, logged) as stdio:
                 try:
@@ -581,9 +565,7 @@ class Executor:
                 with contextlib.suppress(OSError):  # the namespace's dir, once empty
                     Path(log_path).parent.parent.rmdir()
             files_dir = record.labels.get(lbl.HOSTFILES_DIR)
-            if files_dir and not containers.list_containers(
-                self.client, containers.label_filter(lbl.HOSTFILES_DIR, files_dir)
-            ):
+            if files_dir and taskfiles.unshared(self.client, files_dir):
                 hostfiles.remove_dir(Path(files_dir))
             # The task's own cgroup can outlive Delete for a moment while the kernel
             # finishes tearing down its processes; the parents go with the last task.

@@ -43,7 +43,7 @@ _TASK_KEYS = {
     "name", "image", "command", "entrypoint", "env", "workdir", "user", "volumes", "tmpfs",
     "read_only", "memory", "cpus", "cpu_shares", "pids_limit", "cap_add", "cap_drop",
     "stop_signal", "stop_timeout", "restart", "labels", "sysctls", "runtime",
-    "log_driver", "log_max_size", "log_max_files", "log_transport",
+    "log_driver", "log_max_size", "log_max_files", "log_transport", "hostname",
 }  # fmt: skip
 
 
@@ -78,12 +78,11 @@ class GroupSpec:
         return [self.task_config(t) for t in self.tasks]
 
     def task_config(self, task: Mapping[str, Any]) -> TaskConfig:
-        values = dict(task)
+        values = {"hostname": self.hostname or self.name, **task}  # a task's own wins
         return TaskConfig(
             name=self.task_id(values.pop("name")),
             netns=self.netns_path,
             group=self.name,
-            hostname=self.hostname or self.name,
             **values,
         )
 
@@ -170,6 +169,16 @@ def _task_name(name: str) -> None:
     validate_id(name, kind="task name")
 
 
+def _members(spec: GroupSpec, configs: list[TaskConfig]) -> str:
+    """The group's tasks as the label :data:`~ctrexec.labels.GROUP_MEMBERS` lists them."""
+    return hostfiles.format_members(
+        [
+            hostfiles.Member(cfg.name, task["name"], cfg.hostname or spec.name)
+            for task, cfg in zip(spec.tasks, configs, strict=True)
+        ]
+    )
+
+
 def load_group_file(path: str | Path) -> GroupSpec:
     try:
         data = tomllib.loads(Path(path).read_text())
@@ -225,16 +234,14 @@ class Groups:
         try:
             ns = netns.create(spec.netns_name, exist_ok=True)
             attachment = self.networks.setup(spec.name, ns.path, mode, ports)
-            hostfiles.ensure(
-                ns.path,
-                hostname=spec.hostname or spec.name,
-                addresses=attachment.addresses(),
-                base=self.executor.files_dir,
-            )
+            # What every member's /etc/hosts says (see ctrexec.taskfiles).
+            shared = {lbl.GROUP_MEMBERS: _members(spec, configs)}
+            if attachment.addresses():
+                shared[lbl.ADDRESSES] = ",".join(attachment.addresses())
             have = {c.id for c in existing}
             for cfg in configs:
                 if cfg.name not in have:
-                    self._create_member(cfg, digest, spec)
+                    self._create_member(cfg, digest, spec, shared)
                     made.append(cfg.name)
                 state = self.executor.inspect(cfg.name, addresses=False)
                 if state.status not in (Status.RUNNING, Status.PAUSED):
@@ -248,8 +255,10 @@ class Groups:
             raise
         return self.ps(spec.name)
 
-    def _create_member(self, cfg: TaskConfig, digest: str, spec: GroupSpec) -> None:
-        owned = {lbl.GROUP_SPEC: digest, lbl.NETWORK_MODE: spec.network}
+    def _create_member(
+        self, cfg: TaskConfig, digest: str, spec: GroupSpec, shared: Mapping[str, str]
+    ) -> None:
+        owned = {lbl.GROUP_SPEC: digest, lbl.NETWORK_MODE: spec.network, **shared}
         if spec.ports:  # what TaskInfo.ports says, without reading CNI's cache
             owned[lbl.GROUP_PORTS] = ",".join(spec.ports)
         self.executor.create(cfg, owner_labels=owned)
@@ -277,6 +286,6 @@ class Groups:
 def teardown_network(networks: Networks, files_dir: Path, name: str, path: str, mode: str) -> None:
     """CNI DEL first (it needs the namespace to remove masquerade rules), then the rest."""
     networks.teardown(name, path if Path(path).exists() else None, parse_mode(mode))
-    hostfiles.remove(path, base=files_dir)
+    hostfiles.remove_legacy(path, base=files_dir)  # from before per-task files
     with contextlib.suppress(CtrexecError):
         netns.remove(path)

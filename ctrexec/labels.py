@@ -56,8 +56,10 @@ GROUP_PORTS = "io.ctrexec.group.ports"
 #: The addresses of the task's network namespace (comma-separated), as the caller that
 #: wired it knows them: the task's own /etc/hosts entry names them.
 ADDRESSES = "io.ctrexec.net.addresses"
-#: The other members of the task's group, as ``NAME=HOSTNAME`` pairs (comma-separated):
-#: the shared part of each member's /etc/hosts lists them.
+#: The members of the task's group, itself included, as ``ID:TASK:HOSTNAME`` entries
+#: (comma-separated; ':' and ',' are in no id nor hostname), e.g.
+#: ``web-app:app:web,web-db:db:db``: the shared part of each member's /etc/hosts names
+#: each by its container id, task name and hostname (:mod:`ctrexec.taskfiles`).
 GROUP_MEMBERS = "io.ctrexec.group.members"
 #: The group was made by ``run --network``/``-p`` for one container: removing the
 #: container removes its namespace and network too. The value is the network settings

@@ -52,6 +52,13 @@ def _nameservers(servers: tuple[str, ...]) -> None:
             raise InvalidArgument(f"nameserver {server!r} is not an IP address") from exc
 
 
+def _extra_hosts(entries: tuple[str, ...]) -> None:
+    from ctrexec.net.hostfiles import parse_extra_host  # only for a config that has some
+
+    for entry in entries:
+        parse_extra_host(entry)
+
+
 @attrs.frozen(kw_only=True)
 class RestartPolicy:
     """When ``ctrexec supervise`` restarts a task: ``no``, ``on-failure`` or ``always``."""
@@ -135,8 +142,8 @@ class TaskConfig:
     hostname: str | None = attrs.field(
         default=None, validator=fields.text(namespaces.with_hostname, optional=True)
     )
-    #: docker's --dns, --dns-search, --dns-option: the namespace's resolv.conf instead of
-    #: the host's (the first task to write a namespace's files decides, as they share it).
+    #: docker's --dns, --dns-search, --dns-option: the task's resolv.conf instead of the
+    #: host's (each task has its own, even in a namespace shared with others).
     dns: tuple[str, ...] = attrs.field(
         default=(), converter=fields.to_tuple, validator=fields.strings(_nameservers)
     )
@@ -145,6 +152,10 @@ class TaskConfig:
     )
     dns_options: tuple[str, ...] = attrs.field(
         default=(), converter=fields.to_tuple, validator=fields.strings()
+    )
+    #: docker's --add-host: ``NAME:IP`` lines added to the task's /etc/hosts.
+    extra_hosts: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings(_extra_hosts)
     )
     volumes: tuple[str, ...] = attrs.field(
         default=(), converter=fields.to_tuple, validator=fields.strings()

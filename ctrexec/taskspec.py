@@ -176,7 +176,7 @@ def _network_opts(
 def _filesystem_opts(
     checked: CheckedConfig, hostfiles: HostFiles | None, containerd_address: str | None
 ) -> list[oci.SpecOpt]:
-    """The namespace's shared files, the user's volumes and tmpfs, a read-only root."""
+    """The task's own host files, the user's volumes and tmpfs, a read-only root."""
     opts: list[oci.SpecOpt] = []
     if hostfiles is not None:
         opts += [

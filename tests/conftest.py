@@ -126,8 +126,20 @@ def client(containerd_address: str) -> Iterator[object]:
         yield c
         leftovers = audit(c)
         assert not leftovers, f"test run leaked in containerd: {leftovers}"
+        files = _task_files(TEST_NAMESPACE)
+        assert not files, f"test run left tasks' host files: {files}"
     finally:
         c.close()
+
+
+def _task_files(namespace: str) -> list[str]:
+    """The per-task host files directories the CLI made for ``namespace`` (those of an
+    Executor given its own ``files_dir`` are its test's to check)."""
+    from ctrexec.net.hostfiles import DEFAULT_DIR
+
+    if not DEFAULT_DIR.is_dir():
+        return []
+    return sorted(p.name for p in DEFAULT_DIR.glob(f"{namespace}+*"))
 
 
 @pytest.fixture(scope="session")

@@ -143,6 +143,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         user=args.user,
         netns=publish.netns_value(args),
         hostname=args.hostname,
+        extra_hosts=args.add_host,
         volumes=args.volume,
         tmpfs=args.tmpfs,
         read_only=args.read_only,
@@ -492,6 +493,7 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("--sysctl", action="append", default=[], metavar="K=V")
     p.add_argument("--oom-score-adj", type=int)
     p.add_argument("--hostname")
+    p.add_argument("--add-host", action="append", default=[], metavar="NAME:IP")
     p.add_argument("--entrypoint")
     p.add_argument("--stop-signal")
     p.add_argument("--stop-timeout", type=float, default=10.0, help="(default: %(default)s)")

@@ -1,30 +1,43 @@
-"""/etc/hosts, /etc/resolv.conf and /etc/hostname shared by a network namespace.
+"""Each task's /etc/hosts, /etc/resolv.conf and /etc/hostname, as docker gives them.
 
-Every task joined to one namespace sees the same three files, bind-mounted from a
-directory keyed by that namespace. They are written once, atomically, by whichever
-task comes first (threads and processes alike), so a task restarted into the
-namespace finds them unchanged.
+Every task has its own three files, bind-mounted from a directory keyed by its
+containerd namespace and container id, whatever its network: tasks sharing one
+namespace (a group) each see their own hostname and resolver. Rendering is pure;
+:func:`ensure` writes a task's files, and :mod:`ctrexec.taskfiles` says what goes in.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import ipaddress
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 
+from ctrexec.errors import InvalidArgument
+
 DEFAULT_DIR = Path("/run/ctrexec/netns-files")
 HOST_RESOLV = Path("/etc/resolv.conf")
+HOST_HOSTS = Path("/etc/hosts")
+_NAMES = ("hosts", "resolv.conf", "hostname")
+#: Loopback lines every hosts file starts with (docker's set).
+_LOCALHOST = (
+    "127.0.0.1\tlocalhost",
+    "::1\tlocalhost ip6-localhost ip6-loopback",
+    "fe00::0\tip6-localnet",
+    "ff00::0\tip6-mcastprefix",
+    "ff02::1\tip6-allnodes",
+    "ff02::2\tip6-allrouters",
+)
 
 
 @attrs.frozen
 class HostFiles:
-    """The three files for one namespace, as host paths."""
+    """The three files of one task, as host paths."""
 
     directory: Path
 
@@ -49,44 +62,104 @@ class HostFiles:
         ]
 
 
-def all_written(directory: Path) -> bool:
-    """Whether a namespace's shared files were all written (a crash can cut it short)."""
-    return all((directory / n).exists() for n in ("hosts", "resolv.conf", "hostname"))
+def task_dir(base: Path, namespace: str, container_id: str) -> HostFiles:
+    """A task's files: ``base/<namespace>+<id>`` ('+' is in no containerd identifier, so
+    no two pairs share a name, and none clashes with the per-namespace ``name-``/``ino-``
+    directories of older versions)."""
+    return HostFiles(base / f"{namespace}+{container_id}")
 
 
-def key_for(netns_path: str) -> str:
-    """A directory name for a namespace: its ip-netns name, else its inode."""
-    if netns_path.startswith("/run/netns/") and "/" not in netns_path[len("/run/netns/") :]:
-        return "name-" + netns_path[len("/run/netns/") :]
-    st = Path(netns_path).stat()
-    return f"ino-{st.st_dev}-{st.st_ino}"
+@attrs.frozen
+class Member:
+    """A task of a group, as the shared part of every member's /etc/hosts names it."""
+
+    id: str
+    task: str
+    hostname: str
 
 
-def render_hosts(hostname: str, addresses: Sequence[str] = ()) -> str:
-    lines = [
-        "127.0.0.1\tlocalhost",
-        "::1\tlocalhost ip6-localhost ip6-loopback",
-        "fe00::0\tip6-localnet",
-        "ff00::0\tip6-mcastprefix",
-        "ff02::1\tip6-allnodes",
-        "ff02::2\tip6-allrouters",
-    ]
-    lines += [f"{addr}\t{hostname}" for addr in addresses]
-    if not addresses:
-        lines.append(f"127.0.1.1\t{hostname}")
+def format_members(members: Sequence[Member]) -> str:
+    """The label value: ``ID:TASK:HOSTNAME`` entries, comma-separated."""
+    return ",".join(f"{m.id}:{m.task}:{m.hostname}" for m in members)
+
+
+def parse_members(text: str) -> tuple[Member, ...]:
+    """:func:`format_members` read back; an entry not of three fields is skipped (a
+    label is not user input, and a bad one must not stop the task from starting)."""
+    found = []
+    for entry in text.split(","):
+        parts = entry.strip().split(":")
+        if len(parts) == 3 and all(parts):
+            found.append(Member(*parts))
+    return tuple(found)
+
+
+def parse_extra_host(text: str) -> tuple[str, str]:
+    """docker's ``--add-host NAME:IP`` (or ``NAME=IP``; an IPv6 address may be in
+    brackets) as (name, ip); the first separator splits, so ``db:fd00::5`` works."""
+    cut = min((i for i in (text.find(":"), text.find("=")) if i >= 0), default=-1)
+    name, ip = (text[:cut], text[cut + 1 :]) if cut >= 0 else (text, "")
+    if cut < 0 or not name or any(c.isspace() or c == "#" for c in name):
+        raise InvalidArgument(f"extra host {text!r} is not NAME:IP")
+    if ip == "host-gateway":
+        raise InvalidArgument(
+            f"extra host {text!r}: host-gateway is not supported; give the host's IP address"
+        )
+    bare = ip[1:-1] if ip.startswith("[") and ip.endswith("]") else ip
+    try:
+        return name, str(ipaddress.ip_address(bare))
+    except ValueError as exc:
+        raise InvalidArgument(f"extra host {text!r}: {ip!r} is not an IP address") from exc
+
+
+@attrs.frozen(kw_only=True)
+class HostsEntries:
+    """What one task's /etc/hosts says. ``base``: text to start from instead of the
+    loopback lines (the host's own file, for a task on the host's network)."""
+
+    hostname: str
+    addresses: tuple[str, ...] = ()
+    members: tuple[Member, ...] = ()
+    extra_hosts: tuple[tuple[str, str], ...] = ()
+    base: str | None = None
+
+
+def render_hosts(entries: HostsEntries) -> str:
+    """docker's order: loopback lines, the user's extra hosts (first match wins in
+    glibc, so they override what follows), the task's own name, then its group.
+
+    The task's own line names each of its namespace's addresses, else 127.0.1.1. Each
+    group member is named (id, task name, hostname) on the namespace's addresses, else
+    on 127.0.0.1: tasks of one namespace reach each other over its loopback.
+    """
+    base = entries.base
+    lines = list(_LOCALHOST) if base is None else base.rstrip("\n").splitlines()
+    named = {w for line in lines for w in line.split("#", 1)[0].split()[1:]}
+    lines += [f"{ip}\t{name}" for name, ip in entries.extra_hosts]
+    if entries.base is None or entries.hostname not in named:
+        own = entries.addresses or ("127.0.1.1",)
+        lines += [f"{addr}\t{entries.hostname}" for addr in own]
+    named.add(entries.hostname)
+    shared = entries.addresses or ("127.0.0.1",)
+    for m in entries.members:
+        names = [n for n in dict.fromkeys((m.id, m.task, m.hostname)) if n not in named]
+        named.update(names)
+        if names:
+            lines += [f"{addr}\t{' '.join(names)}" for addr in shared]
     return "\n".join(lines) + "\n"
 
 
-def render_resolv_conf(host_text: str) -> str:
-    """The host's resolver config without loopback nameservers.
+def render_resolv_conf(host_text: str, *, keep_loopback: bool = False) -> str:
+    """The host's resolver config, without loopback nameservers unless ``keep_loopback``.
 
     A nameserver on the host's 127.0.0.0/8 (systemd-resolved, dnsmasq) is not
-    reachable from another namespace, so it is dropped, as docker does.
+    reachable from another namespace, so it is dropped, as docker does; a task on the
+    host's network reaches it, so it keeps them.
     """
     kept = []
     for line in host_text.splitlines():
         words = line.split()
-        if words[:1] == ["nameserver"] and len(words) > 1:
+        if not keep_loopback and words[:1] == ["nameserver"] and len(words) > 1:
             addr = words[1]
             if addr.startswith("127.") or addr == "::1":
                 continue
@@ -106,72 +179,67 @@ def render_dns(
     return "\n".join(lines) + "\n"
 
 
-def _write_once(path: Path, text: str) -> None:
-    """Create ``path`` with ``text`` unless it exists; concurrent writers agree on one.
+def read_host_file(path: Path) -> str:
+    """A host file's text; a missing or unreadable one reads as empty."""
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
-    Every writer (any thread, any process) fills its own ``mkstemp`` file in the same
-    directory and hard-links it into place. ``link`` never replaces: the first
-    writer's file wins and the others drop theirs, so all converge on one content,
-    and the inode that running tasks bind-mounted never changes under them (which
-    ``os.replace`` would do). A temp name from the pid alone was shared by every
-    thread of one Executor: one thread's cleanup deleted another's file mid-write.
+
+def all_written(directory: Path) -> bool:
+    """Whether a task's files were all written (a crash, or a reboot that emptied
+    /run, can leave some missing)."""
+    return all((directory / n).exists() for n in _NAMES)
+
+
+def _write(path: Path, text: str, *, replace: bool) -> None:
+    """Write ``path`` through a temp file of the same directory, so no reader ever sees
+    it half-written. ``replace=False`` keeps a file that exists: ``link`` never
+    replaces, so the first of two writers wins and the file a running task
+    bind-mounted (and may have edited, as /etc/hosts is writable) stays as it is.
     """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             os.fchmod(f.fileno(), 0o644)
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, path)
+        if replace:
+            Path(tmp).replace(path)
+        else:
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
 
 
 def ensure(
-    netns_path: str,
-    *,
-    hostname: str,
-    addresses: Sequence[str] = (),
-    base: Path = DEFAULT_DIR,
-    resolv_conf: str | None = None,
+    files: HostFiles, *, hosts: str, resolv_conf: str, hostname: str, replace: bool
 ) -> HostFiles:
-    """The namespace's files, writing them on first use.
-
-    Writers of one namespace take turns (an flock on its directory), so the three
-    files come from one writer: two tasks asking for different hostnames at once
-    cannot leave ``hosts`` naming one and ``hostname`` the other. ``resolv_conf``
-    replaces the host's resolver config (without its loopback servers).
-    """
-    files = HostFiles(base / key_for(netns_path))
+    """Write a task's files: all of them (``replace``, at create: what an earlier
+    container of the name left is not this one's), else only those missing (at start)."""
     files.directory.mkdir(parents=True, exist_ok=True, mode=0o755)
-    if resolv_conf is None:
-        try:
-            host_resolv = HOST_RESOLV.read_text()
-        except OSError:
-            host_resolv = ""
-        resolv_conf = render_resolv_conf(host_resolv)
-    with _locked(files.directory):
-        _write_once(files.hosts, render_hosts(hostname, addresses))
-        _write_once(files.resolv_conf, resolv_conf)
-        _write_once(files.hostname, hostname + "\n")
+    _write(files.hosts, hosts, replace=replace)
+    _write(files.resolv_conf, resolv_conf, replace=replace)
+    _write(files.hostname, hostname + "\n", replace=replace)
     return files
-
-
-@contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # also drops the lock
-
-
-def remove(netns_path: str, *, base: Path = DEFAULT_DIR) -> None:
-    """Forget a namespace's files (when its last task is gone)."""
-    with contextlib.suppress(FileNotFoundError, OSError):
-        shutil.rmtree(base / key_for(netns_path))
 
 
 def remove_dir(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def legacy_key(netns_path: str) -> str:
+    """The per-namespace directory of versions before per-task files: its ip-netns name,
+    else its inode."""
+    if netns_path.startswith("/run/netns/") and "/" not in netns_path[len("/run/netns/") :]:
+        return "name-" + netns_path[len("/run/netns/") :]
+    st = Path(netns_path).stat()
+    return f"ino-{st.st_dev}-{st.st_ino}"
+
+
+def remove_legacy(netns_path: str, *, base: Path = DEFAULT_DIR) -> None:
+    """Forget a namespace's files as older versions wrote them (group down after an
+    upgrade); nothing of the kind is made any more."""
+    with contextlib.suppress(FileNotFoundError, OSError):
+        shutil.rmtree(base / legacy_key(netns_path))

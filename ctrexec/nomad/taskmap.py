@@ -51,11 +51,15 @@ def container_id(nomad_id: str) -> str:
 
 
 def owner_labels(task: pb.TaskConfig) -> dict[str, str]:
-    return {
+    labels = {
         lbl.NOMAD_TASK_ID: task.id,
         lbl.NOMAD_ALLOC_ID: task.alloc_id,
         lbl.NOMAD_TASK_NAME: task.name,
     }
+    spec = task.network_isolation_spec if task.HasField("network_isolation_spec") else None
+    if spec is not None and spec.hostsConfig.address:  # the task's own /etc/hosts line
+        labels[lbl.ADDRESSES] = spec.hostsConfig.address
+    return labels
 
 
 @attrs.frozen(kw_only=True)
@@ -121,8 +125,6 @@ def _check_allowed(opts: dict[str, Any], plugin: PluginConfig) -> None:
         raise InvalidField(
             "volumes", list(opts["volumes"]), "the plugin config sets volumes_enabled = false"
         )
-    if opts["extra_hosts"]:
-        raise InvalidField("extra_hosts", list(opts["extra_hosts"]), "not supported by ctrexec yet")
 
 
 def pull_options(opts: dict[str, Any], plugin: PluginConfig | None = None) -> dict[str, Any]:
@@ -246,6 +248,7 @@ def to_task_config(task: pb.TaskConfig, opts: dict[str, Any], plugin: PluginConf
         hostname=spec.hostsConfig.hostname or None
         if task.HasField("network_isolation_spec")
         else None,
+        extra_hosts=tuple(opts["extra_hosts"]),
         volumes=tuple(volumes),
         tmpfs=tuple(tmpfs),
         devices=tuple(_devices(task, opts)),

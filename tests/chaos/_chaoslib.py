@@ -386,7 +386,7 @@ KILL_POINTS: dict[str, tuple[str, str, str]] = {
 #: What a SIGKILL at each kill point leaves, as :meth:`Outcome.kind`: the same whether
 #: containerd dies there (and is started again) or ctrexec does (containerd stays up).
 LEFT_AFTER_KILL: dict[str, str] = {
-    # The namespace's host files are written only once the record exists.
+    # The task's host files are written only once the record exists.
     "after-hostfiles": "container",
     # The record comes first and needs no lease (containerd's GC holds the snapshot
     # it names from the first instant): a crash before it leaves nothing at all...

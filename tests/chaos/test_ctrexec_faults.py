@@ -93,7 +93,7 @@ def test_ctrexec_killed_inside_run(
     ns = make_netns()
     name = f"chaos-kp-{point}"
     logs = tmp_path / "logs"
-    files = hostfiles.DEFAULT_DIR / hostfiles.key_for(f"/run/netns/{ns}")
+    files = hostfiles.task_dir(hostfiles.DEFAULT_DIR, client.namespace, name).directory
     leases_before = {le.id for le in client.leases()}
     args = ["--name", name, "--netns", ns, test_image, "sh", "-c", TICKER]
     try:
@@ -127,7 +127,7 @@ def test_ctrexec_killed_inside_run(
             retry=TaskConfig(name=name, image=IMAGE, command=("sh", "-c", TICKER), netns=ns),
         )
     finally:
-        shutil.rmtree(files, ignore_errors=True)  # only this test's namespace
+        shutil.rmtree(files, ignore_errors=True)  # only this test's task
 
 
 def test_ctrexec_killed_at_arbitrary_points(

@@ -86,10 +86,10 @@ def test_two_tasks_share_netns_and_restart(ex: Executor, ns: str, test_image: st
     assert info.status is Status.RUNNING
     assert info.pid == client_task.pid
     assert netns.inspect(server.netns_path or "").addresses == addrs_before
-    # Both saw the namespace's shared hosts file.
-    hosts = ex.exec("srv", ["cat", "/etc/hosts"]).stdout
-    assert b"127.0.0.1" in hosts
-    assert ex.exec("cli", ["cat", "/etc/hosts"]).stdout == hosts
+    # Each has its own hosts file, naming itself.
+    for task in ("srv", "cli"):
+        hosts = ex.exec(task, ["cat", "/etc/hosts"]).stdout
+        assert b"127.0.0.1\tlocalhost" in hosts and f"127.0.1.1\t{task}\n".encode() in hosts
 
 
 def test_exec_exit_code_and_output(ex: Executor, test_image: str) -> None:

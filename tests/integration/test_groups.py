@@ -116,8 +116,13 @@ def test_group_up_localhost_port_and_restart_same_ip(groups: Groups, test_image:
     )
     ip = _ip(groups, name)
     assert ipaddress.ip_address(ip) in ipaddress.ip_network(SUBNET)
-    # /etc/hosts of the namespace names the group's address.
-    assert ip.encode() in ex.exec(cid, ["cat", "/etc/hosts"]).stdout
+    # Each member's /etc/hosts names it, and every member, on the group's address.
+    hosts = ex.exec(cid, ["cat", "/etc/hosts"]).stdout.decode()
+    assert f"{ip}\t{name}\n{ip}\t{name}-server server\n{ip}\t{name}-client client\n" in hosts
+    _until(
+        lambda: ex.exec(cid, ["wget", "-q", "-O", "-", "http://server:8080/"]).exit_code == 0,
+        "task-to-task by the member's name",
+    )
 
     with supervising(ex):
         old_pid = ex.inspect(f"{name}-server").pid

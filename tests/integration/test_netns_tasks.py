@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ctrexec import errors
+from ctrexec import labels as lbl
 from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
@@ -69,7 +70,7 @@ def test_sixteen_threads_start_tasks_into_one_namespace(
     ex: Executor, test_image: str, ip_netns: Callable[[], str]
 ) -> None:
     """The Executor is thread-safe: 16 threads creating tasks in one namespace at once
-    all share its host files (written once, by one of them) and all run."""
+    all run, each with its own host files."""
     ns = ip_netns()
     count = 16
     barrier = threading.Barrier(count)
@@ -94,11 +95,11 @@ def test_sixteen_threads_start_tasks_into_one_namespace(
     infos = [ex.inspect(f"{TAG}-t{n}") for n in range(count)]
     assert {i.status for i in infos} == {Status.RUNNING}
     assert {i.netns_path for i in infos} == {f"/run/netns/{ns}"}
-    [directory] = list(ex.files_dir.iterdir())
-    assert sorted(p.name for p in directory.iterdir()) == ["hostname", "hosts", "resolv.conf"]
-    hostname = (directory / "hostname").read_bytes()
-    for n in (0, count - 1):  # every task sees the same, single writer's files
-        assert ex.exec(f"{TAG}-t{n}", ["cat", "/etc/hostname"]).stdout == hostname
+    assert len(list(ex.files_dir.iterdir())) == count
+    for n in (0, count - 1):  # every task sees its own files
+        directory = Path(infos[n].labels[lbl.HOSTFILES_DIR])
+        assert sorted(p.name for p in directory.iterdir()) == ["hostname", "hosts", "resolv.conf"]
+        assert ex.exec(f"{TAG}-t{n}", ["cat", "/etc/hostname"]).stdout == f"{TAG}-t{n}\n".encode()
     for n in range(count):
         ex.destroy(f"{TAG}-t{n}", force=True)
 

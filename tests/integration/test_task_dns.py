@@ -1,5 +1,5 @@
 """A task's own resolver config (``dns``, ``dns_search``, ``dns_options``: docker's
---dns flags, Nomad's ``network { dns { } }``) in its namespace's /etc/resolv.conf."""
+--dns flags, Nomad's ``network { dns { } }``) in its own /etc/resolv.conf."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from _support import scratch_executor
 from ctrexec.containerd.client import Client
 from ctrexec.errors import InvalidField
 from ctrexec.executor import Executor
-from ctrexec.net import netns
+from ctrexec.net import hostfiles, netns
 from ctrexec.taskconfig import TaskConfig
 
 
@@ -44,11 +44,13 @@ def test_the_tasks_resolv_conf_is_its_own(ex: Executor, test_image: str, ns: str
     assert shown.stdout == (
         b"nameserver 10.0.0.53\nnameserver fd00::53\nsearch svc.test test\noptions ndots:2\n"
     )
-    # The namespace's files are shared: a second task sees the same resolver.
+    # Each task has its own: a second one in the namespace has the host's resolver.
     ex.start_task(
         TaskConfig(name="dns-other", image=test_image, command=("sleep", "600"), netns=ns)
     )
-    assert ex.exec("dns-other", ["cat", "/etc/resolv.conf"]).stdout == shown.stdout
+    host = hostfiles.render_resolv_conf(hostfiles.read_host_file(hostfiles.HOST_RESOLV))
+    assert ex.exec("dns-other", ["cat", "/etc/resolv.conf"]).stdout == host.encode()
+    assert ex.exec("dns-own", ["cat", "/etc/resolv.conf"]).stdout == shown.stdout
 
 
 def test_a_name_is_not_a_nameserver(test_image: str) -> None:

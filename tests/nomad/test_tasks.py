@@ -24,7 +24,8 @@ from google.protobuf import duration_pb2
 
 from ctrexec._api.nomad.drivers import driver_pb2 as dpb
 from ctrexec.containerd import containers
-from ctrexec.net import cni, netns
+from ctrexec.net import cni, hostfiles, netns
+from ctrexec.nomad.taskmap import container_id
 from ctrexec.testing import wait_for
 
 pytestmark = [pytest.mark.usefixtures("restore_ip_forward")]
@@ -109,6 +110,38 @@ def test_bridge_group_two_tasks(node: Node, alloc: AllocDir, group: GroupNetwork
         node.plugin.driver.DestroyTask(dpb.DestroyTaskRequest(task_id=probe.config.id, force=True))
     got = list((alloc.path / "alloc").glob("got-*"))
     assert len(got) == 2 and all(p.read_text() == "hello from ctrexec\n" for p in got)
+
+
+def test_a_group_task_has_its_own_hosts_file(
+    node: Node, alloc: AllocDir, group: GroupNetwork, nomad_client: Any
+) -> None:
+    """Nomad's hostsConfig (the task's hostname and the alloc's address) and the job's
+    extra_hosts, in the task's own files; another task of the alloc has its own."""
+    config = {"image": IMAGE, "command": "sleep", "args": ["600"], "extra_hosts": ["db:10.9.0.1"]}
+    handles = []
+    for name in ("hf-a", "hf-b"):
+        tc = task_config(alloc, name, node.task_spec, config, netns_path=group.path)
+        tc.network_isolation_spec.hostsConfig.hostname = f"{name}-host"
+        tc.network_isolation_spec.hostsConfig.address = group.ip
+        resp = node.start(tc)
+        check_start_response(resp)
+        handles.append(resp.handle)
+    for h in handles:
+        wait_for(lambda h=h: running(node, h.config.id), timeout=30, what="task running")
+        resp = node.plugin.driver.ExecTask(
+            dpb.ExecTaskRequest(
+                task_id=h.config.id,
+                command=["sh", "-c", "cat /etc/hostname; tail -n 2 /etc/hosts"],
+                timeout=duration_pb2.Duration(seconds=30),
+            ),
+            timeout=60,
+        )
+        me = f"{h.config.name}-host"
+        assert resp.stdout.decode() == f"{me}\n10.9.0.1\tdb\n{group.ip}\t{me}\n", resp.stderr
+        node.plugin.driver.DestroyTask(dpb.DestroyTaskRequest(task_id=h.config.id, force=True))
+        cid = container_id(h.config.id)
+        files = hostfiles.task_dir(hostfiles.DEFAULT_DIR, nomad_client.namespace, cid)
+        assert not files.directory.exists()
 
 
 def test_killed_task_restarts_into_the_same_namespace(

@@ -11,12 +11,13 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from ctrexec import labels as lbl
 from ctrexec._api.nomad.drivers import driver_pb2 as dpb
 from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.ids import is_valid_id
 from ctrexec.nomad import hclog, hclspec
 from ctrexec.nomad.config import PLUGIN_SCHEMA, TASK_SCHEMA, PluginConfig, parse_duration
-from ctrexec.nomad.taskmap import DriverState, container_id, to_task_config
+from ctrexec.nomad.taskmap import DriverState, container_id, owner_labels, to_task_config
 
 
 def _walk(spec, path=""):  # type: ignore[no-untyped-def]
@@ -125,12 +126,22 @@ def test_task_maps_onto_taskconfig() -> None:
     assert to_task_config(_task(), _opts(), _plugin()).netns == "host"
 
 
+def test_extra_hosts_and_the_alloc_address_reach_the_hosts_file() -> None:
+    task = _task("/var/run/netns/0b5e7c1a")
+    task.network_isolation_spec.hostsConfig.address = "172.26.64.5"
+    task.network_isolation_spec.hostsConfig.hostname = "web-host"
+    cfg = to_task_config(task, _opts(extra_hosts=["db:10.1.2.3"]), _plugin())
+    assert (cfg.extra_hosts, cfg.hostname) == (("db:10.1.2.3",), "web-host")
+    assert owner_labels(task)[lbl.ADDRESSES] == "172.26.64.5"
+    assert lbl.ADDRESSES not in owner_labels(_task())
+
+
 @pytest.mark.parametrize(
     ("opts", "field"),
     [
         ({"privileged": True}, "privileged"),
         ({"cap_add": ["sys_admin"]}, "cap_add"),
-        ({"extra_hosts": ["a:1.2.3.4"]}, "extra_hosts"),
+        ({"extra_hosts": ["a:host-gateway"]}, "extra_hosts"),
         ({"host_network": True}, "host_network"),
     ],
 )

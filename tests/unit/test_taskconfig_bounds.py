@@ -32,6 +32,7 @@ WRONG_TYPE: dict[str, tuple[Any, str]] = {
     "dns": ("1.1.1.1", "expected a list of strings"),
     "dns_search": ([3], "expected a list of strings"),
     "dns_options": ("ndots:2", "expected a list of strings"),
+    "extra_hosts": ("db:10.0.0.7", "expected a list of strings"),
     "volumes": ("/a:/b", "expected a list of strings"),
     "tmpfs": ({"/run": "size=1m"}, "expected a list of strings"),
     "read_only": ("yes", "expected true or false"),
@@ -79,6 +80,7 @@ OUT_OF_RANGE: dict[str, tuple[Any, str]] = {
     "user": ("1:", "empty group"),
     "hostname": ("-bad-", "RFC 1123"),
     "dns": (["dns.example"], "nameserver 'dns.example' is not an IP address"),
+    "extra_hosts": (["db:host-gateway"], "host-gateway is not supported"),
     "memory": ("1k", "Minimum memory limit allowed is 6MB"),
     "memory_reservation": ("lots", "invalid size"),
     "cpus": (5000, f"between {resources.MIN_CPUS} and {resources.MAX_CPUS}"),
@@ -136,6 +138,7 @@ GOOD_TASK: dict[str, Any] = {
     "entrypoint": ["sh"],
     "env": {"PORT": 8080, "MODE": "x"},
     "workdir": "/srv",
+    "hostname": "t-host",
     "user": "app:staff",
     "volumes": ["/tmp:/data:ro"],
     "tmpfs": ["/run:size=1m"],
@@ -252,6 +255,14 @@ def test_a_group_with_every_task_key_parses() -> None:
     spec = groups.parse_group(_group(GOOD_TASK))
     (cfg,) = spec.task_configs()
     assert cfg.name == "g-t" and cfg.group == "g"
+    assert cfg.hostname == "t-host"  # a task's own hostname wins over the group's
+
+
+def test_a_group_task_without_a_hostname_takes_the_groups() -> None:
+    task = {"name": "t", "image": "img"}
+    assert groups.parse_group(_group(task)).task_configs()[0].hostname == "g"
+    spec = groups.parse_group(_group(task, hostname="shared"))
+    assert spec.task_configs()[0].hostname == "shared"
 
 
 GROUP_TASK_CASES = [("wrong-type", k) for k in sorted(groups._TASK_KEYS)] + [
