@@ -110,6 +110,9 @@ _FLAGS = {
     "log_max_size": "--log-opt max-size",
     "log_max_files": "--log-opt max-file",
     "log_transport": "--log-opt transport",
+    "extra_hosts": "--add-host",
+    "dns_search": "--dns-search",
+    "dns_options": "--dns-option",
 }
 
 
@@ -144,6 +147,9 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         netns=publish.netns_value(args),
         hostname=args.hostname,
         extra_hosts=args.add_host,
+        dns=args.dns,
+        dns_search=args.dns_search,
+        dns_options=args.dns_option,
         volumes=args.volume,
         tmpfs=args.tmpfs,
         read_only=args.read_only,
@@ -494,6 +500,9 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("--oom-score-adj", type=int)
     p.add_argument("--hostname")
     p.add_argument("--add-host", action="append", default=[], metavar="NAME:IP")
+    p.add_argument("--dns", action="append", default=[], metavar="IP", help="a nameserver")
+    p.add_argument("--dns-search", action="append", default=[], metavar="DOMAIN")
+    p.add_argument("--dns-option", action="append", default=[], metavar="OPTION")
     p.add_argument("--entrypoint")
     p.add_argument("--stop-signal")
     p.add_argument("--stop-timeout", type=float, default=10.0, help="(default: %(default)s)")

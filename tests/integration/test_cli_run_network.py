@@ -115,10 +115,15 @@ def test_run_network_bridge_without_ports_and_run_rm_cleans_up(
 ) -> None:
     out = cli(
         "run", "--rm", "--network", "bridge", "--name", "pub-once", test_image,
-        "sh", "-c", "ip -4 -o addr show eth0 | grep -o '10\\.231\\.188\\.[0-9]*'",
+        "sh", "-c", "ip -4 -o addr show eth0 | grep -o 'inet 10\\.231\\.188\\.[0-9]*'; "
+        "grep pub-once /etc/hosts; cat /etc/hostname",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("10.231.188."), out.stdout
+    inet, hosts_line, hostname = out.stdout.splitlines()
+    address = inet.removeprefix("inet ")
+    assert address.startswith("10.231.188."), out.stdout
+    assert hosts_line.split() == [address, "pub-once"], out.stdout  # its own entry
+    assert hostname == "pub-once"
     assert not Path(netns.resolve("cx-pub-once")).exists()
 
 

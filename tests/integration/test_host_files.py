@@ -92,6 +92,7 @@ def test_a_bad_extra_host_is_refused_before_anything_exists(cli: Cli, test_image
     out = cli("run", "--name", name, "--add-host", "db:host-gateway", test_image, "true")
     assert out.returncode == 125
     assert "host-gateway is not supported" in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.startswith("ctrexec: invalid --add-host"), out.stderr
     assert cli("inspect", name).returncode != 0
     assert not _cli_files(name).exists()
 
@@ -128,6 +129,27 @@ def test_tasks_sharing_a_namespace_each_see_their_own(
         hosts, hostname, _ = _show(out.stdout)
         assert hostname == f"host-{who}\n"
         assert hosts == hostfiles.render_hosts(HostsEntries(hostname=f"host-{who}"))
+
+
+def test_dns_flags_give_each_task_its_resolver(
+    cli: Cli, test_image: str, made: list[str], ns: str
+) -> None:
+    made += [f"{TAG}-dnsa", f"{TAG}-dnsb"]
+    a = cli(
+        "run", "--rm", "--name", f"{TAG}-dnsa", "--netns", ns, "--dns", "192.0.2.53",
+        "--dns", "2001:db8::53", "--dns-search", "example.test", "--dns-option", "ndots:2",
+        test_image, "cat", "/etc/resolv.conf",
+    )  # fmt: skip
+    assert a.returncode == 0, a.stderr
+    assert a.stdout == (
+        "nameserver 192.0.2.53\nnameserver 2001:db8::53\nsearch example.test\noptions ndots:2\n"
+    )
+    b = cli("run", "--rm", "--name", f"{TAG}-dnsb", "--netns", ns, test_image, "cat",
+            "/etc/resolv.conf")  # fmt: skip
+    assert (b.returncode, b.stdout) == (0, _host_resolv()), b.stderr
+    bad = cli("run", "--rm", "--name", f"{TAG}-dnsc", "--dns", "resolver1", test_image, "true")
+    assert bad.returncode == 125 and "resolver1" in bad.stderr, bad.stderr
+    assert len(bad.stderr.splitlines()) == 1
 
 
 @pytest.fixture

@@ -159,6 +159,10 @@ GOOD_TASK: dict[str, Any] = {
     "log_max_size": 1 << 20,
     "log_max_files": 2,
     "log_transport": "process",
+    "extra_hosts": ["db:10.0.0.7"],
+    "dns": ["192.0.2.53"],
+    "dns_search": ["example.test"],
+    "dns_options": ["ndots:2"],
 }
 
 
