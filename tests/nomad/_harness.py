@@ -232,10 +232,12 @@ class PluginProcess:
         self.proc.wait(timeout=bound)
         return self._finish()
 
-    def sigkill(self) -> None:
+    def sigkill(self, *, remove_socket: bool = True) -> None:
+        """``remove_socket=False`` leaves what the dead plugin left, as Nomad would."""
         os.kill(self.proc.pid, signal.SIGKILL)
         self._finish()
-        self._remove_socket()
+        if remove_socket:
+            self._remove_socket()
         self.channel.close()  # after: calls in flight see the death (UNAVAILABLE)
 
 

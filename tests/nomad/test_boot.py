@@ -168,9 +168,7 @@ def test_a_sigkilled_plugins_socket_dir_is_swept_by_the_next_one(short_tmp: Path
     env = {"TMPDIR": str(short_tmp)}
     first = PluginProcess(env)
     stale = Path(first.address).parent
-    os.kill(first.proc.pid, signal.SIGKILL)
-    first.proc.wait(timeout=30)
-    first.channel.close()
+    first.sigkill(remove_socket=False)
     assert stale.exists(), "a SIGKILLed plugin cannot remove its directory"
     past = time.time() - 60  # older than the sweep's grace for a plugin still starting
     os.utime(stale, (past, past))
