@@ -3,11 +3,9 @@ container never started, the exit code of a missing container, ``stats``' CPU %.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,15 +14,6 @@ from _cli import Cli
 from ctrexec.testing import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def made(cli: Cli) -> Iterator[list[str]]:
-    names: list[str] = []
-    yield names
-    if names:
-        with contextlib.suppress(Exception):
-            cli("rm", "-f", *names)
 
 
 def test_wait_of_a_created_container_waits_for_its_start_and_exit(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,15 +21,6 @@ from ctrexec.net.networks import Networks
 from ctrexec.taskconfig import TaskConfig
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def made(cli: Cli) -> Iterator[list[str]]:
-    names: list[str] = []
-    yield names
-    if names:
-        with contextlib.suppress(Exception):
-            cli("rm", "-f", *names)
 
 
 def _inspect(cli: Cli, name: str) -> dict[str, object]:

@@ -128,14 +128,7 @@ def test_a_group_task_has_its_own_hosts_file(
         handles.append(resp.handle)
     for h in handles:
         wait_for(lambda h=h: running(node, h.config.id), timeout=30, what="task running")
-        resp = node.plugin.driver.ExecTask(
-            dpb.ExecTaskRequest(
-                task_id=h.config.id,
-                command=["sh", "-c", "cat /etc/hostname; tail -n 2 /etc/hosts"],
-                timeout=duration_pb2.Duration(seconds=30),
-            ),
-            timeout=60,
-        )
+        resp = _exec(node, h.config.id, "cat /etc/hostname; tail -n 2 /etc/hosts")
         me = f"{h.config.name}-host"
         assert resp.stdout.decode() == f"{me}\n10.9.0.1\tdb\n{group.ip}\t{me}\n", resp.stderr
         node.plugin.driver.DestroyTask(dpb.DestroyTaskRequest(task_id=h.config.id, force=True))
@@ -379,16 +372,21 @@ def test_output_goes_to_nomads_fifos_across_a_restart(node: Node, alloc: AllocDi
 def test_exec_task_captures_output_and_code(node: Node, alloc: AllocDir) -> None:
     h = start(node, alloc, "execd", {"image": IMAGE, "command": "sleep", "args": ["600"]})
     wait_for(lambda: running(node, h.config.id), timeout=30, what="task running")
-    resp = node.plugin.driver.ExecTask(
+    resp = _exec(node, h.config.id, "echo out; echo err >&2; exit 3")
+    assert (resp.stdout, resp.stderr, resp.result.exit_code) == (b"out\n", b"err\n", 3)
+    node.plugin.driver.DestroyTask(dpb.DestroyTaskRequest(task_id=h.config.id, force=True))
+
+
+def _exec(node: Node, task_id: str, script: str) -> dpb.ExecTaskResponse:
+    """ExecTask of ``sh -c SCRIPT``, as ``nomad alloc exec`` without a terminal."""
+    return node.plugin.driver.ExecTask(
         dpb.ExecTaskRequest(
-            task_id=h.config.id,
-            command=["sh", "-c", "echo out; echo err >&2; exit 3"],
+            task_id=task_id,
+            command=["sh", "-c", script],
             timeout=duration_pb2.Duration(seconds=30),
         ),
         timeout=60,
     )
-    assert (resp.stdout, resp.stderr, resp.result.exit_code) == (b"out\n", b"err\n", 3)
-    node.plugin.driver.DestroyTask(dpb.DestroyTaskRequest(task_id=h.config.id, force=True))
 
 
 def _exec_stream(
