@@ -286,8 +286,6 @@ def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ctrexec.supervisor import is_supervised
-
     attached = (args.interactive or args.tty) and not args.detach
     keys = attach.prepare(args) if attached else b""
     with _by_flag():
@@ -309,7 +307,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             handle = ex.start_task(config, owner_labels=owned)
     publish.warn_unsupervised(ex.client, [config])
     if args.detach:
-        if args.rm and not is_supervised(ex.client):
+        if args.rm:
             _warn_unsupervised_rm(ex, handle.id)
         print_json(handle.to_json()) if args.json else print(handle.id)
         return 0
@@ -322,7 +320,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _warn_unsupervised_rm(ex: Executor, task_id: str) -> None:
-    """``-d --rm`` relies on ``ctrexec supervise`` (ctrexec has no daemon): say so."""
+    """``-d --rm`` relies on ``ctrexec supervise`` (ctrexec has no daemon): say so if
+    none runs. (The supervisor module, with its event stubs, loads only here.)"""
+    from ctrexec.supervisor import is_supervised
+
+    if is_supervised(ex.client):
+        return
     print(
         f"ctrexec: warning: --rm: no `ctrexec supervise` runs for namespace "
         f"{ex.client.namespace}; {task_id} is removed when it exits only once one runs "
