@@ -24,7 +24,7 @@ from _support import gone, scratch_executor, until
 
 from ctrexec.containerd.client import Client
 from ctrexec.executor import Executor
-from ctrexec.net import netns
+from ctrexec.net import cni, netns
 from ctrexec.supervisor import is_supervised
 from ctrexec.testing import import_image
 
@@ -319,3 +319,35 @@ def test_publish_all_without_exposed_ports_still_gets_the_bridge(
         "sh", "-c", "ip -4 -o addr show eth0 | grep -c 10.231.188.",
     )  # fmt: skip
     assert (out.returncode, out.stdout) == (0, "1\n"), out.stderr
+
+
+def test_run_network_cni_joins_a_users_conflist_and_rm_releases_it(
+    cli: Cli, bridge: str, test_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf_dir = tmp_path / "net.d"
+    conf_dir.mkdir()
+    user_bridge = f"{bridge}u"
+    user = cni.bridge_conflist(
+        f"{bridge}user", user_bridge, "10.231.189.0/24", ports=False,
+        ipam_dir=str(tmp_path / "ipam"),
+    )  # fmt: skip
+    (conf_dir / "user.conflist").write_text(json.dumps(user.to_json()))
+    monkeypatch.setenv("CTREXEC_CNI_CONF_DIR", str(conf_dir))
+    try:
+        out = cli(
+            "run", "--rm", "--network", f"cni:{bridge}user", "--name", "pub-cni", test_image,
+            "sh", "-c", "ip -4 -o addr show eth0 | grep -o 'inet 10\\.231\\.189\\.[0-9]*'",
+        )  # fmt: skip
+        assert (out.returncode, out.stdout.startswith("inet 10.231.189.")) == (0, True), out
+        ports = cli("run", "--rm", "--network", f"cni:{bridge}user", "-p", "8080:80",
+                    "--name", "pub-cni2", test_image, "true")  # fmt: skip
+        assert ports.returncode == 125 and "has no portmap plugin" in ports.stderr, ports.stderr
+        assert gone_netns("cx-pub-cni") and gone_netns("cx-pub-cni2")
+    finally:
+        subprocess.run(["ip", "link", "del", user_bridge], capture_output=True, check=False)
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
+    assert "10.231.189." not in rules
+
+
+def gone_netns(name: str) -> bool:
+    return not Path(netns.resolve(name)).exists()
