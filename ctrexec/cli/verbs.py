@@ -11,6 +11,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from ctrexec.containerd.stats import Stats
     from ctrexec.executor import Executor
     from ctrexec.logs import LogEntry
+    from ctrexec.watch import TaskEvents
 
 #: docker's exit code when some of the names given failed.
 SOME_FAILED = 1
@@ -89,11 +91,14 @@ def _exit_code(ex: Executor, task_id: str) -> int:
     """The current run's exit code, waiting for it to start first if it has not.
 
     The stream is subscribed before the state is read, so a start in between is an
-    event that ends the wait for it; any event of the task makes it look again.
+    event that ends the wait for it; any event of the task makes it look again. A
+    removal of a never-started container is no task event: the state is also read
+    again every RECHECK seconds, so the wait then ends with No such container.
     """
     from ctrexec.containerd.tasks import Status
 
     stream = None
+    woke = threading.Event()
     try:
         while True:
             info = ex.inspect(task_id, addresses=False)
@@ -103,11 +108,28 @@ def _exit_code(ex: Executor, task_id: str) -> int:
                 return info.exit.code
             if stream is None:
                 stream = ex.events(tasks=[task_id])
+                threading.Thread(target=_pump, args=(stream, woke), daemon=True).start()
                 continue  # look again now that nothing can be missed
-            next(stream)
+            woke.wait(RECHECK)
+            woke.clear()
     finally:
         if stream is not None:
             stream.cancel()
+
+
+#: How often ``wait`` of a created container looks whether it is still there.
+RECHECK = 1.0
+
+
+def _pump(stream: TaskEvents, woke: threading.Event) -> None:
+    """Set ``woke`` at each event of the stream, and once more when it ends."""
+    try:
+        for _ in stream:
+            woke.set()
+    except CtrexecError:
+        pass  # cancelled, or broken: the waiter reads the state again either way
+    finally:
+        woke.set()
 
 
 def cmd_rename(args: argparse.Namespace) -> int:

@@ -35,6 +35,23 @@ def test_wait_of_a_created_container_waits_for_its_start_and_exit(
     assert (proc.returncode, stdout, stderr) == (0, "7\n", "")
 
 
+def test_wait_of_a_created_container_ends_when_it_is_removed(
+    cli: Cli, test_image: str, made: list[str]
+) -> None:
+    made.append("dp-never")
+    out = cli("create", "--name", "dp-never", test_image, "true")
+    assert out.returncode == 0, out.stderr
+    argv = cli.argv("wait", "dp-never")
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            assert cli("rm", "dp-never").returncode == 0
+            stdout, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert (proc.returncode, stdout, stderr) == (1, "", "ctrexec: No such container: dp-never\n")
+
+
 @pytest.mark.parametrize(
     "argv",
     [
