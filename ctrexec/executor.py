@@ -258,6 +258,10 @@ class Executor:
         with self._lock(task_id):
             before, record = self._clear_previous_run(task_id, by_policy=by_policy)
             try:
+                if record.labels.get(lbl.IMPLICIT_GROUP):  # run -p: wired again after a reboot
+                    from ctrexec import standalone
+
+                    record = standalone.rewire(self, record)
                 return self._launch(record, self._rootfs_mounts(record))
             except BaseException:
                 taskinfo.undo_next_run(self.client, before)

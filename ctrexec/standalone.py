@@ -19,6 +19,7 @@ from pathlib import Path
 import attrs
 
 from ctrexec import labels as lbl
+from ctrexec import taskfiles, taskinfo
 from ctrexec.containerd import containers
 from ctrexec.errors import AlreadyExists, CtrexecError, InvalidArgument, NotFound
 from ctrexec.executor import Executor
@@ -98,6 +99,31 @@ def attach(
     if wiring.ports:
         owned[lbl.GROUP_PORTS] = ",".join(wiring.ports)
     return attrs.evolve(config, netns=ns.path, group=name), owned
+
+
+def rewire(ex: Executor, record: containers.Container) -> containers.Container:
+    """The record, its namespace made and wired again if it is gone (a reboot empties
+    /run): the same name and ports, from its labels, as docker's ``start`` after a
+    reboot. The address may differ; its label and the task's hosts file follow it."""
+    labels = record.labels
+    path, name = labels.get(lbl.NETNS_PATH), labels.get(lbl.GROUP)
+    if not path or not name or Path(path).exists():
+        return record
+    networks = settings.from_label(labels[lbl.IMPLICIT_GROUP])
+    ports = [parse_port(p) for p in labels.get(lbl.GROUP_PORTS, "").split(",") if p]
+    ns = netns.create(NETNS_PREFIX + name)
+    try:
+        attachment = networks.setup(name, ns.path, labels.get(lbl.NETWORK_MODE, "bridge"), ports)
+    except BaseException:
+        with contextlib.suppress(CtrexecError):
+            netns.remove(ns.path)
+        raise
+    addresses = ",".join(attachment.addresses())
+    if addresses == labels.get(lbl.ADDRESSES):
+        return record
+    record = containers.update_labels(ex.client, record.id, {lbl.ADDRESSES: addresses})
+    taskfiles.write(record.id, record.labels, taskinfo.config_of(record), replace=True)
+    return record
 
 
 def release(ex: Executor, labels: Mapping[str, str]) -> None:

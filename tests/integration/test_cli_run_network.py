@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,9 +23,10 @@ from _cli import TEST_NAMESPACE, Cli
 from _nethelpers import free_port
 from _support import gone, scratch_executor, until
 
+from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
 from ctrexec.executor import Executor
-from ctrexec.net import cni, netns
+from ctrexec.net import cni, netns, settings
 from ctrexec.supervisor import is_supervised
 from ctrexec.testing import import_image
 
@@ -351,3 +353,32 @@ def test_run_network_cni_joins_a_users_conflist_and_rm_releases_it(
 
 def gone_netns(name: str) -> bool:
     return not Path(netns.resolve(name)).exists()
+
+
+def test_start_after_a_reboot_wires_the_namespace_again(
+    cli: Cli, bridge: str, test_image: str, made: list[str]
+) -> None:
+    """A reboot empties /run: the namespace, CNI's cache and IPAM files, iptables rules
+    and the task's host files all go. `start` makes and wires them again, ports included."""
+    port = free_port()
+    made.append("pub-boot")
+    out = cli("run", "-d", "-p", f"{port}:8080", "--name", "pub-boot", test_image, *HTTPD)
+    assert out.returncode == 0, out.stderr
+    assert cli("stop", "-t", "1", "pub-boot").returncode == 0
+    path = netns.resolve("cx-pub-boot")
+    settings.from_env().teardown("pub-boot", path, "bridge")  # what the reboot took
+    netns.remove(path)
+    shutil.rmtree(_files_of(cli, "pub-boot"))
+    start = cli("start", "pub-boot")
+    assert (start.returncode, start.stdout) == (0, "pub-boot\n"), start.stderr
+    body: list[bytes] = []
+    until(lambda: body.append(_get(port)) or True, "the port to answer after the reboot")
+    info = json.loads(cli("inspect", "pub-boot", check=True).stdout)[0]
+    address = info["addresses"][0]["address"].split("/")[0]
+    hosts = cli("exec", "pub-boot", "cat", "/etc/hosts", check=True).stdout
+    assert f"{address}\tpub-boot" in hosts, hosts
+
+
+def _files_of(cli: Cli, name: str) -> Path:
+    info = json.loads(cli("inspect", name, check=True).stdout)[0]
+    return Path(info["labels"][lbl.HOSTFILES_DIR])
