@@ -17,7 +17,11 @@ The steps are ordered so that whatever stops them, one of the two records is who
 
 A running or paused task cannot be renamed: its shim, cgroup and every event name the
 old id. Members of a group and tasks of the Nomad driver are refused too: their ids are
-derived from the group's or allocation's name, and their owners find them by it.
+derived from the group's or allocation's name, and their owners find them by it. A
+``run -p`` container's implicit group is named after it, so it moves: the copy names
+``cx-NEW``, the old namespace is released, and the next start wires the new one with
+the same ports (:func:`ctrexec.standalone.rewire`). The host files' directory is the
+new id's, written afresh by that start.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from ctrexec.errors import (
     NotFound,
 )
 from ctrexec.ids import validate_id
+from ctrexec.net import hostfiles
 
 if TYPE_CHECKING:
     from ctrexec.executor import Executor
@@ -62,6 +67,11 @@ def rename(executor: Executor, old: str, new: str) -> containers.Container:
         raise InvalidArgument(f"container {old} already has the name {new}")
     if _exists(executor, new):
         raise AlreadyExists(f"container name {new!r} is already in use")
+    if lbl.IMPLICIT_GROUP in record.labels and Path(_implicit_netns(new)).exists():
+        raise AlreadyExists(
+            f"network namespace {Path(_implicit_netns(new)).name} already exists "
+            f"(a group named {new}?)"
+        )
     record = _drop_stopped_task(executor, record)
     created = _copy_record(executor, record, new)
     try:
@@ -73,18 +83,26 @@ def rename(executor: Executor, old: str, new: str) -> containers.Container:
     containers.delete(client, old)
     leaf = f"ctrexec/{client.namespace}/{old}"  # the old task's cgroup, empty by now
     tasks.wait_until(lambda: _linux.remove_empty_cgroups(leaf, parents=False), timeout=2.0)
+    _drop_old_files(record.labels, created.labels)
+    if lbl.IMPLICIT_GROUP in record.labels:
+        from ctrexec import standalone
+
+        standalone.release(executor, record.labels)  # the next start wires the new one
     return created
+
+
+def _drop_old_files(old: Mapping[str, str], new: Mapping[str, str]) -> None:
+    """The old id's host files go; the next start writes the new id's (they are small,
+    and the hosts file of a container with its own network names its new address)."""
+    before, after = old.get(lbl.HOSTFILES_DIR), new.get(lbl.HOSTFILES_DIR)
+    if before and before != after:
+        hostfiles.remove_dir(Path(before))
 
 
 def _refuse_owned(record: containers.Container) -> None:
     name = record.id
     group = record.labels.get(lbl.GROUP)
-    if lbl.IMPLICIT_GROUP in record.labels:
-        raise FailedPrecondition(
-            f"cannot rename container {name}: its network ({group or name}) is named "
-            "after it; remove it and run it again under the new name"
-        )
-    if group:
+    if group and lbl.IMPLICIT_GROUP not in record.labels:
         raise FailedPrecondition(
             f"cannot rename container {name}: it is a member of group {group}, whose "
             "members are named after it; rename the group's file and bring it up again"
@@ -159,6 +177,7 @@ def _copy_record(
     """The record under its new id, naming the same snapshot; AlreadyExists in the
     user's words when the name was taken meanwhile."""
     extensions = dict(record.extensions)
+    implicit = lbl.IMPLICIT_GROUP in record.labels
     config = taskinfo.config_of(record)
     if config is not None:
         from ctrexec import taskspec
@@ -166,42 +185,87 @@ def _copy_record(
         # The hostname stays what it was, as docker's rename keeps it.
         hostname = config.hostname or taskspec.default_hostname(config)
         renamed = attrs.evolve(config, name=new, hostname=hostname)
+        if implicit:  # run -p: its namespace and group are named after it
+            renamed = attrs.evolve(renamed, group=new, netns=_implicit_netns(new))
         extensions[lbl.CONFIG_EXTENSION] = containers.json_extension(
             lbl.CONFIG_TYPE_URL, renamed.to_json()
         )
+    labels = _renamed_labels(record.labels, record.id, new, executor.client.namespace)
+    spec = _renamed_spec(record.spec, record.id, new, implicit)
+    spec = _moved_mounts(spec, record.labels.get(lbl.HOSTFILES_DIR), labels.get(lbl.HOSTFILES_DIR))
     try:
         return containers.create(
             executor.client,
             new,
             image=record.image,
-            spec=_renamed_spec(record.spec, record.id, new),
+            spec=spec,
             snapshotter=record.snapshotter,
             snapshot_key=record.snapshot_key,
             runtime=record.runtime,
-            labels=_renamed_labels(record.labels, record.id, new),
+            labels=labels,
             extensions=extensions,
         )
     except AlreadyExists as exc:
         raise AlreadyExists(f"container name {new!r} is already in use") from exc
 
 
-def _renamed_spec(spec: Mapping[str, Any], old: str, new: str) -> dict[str, Any]:
-    """The spec with its cgroup under the new id: ctrexec finds a task's cgroup by it."""
+def _renamed_spec(spec: Mapping[str, Any], old: str, new: str, implicit: bool) -> dict[str, Any]:
+    """The spec with its cgroup under the new id (ctrexec finds a task's cgroup by it)
+    and, for ``run -p``'s implicit group, its namespace and shim group too."""
     out = dict(spec)
     linux = dict(out.get("linux") or {})
     path = linux.get("cgroupsPath")
     if isinstance(path, str) and path.rsplit("/", 1)[-1] == old:
         linux["cgroupsPath"] = f"{path.rsplit('/', 1)[0]}/{new}"
-        out["linux"] = linux
+    if implicit:
+        linux["namespaces"] = [
+            {**ns, "path": _implicit_netns(new)} if ns.get("type") == "network" else ns
+            for ns in linux.get("namespaces") or []
+        ]
+        annotations = dict(out.get("annotations") or {})
+        if annotations.get(lbl.SHIM_GROUP_ANNOTATION) == old:
+            annotations[lbl.SHIM_GROUP_ANNOTATION] = new
+            out["annotations"] = annotations
+    out["linux"] = linux
     return out
 
 
-def _renamed_labels(labels: Mapping[str, str], old: str, new: str) -> dict[str, str]:
-    """The labels with the paths keyed by the id moved to the new one."""
+def _moved_mounts(spec: dict[str, Any], old: str | None, new: str | None) -> dict[str, Any]:
+    """The host files' bind mounts from the old id's directory to the new one's."""
+    if not old or not new or old == new:
+        return spec
+    def moved(mount: dict[str, Any]) -> dict[str, Any]:
+        source = mount.get("source")
+        if isinstance(source, str) and Path(source).parent == Path(old):
+            return {**mount, "source": str(Path(new) / Path(source).name)}
+        return mount
+
+    return {**spec, "mounts": [moved(m) for m in spec.get("mounts") or []]}
+
+
+def _implicit_netns(name: str) -> str:
+    from ctrexec.groups import NETNS_PREFIX
+    from ctrexec.net import netns
+
+    return netns.resolve(NETNS_PREFIX + name)
+
+
+def _renamed_labels(
+    labels: Mapping[str, str], old: str, new: str, namespace: str
+) -> dict[str, str]:
+    """The labels with the paths keyed by the id moved to the new one; for ``run -p``'s
+    implicit group also its group and namespace (its address comes with the next start)."""
     out = dict(labels)
     log_path = out.get(lbl.LOG_PATH)
     if log_path and Path(log_path).parent.name == old:
         out[lbl.LOG_PATH] = str(Path(log_path).parent.parent / new / Path(log_path).name)
+    files = out.get(lbl.HOSTFILES_DIR)
+    if files and Path(files).name == f"{namespace}+{old}":
+        out[lbl.HOSTFILES_DIR] = str(Path(files).parent / f"{namespace}+{new}")
+    if lbl.IMPLICIT_GROUP in out:
+        out[lbl.GROUP] = new
+        out[lbl.NETNS_PATH] = _implicit_netns(new)
+        out.pop(lbl.ADDRESSES, None)
     return out
 
 

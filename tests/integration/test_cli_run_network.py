@@ -382,3 +382,25 @@ def test_start_after_a_reboot_wires_the_namespace_again(
 def _files_of(cli: Cli, name: str) -> Path:
     info = json.loads(cli("inspect", name, check=True).stdout)[0]
     return Path(info["labels"][lbl.HOSTFILES_DIR])
+
+
+def test_rename_moves_the_network_with_the_container(
+    cli: Cli, bridge: str, test_image: str, made: list[str]
+) -> None:
+    port = free_port()
+    made += ["pub-ren", "pub-ren2"]
+    out = cli("run", "-d", "-p", f"{port}:8080", "--name", "pub-ren", test_image, *HTTPD)
+    assert out.returncode == 0, out.stderr
+    running = cli("rename", "pub-ren", "pub-ren2")
+    assert running.returncode == 125 and "stop it first" in running.stderr
+    assert cli("stop", "-t", "1", "pub-ren").returncode == 0
+    renamed = cli("rename", "pub-ren", "pub-ren2")
+    assert (renamed.returncode, renamed.stderr) == (0, ""), renamed.stderr
+    assert gone_netns("cx-pub-ren")
+    assert cli("start", "pub-ren2").returncode == 0
+    body: list[bytes] = []
+    until(lambda: body.append(_get(port)) or True, "the renamed container's port to answer")
+    ps = cli("ps", "--format", "{{.Names}} {{.Group}} {{.Netns}}", check=True).stdout
+    assert "pub-ren2 pub-ren2 /run/netns/cx-pub-ren2" in ps.splitlines(), ps
+    assert cli("rm", "-f", "pub-ren2").returncode == 0
+    assert gone_netns("cx-pub-ren2")
