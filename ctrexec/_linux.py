@@ -163,6 +163,15 @@ def unix_socket_listening(path: str | os.PathLike[str], timeout: float = 1.0) ->
     return True
 
 
+def boot_time(stat_text: str | None = None) -> float:
+    """When the host booted (``btime`` of /proc/stat), in seconds since the epoch."""
+    text = Path("/proc/stat").read_text() if stat_text is None else stat_text
+    for line in text.splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    raise OSError(errno.ENOENT, "no btime line in /proc/stat")
+
+
 def same_file(a: os.stat_result, b: os.stat_result) -> bool:
     """Namespace identity is (st_dev, st_ino) of its nsfs inode."""
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

@@ -234,6 +234,7 @@ def _moved_mounts(spec: dict[str, Any], old: str | None, new: str | None) -> dic
     """The host files' bind mounts from the old id's directory to the new one's."""
     if not old or not new or old == new:
         return spec
+
     def moved(mount: dict[str, Any]) -> dict[str, Any]:
         source = mount.get("source")
         if isinstance(source, str) and Path(source).parent == Path(old):

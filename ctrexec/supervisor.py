@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ctrexec import _linux
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
@@ -103,6 +104,16 @@ def should_restart(labels: dict[str, str], exit_code: int) -> bool:
     return not (max_attempts > 0 and count >= max_attempts)
 
 
+def should_revive(labels: Mapping[str, str]) -> bool:
+    """The policy decision for a task the host's restart took away (no exit was seen),
+    as dockerd's at its start: ``always`` comes back even when it was stopped by hand,
+    ``unless-stopped`` and ``on-failure`` unless it was."""
+    policy = labels.get(lbl.RESTART_POLICY, "no")
+    if policy == "no" or labels.get(lbl.AUTO_REMOVE) == "true":
+        return False
+    return policy == "always" or labels.get(lbl.STOPPED_BY_USER) != "true"
+
+
 def next_delay(
     base: float,
     previous: float | None,
@@ -168,8 +179,11 @@ class Supervisor:
         max_backoff: float = MAX_BACKOFF,
         reset_after: float = RESET_AFTER,
         lock_dir: Path = DEFAULT_LOCK_DIR,
+        boot_time: Callable[[], float] = _linux.boot_time,
     ) -> None:
+        """``boot_time``: when the host booted (tests pretend a reboot with it)."""
         self.executor = executor
+        self.boot_time = boot_time
         self.lock_dir = lock_dir
         self.client = executor.client
         self.reconnect_delay = reconnect_delay
@@ -182,6 +196,12 @@ class Supervisor:
         self._running: set[threading.Thread] = set()
         self._stream: TaskEvents | None = None
         self._restarts = 0
+
+    @property
+    def pending(self) -> set[str]:
+        """The containers with a restart, removal or start scheduled and not yet due."""
+        with self._guard:
+            return set(self._timers)
 
     @property
     def restarts(self) -> int:
@@ -273,10 +293,33 @@ class Supervisor:
                 thread.join()
 
     def reconcile(self) -> None:
-        """Apply the policy to every stopped task, for exits missed while away."""
+        """Apply the policy to every stopped task, for exits missed while away, and to
+        every task a host restart took away (containerd keeps no task across one: its
+        run began before the boot and left no exit)."""
+        booted = datetime.fromtimestamp(self.boot_time(), UTC)
         for info in self.executor.list(all_tasks=True):
             if info.status is Status.STOPPED and info.exit is not None:
                 self._on_exit(info.id, info.exit, live=False)
+            elif (
+                info.status is Status.CREATED
+                and info.exit is None
+                and info.started_at is not None
+                and info.started_at < booted
+                and should_revive(info.labels)
+            ):
+                revive = lambda cid=info.id: self._revive(cid, booted)  # noqa: E731
+                if self._schedule(info.id, 0, "start after the host's restart", revive):
+                    log.info("%s: its task went with the host's restart; starting it", info.id)
+
+    def _revive(self, container_id: str, booted: datetime) -> None:
+        """Start it again unless someone did meanwhile (a start by hand clears the
+        "stopped by user" mark and the backoff, as dockerd's start at boot does)."""
+        info = self.executor.inspect(container_id, addresses=False)
+        if info.status is not Status.CREATED or not info.started_at or info.started_at >= booted:
+            return
+        self.executor.start(container_id)
+        with self._guard:
+            self._restarts += 1
 
     def _on_exit(self, container_id: str, status: ExitStatus, *, live: bool) -> None:
         """Act on one exit; ``live`` (seen as an event) logs it even when nothing is done."""

@@ -1,0 +1,82 @@
+"""After a host restart, ``ctrexec supervise`` starts what dockerd would start at boot.
+
+containerd keeps no task across a reboot, so a container whose task vanished left no
+exit to react to. The supervisor tells them by their run's start time, which comes
+before the host's boot. Its ``boot_time`` is moved here to just after the tasks were
+taken away by hand, so the test sees a reboot without one happening.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _support import scratch_executor, supervising, until
+
+from ctrexec.containerd import tasks
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import Status
+from ctrexec.executor import Executor
+from ctrexec.supervisor import Supervisor
+from ctrexec.taskconfig import RestartPolicy, TaskConfig
+
+pytestmark = pytest.mark.integration
+
+#: policy, stopped by hand before the "reboot", started again after it
+CASES = {
+    "sb-always": ("always", False, True),
+    "sb-always-stopped": ("always", True, True),
+    "sb-unless": ("unless-stopped", False, True),
+    "sb-unless-stopped": ("unless-stopped", True, False),
+    "sb-failure": ("on-failure", False, True),
+    "sb-none": ("no", False, False),
+}
+
+
+@pytest.fixture
+def ex(client: Client, tmp_path: Path) -> Iterator[Executor]:
+    with scratch_executor(client, tmp_path, "sb-") as executor:
+        yield executor
+
+
+def test_tasks_the_host_restart_took_come_back_by_policy(ex: Executor, test_image: str) -> None:
+    for name, (policy, stopped, _) in CASES.items():
+        config = TaskConfig(
+            name=name, image=test_image, command=("sleep", "600"),
+            restart=RestartPolicy(policy=policy),
+        )  # fmt: skip
+        ex.start_task(config)
+        if stopped:
+            ex.stop(name, timeout=1)
+    for name in CASES:  # what the reboot does: every task is gone, no exit seen
+        tasks.force_delete(ex.client, name)
+    time.sleep(0.01)  # the "boot" comes strictly after every run's start
+    booted = time.time()
+    assert all(ex.inspect(n).status is Status.CREATED for n in CASES)
+    with supervising(ex, boot_time=lambda: booted) as sup:
+        expected = {n for n, (_, _, back) in CASES.items() if back}
+        until(
+            lambda: {n for n in CASES if ex.inspect(n).status is Status.RUNNING} == expected,
+            "the policy's tasks to run again",
+        )
+        until(lambda: sup.restarts == len(expected), "the supervisor to count them")
+    for name in CASES.keys() - expected:
+        assert ex.inspect(name).status is Status.CREATED
+    assert ex.inspect("sb-always-stopped").labels.get("io.ctrexec.restart.stopped-by-user") is None
+
+
+def test_a_run_that_began_after_the_boot_is_left_alone(ex: Executor, test_image: str) -> None:
+    """A start under way (its run's labels written, its task not made yet) looks the
+    same as a vanished task, but began after the boot: the supervisor keeps out."""
+    config = TaskConfig(
+        name="sb-later", image=test_image, command=("sleep", "600"),
+        restart=RestartPolicy(policy="always"),
+    )  # fmt: skip
+    ex.start_task(config)
+    tasks.force_delete(ex.client, "sb-later")
+    sup = Supervisor(ex, boot_time=lambda: time.time() - 3600)
+    sup.reconcile()  # what run() does first; it schedules synchronously
+    assert sup.pending == set()
+    assert ex.inspect("sb-later").status is Status.CREATED
