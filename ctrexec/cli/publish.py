@@ -112,11 +112,13 @@ def wiring(args: argparse.Namespace) -> Wiring | None:
     return requested(args.network, args.publish, args.netns)
 
 
-def with_exposed(ex: Executor, config: TaskConfig, args: argparse.Namespace) -> Wiring | None:
-    """:func:`wiring` with ``-P``: every port the image exposes, not already given by
-    ``-p``, published on a host port picked now. Needs the image, so comes after it."""
-    wired = wiring(args)
-    if not args.publish_all or (wired is None and args.network in ("none", "host")):
+def with_exposed(
+    ex: Executor, config: TaskConfig, args: argparse.Namespace, wired: Wiring | None
+) -> Wiring | None:
+    """``wired`` (:func:`wiring`'s) with ``-P``: every port the image exposes, not
+    already given by ``-p``, published on a host port picked now. Needs the image, so
+    comes after it; the ``-p`` ports keep the host ports already picked for them."""
+    if wired is None and args.network in ("none", "host"):
         return wired
     from ctrexec.containerd.images import get_image
     from ctrexec.net.ports import parse_port
@@ -128,7 +130,8 @@ def with_exposed(ex: Executor, config: TaskConfig, args: argparse.Namespace) -> 
         port, _, proto = text.partition("/")
         if port.isdigit() and (int(port), proto or "tcp") not in taken:
             exposed.append(f"{port}/{proto or 'tcp'}")
-    return requested(args.network or "bridge", [*args.publish, *exposed], args.netns)
+    given = wired.ports if wired else ()
+    return requested(args.network or "bridge", [*given, *exposed], args.netns)
 
 
 @contextlib.contextmanager

@@ -294,7 +294,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         ex = _executor(args)
         ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
         if args.publish_all:
-            wired = publish.with_exposed(ex, config, args)
+            wired = publish.with_exposed(ex, config, args, wired)
         with publish.own_network(ex, config, wired) as (config, owned):
             if attached:
                 if owned:  # the record needs its owner labels before the attached start
@@ -347,7 +347,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         ex = _executor(args)
         ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
         if args.publish_all:
-            wired = publish.with_exposed(ex, config, args)
+            wired = publish.with_exposed(ex, config, args, wired)
         with publish.own_network(ex, config, wired) as (config, owned):
             record = ex.create(config, owner_labels=owned)
     publish.warn_unsupervised(ex.client, [config])
