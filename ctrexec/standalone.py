@@ -62,11 +62,6 @@ def requested(network: str | None, ports: Sequence[str], netns_flag: str) -> Wir
     return Wiring(mode=mode, ports=tuple(ports))
 
 
-def plain_netns(network: str | None) -> str | None:
-    """``--network none|host`` as the ``--netns`` value it means (None: not one of them)."""
-    return network if network in ("none", "host") else None
-
-
 def attach(
     ex: Executor, networks: Networks, config: TaskConfig, wiring: Wiring
 ) -> tuple[TaskConfig, dict[str, str]]:
