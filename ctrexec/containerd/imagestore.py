@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
+import attrs
 from google.protobuf import field_mask_pb2
 
 from ctrexec import _rpc, errors
@@ -58,6 +59,28 @@ _FINAL_ERRORS = (
 )
 #: How long to wait for another writer that holds a blob's ingest ref.
 _LOCKED_WAIT = 600.0
+
+
+@attrs.frozen
+class ImageEvent:
+    """One step of a pull or an import, for a progress display (one renderer draws
+    both). Called from the thread doing the step (a pull's are workers).
+
+    ``action``: ``resolved`` (a pull's target: ``digest``), ``exists`` (the store had
+    the blob: nothing sent), ``start`` (a blob begins: ``total``; ``done`` is a resume
+    offset), ``progress`` (``done``), ``done``, ``unpacking``, then ``pulled`` or
+    ``imported`` (``ref``, ``digest``). An imported blob that no name gives a digest (a
+    docker ``layer.tar``) goes by its member path until stored."""
+
+    action: str
+    ref: str = ""
+    digest: str = ""
+    media_type: str = ""
+    done: int = 0
+    total: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
 
 
 def ingest_ref(digest: str) -> str:

@@ -45,26 +45,8 @@ _MAX_DEPTH = 4
 _TAR_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError)
 
 
-@attrs.frozen
-class ImportEvent:
-    """One step of an import, for a progress display; the fields and actions of a
-    pull's event, so one renderer draws both.
-
-    ``action``: ``start`` (a blob begins: ``total``; ``done`` is a resume offset),
-    ``progress`` (``done``), ``done``, ``exists`` (the store had the blob: nothing
-    sent), ``unpacking`` and ``imported`` (``ref``, ``digest``). A blob that no name
-    gives a digest (a docker ``layer.tar``) goes by its member path until stored."""
-
-    action: str
-    ref: str = ""
-    digest: str = ""
-    media_type: str = ""
-    done: int = 0
-    total: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
-
+#: One step of an import: the same event as a pull's, so one renderer draws both.
+ImportEvent = imagestore.ImageEvent
 
 #: Called for each step, in the importing thread.
 ImportProgress = Callable[[ImportEvent], None]

@@ -36,25 +36,8 @@ _MAX_DEPTH = 4
 PULL_POLICIES = ("missing", "always", "never")
 
 
-@attrs.frozen
-class PullEvent:
-    """One step of a pull, for a progress display. Called from worker threads.
-
-    ``action``: ``resolved`` (``digest`` is the target), ``exists`` (the blob is in the
-    store, nothing fetched), ``start`` (``done`` is the resume offset, usually 0),
-    ``progress``, ``done``, ``unpacking``, ``pulled``."""
-
-    action: str
-    ref: str
-    digest: str = ""
-    media_type: str = ""
-    done: int = 0
-    total: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
-
-
+#: One step of a pull (the public name of what an import reports too).
+PullEvent = imagestore.ImageEvent
 Progress = Callable[[PullEvent], None]
 
 
