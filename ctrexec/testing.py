@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ctrexec import _rpc
+from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec._linux import mount_points, mounts_under, unix_socket_listening
 from ctrexec.containerd import containers, tasks
@@ -123,6 +124,19 @@ def audit(client: Client, *, snapshotter: str = "overlayfs") -> list[str]:
     for page in stream:
         leftovers += [f"snapshot {i.name}" for i in page.info if i.kind == SNAPSHOT_ACTIVE]
     return leftovers
+
+
+def content_digests(client: Client) -> set[str]:
+    """Every blob the client's namespace holds in containerd's content store, by digest
+    (what a test checks a removal or a GC against)."""
+    stream = client.rpc.server_stream(
+        _rpc.CONTENT,
+        "List",
+        content_pb2.ListContentRequest(),
+        content_pb2.ListContentResponse,
+        namespace=client.namespace,
+    )
+    return {i.digest for page in stream for i in page.info}
 
 
 def wait_for(

@@ -29,6 +29,7 @@ from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec.containerd import containers, content, images, imagestore, snapshots
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Platform
+from ctrexec.testing import content_digests
 
 SNAPSHOTTER = "overlayfs"
 TEST_NAMESPACE = "ctrexec-test"
@@ -47,17 +48,6 @@ def _ctr(address: str, namespace: str, *args: str) -> str:
 
 def _gc(client: Client) -> None:
     client.delete_lease(client.create_lease().id, sync=True)
-
-
-def _content(client: Client) -> set[str]:
-    stream = client.rpc.server_stream(
-        _rpc.CONTENT,
-        "List",
-        content_pb2.ListContentRequest(),
-        content_pb2.ListContentResponse,
-        namespace=client.namespace,
-    )
-    return {i.digest for page in stream for i in page.info}
 
 
 def _ingests(client: Client) -> list[str]:
@@ -87,7 +77,7 @@ def _empty(client: Client) -> list[str]:
     return (
         [f"image {i.name}" for i in images.list_images(client)]
         + [f"lease {le.id}" for le in client.leases()]
-        + [f"content {d}" for d in _content(client)]
+        + [f"content {d}" for d in content_digests(client)]
         + [f"ingest {r}" for r in _ingests(client)]
     )
 
@@ -507,7 +497,7 @@ def test_prune_and_usage(cli: Cli, ns: Client, test_image_archive: Path, tmp_pat
     assert report.deleted == (used,)
     assert report.reclaimed > 256 * 1024
     until(lambda: not _snapshots(ns), "the pruned image's snapshots to go")
-    until(lambda: not _content(ns), "the pruned image's content to go")
+    until(lambda: not content_digests(ns), "the pruned image's content to go")
 
 
 # -- platforms -----------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from ctrexec.containerd import content, images
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Platform
 from ctrexec.registry.pull import PullEvent, pull
+from ctrexec.testing import content_digests
 
 ROOT = Path(__file__).resolve().parents[2]
 BIG_LAYER = 64 << 20
@@ -130,17 +131,6 @@ def docker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     d.mkdir()
     monkeypatch.setenv("DOCKER_CONFIG", str(d))
     return d
-
-
-def _digests(client: Client) -> set[str]:
-    stream = client.rpc.server_stream(
-        _rpc.CONTENT,
-        "List",
-        content_pb2.ListContentRequest(),
-        content_pb2.ListContentResponse,
-        namespace=client.namespace,
-    )
-    return {i.digest for page in stream for i in page.info}
 
 
 def _blob_bytes(containerd_address: str) -> int:
@@ -317,7 +307,7 @@ def test_corrupted_blob_leaves_nothing(
         images.get_image(ns, ref)
     assert ns.leases() == []
     _gc(ns)
-    assert _digests(ns) == set()
+    assert content_digests(ns) == set()
     statuses = ns.call(
         _rpc.CONTENT,
         "ListStatuses",
@@ -424,7 +414,7 @@ def test_ctr_pulled_image_adopted_without_writing(
         ).images:
             images.remove_image(other, rec.name, sync=True)
         _gc(other)
-        until(lambda: not _digests(other), "ctr's content collected")
+        until(lambda: not content_digests(other), "ctr's content collected")
         other.call(
             _rpc.NAMESPACES,
             "Delete",
