@@ -26,7 +26,7 @@ from ctrexec.executor import Executor
 from ctrexec.groups import NETNS_PREFIX, teardown_network
 from ctrexec.ids import validate_id
 from ctrexec.net import netns, settings
-from ctrexec.net.networks import NetworkMode, Networks, parse_mode, parse_port
+from ctrexec.net.networks import Attachment, NetworkMode, Networks, parse_mode, parse_port
 from ctrexec.net.ports import expand_publish
 from ctrexec.taskconfig import TaskConfig
 
@@ -78,14 +78,7 @@ def attach(
         raise AlreadyExists(f"container name {name!r} is already in use")
     if Path(netns.resolve(ns_name)).exists():
         raise AlreadyExists(f"network namespace {ns_name} already exists (a group named {name}?)")
-    ports = [parse_port(p) for p in wiring.ports]
-    ns = netns.create(ns_name)
-    try:
-        attachment = networks.setup(name, ns.path, wiring.mode, ports)
-    except BaseException:
-        with contextlib.suppress(CtrexecError):
-            netns.remove(ns.path)
-        raise
+    path, attachment = _wire(networks, name, str(wiring.mode), wiring.ports)
     owned = {
         lbl.IMPLICIT_GROUP: settings.to_label(networks),
         lbl.NETWORK_MODE: str(wiring.mode),
@@ -93,7 +86,7 @@ def attach(
     }
     if wiring.ports:
         owned[lbl.GROUP_PORTS] = ",".join(wiring.ports)
-    return attrs.evolve(config, netns=ns.path, group=name), owned
+    return attrs.evolve(config, netns=path, group=name), owned
 
 
 def rewire(ex: Executor, record: containers.Container) -> containers.Container:
@@ -105,20 +98,26 @@ def rewire(ex: Executor, record: containers.Container) -> containers.Container:
     if not path or not name or Path(path).exists():
         return record
     networks = settings.from_label(labels[lbl.IMPLICIT_GROUP])
-    ports = [parse_port(p) for p in labels.get(lbl.GROUP_PORTS, "").split(",") if p]
-    ns = netns.create(NETNS_PREFIX + name)
-    try:
-        attachment = networks.setup(name, ns.path, labels.get(lbl.NETWORK_MODE, "bridge"), ports)
-    except BaseException:
-        with contextlib.suppress(CtrexecError):
-            netns.remove(ns.path)
-        raise
+    ports = [p for p in labels.get(lbl.GROUP_PORTS, "").split(",") if p]
+    _, attachment = _wire(networks, name, labels.get(lbl.NETWORK_MODE, "bridge"), ports)
     addresses = ",".join(attachment.addresses())
     if addresses == labels.get(lbl.ADDRESSES):
         return record
     record = containers.update_labels(ex.client, record.id, {lbl.ADDRESSES: addresses})
     taskfiles.write(record.id, record.labels, taskinfo.config_of(record), replace=True)
     return record
+
+
+def _wire(networks: Networks, name: str, mode: str, ports: Sequence[str]) -> tuple[str, Attachment]:
+    """Make ``cx-NAME`` and attach it; a failed attach removes the namespace again."""
+    mappings = [parse_port(p) for p in ports]
+    ns = netns.create(NETNS_PREFIX + name)
+    try:
+        return ns.path, networks.setup(name, ns.path, mode, mappings)
+    except BaseException:
+        with contextlib.suppress(CtrexecError):
+            netns.remove(ns.path)
+        raise
 
 
 def release(ex: Executor, labels: Mapping[str, str]) -> None:
