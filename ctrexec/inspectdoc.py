@@ -11,7 +11,6 @@ index and range over them as docker's do.
 
 from __future__ import annotations
 
-import socket
 from datetime import UTC, datetime
 from typing import Any
 
@@ -145,11 +144,11 @@ def host_config(cfg: TaskConfig | None, info: TaskInfo) -> dict[str, Any]:
 
 
 def network_settings(info: TaskInfo) -> dict[str, Any]:
-    v4 = [a for a in info.addresses or () if a.family == socket.AF_INET]
+    v4 = [a for a in info.addresses or () if a.family == 4]
     v6 = [
         a
         for a in info.addresses or ()
-        if a.family == socket.AF_INET6 and not a.address.lower().startswith("fe80:")
+        if a.family == 6 and not a.address.lower().startswith("fe80:")
     ]
     own = {
         "IPAddress": v4[0].address if v4 else "",

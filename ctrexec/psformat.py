@@ -106,6 +106,7 @@ PS_DEFAULT = (
     "\t{{.Names}}\t{{.Netns}}\t{{.Group}}"
 )
 
+
 def _iso(value: datetime | None) -> str:
     return value.isoformat() if value else ""
 

@@ -47,7 +47,7 @@ def run(template: str, data: Any = DATA) -> str:
         ("{{.Config.Cmd}}", "[sleep 30]"),
         ("{{.Config.Entrypoint}}", "<no value>"),  # a JSON null on its own
         ("{{.State}}", "{running true 42 0 <nil>}"),  # a struct: its values, nil inside
-        ('{{json .State}}', '{"Status":"running","Running":true,"Pid":42,"ExitCode":0,"Err":null}'),
+        ("{{json .State}}", '{"Status":"running","Running":true,"Pid":42,"ExitCode":0,"Err":null}'),
         ("{{json .Config.Labels}}", '{"app.name":"shop","tier":"web"}'),
         ("{{json .Config.Entrypoint}}", "null"),
         ('{{json "<a&b>"}}', '"<a&b>"'),  # docker's json escapes no HTML
@@ -60,8 +60,8 @@ def run(template: str, data: Any = DATA) -> str:
         ("{{range $i, $e := .Config.Env}}{{$i}}:{{$e}};{{end}}", "0:PATH=/bin;1:A=1;"),
         ("{{range .Empty}}x{{else}}empty{{end}}", "empty"),
         ("{{range 3}}{{.}}{{end}}", "012"),  # Go 1.22's range over an integer
-        ("{{range .Config.Env}}{{if eq . \"A=1\"}}{{break}}{{end}}{{.}};{{end}}", "PATH=/bin;"),
-        ("{{range .Config.Env}}{{if eq . \"PATH=/bin\"}}{{continue}}{{end}}{{.}}{{end}}", "A=1"),
+        ('{{range .Config.Env}}{{if eq . "A=1"}}{{break}}{{end}}{{.}};{{end}}', "PATH=/bin;"),
+        ('{{range .Config.Env}}{{if eq . "PATH=/bin"}}{{continue}}{{end}}{{.}}{{end}}', "A=1"),
         ("{{with .State}}{{.Status}}{{end}}", "running"),
         ("{{with .Empty}}x{{else}}none{{end}}", "none"),
         ("{{with .Empty}}x{{else with .Id}}{{.}}{{end}}", "web"),
@@ -70,9 +70,9 @@ def run(template: str, data: Any = DATA) -> str:
         ("{{or .Empty .Id}}", "web"),  # or returns its first true argument
         ("{{and .Count .Id}}", "web"),  # and returns its last one when all are true
         ("{{not .Empty}}", "true"),
-        ("{{if eq .State.Status \"exited\" \"running\"}}yes{{end}}", "yes"),  # eq with several
+        ('{{if eq .State.Status "exited" "running"}}yes{{end}}', "yes"),  # eq with several
         ("{{if ne .Count 3}}x{{else}}three{{end}}", "three"),
-        ("{{lt 1 2}} {{le 2 2}} {{gt \"b\" \"a\"}} {{ge 1 2}}", "true true true false"),
+        ('{{lt 1 2}} {{le 2 2}} {{gt "b" "a"}} {{ge 1 2}}', "true true true false"),
         ("{{len .Config.Env}} {{len .Id}} {{len .Config.Labels}}", "2 3 2"),
         ("{{index .Config.Env 1}}", "A=1"),
         ("{{slice .Id 1}}", "eb"),
@@ -80,11 +80,13 @@ def run(template: str, data: Any = DATA) -> str:
         ('{{split "a:b" ":"}}', "[a b]"),
         ('{{upper "ab"}} {{lower "AB"}} {{title "hello world"}}', "AB ab Hello World"),
         ('{{printf "%s=%d" .Id .State.Pid}}', "web=42"),
-        ('{{printf "%5d|%-5s|%05.1f|%q|%v|%t" 7 "ab" 3.14159 "x" .Config.Cmd true}}',
-         "    7|ab   |003.1|\"x\"|[sleep 30]|true"),
+        (
+            '{{printf "%5d|%-5s|%05.1f|%q|%v|%t" 7 "ab" 3.14159 "x" .Config.Cmd true}}',
+            '    7|ab   |003.1|"x"|[sleep 30]|true',
+        ),
         ('{{print "a" 1 2 "b"}}', "a1 2b"),  # Sprint: spaces only between non-strings
         ('{{println "a" 1}}', "a 1\n"),
-        ("{{.State.Pid | printf \"pid %d\"}}", "pid 42"),  # the pipe's value goes last
+        ('{{.State.Pid | printf "pid %d"}}', "pid 42"),  # the pipe's value goes last
         ('{{"x" | printf "%s-%s" "y"}}', "y-x"),
         ("{{$x := .State.Pid}}{{$x}}{{$x = 7}}{{$x}}", "427"),
         ("{{range .Config.Env}}{{$.Id}}{{end}}", "webweb"),
@@ -99,9 +101,12 @@ def run(template: str, data: Any = DATA) -> str:
         ("{{if true}}\n  {{- .Id}}\n{{- end}}", "web"),
         ('{{printf "%v" nil}}', "<nil>"),
         ("no actions at all", "no actions at all"),
-        ("{{.}}", "{web {running true 42 0 <nil>} {[PATH=/bin A=1] [sleep 30] <nil> "
-         "map[app.name:shop tier:web]} {10.1.0.2 map[80/tcp:[{0.0.0.0 8080}] 81/tcp:<nil>]} "
-         "3 0.5 []}"),
+        (
+            "{{.}}",
+            "{web {running true 42 0 <nil>} {[PATH=/bin A=1] [sleep 30] <nil> "
+            "map[app.name:shop tier:web]} {10.1.0.2 map[80/tcp:[{0.0.0.0 8080}] 81/tcp:<nil>]} "
+            "3 0.5 []}",
+        ),
     ],
 )
 def test_go_behaviour(template: str, out: str) -> None:

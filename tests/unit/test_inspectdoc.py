@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -31,8 +30,8 @@ def _info(**over: Any) -> TaskInfo:
         labels={"io.ctrexec.network.mode": "bridge"}, created_at=T0, config=cfg, run=1,
         started_at=T0 + timedelta(seconds=1),
         ports=(PortMapping(host_port=8080, container_port=80),),
-        addresses=(Address("eth0", socket.AF_INET, "10.89.0.5", 24),
-                   Address("eth0", socket.AF_INET6, "fe80::1", 64)),
+        addresses=(Address("eth0", 4, "10.89.0.5", 24),
+                   Address("eth0", 6, "fe80::1", 64), Address("eth0", 6, "fd00::5", 64)),
         args=("sleep", "30"), env=("PATH=/bin", "A=1"), workdir="/app", hostname="web",
     )  # fmt: skip
     return attrs.evolve(base, **over)
@@ -49,8 +48,17 @@ def test_a_running_container() -> None:
     }  # fmt: skip
     assert (doc["Path"], doc["Args"]) == ("sleep", ["30"])
     cfg = doc["Config"]
-    assert (cfg["Cmd"], cfg["Entrypoint"], cfg["Env"]) == (["sleep", "30"], None, ["PATH=/bin", "A=1"])
-    assert (cfg["User"], cfg["WorkingDir"], cfg["Hostname"], cfg["Image"]) == ("1000", "/app", "web", "img:1")
+    assert (cfg["Cmd"], cfg["Entrypoint"], cfg["Env"]) == (
+        ["sleep", "30"],
+        None,
+        ["PATH=/bin", "A=1"],
+    )
+    assert (cfg["User"], cfg["WorkingDir"], cfg["Hostname"], cfg["Image"]) == (
+        "1000",
+        "/app",
+        "web",
+        "img:1",
+    )
     assert cfg["Labels"] == {"tier": "web"}
     host = doc["HostConfig"]
     assert host["Memory"] == 64 * 1024 * 1024 and host["NanoCpus"] == 1_500_000_000
@@ -58,7 +66,7 @@ def test_a_running_container() -> None:
     assert host["Binds"] == ["/srv:/data:ro"]
     assert host["PortBindings"] == {"80/tcp": [{"HostIp": "", "HostPort": "8080"}]}
     net = doc["NetworkSettings"]
-    assert (net["IPAddress"], net["IPPrefixLen"], net["GlobalIPv6Address"]) == ("10.89.0.5", 24, "")
+    assert (net["IPAddress"], net["IPPrefixLen"], net["GlobalIPv6Address"]) == ("10.89.0.5", 24, "fd00::5")
     assert net["Ports"] == {"80/tcp": [{"HostIp": "0.0.0.0", "HostPort": "8080"}]}
     assert net["Networks"]["bridge"]["IPAddress"] == "10.89.0.5"
     assert doc["Ctrexec"]["pid"] == 4242 and doc["Ctrexec"]["netns_path"] == "/run/netns/cx-web"
@@ -108,6 +116,9 @@ def test_docker_users_templates_on_the_document() -> None:
     assert fmt('{{index .Config.Labels "tier"}}|{{index .Config.Labels "nope"}}') == "web|"
     assert json.loads(fmt("{{json .State}}"))["Pid"] == 4242
     assert fmt("{{.NetworkSettings.IPAddress}}") == "10.89.0.5"
-    assert fmt("{{range $p, $b := .HostConfig.PortBindings}}{{$p}} {{(index $b 0).HostPort}}{{end}}") == "80/tcp 8080"
+    assert (
+        fmt("{{range $p, $b := .HostConfig.PortBindings}}{{$p}} {{(index $b 0).HostPort}}{{end}}")
+        == "80/tcp 8080"
+    )
     assert fmt("{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}") == "10.89.0.5"
     assert fmt("{{.Name}} {{.HostConfig.RestartPolicy.Name}}") == "/web on-failure"
