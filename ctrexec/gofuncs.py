@@ -232,8 +232,8 @@ def to_json(value: Any) -> str:
             return None
         if isinstance(v, GoMap):
             return {k: plain(v[k]) for k in sorted(v)}
-        if isinstance(v, Mapping):
-            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, Mapping):  # a struct's methods are not marshalled, as in Go
+            return {k: plain(x) for k, x in v.items() if not callable(x)}
         if isinstance(v, list | tuple):
             return [plain(x) for x in v]
         return v

@@ -128,6 +128,8 @@ def _header() -> dict[str, object]:
 def ps_template(template: str) -> tuple[bool, gotemplate.Template]:
     """Whether ``template`` is a ``table`` one, and its body parsed; unknown fields are
     refused here, before anything is listed (docker's errors, or ``unknown field``)."""
+    if template.strip() == "json":  # docker's shorthand: each row as one JSON line
+        template = "{{json .}}"
     template = template.replace("\\t", "\t").replace("\\n", "\n")
     table = template.startswith("table")
     body = template.removeprefix("table").strip() if table else template

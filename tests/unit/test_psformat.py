@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -46,6 +47,9 @@ def test_ps_templates_are_go_s() -> None:
         "web",
     ]
     assert ps_lines(rows[:1], "{{json .Names}} {{.Names | upper}}", NOW) == ['"a" A']
+    whole = json.loads(ps_lines(rows[:1], "{{json .}}", NOW)[0])  # docker's ps --format json
+    assert (whole["Names"], whole["State"], whole["Pid"]) == ("a", "running", 7)
+    assert ps_lines(rows[:1], "json", NOW) == ps_lines(rows[:1], "{{json .}}", NOW)
     table = ps_lines(rows, r"table {{.Names}}\t{{.State}}", NOW)
     assert table == ["NAMES   STATE", "a       running", "b       exited"]
 
