@@ -107,8 +107,8 @@ def sprint_value(value: Any) -> str:
         return format_float(value)
     if isinstance(value, GoMap):
         return "map[" + " ".join(f"{k}:{sprint_value(value[k])}" for k in sorted(value)) + "]"
-    if isinstance(value, Mapping):
-        return "{" + " ".join(sprint_value(v) for v in value.values()) + "}"
+    if isinstance(value, Mapping):  # a struct: its fields' values, not its methods
+        return "{" + " ".join(sprint_value(v) for v in value.values() if not callable(v)) + "}"
     if isinstance(value, list | tuple):
         return "[" + " ".join(sprint_value(v) for v in value) + "]"
     return str(value)
@@ -195,6 +195,8 @@ def _verb(verb: str, arg: Any, prec: str | None) -> str:
     number = isinstance(arg, int | float) and not isinstance(arg, bool)
     if verb == "v":
         return sprint_value(arg)
+    if arg is None:
+        return f"%!{verb}(<nil>)"
     if verb == "s":
         return sprint_value(arg)[: int(prec)] if prec else sprint_value(arg)
     if verb == "q":

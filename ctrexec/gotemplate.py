@@ -117,6 +117,9 @@ def _action_end(src: str, pos: int, line: int) -> tuple[int, bool]:
     """Where the action's ``}}`` (or `` -}}``) is, past quoted text."""
     quote = ""
     i = pos
+    if src[pos:].lstrip(" \t\r\n").startswith("/*"):  # a comment: quotes mean nothing
+        close = src.find("*/", pos)
+        i = close + 2 if close >= 0 else len(src)
     while i < len(src):
         c = src[i]
         if quote:
@@ -296,9 +299,9 @@ class _Parser:
             raise self.error(line, "missing value for command" if cmds or not decls else
                              f"missing value for {src}")  # fmt: skip
         cmds.append(cmd)
-        for c in cmds[1:]:
-            if isinstance(c[0], _Lit | _Dot | _Var) and not isinstance(c[0], _Func):
-                raise self.error(line, "non executable command in pipeline stage 2")
+        for stage, c in enumerate(cmds[1:], start=2):
+            if isinstance(c[0], _Lit | _Dot):
+                raise self.error(line, f"non executable command in pipeline stage {stage}")
         self.vars.extend(d for d in decls if not assign)
         return _Pipe(decls, assign, cmds, src)
 
@@ -459,6 +462,13 @@ def _describe(node: _Node) -> str:
     return "."
 
 
+def _call_args(values: list[Any], final: Any) -> list[Any]:
+    """A function's arguments, the piped value last; a missing key becomes nil, as Go
+    passes the zero of the parameter's type (``interface{}``) for an invalid value."""
+    out = values if final is _NONE else [*values, final]
+    return [None if v is NO_VALUE else v for v in out]
+
+
 class _Exec:
     def __init__(self, funcs: Mapping[str, Callable[..., Any]], root: Any) -> None:
         self.funcs = funcs
@@ -593,7 +603,7 @@ class _Exec:
         else:
             raise self.error(at, f"can't evaluate field {name} in type {gofuncs.go_type(value)}")
         if callable(found):
-            vals = [self.arg(a, value) for a in args] + ([] if final is _NONE else [final])
+            vals = _call_args([self.arg(a, value) for a in args], final)
             try:
                 return found(*vals)
             except (TypeError, gofuncs.FuncError) as exc:
@@ -611,7 +621,7 @@ class _Exec:
                 if gofuncs.truth(value) is (name == "or"):
                     return value
             return value if final is _NONE else final
-        vals = [self.arg(a, dot) for a in args] + ([] if final is _NONE else [final])
+        vals = _call_args([self.arg(a, dot) for a in args], final)
         try:
             gofuncs.arity_ok(name, len(vals))
         except gofuncs.FuncError as exc:

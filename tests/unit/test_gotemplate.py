@@ -98,6 +98,9 @@ def run(template: str, data: Any = DATA) -> str:
         ("a  {{- .Id -}}  b", "awebb"),  # trim markers eat the spaces beside them
         ("a {{- /* gone */ -}} b", "ab"),
         ("x{{/* comment */}}y", "xy"),
+        ("x{{/* it's a \"comment\" */}}y", "xy"),  # quotes in a comment mean nothing
+        ("{{println .Config.Labels.nope}}", "<nil>\n"),  # a missing key is passed as nil
+        ('{{printf "%s|%v" nil nil}}', "%!s(<nil>)|<nil>"),
         ("{{if true}}\n  {{- .Id}}\n{{- end}}", "web"),
         ('{{printf "%v" nil}}', "<nil>"),
         ("no actions at all", "no actions at all"),
@@ -131,6 +134,7 @@ def test_a_method_takes_arguments() -> None:
         ("{{break}}", "template: :1: {{break}} outside {{range}}"),
         ('{{define "x"}}{{end}}', "template: :1: {{define}} is not supported"),
         ("{{.Id | 3}}", "template: :1: non executable command in pipeline stage 2"),
+        ("{{.Id | upper | .}}", "template: :1: non executable command in pipeline stage 3"),
         ("{{/* open", "template: :1: unclosed action"),
         ("{{|}}", "template: :1: missing value for command"),
     ],
