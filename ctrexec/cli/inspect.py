@@ -47,7 +47,8 @@ def _created(info: TaskInfo) -> float:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """docker's document for each container found (see ctrexec.inspectdoc), or ``-f``'s
-    text for each; a template that fails prints nothing and exits 125, as docker's."""
+    text for each; a template that fails prints nothing (as docker's) and exits 125,
+    ctrexec's code for bad input."""
     from ctrexec import inspectdoc, psformat
 
     template = psformat.parse_template(args.format) if args.format else None  # before connecting
