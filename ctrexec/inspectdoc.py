@@ -11,12 +11,13 @@ index and range over them as docker's do.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from ctrexec.containerd.tasks import Status
 from ctrexec.gofuncs import GoMap
-from ctrexec.labels import NETWORK_MODE
+from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS, NETWORK_MODE
 from ctrexec.oci.resources import parse_size
 from ctrexec.psformat import state
 from ctrexec.taskconfig import TaskConfig, TaskInfo
@@ -85,15 +86,21 @@ def state_of(info: TaskInfo) -> dict[str, Any]:
     }
 
 
-def _split_args(cfg: TaskConfig | None, args: list[str]) -> tuple[list[str], list[str]]:
+def _split_args(
+    cfg: TaskConfig | None, labels: Mapping[str, str], args: list[str]
+) -> tuple[list[str], list[str]]:
     """Entrypoint and Cmd of the argv the task runs.
 
-    The user's entrypoint or command says where the argv splits; with neither, the
-    split is the image's, which the record does not keep: all of it is shown as Cmd.
+    The user's entrypoint, else the image's (its length is a label written at create),
+    says where the argv splits; for a record made before that label, the user's
+    command does, and with none, all of it is shown as Cmd.
     """
     if cfg is not None and cfg.entrypoint is not None:
         entry = [] if list(cfg.entrypoint) == [""] else list(cfg.entrypoint)
         return entry, args[len(entry) :]
+    image_entry = labels.get(IMAGE_ENTRYPOINT_ARGS, "")
+    if image_entry.isdigit() and int(image_entry) <= len(args):
+        return args[: int(image_entry)], args[int(image_entry) :]
     if cfg is not None and cfg.command and args[-len(cfg.command) :] == list(cfg.command):
         return args[: len(args) - len(cfg.command)], list(cfg.command)
     return [], args
@@ -101,7 +108,7 @@ def _split_args(cfg: TaskConfig | None, args: list[str]) -> tuple[list[str], lis
 
 def config_of(info: TaskInfo) -> dict[str, Any]:
     cfg = info.config
-    entry, cmd = _split_args(cfg, list(info.args))
+    entry, cmd = _split_args(cfg, info.labels, list(info.args))
     workdir = (cfg.workdir if cfg else None) or ("" if info.workdir == "/" else info.workdir)
     return {
         "Hostname": info.hostname,

@@ -106,6 +106,7 @@ def test_inspect_is_docker_s_document(cli: Cli, three: None) -> None:
     assert _is_pst_up(state["Pid"]) and state["FinishedAt"] == ZERO_TIME
     assert (up["Config"]["Cmd"], up["Config"]["Labels"]) == (["sleep", "300"], {"tier": "web"})
     assert "GREETING=hi" in up["Config"]["Env"]
+    assert (up["Config"]["Entrypoint"], up["Path"], up["Args"]) == (None, "sleep", ["300"])
     assert up["HostConfig"]["RestartPolicy"] == {"Name": "no", "MaximumRetryCount": 0}
     assert up["NetworkSettings"]["IPAddress"] == ""  # --netns none: loopback only
     assert up["Ctrexec"]["group"] == "pst-g" and up["Ctrexec"]["pid"] == state["Pid"]

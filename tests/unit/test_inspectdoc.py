@@ -10,6 +10,7 @@ import attrs
 
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.inspectdoc import ZERO_TIME, document, rfc3339
+from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS
 from ctrexec.net.cniconf import PortMapping
 from ctrexec.net.netns import Address
 from ctrexec.psformat import execute, parse_template
@@ -92,6 +93,11 @@ def test_entrypoint_and_cmd_split_where_the_config_says() -> None:
     assert (doc["Config"]["Entrypoint"], doc["Config"]["Cmd"]) == (["/bin/sh", "-c"], ["echo hi"])
     bare = document(_info(config=TaskConfig(name="e", image="i"), args=("nginx",), workdir="/"))
     assert (bare["Config"]["Entrypoint"], bare["Config"]["Cmd"]) == (None, ["nginx"])
+    image_entry = {IMAGE_ENTRYPOINT_ARGS: "1"}  # what create writes: the image's Entrypoint
+    argv = ("/entry.sh", "nginx", "-g", "daemon off;")
+    split = document(_info(config=TaskConfig(name="e", image="i"), args=argv, labels=image_entry))
+    assert split["Config"]["Entrypoint"] == ["/entry.sh"]
+    assert split["Config"]["Cmd"] == ["nginx", "-g", "daemon off;"]
     assert bare["Config"]["WorkingDir"] == ""  # docker's for an image with no WORKDIR
     unset = document(_info(config=TaskConfig(name="e", image="i")))["HostConfig"]
     assert (unset["Memory"], unset["NanoCpus"], unset["Binds"]) == (0, 0, None)
