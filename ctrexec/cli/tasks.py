@@ -286,12 +286,15 @@ def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ctrexec import imageuse
+
     attached = (args.interactive or args.tty) and not args.detach
     keys = attach.prepare(args) if attached else b""
     with _by_flag():
         config = _config(args)  # before connecting: bad flags start no daemon
         wired = publish.wiring(args)
         ex = _executor(args)
+        config = imageuse.resolved_config(ex.client, config)  # an image ID names the image
         ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
         if args.publish_all:
             wired = publish.with_exposed(ex, config, args, wired)
@@ -341,10 +344,13 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    from ctrexec import imageuse
+
     with _by_flag():
         config = _config(args)
         wired = publish.wiring(args)
         ex = _executor(args)
+        config = imageuse.resolved_config(ex.client, config)  # an image ID names the image
         ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
         if args.publish_all:
             wired = publish.with_exposed(ex, config, args, wired)
