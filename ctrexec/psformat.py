@@ -69,11 +69,11 @@ def state(info: TaskInfo) -> str:
     return "exited" if info.exit is not None else "created"
 
 
-def _command(info: TaskInfo) -> str:
+def _command(info: TaskInfo, *, trunc: bool = True) -> str:
     cfg = info.config
     argv = [*(cfg.entrypoint or ()), *(cfg.command or ())] if cfg else []
     text = shlex.join(argv)
-    return f'"{text[:19]}…"' if len(text) > 20 else f'"{text}"'
+    return f'"{text[:19]}…"' if trunc and len(text) > 20 else f'"{text}"'
 
 
 def _labels(info: TaskInfo) -> str:
@@ -103,6 +103,11 @@ PS_FIELDS: dict[str, tuple[str, Callable[[TaskInfo, datetime], object]]] = {
     "Group": ("GROUP", lambda i, _: i.group or ""),
     "Pid": ("PID", lambda i, _: i.pid if i.status in _LIVE else ""),
     "Labels": ("LABELS", lambda i, _: _labels(i)),
+}
+#: What ``ps --no-trunc`` shows instead: whole ids (a name any verb takes) and commands.
+PS_UNTRUNCATED: dict[str, Callable[[TaskInfo, datetime], object]] = {
+    "ID": lambda i, _: i.id,
+    "Command": lambda i, _: _command(i, trunc=False),
 }
 PS_DEFAULT = (
     "table {{.ID}}\t{{.Image}}\t{{.Command}}\t{{.RunningFor}}\t{{.Status}}\t{{.Ports}}"
@@ -153,8 +158,14 @@ def render(template: str, lookup: Callable[[str], object]) -> str:
     return _FIELD.sub(lambda m: _text(lookup(m.group(2)), bool(m.group(1))), template)
 
 
-def ps_lines(infos: Sequence[TaskInfo], template: str, now: datetime | None = None) -> list[str]:
-    """The ``ps`` output lines for ``template``; a ``table`` one aligned under a header."""
+def ps_lines(
+    infos: Sequence[TaskInfo], template: str, now: datetime | None = None, *, trunc: bool = True
+) -> list[str]:
+    """The ``ps`` output lines for ``template``; a ``table`` one aligned under a header.
+
+    ``trunc`` cuts ids to 12 characters and commands to 20, as docker's ``ps`` does
+    (any verb takes a unique prefix of a name, so a cut id still names its container).
+    """
     now = now or datetime.now(UTC)
     template = template.replace("\\t", "\t").replace("\\n", "\n")
     table = template.startswith("table")
@@ -166,6 +177,8 @@ def ps_lines(infos: Sequence[TaskInfo], template: str, now: datetime | None = No
                 known = ", ".join(f".{f}" for f in PS_FIELDS)
                 raise InvalidArgument(f"ps --format: unknown field .{name} (known: {known})")
             header, get = PS_FIELDS[name]
+            if not trunc:
+                get = PS_UNTRUNCATED.get(name, get)
             return header if info is None else get(info, now)
 
         return lookup

@@ -35,7 +35,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
         print_json([_shown(i) for i in infos])
         return 0
     template = "{{.ID}}" if args.quiet else args.format or psformat.PS_DEFAULT
-    for line in psformat.ps_lines(infos, template):
+    for line in psformat.ps_lines(infos, template, trunc=not args.no_trunc):
         print(line)
     return 0
 
@@ -65,7 +65,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             found.append(_shown(ex.inspect(task_id)))
             return True
 
-        code = each(args.ids, add)
+        code = each(args.ids, add, ex.lookup())
         print_json(found)
         return code
     psformat.render(args.format, lambda _name: None)  # a bad template fails before any output
@@ -75,7 +75,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(psformat.render(args.format, psformat.inspect_lookup(data)), flush=True)
         return True
 
-    return each(args.ids, show)
+    return each(args.ids, show, ex.lookup())
 
 
 def _last(text: str) -> int:
@@ -89,6 +89,9 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p = sub.add_parser("ps", parents=[conn, json_flag()], help="list tasks")
     p.add_argument("-a", "--all", action="store_true", help="stopped and created ones too")
     p.add_argument("-q", "--quiet", action="store_true", help="ids only")
+    p.add_argument(
+        "--no-trunc", action="store_true", help="whole ids and commands (ps cuts them, as docker)"
+    )
     p.add_argument("--format", help="a template such as 'table {{.ID}}\\t{{.Status}}'; see README")
     p.add_argument(
         "-f", "--filter", action="append", default=[], metavar="KEY=VALUE",
