@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ctrexec.defaults import DEFAULT_NAMESPACE
 from ctrexec.errors import (
     AlreadyExists,
+    AmbiguousPrefix,
     Canceled,
     CNIError,
     CommandNotExecutable,
@@ -199,6 +200,7 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "Address",
     "AlreadyExists",
+    "AmbiguousPrefix",
     "AsyncExecutor",
     "Attachment",
     "CNIError",

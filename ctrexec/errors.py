@@ -10,6 +10,7 @@ seams. Every translated error chains the original with ``raise ... from``.
     ├── InvalidArgument              bad input, rejected before any side effect
     │   ├── InvalidField             one config field: its name, value and what was expected
     │   ├── HandleMismatch           a TaskHandle that names another container, namespace or address
+    │   ├── AmbiguousPrefix          a prefix that begins several names or image IDs
     │   └── NotATerminal             -it without a terminal on stdin: exit code 1, like docker
     ├── NotFound
     ├── AlreadyExists
@@ -68,6 +69,12 @@ class HandleMismatch(InvalidArgument):
     """A persisted :class:`~ctrexec.TaskHandle` does not name what this executor sees:
     another containerd address or namespace, or a container of the same name made
     after the handle's was removed. Acting on it would act on someone else's task."""
+
+
+class AmbiguousPrefix(InvalidArgument):
+    """A word that is no exact name or ID but begins several (docker's "multiple IDs
+    found"): acting on one of them would be a guess. The CLI exits as for a missing
+    container where docker does (1 for the verbs on containers)."""
 
 
 class NotATerminal(InvalidArgument):

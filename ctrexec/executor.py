@@ -443,6 +443,10 @@ class Executor:
         """The container and its latest run; ``addresses`` looks into its namespace."""
         return taskinfo.inspect(self.client, task_id, addresses=addresses)
 
+    def lookup(self) -> containers.Lookup:
+        """Ids from the words a user typed (docker's unique-prefix rule), for front ends."""
+        return containers.Lookup(self.client)
+
     def tasks_in_netns(self, path: str) -> list[TaskInfo]:
         """Every task, stopped ones too, that names ``path`` as its namespace."""
         return [i for i in self.list(all_tasks=True) if i.netns_path == path]

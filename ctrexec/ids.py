@@ -9,8 +9,9 @@ single RPC is made.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
-from ctrexec.errors import InvalidArgument
+from ctrexec.errors import AmbiguousPrefix, InvalidArgument
 
 MAX_ID_LENGTH = 76
 _ID_RE = re.compile(r"^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$")
@@ -35,3 +36,19 @@ def validate_id(value: str, *, kind: str = "id") -> str:
 def is_valid_id(value: str) -> bool:
     """True when ``value`` passes :func:`validate_id`."""
     return isinstance(value, str) and len(value) <= MAX_ID_LENGTH and bool(_ID_RE.fullmatch(value))
+
+
+def by_prefix(given: str, known: Iterable[str]) -> str | None:
+    """The one of ``known`` that ``given`` names, by docker's rule for IDs: itself when
+    it is one of them (an exact name wins over being the start of others), else the
+    only one it begins; None when it begins none (or is empty).
+
+    AmbiguousPrefix when it begins several, in docker's words.
+    """
+    names = set(known)
+    if given in names:
+        return given
+    found = sorted(n for n in names if given and n.startswith(given))
+    if len(found) > 1:
+        raise AmbiguousPrefix(f"multiple IDs found with provided prefix: {given}")
+    return found[0] if found else None

@@ -66,11 +66,11 @@ def state(info: TaskInfo) -> str:
     return "exited" if info.exit is not None else "created"
 
 
-def _command(info: TaskInfo) -> str:
+def _command(info: TaskInfo, *, trunc: bool = True) -> str:
     cfg = info.config
     argv = [*(cfg.entrypoint or ()), *(cfg.command or ())] if cfg else []
     text = shlex.join(argv)
-    return f'"{text[:19]}…"' if len(text) > 20 else f'"{text}"'
+    return f'"{text[:19]}…"' if trunc and len(text) > 20 else f'"{text}"'
 
 
 def _labels(info: TaskInfo) -> str:
@@ -101,6 +101,11 @@ PS_FIELDS: dict[str, tuple[str, Callable[[TaskInfo, datetime], object]]] = {
     "Pid": ("PID", lambda i, _: i.pid if i.status in _LIVE else ""),
     "Labels": ("LABELS", lambda i, _: _labels(i)),
 }
+#: What ``ps --no-trunc`` shows instead: whole ids (a name any verb takes) and commands.
+PS_UNTRUNCATED: dict[str, Callable[[TaskInfo, datetime], object]] = {
+    "ID": lambda i, _: i.id,
+    "Command": lambda i, _: _command(i, trunc=False),
+}
 PS_DEFAULT = (
     "table {{.ID}}\t{{.Image}}\t{{.Command}}\t{{.RunningFor}}\t{{.Status}}\t{{.Ports}}"
     "\t{{.Names}}\t{{.Netns}}\t{{.Group}}"
@@ -111,9 +116,12 @@ def _iso(value: datetime | None) -> str:
     return value.isoformat() if value else ""
 
 
-def _row(info: TaskInfo, now: datetime) -> dict[str, object]:
+def _row(info: TaskInfo, now: datetime, *, trunc: bool = True) -> dict[str, object]:
     """One ``ps`` row as a template sees it: every field, and docker's ``.Label "k"``."""
-    row: dict[str, object] = {name: get(info, now) for name, (_, get) in PS_FIELDS.items()}
+    fields = {n: get for n, (_, get) in PS_FIELDS.items()}
+    if not trunc:
+        fields.update(PS_UNTRUNCATED)
+    row: dict[str, object] = {name: get(info, now) for name, get in fields.items()}
     labels = info.config.labels if info.config else {}
     row["Label"] = lambda key: labels.get(key, "")
     return row
@@ -157,11 +165,17 @@ def execute(template: gotemplate.Template, data: object) -> str:
         raise gotemplate.TemplateError(f"template parsing error: {exc}") from None
 
 
-def ps_lines(infos: Sequence[TaskInfo], template: str, now: datetime | None = None) -> list[str]:
-    """The ``ps`` output lines for ``template``; a ``table`` one aligned under a header."""
+def ps_lines(
+    infos: Sequence[TaskInfo], template: str, now: datetime | None = None, *, trunc: bool = True
+) -> list[str]:
+    """The ``ps`` output lines for ``template``; a ``table`` one aligned under a header.
+
+    ``trunc`` cuts ids to 12 characters and commands to 20, as docker's ``ps`` does
+    (any verb takes a unique prefix of a name, so a cut id still names its container).
+    """
     now = now or datetime.now(UTC)
     table, parsed = ps_template(template)
-    rows = [execute(parsed, _row(i, now)) for i in infos]
+    rows = [execute(parsed, _row(i, now, trunc=trunc)) for i in infos]
     if not table:
         return rows
     cells = [c.split("\t") for c in [execute(parsed, _header()), *rows]]

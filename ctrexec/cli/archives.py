@@ -48,6 +48,11 @@ def cmd_import(args: argparse.Namespace) -> int:
         )
     if not (args.quiet or args.json):
         for image in done:
+            if image.replaced:  # docker load's "renaming the old one", once it happened
+                print(
+                    f"The image {image.name} already existed; the name now points to the "
+                    f"imported image, not to ID {image.replaced}"
+                )
             print(f"Loaded image: {image.name} ({image.digest[:19]})")
     return 0
 
@@ -132,5 +137,8 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     )
     p.add_argument(
         "--all", "-a", action="store_true", help="all unused images, not just untagged ones"
+    )
+    p.add_argument(
+        "--force", "-f", action="store_true", help="accepted for docker's scripts: prune never asks"
     )
     p.set_defaults(func=cmd_prune)

@@ -115,9 +115,11 @@ def exec_attached(
     """``exec -i/-t``: the exec's exit code, 0 after a detach (the command runs on)."""
     from ctrexec.cli import terminal
 
+    task_id = ex.lookup()(args.id)
+
     def start() -> Process:
         return ex.exec_stream(
-            args.id,
+            task_id,
             args.command,
             env=dict(env),
             workdir=args.workdir,
@@ -153,7 +155,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
     keys = terminal.parse_detach_keys(args.detach_keys)
     ex = Executor(connect(args), log_dir=Path(DEFAULT_LOG_DIR))
-    proc = ex.attach(args.id, stdin=not args.no_stdin, **_outputs())
+    proc = ex.attach(ex.lookup()(args.id), stdin=not args.no_stdin, **_outputs())
     stdin = proc.stdin is not None
     try:
         terminal.check_input(stdin, proc.tty)

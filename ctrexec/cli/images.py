@@ -10,27 +10,29 @@ from ctrexec.cli._common import print_table as table
 # ``images`` (grpc, stubs) is imported by each command, not by the parser.
 
 
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB"):
-        if value < 1024:
-            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
-        value /= 1024
-    return f"{value:.1f}GiB"
-
-
 def cmd_images(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from ctrexec import imagetable
     from ctrexec.containerd import images
     from ctrexec.containerd.prune import image_usage
 
+    if args.repository is not None:
+        images.parse_reference(args.repository)  # a typo starts no daemon
     with connect(args) as client:
-        found = images.list_images(client)
-        usage = image_usage(client)
+        found = imagetable.matching(images.list_images(client), args.repository)
+        usage = {} if args.quiet else image_usage(client)
+    found = imagetable.newest_first(found)
+    if args.quiet:
+        for image_id in imagetable.quiet_ids(found, trunc=not args.no_trunc):
+            print(image_id)
+        return 0
     if args.json:
         print_json(
             [
                 {
                     "name": i.name,
+                    "id": imagetable.image_id(i, trunc=False),
                     "digest": i.digest,
                     "size": i.size,
                     "created": i.created.isoformat() if i.created else None,
@@ -40,17 +42,11 @@ def cmd_images(args: argparse.Namespace) -> int:
             ]
         )
         return 0
-    rows = [
-        [
-            i.name,
-            i.digest[:19],
-            _size(i.size),
-            i.created.strftime("%Y-%m-%d") if i.created else "-",
-            usage.get(i.name, 0),
-        ]
-        for i in found
-    ]
-    table(["NAME", "DIGEST", "SIZE", "CREATED", "CONTAINERS"], rows)
+    now = datetime.now(UTC)
+    header, rows = imagetable.rows(
+        found, usage, now=now, trunc=not args.no_trunc, digests=args.digests
+    )
+    table(header, rows)
     return 0
 
 
@@ -75,6 +71,10 @@ def cmd_ensure(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     conn = connection_flags()
     p = sub.add_parser("images", parents=[conn, json_flag()], help="list images")
+    p.add_argument("-q", "--quiet", action="store_true", help="image IDs only, each once")
+    p.add_argument("--no-trunc", action="store_true", help="whole image IDs")
+    p.add_argument("--digests", action="store_true", help="a DIGEST column")
+    p.add_argument("repository", nargs="?", metavar="REPOSITORY[:TAG]")
     p.set_defaults(func=cmd_images)
     p = sub.add_parser("rmi", parents=[conn], help="remove images (GC frees their data)")
     p.add_argument("-f", "--force", action="store_true", help="even if a container uses it")

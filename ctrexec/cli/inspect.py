@@ -36,7 +36,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
         print_json([inspectdoc.ctrexec_view(i) for i in infos])
         return 0
     template = "{{.ID}}" if args.quiet else args.format or psformat.PS_DEFAULT
-    for line in psformat.ps_lines(infos, template):
+    for line in psformat.ps_lines(infos, template, trunc=not args.no_trunc):
         print(line)
     return 0
 
@@ -59,7 +59,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         docs.append(inspectdoc.document(ex.inspect(task_id)))
         return True
 
-    code = each(args.ids, add)
+    code = each(args.ids, add, ex.lookup())
     if template is None:
         print_json(docs, sort_keys=False)
         return code
@@ -79,6 +79,9 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p = sub.add_parser("ps", parents=[conn, json_flag()], help="list tasks")
     p.add_argument("-a", "--all", action="store_true", help="stopped and created ones too")
     p.add_argument("-q", "--quiet", action="store_true", help="ids only")
+    p.add_argument(
+        "--no-trunc", action="store_true", help="whole ids and commands (ps cuts them, as docker)"
+    )
     p.add_argument("--format", help="a template such as 'table {{.ID}}\\t{{.Status}}'; see README")
     p.add_argument(
         "-f", "--filter", action="append", default=[], metavar="KEY=VALUE",

@@ -25,11 +25,12 @@ from ctrexec.cli import (
     tasks,
     verbs,
 )
-from ctrexec.errors import CtrexecError, NotFound
+from ctrexec.errors import AmbiguousPrefix, CtrexecError, NotFound
 
-#: Verbs on one container for which ``No such container`` exits 1, as docker's do and
-#: as the verbs on several names do (see cli.verbs.each); their other failures keep
-#: ctrexec's 125, and run and create (which make the container) keep 125 for all.
+#: Verbs on one container for which ``No such container`` (or a prefix of several
+#: names) exits 1, as docker's do and as the verbs on several names do (see
+#: cli.verbs.each); their other failures keep ctrexec's 125, and run and create
+#: (which make the container) keep 125 for all.
 SINGLE_CONTAINER_VERBS = frozenset(
     {"logs", "top", "port", "exec", "inspect", "stats", "attach", "rename"}
 )
@@ -64,7 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except CtrexecError as err:
         code = _common.fail(err)
-        return missing_exit if missing_exit and isinstance(err, NotFound) else code
+        missing = isinstance(err, NotFound | AmbiguousPrefix)
+        return missing_exit if missing_exit and missing else code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

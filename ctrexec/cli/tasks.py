@@ -286,12 +286,15 @@ def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ctrexec import imageuse
+
     attached = (args.interactive or args.tty) and not args.detach
     keys = attach.prepare(args) if attached else b""
     with _by_flag():
         config = _config(args)  # before connecting: bad flags start no daemon
         wired = publish.wiring(args)
         ex = _executor(args)
+        config = imageuse.resolved_config(ex.client, config)  # an image ID names the image
         ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
         if args.publish_all:
             wired = publish.with_exposed(ex, config, args, wired)
@@ -341,10 +344,13 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    from ctrexec import imageuse
+
     with _by_flag():
         config = _config(args)
         wired = publish.wiring(args)
         ex = _executor(args)
+        config = imageuse.resolved_config(ex.client, config)  # an image ID names the image
         ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
         if args.publish_all:
             wired = publish.with_exposed(ex, config, args, wired)
@@ -359,15 +365,16 @@ def cmd_start(args: argparse.Namespace) -> int:
     from ctrexec.taskio import is_interactive
 
     ex = _executor(args)
+    lookup = ex.lookup()
     if args.attach or args.interactive:  # docker attaches to one container only
-        task_id = args.ids[0]
+        task_id = lookup(args.ids[0])
         config = ex.inspect(task_id).config
         if config is not None and is_interactive(config):
             return attach.start_attached(ex, task_id, config.tty, args)
         handle = ex.start(task_id)
         driver = _driver_of(ex.inspect(task_id, addresses=False).config)
         return _stream_until_exit(ex, task_id, handle.log_path, driver)
-    return each(args.ids, lambda task_id: _start_one(ex, task_id, args.json))
+    return each(args.ids, lambda task_id: _start_one(ex, task_id, args.json), lookup)
 
 
 def _start_one(ex: Executor, task_id: str, as_json: bool) -> bool:
@@ -394,21 +401,23 @@ def cmd_stop(args: argparse.Namespace) -> int:
         if auto_remove:  # as docker removes a stopped --rm container
             _remove(ex, task_id)
 
-    return each(args.ids, stop)
+    return each(args.ids, stop, ex.lookup())
 
 
 def cmd_kill(args: argparse.Namespace) -> int:
     ex = _executor(args)
-    return each(args.ids, lambda task_id: ex.signal(task_id, args.signal))
+    return each(args.ids, lambda task_id: ex.signal(task_id, args.signal), ex.lookup())
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
     from ctrexec import teardown
 
     ex = _executor(args)
+    lookup = ex.lookup()
     if args.force and len(args.ids) > 1:  # all killed at once; each removal then is quick
-        teardown.each_at_once(args.ids, lambda task_id: ex.signal(task_id, "SIGKILL"))
-    return each(args.ids, lambda task_id: ex.destroy(task_id, force=args.force))
+        killed = lookup.known(args.ids)
+        teardown.each_at_once(killed, lambda task_id: ex.signal(task_id, "SIGKILL"))
+    return each(args.ids, lambda task_id: ex.destroy(task_id, force=args.force), lookup)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -416,20 +425,21 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from ctrexec.containerd.tasks import Status
 
     ex = _executor(args)
-    info = ex.inspect(args.id, addresses=False)
+    task_id = ex.lookup()(args.id)
+    info = ex.inspect(task_id, addresses=False)
     stop = None
     if args.follow:
 
         def exited() -> bool:
-            state = ex.inspect(args.id, addresses=False).status
+            state = ex.inspect(task_id, addresses=False).status
             return state not in (Status.RUNNING, Status.PAUSED, Status.CREATED)
 
         stop = _stop_after_exit(exited)
 
-    logmodes.check_logged(info.config, args.id)
+    logmodes.check_logged(info.config, task_id)
     from ctrexec.taskio import not_logged
 
-    reason = not_logged(args.id, info.config)
+    reason = not_logged(task_id, info.config)
     if reason is not None:
         raise FailedPrecondition(reason)
     driver = _driver_of(info.config)
@@ -456,7 +466,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         return attach.exec_attached(_executor(args), args, _env(args.env), keys)
     ex = _executor(args)
     result = ex.exec(
-        args.id,
+        ex.lookup()(args.id),
         args.command,
         env=_env(args.env),
         workdir=args.workdir,
@@ -472,7 +482,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 def cmd_pause(args: argparse.Namespace) -> int:
     ex = _executor(args)
-    return each(args.ids, ex.pause if args.command_name == "pause" else ex.resume)
+    return each(args.ids, ex.pause if args.command_name == "pause" else ex.resume, ex.lookup())
 
 
 def _run_flags(p: ArgumentParser) -> None:

@@ -41,21 +41,25 @@ if TYPE_CHECKING:
 SOME_FAILED = 1
 
 
-def each(ids: Sequence[str], act: Callable[[str], object]) -> int:
-    """Run ``act`` on every id; print the id when it succeeds, the error when not.
+def each(
+    ids: Sequence[str], act: Callable[[str], object], resolve: Callable[[str], str] | None = None
+) -> int:
+    """Run ``act`` on what every word names (``resolve``: a container's id from a unique
+    prefix, see Executor.lookup); print the word as given when it succeeds, as docker
+    does, the error when not.
 
     ``act`` returning True has printed its own output (``start --json``).
     """
     failed = False
-    for task_id in ids:
+    for word in ids:
         try:
-            printed = act(task_id)
+            printed = act(resolve(word) if resolve else word)
         except CtrexecError as err:
             fail(err)
             failed = True
             continue
         if printed is not True:
-            print(task_id, flush=True)
+            print(word, flush=True)
     return SOME_FAILED if failed else 0
 
 
@@ -84,7 +88,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
         print(_exit_code(ex, task_id), flush=True)
         return True
 
-    return each(args.ids, wait)
+    return each(args.ids, wait, ex.lookup())
 
 
 def _exit_code(ex: Executor, task_id: str) -> int:
@@ -136,7 +140,8 @@ def cmd_rename(args: argparse.Namespace) -> int:
     """docker's ``rename``, for a container whose task is not running (see ctrexec.rename)."""
     from ctrexec.rename import rename
 
-    rename(_executor(args), args.old, args.new)
+    ex = _executor(args)
+    rename(ex, ex.lookup()(args.old), args.new)
     return 0
 
 
@@ -147,14 +152,15 @@ def cmd_restart(args: argparse.Namespace) -> int:
         ex.stop(task_id, timeout=args.time, signal=args.signal)
         ex.start(task_id)
 
-    return each(args.ids, restart)
+    return each(args.ids, restart, ex.lookup())
 
 
 def cmd_port(args: argparse.Namespace) -> int:
     """docker's ``port``: ``80/tcp -> 0.0.0.0:8080`` for each published port; given a
     port, only its host addresses (``0.0.0.0:8080``), and an error when it has none."""
+    ex = _executor(args)
     found = 0
-    for m in _executor(args).inspect(args.id, addresses=False).ports:
+    for m in ex.inspect(ex.lookup()(args.id), addresses=False).ports:
         if args.port in (None, str(m.container_port), f"{m.container_port}/{m.protocol}"):
             host = m.host_ip or "0.0.0.0"  # noqa: S104 - docker's words for "any address"
             prefix = "" if args.port else f"{m.container_port}/{m.protocol} -> "
@@ -170,7 +176,8 @@ def cmd_top(args: argparse.Namespace) -> int:
     from ctrexec import procs
     from ctrexec.containerd.tasks import Status
 
-    info = _executor(args).inspect(args.id, addresses=False)
+    ex = _executor(args)
+    info = ex.inspect(ex.lookup()(args.id), addresses=False)
     if info.status not in (Status.RUNNING, Status.PAUSED) or not info.pid:
         raise FailedPrecondition(f"container {args.id} is not running")
     rows = [
@@ -189,14 +196,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
     after the first reading, and ``--no-stream`` reads twice, as docker does.
     """
     ex = _executor(args)
-    for task_id in args.ids:
-        ex.inspect(task_id, addresses=False)  # "No such container" before any reading
+    lookup = ex.lookup()
+    ids = list(dict.fromkeys(lookup(word) for word in args.ids))  # "No such container" first
     with signal_pipe((signal.SIGINT, signal.SIGTERM)) as wake:
-        before = _sample(ex, args.ids)
+        before = _sample(ex, ids)
         while True:
             if select.select([wake], [], [], args.interval)[0]:
                 return 128 + os.read(wake, 1)[0]  # interrupted, as docker's 130 for ^C
-            results = _sample(ex, args.ids)
+            results = _sample(ex, ids)
             cpu = {k: cpu_percent(before.get(k), v) for k, v in results.items()}
             if args.json:
                 print_json({k: {**v.to_json(), "cpu_percent": cpu[k]} for k, v in results.items()})

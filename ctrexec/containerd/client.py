@@ -203,6 +203,13 @@ class Client:
         with contextlib.suppress(errors.AlreadyExists):
             self.call(_rpc.NAMESPACES, "Create", req, namespace_pb2.CreateNamespaceResponse)
 
+    def delete_namespace(self) -> None:
+        """Remove this client's namespace. containerd refuses (FailedPrecondition) while
+        it holds images, content, snapshots or containers, and answers NotFound when
+        there is none."""
+        req = namespace_pb2.DeleteNamespaceRequest(name=self.namespace)
+        self.call(_rpc.NAMESPACES, "Delete", req, empty_pb2.Empty)
+
     def plugins(self, *filters: str) -> list[Plugin]:
         resp = self._conn.unary(
             _rpc.INTROSPECTION,

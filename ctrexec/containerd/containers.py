@@ -8,14 +8,14 @@ rebuild everything after a restart.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 import attrs
 from google.protobuf import any_pb2, empty_pb2, field_mask_pb2
 
-from ctrexec import _rpc, errors
+from ctrexec import _rpc, errors, ids
 from ctrexec._api.containerd.services.containers.v1 import containers_pb2
 from ctrexec.containerd._proto import from_timestamp
 from ctrexec.containerd.client import Client
@@ -137,6 +137,46 @@ def list_containers(client: Client, *filters: str) -> list[Container]:
         containers_pb2.ListContainersResponse,
     )
     return [Container.from_proto(c) for c in resp.containers]
+
+
+class Lookup:
+    """Container ids from the words a user typed, by docker's rule for IDs: the exact
+    id, else the only id the word begins (``ps`` cuts ids to 12 characters).
+
+    An exact id costs one Get. Any other word is matched against one listing of the
+    namespace, made at the first such word and kept for the rest: the words of one
+    command are matched against one moment's containers, and an id in that listing
+    that equals the word wins over the ids it begins.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._ids: list[str] | None = None
+
+    def __call__(self, given: str) -> str:
+        """The id ``given`` names; NotFound (docker's words) or AmbiguousPrefix."""
+        if ids.is_valid_id(given):
+            try:
+                return get(self._client, given).id
+            except errors.NotFound:
+                pass
+        if self._ids is None:
+            self._ids = [c.id for c in list_containers(self._client)]
+        found = ids.by_prefix(given, self._ids)
+        if found is None:
+            raise errors.NotFound(f"No such container: {given}")
+        return found
+
+    def known(self, given: Iterable[str]) -> list[str]:
+        """The ids of the words that name one container; the others are left out (the
+        verb that then acts on each word reports them)."""
+        out = []
+        for word in given:
+            try:
+                out.append(self(word))
+            except (errors.NotFound, errors.AmbiguousPrefix):
+                continue
+        return out
 
 
 def update_labels(client: Client, container_id: str, labels: Mapping[str, str | None]) -> Container:

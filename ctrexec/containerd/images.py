@@ -288,10 +288,15 @@ class Image:
 
 @attrs.frozen
 class ImageSummary:
+    """``created``: when the record was made here; ``config_digest`` (docker's image ID)
+    and ``built`` (docker's CREATED) come from the platform's config, when readable."""
+
     name: str
     digest: str
     size: int
     created: datetime | None
+    config_digest: str = ""
+    built: datetime | None = None
 
 
 @attrs.frozen
@@ -437,11 +442,14 @@ def list_images(client: Client, *, platform: Platform | str | None = None) -> li
     )
     out = []
     for rec in resp.images:
+        made = from_timestamp(rec.created_at)
         try:
-            size = _find(client, rec, want)[0].size
+            i = _find(client, rec, want)[0]
         except (errors.NotFound, errors.InvalidArgument, errors.ResourceExhausted, errors.Internal):
-            size = rec.target.size  # content missing or for other platforms only
-        out.append(ImageSummary(rec.name, rec.target.digest, size, from_timestamp(rec.created_at)))
+            # content missing or for other platforms only
+            out.append(ImageSummary(rec.name, rec.target.digest, rec.target.size, made))
+            continue
+        out.append(ImageSummary(rec.name, i.digest, i.size, made, i.config_digest, i.created))
     return sorted(out, key=lambda s: s.name)
 
 

@@ -54,11 +54,14 @@ ImportProgress = Callable[[ImportEvent], None]
 
 @attrs.frozen
 class ImportedImage:
-    """An image an import created or moved: its name and target digest."""
+    """An image an import created or moved: its name and target digest; ``replaced``:
+    the image ID (config digest, or target digest if unreadable) the name had until
+    the import moved it to another image, else empty."""
 
     name: str
     digest: str
     unpacked: bool
+    replaced: str = ""
 
 
 @attrs.define
@@ -302,14 +305,23 @@ def _label_tree(
     return desc if desc.media_type else attrs.evolve(desc, media_type=content.MT_OCI_INDEX)
 
 
-def _record_exists(client: Client, name: str) -> bool:
+def _recorded_target(client: Client, name: str) -> str | None:
+    """The target digest the record ``name`` has now; None when there is none."""
     try:
-        client.call(
+        resp = client.call(
             _rpc.IMAGES, "Get", images_pb2.GetImageRequest(name=name), images_pb2.GetImageResponse
         )
     except errors.NotFound:
-        return False
-    return True
+        return None
+    return str(resp.image.target.digest)
+
+
+def _image_id(client: Client, name: str, target: str) -> str:
+    """What ``images`` shows as the ID of the image ``name`` names (before it moves)."""
+    try:
+        return images.get_image(client, name).config_digest
+    except errors.CtrexecError:
+        return target  # content missing or for other platforms only
 
 
 @attrs.frozen
@@ -341,9 +353,13 @@ def _finish(
     targets = [(_label_tree(client, img.target, want), img.names) for img in found]
     out = []
     for target, names in targets:
+        replaced: dict[str, str] = {}
         for name in names:
-            if not _record_exists(client, name):
+            before = _recorded_target(client, name)
+            if before is None:
                 created.append(name)
+            elif before != target.digest:
+                replaced[name] = _image_id(client, name, before)
             imagestore.record_image(client, name, target, lease=lease)
         if opts.unpack:
             if progress is not None:
@@ -352,7 +368,7 @@ def _finish(
                 client, names[0], lease=lease, platform=opts.platform, snapshotter=opts.snapshotter
             )
         for name in names:
-            out.append(ImportedImage(name, target.digest, opts.unpack))
+            out.append(ImportedImage(name, target.digest, opts.unpack, replaced.get(name, "")))
             if progress is not None:
                 progress(ImportEvent("imported", ref=name, digest=target.digest))
     return out

@@ -89,12 +89,15 @@ async def _until_exit(
         while not (exited.is_set() and queue.empty()):
             getter = asyncio.ensure_future(queue.get())
             ended = asyncio.ensure_future(exited.wait())
-            await asyncio.wait({getter, ended}, return_when=asyncio.FIRST_COMPLETED)
-            ended.cancel()
-            if getter.done():
+            try:
+                await asyncio.wait({getter, ended}, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # also when the call is cancelled: no task outlives it
+                ended.cancel()
+                got = getter.done()
+                if not got:
+                    getter.cancel()
+            if got:
                 yield getter.result()
-            else:
-                getter.cancel()
     finally:
         loop.remove_reader(proc.exit_fd)
 
@@ -231,6 +234,14 @@ class NomadDriver:
             await self._run(self._connect, self.plugin, asyncio.get_running_loop())
         self._start_reconciler()
         return pb.InitResponse()
+
+    async def close(self) -> None:
+        """At plugin shutdown: end the reconciler (a task of its own on the loop)."""
+        rec, self._reconciler = self._reconciler, None
+        if rec is not None:
+            rec.cancel()
+            await asyncio.wait({rec})
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def driver_shutdown(self, _req: pb.ShutdownRequest) -> pb.ShutdownResponse:
         """Tasks outlive the plugin (the shim owns them); nothing to stop here."""

@@ -18,17 +18,21 @@ log = logging.getLogger("ctrexec.nomad")
 async def run(socket_path: str, on_listening: Callable[[str], None]) -> None:
     driver = NomadDriver()
     methods = driver.methods()
-    services = [
-        (base_pb2.DESCRIPTOR.services_by_name["BasePlugin"], methods["BasePlugin"]),
-        (driver_pb2.DESCRIPTOR.services_by_name["Driver"], methods["Driver"]),
-    ]
-    handlers = [_rpcserver.service_handler(s, m, recoverable_detail) for s, m in services]
-    server = _rpcserver.PluginServer(socket_path, handlers)
+    server = _rpcserver.PluginServer(socket_path)
+    server.add_service(
+        base_pb2.DESCRIPTOR.services_by_name["BasePlugin"], methods["BasePlugin"],
+        recoverable_detail,
+    )  # fmt: skip
+    server.add_service(
+        driver_pb2.DESCRIPTOR.services_by_name["Driver"], methods["Driver"], recoverable_detail
+    )
     await server.start()
     # SIGTERM (a person, systemd) stops as Shutdown does; the handler only sets a flag.
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, server.shutdown.set)
     on_listening(socket_path)
     log.info("plugin serving", extra={"socket": socket_path})
     await server.wait_and_stop()
-    await asyncio.sleep(0)
+    await driver.close()
+    # asyncio.run cancels whatever is left, and grpc writes a traceback for each.
+    await server.settle()
     log.info("plugin stopped")

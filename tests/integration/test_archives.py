@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from ctrexec.testing import content_digests
 SNAPSHOTTER = "overlayfs"
 TEST_NAMESPACE = "ctrexec-test"
 ANN_REF = "org.opencontainers.image.ref.name"
+ANN_IMAGE_NAME = "io.containerd.image.name"
 
 
 def _ctr(address: str, namespace: str, *args: str) -> str:
@@ -549,3 +551,167 @@ def test_import_keeps_the_host_platform_unless_all_are_asked_for(
     got = images.read_rootfs_files(ns, theirs, ["/etc/ctrexec-platform"])
     assert got["/etc/ctrexec-platform"] == f"{theirs.platform.architecture}\n".encode()
     assert theirs.manifest_digest == other
+
+
+# -- images by ID, and docker's listing ----------------------------------------------------------
+
+
+def _labelled_config(base: dict[str, object], marker: str) -> bytes:
+    config = json.loads(json.dumps(base))
+    config["config"]["Labels"] = {"io.ctrexec.test.marker": marker}
+    return json.dumps(config).encode()
+
+
+def build_labelled(archive: Path, out: Path, names: list[str], marker: str) -> str:
+    """The test image with one label more (its layer unchanged): another image ID, named
+    ``names`` in an OCI layout. Returns that ID (the config digest)."""
+    base, layer_gz, _ = _test_image_parts(archive)
+    config = _labelled_config(base, marker)
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": content.MT_OCI_MANIFEST,
+            "config": _desc(content.MT_OCI_CONFIG, config),
+            "layers": [_desc(content.MT_OCI_LAYER_GZIP, layer_gz)],
+        }
+    ).encode()
+    tops = [
+        {**_desc(content.MT_OCI_MANIFEST, manifest), "annotations": {ANN_IMAGE_NAME: n}}
+        for n in names
+    ]
+    files = {
+        "oci-layout": b'{"imageLayoutVersion":"1.0.0"}',
+        "index.json": json.dumps({"schemaVersion": 2, "manifests": tops}).encode(),
+        _blob(manifest): manifest,
+        _blob(config): config,
+        _blob(layer_gz): layer_gz,
+    }
+    out.write_bytes(_tar_bytes(files))
+    return _sha(config)
+
+
+def _marker_for_id_starting(archive: Path, first: str) -> str:
+    """A marker whose labelled image's ID begins with ``first`` (one in 16 does)."""
+    base = _test_image_parts(archive)[0]
+    for n in range(100_000):
+        if _sha(_labelled_config(base, f"m{n}"))[7:].startswith(first):
+            return f"m{n}"
+    raise AssertionError(f"no marker gives an ID starting {first}")
+
+
+def _table(out: str) -> list[list[str]]:
+    return [re.split(r"\s{2,}", line) for line in out.splitlines()]
+
+
+def test_images_lists_as_docker_does(
+    cli: Cli, ns: Client, test_image_archive: Path, tmp_path: Path
+) -> None:
+    assert _import(cli, ns, "-q", str(test_image_archive)).returncode == 0
+    test_id = images.get_image(ns, "docker.io/library/ctrexec-test:latest").config_digest
+    names = ["docker.io/library/cx-ids:v1", "docker.io/library/cx-ids:v2"]
+    ids = build_labelled(test_image_archive, tmp_path / "v.tar", names, secrets.token_hex(4))
+    assert _import(cli, ns, "-q", str(tmp_path / "v.tar")).returncode == 0
+
+    def listed(*args: str) -> str:
+        out = cli("images", *args, namespace=ns.namespace)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    table = _table(listed())
+    assert table[0] == ["REPOSITORY", "TAG", "IMAGE ID", "CREATED", "SIZE", "CONTAINERS"]
+    rows = {(r[0], r[1]): r[2:] for r in table[1:]}
+    assert set(rows) == {("ctrexec-test", "latest"), ("cx-ids", "v1"), ("cx-ids", "v2")}
+    image_id, created, size, used = rows[("cx-ids", "v2")]
+    assert (image_id, used) == (ids[7:19], "0")
+    assert re.fullmatch(r"\d+ years ago", created), created  # the test image's config: 1970
+    assert re.fullmatch(r"\d+(\.\d+)?[kM]B", size), size
+    assert rows[("ctrexec-test", "latest")][0] == test_id[7:19]
+    quiet = listed("-q").split()
+    assert sorted(quiet) == sorted([ids[7:19], test_id[7:19]])  # two tags, one ID
+    assert sorted(listed("-q", "--no-trunc").split()) == sorted([ids, test_id])
+    assert [r[:2] for r in _table(listed("cx-ids"))[1:]] == [["cx-ids", "v1"], ["cx-ids", "v2"]]
+    assert [r[:2] for r in _table(listed("cx-ids:v2"))[1:]] == [["cx-ids", "v2"]]
+    assert _table(listed("cx-nosuch")) == [table[0]]
+    digests = _table(listed("--digests", "ctrexec-test"))
+    assert digests[0][2] == "DIGEST"
+    target = images.get_image(ns, "docker.io/library/ctrexec-test:latest").digest
+    assert digests[1][2:4] == [target, test_id[7:19]]
+
+
+def test_run_create_and_rmi_take_an_image_id_prefix(
+    cli: Cli, ns: Client, test_image_archive: Path, tmp_path: Path
+) -> None:
+    assert _import(cli, ns, "-q", str(test_image_archive)).returncode == 0
+    test_id = images.get_image(ns, "docker.io/library/ctrexec-test:latest").config_digest
+    first = test_id[7]
+    names = [f"docker.io/library/cx-idp:{t}" for t in ("v1", "v2")]
+    marker = _marker_for_id_starting(test_image_archive, first)
+    ids = build_labelled(test_image_archive, tmp_path / "v.tar", names, marker)
+    assert _import(cli, ns, "-q", str(tmp_path / "v.tar")).returncode == 0
+    short = ids[7:19]
+    hexname = f"docker.io/library/{short[:6]}:latest"  # a name that is also an ID prefix
+    build_labelled(test_image_archive, tmp_path / "n.tar", [hexname], secrets.token_hex(4))
+    assert _import(cli, ns, "-q", str(tmp_path / "n.tar")).returncode == 0
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return cli(*args, namespace=ns.namespace)
+
+    hi = run("run", "--rm", short, "echo", "hi")
+    assert (hi.returncode, hi.stdout) == (0, "hi\n"), hi.stderr
+    for given, name in ((f"sha256:{short}", names[0]), (short[:6], short[:6])):  # name wins
+        made = run("create", "--name", "cx-idp-c", given, "true")
+        assert made.returncode == 0, made.stderr
+        assert run("inspect", "-f", "{{.Image}}", "cx-idp-c").stdout == f"{name}\n", given
+        assert run("rm", "cx-idp-c").returncode == 0
+    for argv, code in ((("run", "--rm", first, "true"), 125), (("rmi", first), 1)):
+        out = run(*argv)
+        refusal = f"ctrexec: multiple IDs found with provided prefix: {first}\n"
+        assert (out.returncode, out.stderr) == (code, refusal), argv
+
+    other = "docker.io/library/cx-idp-other:v1"
+    with ns.lease() as le:  # a third name, in another repository
+        imagestore.record_image(ns, other, images.get_image(ns, names[0]).target, lease=le.id)
+    out = run("rmi", short)
+    assert (out.returncode, out.stderr) == (
+        1,
+        f"ctrexec: conflict: unable to delete {short} (must be forced) - "
+        "image is referenced in multiple repositories\n",
+    )
+    forced = run("rmi", "-f", short)
+    assert (forced.returncode, forced.stdout) == (0, f"{short}\n"), forced.stderr
+    left = {i.name for i in images.list_images(ns)}
+    assert left == {"docker.io/library/ctrexec-test:latest", hexname}
+
+
+def test_prune_takes_dockers_force_flag(
+    cli: Cli, ns: Client, test_image_archive: Path, tmp_path: Path
+) -> None:
+    name = "docker.io/library/cx-force:v1"
+    build_labelled(test_image_archive, tmp_path / "f.tar", [name], secrets.token_hex(4))
+    assert _import(cli, ns, "-q", str(tmp_path / "f.tar")).returncode == 0
+    out = cli("image prune", "-f", namespace=ns.namespace)
+    assert (out.returncode, out.stdout) == (0, "Total reclaimed space: 0B\n"), out.stderr
+    out = cli("image prune", "--all", "--force", namespace=ns.namespace)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == f"Deleted: {name}"
+
+
+def test_import_that_moves_a_name_says_so(
+    cli: Cli, ns: Client, test_image_archive: Path, tmp_path: Path
+) -> None:
+    name = "docker.io/library/cx-move:v1"
+    old = build_labelled(test_image_archive, tmp_path / "a.tar", [name], secrets.token_hex(4))
+    new = build_labelled(test_image_archive, tmp_path / "b.tar", [name], secrets.token_hex(4))
+    first = _import(cli, ns, str(tmp_path / "a.tar"))
+    assert first.returncode == 0 and b"already existed" not in first.stdout, first.stdout
+    moved = _import(cli, ns, str(tmp_path / "b.tar"))
+    assert moved.returncode == 0, moved.stderr
+    lines = moved.stdout.decode().splitlines()
+    assert lines[0] == (
+        f"The image {name} already existed; the name now points to the imported image, "
+        f"not to ID {old}"
+    )
+    assert lines[1].startswith(f"Loaded image: {name} (")
+    assert images.get_image(ns, name).config_digest == new
+    again = _import(cli, ns, str(tmp_path / "b.tar"))
+    assert again.returncode == 0 and b"already existed" not in again.stdout, again.stdout

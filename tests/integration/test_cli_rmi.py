@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 from collections.abc import Iterator
 
@@ -30,7 +31,7 @@ def tags(cli: Cli, test_image: str) -> Iterator[None]:
 
 
 def _names(cli: Cli) -> set[str]:
-    return {line.split()[0] for line in cli("images").stdout.splitlines()[1:]}
+    return {i["name"] for i in json.loads(cli("images", "--json").stdout)}
 
 
 def test_rmi_refuses_an_image_in_use(cli: Cli, tags: None) -> None:

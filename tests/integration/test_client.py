@@ -13,6 +13,7 @@ import pytest
 from _cli import Cli
 
 from ctrexec import errors
+from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,3 +104,24 @@ def test_cli_info_json(containerd_address: str, cli: Cli) -> None:
     assert info["address"] == containerd_address
     assert "overlayfs" in info["snapshotters"]
     assert "io.containerd.runc.v2" in info["runtimes"]
+
+
+def test_delete_namespace_only_when_empty(containerd_address: str) -> None:
+    """A container record (no snapshot, no task) is enough to keep it."""
+    with Client.connect(containerd_address, namespace="ctrexec-test-nsdelete") as c:
+        c.ensure_namespace()
+        containers.create(
+            c, "cx-nsdelete", image="none", spec={"ociVersion": "1.0.2"},
+            snapshotter="overlayfs", snapshot_key="cx-nsdelete",
+            runtime=containers.Runtime("io.containerd.runc.v2"), labels={},
+        )  # fmt: skip
+        try:
+            with pytest.raises(errors.FailedPrecondition):
+                c.delete_namespace()
+            assert c.namespace in c.namespaces()
+        finally:
+            containers.delete(c, "cx-nsdelete")
+        c.delete_namespace()
+        assert c.namespace not in c.namespaces()
+        with pytest.raises(errors.NotFound):
+            c.delete_namespace()

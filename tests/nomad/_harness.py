@@ -80,6 +80,14 @@ def parse_handshake(line: str) -> tuple[str, str]:
     return parts[2], parts[3]
 
 
+def _is_hclog(line: str) -> bool:
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(entry, dict) and {"@level", "@message", "@timestamp"} <= entry.keys()
+
+
 class PluginProcess:
     """One plugin process as go-plugin runs it."""
 
@@ -142,15 +150,15 @@ class PluginProcess:
         for raw in stream:
             text = raw.decode(errors="replace").rstrip("\n")
             self.stderr_lines.append(text)
-            try:
-                entry = json.loads(text)
-            except ValueError:
-                continue
-            if isinstance(entry, dict) and {"@level", "@message", "@timestamp"} <= entry.keys():
-                self.logs.append(entry)
+            if _is_hclog(text):
+                self.logs.append(json.loads(text))
 
     def stderr_text(self) -> str:
         return "\n".join(self.stderr_lines)
+
+    def foreign_lines(self) -> list[str]:
+        """stderr lines that go-plugin cannot parse as hclog (it logs them raw)."""
+        return [line for line in self.stderr_lines if not _is_hclog(line)]
 
     def _connect(self) -> None:
         """As go-plugin's newGRPCClient: dial, then open StreamStdio and the broker."""
@@ -228,8 +236,23 @@ class PluginProcess:
     def shutdown_and_wait(self, bound: float = 30.0) -> int:
         """GRPCController.Shutdown, then the exit code (bounded wait, not a timing check)."""
         self.controller.Shutdown(grpc_controller_pb2.Empty(), timeout=10)
+        return self.wait_exit(bound)
+
+    def sigterm_and_wait(self, bound: float = 30.0) -> int:
+        """SIGTERM (a person, systemd), then the exit code (a bounded wait)."""
+        os.kill(self.proc.pid, signal.SIGTERM)
+        return self.wait_exit(bound)
+
+    def wait_exit(self, bound: float = 30.0) -> int:
+        """Close the connection; the exit code of a plugin told to stop (a bounded wait)."""
         self.channel.close()
-        self.proc.wait(timeout=bound)
+        try:
+            self.proc.wait(timeout=bound)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # no plugin outlives the test
+            self._finish()
+            self._remove_socket()
+            raise
         return self._finish()
 
     def sigkill(self, *, remove_socket: bool = True) -> None:

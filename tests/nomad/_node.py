@@ -30,6 +30,22 @@ def nomad_config() -> base_pb2.NomadConfig:
     return cfg
 
 
+def launch_long_lived(config: dict[str, Any]) -> PluginProcess:
+    """Process #3 of the boot sequence: SetConfig with a NomadConfig, then Init."""
+    p = PluginProcess()
+    schema = p.base.ConfigSchema(base_pb2.ConfigSchemaRequest(), timeout=10).spec
+    p.base.SetConfig(
+        base_pb2.SetConfigRequest(
+            msgpack_config=cty_encode(schema, config),
+            nomad_config=nomad_config(),
+            plugin_api_version="v0.1.0",
+        ),
+        timeout=30,
+    )
+    p.driver.Init(dpb.InitRequest(), timeout=30)
+    return p
+
+
 class Node:
     """The long-lived plugin instance and what Nomad's client keeps of it."""
 
@@ -40,18 +56,7 @@ class Node:
         self.started: list[str] = []
 
     def launch(self) -> PluginProcess:
-        """Process #3 of the boot sequence: SetConfig with a NomadConfig, then Init."""
-        p = PluginProcess()
-        schema = p.base.ConfigSchema(base_pb2.ConfigSchemaRequest(), timeout=10).spec
-        p.base.SetConfig(
-            base_pb2.SetConfigRequest(
-                msgpack_config=cty_encode(schema, self.config),
-                nomad_config=nomad_config(),
-                plugin_api_version="v0.1.0",
-            ),
-            timeout=30,
-        )
-        p.driver.Init(dpb.InitRequest(), timeout=30)
+        p = launch_long_lived(self.config)
         self.task_spec = p.driver.TaskConfigSchema(dpb.TaskConfigSchemaRequest(), timeout=10).spec
         return p
 

@@ -157,6 +157,9 @@ def test_logs_timestamps_refused_for_the_file_driver(
         def inspect(self, _task_id: str, **_kw: object) -> _Info:
             return _Info()
 
+        def lookup(self) -> object:
+            return lambda word: word
+
     monkeypatch.setattr(cli_tasks, "_executor", lambda _args: _Ex())
     assert main(["logs", "-t", "t"]) == 125
     assert capsys.readouterr().err.strip() == "ctrexec: the file log driver keeps no timestamps"

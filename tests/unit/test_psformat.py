@@ -73,3 +73,20 @@ def test_parse_filters() -> None:
         parse_filters(["colour=red"])
     with pytest.raises(InvalidArgument):
         parse_filters(["status"])
+
+
+def test_ps_ids_cut_to_12_unless_no_trunc() -> None:
+    from ctrexec.containerd.tasks import Status
+    from ctrexec.psformat import ps_lines
+    from ctrexec.taskconfig import TaskConfig, TaskInfo
+
+    config = TaskConfig(name="ctrexec-0123456789abcdef", image="busybox", command=("echo",) * 8)
+    info = TaskInfo(
+        id=config.name, image="busybox", status=Status.CREATED, pid=0, exit=None,
+        netns_path=None, netns_mode="none", group=None, log_path="", labels={},
+        created_at=None, config=config,
+    )  # fmt: skip
+    assert ps_lines([info], "{{.ID}}") == ["ctrexec-0123"]
+    assert ps_lines([info], "{{.ID}}", trunc=False) == ["ctrexec-0123456789abcdef"]
+    assert ps_lines([info], "{{.Command}}") == ['"echo echo echo echo…"']
+    assert ps_lines([info], "{{.Command}}", trunc=False) == [f'"{" ".join(["echo"] * 8)}"']
