@@ -152,6 +152,7 @@ class Executor:
         record_labels = taskspec.record_labels(
             checked,
             image_stop_signal=image.config.stop_signal,
+            image_entrypoint=image.config.entrypoint,
             mode=mode,
             netns_path=netns_path,
             files=files,

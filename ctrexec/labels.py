@@ -31,6 +31,10 @@ STOP_TIMEOUT = "io.ctrexec.stop.timeout"
 HOSTFILES_DIR = "io.ctrexec.net.netns.files"
 #: The image reference the user asked for, before normalisation.
 IMAGE_REF = "io.ctrexec.image.ref"
+#: How many of the task's argv are the image's Entrypoint (written when the config
+#: sets none), so ``inspect`` splits ``Config.Entrypoint`` from ``Config.Cmd`` as
+#: docker does without reading the image again.
+IMAGE_ENTRYPOINT_ARGS = "io.ctrexec.image.entrypoint-args"
 #: Remove the container when its task exits (``run --rm``).
 AUTO_REMOVE = "io.ctrexec.auto-remove"
 #: Restart policy, read by ``ctrexec supervise``.

@@ -1,27 +1,22 @@
-"""``ps`` and ``inspect`` as docker prints them: its columns, durations, filters and a
-documented subset of its Go templates.
+"""``ps`` as docker prints it: its columns, durations, filters and Go templates.
 
-Templates: ``{{.Field}}`` and ``{{json .Field}}`` only, no functions, pipelines or
-conditionals; ``table`` in front prints a header and aligns the columns, which a tab
-(``\\t``, typed literally) separates. ``ps`` knows the fields of :data:`PS_FIELDS`;
-``inspect -f`` takes a dotted path into the JSON ``inspect`` prints (``{{.exit.code}}``)
-or one of docker's names in :data:`INSPECT_ALIASES` (``{{.State.Pid}}``).
+Templates are Go's (:mod:`ctrexec.gotemplate`, the one engine ``inspect -f`` uses
+too); ``table`` in front prints a header and aligns the columns, which a tab (``\\t``,
+typed literally) separates. A row has the fields of :data:`PS_FIELDS` and docker's
+``.Label "KEY"``.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
+from ctrexec import gotemplate
 from ctrexec.containerd.tasks import Status
 from ctrexec.errors import InvalidArgument
 from ctrexec.taskconfig import TaskInfo
 
-_FIELD = re.compile(r"\{\{\s*(json\s+)?\.([A-Za-z0-9_.]*)\s*\}\}")
 _LIVE = (Status.RUNNING, Status.PAUSED)
 
 
@@ -63,9 +58,11 @@ def status_text(info: TaskInfo, now: datetime) -> str:
 
 
 def state(info: TaskInfo) -> str:
-    """docker's one-word state: created, running, paused or exited."""
-    if info.status in _LIVE:
-        return info.status.value
+    """docker's one-word state: created, running, paused or exited (``State.Status``)."""
+    if info.status is Status.RUNNING:
+        return "running"
+    if info.status in (Status.PAUSED, Status.PAUSING):
+        return "paused"
     return "exited" if info.exit is not None else "created"
 
 
@@ -114,48 +111,58 @@ PS_DEFAULT = (
     "\t{{.Names}}\t{{.Netns}}\t{{.Group}}"
 )
 
-#: docker's ``inspect`` names onto the keys of ctrexec's inspect JSON.
-INSPECT_ALIASES = {
-    "Id": "id",
-    "ID": "id",
-    "Name": "id",
-    "Image": "image",
-    "State.Status": "status",
-    "State.Pid": "pid",
-    "State.ExitCode": "exit_code",
-    "State.OOMKilled": "oom_killed",
-    "State.StartedAt": "started_at",
-    "State.FinishedAt": "finished_at",
-    "RestartCount": "restart_count",
-    "Created": "created_at",
-    "Config.Labels": "labels",
-}
-
 
 def _iso(value: datetime | None) -> str:
     return value.isoformat() if value else ""
 
 
-def _text(value: object, as_json: bool) -> str:
-    if as_json:
-        return json.dumps(value, sort_keys=True, default=str)
-    if value is None:
-        return "<no value>"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, Mapping | list):
-        return json.dumps(value, sort_keys=True, default=str)
-    return str(value)
+def _row(info: TaskInfo, now: datetime, *, trunc: bool = True) -> dict[str, object]:
+    """One ``ps`` row as a template sees it: every field, and docker's ``.Label "k"``."""
+    fields = {n: get for n, (_, get) in PS_FIELDS.items()}
+    if not trunc:
+        fields.update(PS_UNTRUNCATED)
+    row: dict[str, object] = {name: get(info, now) for name, get in fields.items()}
+    labels = info.config.labels if info.config else {}
+    row["Label"] = lambda key: labels.get(key, "")
+    return row
 
 
-def render(template: str, lookup: Callable[[str], object]) -> str:
-    """Fill ``{{.Field}}`` and ``{{json .Field}}``; any other ``{{ }}`` is refused."""
-    rest = _FIELD.sub("", template)
-    if "{{" in rest or "}}" in rest:
-        raise InvalidArgument(
-            f"template {template!r}: only {{{{.Field}}}} and {{{{json .Field}}}} are supported"
-        )
-    return _FIELD.sub(lambda m: _text(lookup(m.group(2)), bool(m.group(1))), template)
+def _header() -> dict[str, object]:
+    row: dict[str, object] = {name: header for name, (header, _) in PS_FIELDS.items()}
+    row["Label"] = lambda _key: "LABEL"
+    return row
+
+
+def ps_template(template: str) -> tuple[bool, gotemplate.Template]:
+    """Whether ``template`` is a ``table`` one, and its body parsed; unknown fields are
+    refused here, before anything is listed (docker's errors, or ``unknown field``)."""
+    if template.strip() == "json":  # docker's shorthand: each row as one JSON line
+        template = "{{json .}}"
+    template = template.replace("\\t", "\t").replace("\\n", "\n")
+    table = template.startswith("table")
+    body = template.removeprefix("table").strip() if table else template
+    parsed = parse_template(body)
+    known = {*PS_FIELDS, "Label"}
+    for name in sorted(parsed.root_fields() - known):
+        names = ", ".join(f".{f}" for f in PS_FIELDS)
+        raise InvalidArgument(f"ps --format: unknown field .{name} (known: {names})")
+    return table, parsed
+
+
+def parse_template(text: str) -> gotemplate.Template:
+    """A ``--format`` template, refused as docker says: ``template parsing error: ...``."""
+    try:
+        return gotemplate.parse(text)
+    except gotemplate.TemplateError as exc:
+        raise gotemplate.TemplateError(f"template parsing error: {exc}") from None
+
+
+def execute(template: gotemplate.Template, data: object) -> str:
+    """Run a template on one row or document, its errors worded as docker's."""
+    try:
+        return template.execute(data)
+    except gotemplate.TemplateError as exc:
+        raise gotemplate.TemplateError(f"template parsing error: {exc}") from None
 
 
 def ps_lines(
@@ -167,42 +174,13 @@ def ps_lines(
     (any verb takes a unique prefix of a name, so a cut id still names its container).
     """
     now = now or datetime.now(UTC)
-    template = template.replace("\\t", "\t").replace("\\n", "\n")
-    table = template.startswith("table")
-    body = template.removeprefix("table").strip() if table else template
-
-    def lookup_in(info: TaskInfo | None) -> Callable[[str], object]:
-        def lookup(name: str) -> object:
-            if name not in PS_FIELDS:
-                known = ", ".join(f".{f}" for f in PS_FIELDS)
-                raise InvalidArgument(f"ps --format: unknown field .{name} (known: {known})")
-            header, get = PS_FIELDS[name]
-            if not trunc:
-                get = PS_UNTRUNCATED.get(name, get)
-            return header if info is None else get(info, now)
-
-        return lookup
-
-    rows = [render(body, lookup_in(i)) for i in infos]
+    table, parsed = ps_template(template)
+    rows = [execute(parsed, _row(i, now, trunc=trunc)) for i in infos]
     if not table:
         return rows
-    cells = [c.split("\t") for c in [render(body, lookup_in(None)), *rows]]
+    cells = [c.split("\t") for c in [execute(parsed, _header()), *rows]]
     widths = [max(len(r[i]) if i < len(r) else 0 for r in cells) for i in range(len(cells[0]))]
     return ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in cells]
-
-
-def inspect_lookup(data: Mapping[str, Any]) -> Callable[[str], object]:
-    """A template lookup over one task's inspect JSON: dotted keys, or docker's names."""
-
-    def lookup(name: str) -> object:
-        value: object = data
-        for key in INSPECT_ALIASES.get(name, name).split("."):
-            if not isinstance(value, Mapping) or key not in value:
-                raise InvalidArgument(f"inspect -f: no field .{name}")
-            value = value[key]
-        return value
-
-    return lookup
 
 
 #: The keys ``ps --filter`` understands.

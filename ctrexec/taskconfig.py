@@ -377,7 +377,9 @@ class TaskInfo:
     namespace that is gone). ``ports`` are the published ports of the task's group.
     ``started_at`` is when ctrexec started the run (None for a run started before runs
     were recorded), and ``restart_count`` the supervisor's restarts since the last
-    start by hand.
+    start by hand. ``args``, ``env``, ``workdir`` and ``hostname`` are what the task
+    runs with, from its OCI spec: the image's defaults merged with the config's
+    (docker's ``Config.Cmd``, ``Env``, ``WorkingDir``, ``Hostname``).
     """
 
     id: str
@@ -398,6 +400,10 @@ class TaskInfo:
     ports: tuple[PortMapping, ...] = ()
     addresses: tuple[Address, ...] | None = None
     newer_run: int | None = None
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    workdir: str = ""
+    hostname: str = ""
 
     @property
     def oom_killed(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import attrs
 
@@ -122,7 +123,20 @@ def build(
         restart_count=_count(labels.get(lbl.RESTART_COUNT)),
         ports=group_ports(labels),
         addresses=addresses_of(record, _live_pid(state)) if addresses else None,
+        **_process_facts(record.spec),
     )
+
+
+def _process_facts(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What the task runs with, as its spec says (a record made elsewhere may lack it)."""
+    proc = spec.get("process")
+    proc = proc if isinstance(proc, dict) else {}
+    return {
+        "args": tuple(str(a) for a in proc.get("args") or ()),
+        "env": tuple(str(e) for e in proc.get("env") or ()),
+        "workdir": str(proc.get("cwd") or ""),
+        "hostname": str(spec.get("hostname") or ""),
+    }
 
 
 def _live_pid(state: tasks.ProcessState | None) -> int:

@@ -245,6 +245,7 @@ def record_labels(
     checked: CheckedConfig,
     *,
     image_stop_signal: str,
+    image_entrypoint: Sequence[str] | None = None,
     mode: str,
     netns_path: str | None,
     files: HostFiles | None,
@@ -270,6 +271,8 @@ def record_labels(
         labels[lbl.HOSTFILES_DIR] = str(files.directory)
     if config.group:
         labels[lbl.GROUP] = config.group
+    if config.entrypoint is None:  # the argv starts with the image's Entrypoint
+        labels[lbl.IMAGE_ENTRYPOINT_ARGS] = str(len(image_entrypoint or ()))
     if config.auto_remove:
         labels[lbl.AUTO_REMOVE] = "true"
     if config.restart.policy != "no":

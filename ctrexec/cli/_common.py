@@ -107,8 +107,9 @@ def connect(args: argparse.Namespace) -> Client:
     return Client.connect(daemon.address, namespace=namespace)
 
 
-def print_json(value: Any) -> None:
-    json.dump(value, sys.stdout, indent=2, sort_keys=True, default=str)
+def print_json(value: Any, *, sort_keys: bool = True) -> None:
+    """Indented JSON; ``sort_keys=False`` keeps the order it was built in (docker's)."""
+    json.dump(value, sys.stdout, indent=2, sort_keys=sort_keys, default=str)
     sys.stdout.write("\n")
 
 

@@ -1,4 +1,5 @@
-"""``ps`` and ``inspect``: docker's columns, filters and templates (see ctrexec.psformat)."""
+"""``ps`` and ``inspect``: docker's columns, filters, document and Go templates
+(see ctrexec.psformat and ctrexec.inspectdoc)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ def _executor(args: argparse.Namespace) -> Executor:
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
-    from ctrexec import psformat
+    from ctrexec import inspectdoc, psformat
 
     filters = psformat.parse_filters(args.filter)  # before connecting: a typo starts nothing
     if args.format:
-        psformat.ps_lines([], args.format)  # unknown fields are refused with no row too
+        psformat.ps_template(args.format)  # bad templates and fields are refused with no row
     last = 1 if args.latest else args.last
     infos = _executor(args).list(all_tasks=args.all or last is not None)
     infos = [i for i in infos if psformat.matches(i, filters)]
@@ -32,7 +33,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
     if last is not None:
         infos = infos[:last]
     if args.json:
-        print_json([_shown(i) for i in infos])
+        print_json([inspectdoc.ctrexec_view(i) for i in infos])
         return 0
     template = "{{.ID}}" if args.quiet else args.format or psformat.PS_DEFAULT
     for line in psformat.ps_lines(infos, template, trunc=not args.no_trunc):
@@ -44,38 +45,27 @@ def _created(info: TaskInfo) -> float:
     return info.created_at.timestamp() if info.created_at else 0.0
 
 
-def _shown(info: TaskInfo) -> dict[str, Any]:
-    """inspect's JSON, with no pid once the task is not running (it is nobody's now)."""
-    from ctrexec.containerd.tasks import Status
-
-    data = info.to_json()
-    if info.status not in (Status.RUNNING, Status.PAUSED):
-        data["pid"] = None
-    return data
-
-
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from ctrexec import psformat
+    """docker's document for each container found (see ctrexec.inspectdoc), or ``-f``'s
+    text for each; a template that fails prints nothing (as docker's) and exits 125,
+    ctrexec's code for bad input."""
+    from ctrexec import inspectdoc, psformat
 
+    template = psformat.parse_template(args.format) if args.format else None  # before connecting
     ex = _executor(args)
-    if not args.format:
-        found: list[dict[str, Any]] = []  # docker prints those it found, then exits 1
+    docs: list[dict[str, Any]] = []  # docker prints those it found, then exits 1
 
-        def add(task_id: str) -> bool:
-            found.append(_shown(ex.inspect(task_id)))
-            return True
-
-        code = each(args.ids, add, ex.lookup())
-        print_json(found)
-        return code
-    psformat.render(args.format, lambda _name: None)  # a bad template fails before any output
-
-    def show(task_id: str) -> bool:
-        data = _shown(ex.inspect(task_id))
-        print(psformat.render(args.format, psformat.inspect_lookup(data)), flush=True)
+    def add(task_id: str) -> bool:
+        docs.append(inspectdoc.document(ex.inspect(task_id)))
         return True
 
-    return each(args.ids, show, ex.lookup())
+    code = each(args.ids, add, ex.lookup())
+    if template is None:
+        print_json(docs, sort_keys=False)
+        return code
+    for text in [psformat.execute(template, d) for d in docs]:
+        print(text, flush=True)
+    return code
 
 
 def _last(text: str) -> int:
@@ -100,7 +90,7 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("-n", "--last", type=_last, metavar="N", help="the N newest, all states")
     p.add_argument("-l", "--latest", action="store_true", help="the newest, any state")
     p.set_defaults(func=cmd_ps)
-    p = sub.add_parser("inspect", parents=[connection_flags()], help="show tasks as JSON")
-    p.add_argument("-f", "--format", help="a template such as '{{.State.Pid}}'; see README")
+    p = sub.add_parser("inspect", parents=[connection_flags()], help="show containers as JSON")
+    p.add_argument("-f", "--format", help="a Go template such as '{{.State.Pid}}'; see README")
     p.add_argument("ids", nargs="+")
     p.set_defaults(func=cmd_inspect)

@@ -115,7 +115,7 @@ def test_inspect_prints_those_it_found(cli: Cli, test_image: str, made: list[str
         assert cli("create", "--name", name, test_image, "true").returncode == 0
     out = cli("inspect", "dp-a", "dp-nosuch", "dp-b")
     assert out.returncode == 1
-    assert [i["id"] for i in json.loads(out.stdout)] == ["dp-a", "dp-b"]
+    assert [i["Id"] for i in json.loads(out.stdout)] == ["dp-a", "dp-b"]
     assert out.stderr == "ctrexec: No such container: dp-nosuch\n"
 
 

@@ -33,7 +33,7 @@ def _run(cli: Cli, made: list[str], name: str, *argv: str, detach: bool = True) 
 def _inspect(cli: Cli, name: str) -> dict[str, object]:
     out = cli("inspect", name)
     assert out.returncode == 0, out.stderr
-    info: dict[str, object] = json.loads(out.stdout)[0]
+    info: dict[str, object] = json.loads(out.stdout)[0]["Ctrexec"]  # ctrexec's own view
     return info
 
 

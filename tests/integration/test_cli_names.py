@@ -44,7 +44,7 @@ def test_every_verb_takes_a_unique_prefix(cli: Cli, test_image: str, made: list[
     prefix = "nm-uniq-s"
     assert cli("exec", prefix, "echo", "hi").stdout == "hi\n"
     data = json.loads(cli("inspect", prefix).stdout)
-    assert [d["id"] for d in data] == ["nm-uniq-sleeper"]
+    assert [d["Id"] for d in data] == ["nm-uniq-sleeper"]
     assert cli("inspect", "-f", "{{.Id}}", prefix).stdout == "nm-uniq-sleeper\n"
     for argv in (
         ("logs", prefix), ("top", prefix), ("port", prefix), ("stats", "--no-stream", prefix),
@@ -62,7 +62,7 @@ def test_every_verb_takes_a_unique_prefix(cli: Cli, test_image: str, made: list[
     assert cli("inspect", "nm-uniq-sleeper").returncode == 1
     _ok(cli("start", "nm-uniq-r"))
     wait_for(
-        lambda: '"running"' in cli("inspect", "-f", "{{json .status}}", "nm-uniq-r").stdout,
+        lambda: '"running"' in cli("inspect", "-f", "{{json .State.Status}}", "nm-uniq-r").stdout,
         timeout=30,
         what="nm-uniq-renamed to run",
     )

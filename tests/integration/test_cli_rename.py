@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 def _inspect(cli: Cli, name: str) -> dict[str, object]:
     out = cli("inspect", name)
     assert out.returncode == 0, out.stderr
-    info: dict[str, object] = json.loads(out.stdout)[0]
+    info: dict[str, object] = json.loads(out.stdout)[0]["Ctrexec"]  # ctrexec's own view
     return info
 
 

@@ -80,9 +80,17 @@ def test_run_publish_serves_on_localhost_and_rm_removes_the_network(
     body: list[bytes] = []
     until(lambda: body.append(_get(port)) or True, "the published port to answer")
     assert b"hello from ctrexec" in body[0]
-    info = json.loads(cli("inspect", "pub-web", check=True).stdout)[0]
+    info = json.loads(cli("inspect", "pub-web", check=True).stdout)[0]["Ctrexec"]
     assert len(info["ports"]) == 1 and str(port) in info["ports"][0], info
     assert info["addresses"][0]["address"].startswith("10.231.188."), info
+    shown = cli(
+        "inspect", "-f", "{{.NetworkSettings.IPAddress}}/{{.NetworkSettings.IPPrefixLen}} "
+        "{{json .HostConfig.PortBindings}} {{json .NetworkSettings.Ports}}", "pub-web",
+    )  # fmt: skip
+    address, bindings, ports = shown.stdout.split()
+    assert address == info["addresses"][0]["address"], shown.stdout  # docker's IPAddress
+    assert json.loads(bindings) == {"8080/tcp": [{"HostIp": "", "HostPort": str(port)}]}
+    assert json.loads(ports) == {"8080/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(port)}]}
     ps = cli("ps", "--format", "{{.Names}} {{.Ports}}", check=True).stdout
     assert f"pub-web 0.0.0.0:{port}->8080/tcp" in ps, ps
     port_out = cli("port", "pub-web", check=True).stdout
@@ -227,7 +235,7 @@ def test_restart_on_failure_is_applied_by_ctrexec_supervise(
         )  # fmt: skip
         assert (out.returncode, out.stderr) == (0, ""), out.stderr
         until(lambda: ex.inspect("pub-retry").restart_count == 2, "two restarts", timeout=60)
-        info = json.loads(cli("inspect", "pub-retry", check=True).stdout)[0]
+        info = json.loads(cli("inspect", "pub-retry", check=True).stdout)[0]["Ctrexec"]
         assert info["config"]["restart"]["policy"] == "on-failure"
         assert info["config"]["restart"]["max_attempts"] == 2
         until(lambda: ex.inspect("pub-retry").exit is not None, "the last exit", timeout=60)
@@ -373,14 +381,14 @@ def test_start_after_a_reboot_wires_the_namespace_again(
     assert (start.returncode, start.stdout) == (0, "pub-boot\n"), start.stderr
     body: list[bytes] = []
     until(lambda: body.append(_get(port)) or True, "the port to answer after the reboot")
-    info = json.loads(cli("inspect", "pub-boot", check=True).stdout)[0]
+    info = json.loads(cli("inspect", "pub-boot", check=True).stdout)[0]["Ctrexec"]
     address = info["addresses"][0]["address"].split("/")[0]
     hosts = cli("exec", "pub-boot", "cat", "/etc/hosts", check=True).stdout
     assert f"{address}\tpub-boot" in hosts, hosts
 
 
 def _files_of(cli: Cli, name: str) -> Path:
-    info = json.loads(cli("inspect", name, check=True).stdout)[0]
+    info = json.loads(cli("inspect", name, check=True).stdout)[0]["Ctrexec"]
     return Path(info["labels"][lbl.HOSTFILES_DIR])
 
 

@@ -75,7 +75,7 @@ def _wait_status(cli: Cli, name: str, want: str) -> None:
 
     def status() -> bool:
         out = cli("inspect", name)
-        return out.returncode == 0 and json.loads(out.stdout)[0]["status"] == want
+        return out.returncode == 0 and json.loads(out.stdout)[0]["Ctrexec"]["status"] == want
 
     wait_for(status, timeout=30, what=f"{name} {want}")
 
@@ -118,5 +118,5 @@ def _pid(cli: Cli, name: str) -> int:
 
     out = cli("inspect", name)
     assert out.returncode == 0, out.stderr
-    pid: int = json.loads(out.stdout)[0]["pid"]
+    pid: int = json.loads(out.stdout)[0]["State"]["Pid"]
     return pid

@@ -44,7 +44,7 @@ def test_oom_killed_task_says_so(ex: Executor, test_image: str, cli: Cli) -> Non
     assert listed[name].oom_killed
 
     shown = json.loads(cli("inspect", name, timeout=60, check=True).stdout)
-    assert shown[0]["oom_killed"] is True
+    assert shown[0]["State"]["OOMKilled"] is True and shown[0]["Ctrexec"]["oom_killed"]
     rows = [
         line for line in cli("ps", "-a", timeout=60, check=True).stdout.splitlines() if name in line
     ]

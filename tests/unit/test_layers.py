@@ -251,3 +251,17 @@ def test_functions_stay_short() -> None:
         and (size := (node.end_lineno or node.lineno) - node.lineno + 1) > 60
     ]
     assert long == []
+
+
+def test_the_template_engine_is_a_leaf() -> None:
+    """``gotemplate``/``gofuncs`` import only the standard library and ``errors``: the
+    CLI parses a ``--format`` before it connects, and nothing heavy comes with it."""
+    offenders = [
+        f"{name}: {m}"
+        for name in ("gotemplate.py", "gofuncs.py")
+        for m in _imports(PKG / name)
+        if m.startswith("ctrexec")
+        and m not in ("ctrexec", "ctrexec.gofuncs", "ctrexec.errors")
+        and not m.startswith(("ctrexec.gofuncs.", "ctrexec.errors."))
+    ]
+    assert offenders == []

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
+
 import pytest
 
+from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import InvalidArgument
-from ctrexec.psformat import human_duration, inspect_lookup, parse_filters, render
+from ctrexec.gotemplate import TemplateError
+from ctrexec.psformat import human_duration, parse_filters, ps_lines, ps_template
+from ctrexec.taskconfig import TaskConfig, TaskInfo
 
 
 @pytest.mark.parametrize(
@@ -21,15 +27,41 @@ def test_human_duration(seconds: float, words: str) -> None:
     assert human_duration(seconds) == words
 
 
-def test_render_fields_json_and_refusals() -> None:
-    data = {"pid": 7, "status": "running", "exit": {"code": 3}, "oom_killed": False}
-    look = inspect_lookup(data)
-    assert render("{{.State.Pid}}/{{ .status }}/{{.exit.code}}", look) == "7/running/3"
-    assert render("{{json .exit}} {{.State.OOMKilled}}", look) == '{"code": 3} false'
-    with pytest.raises(InvalidArgument, match=r"no field \.Nope"):
-        render("{{.Nope}}", look)
-    with pytest.raises(InvalidArgument, match="only"):
-        render("{{if .pid}}x{{end}}", look)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _info(name: str, status: Status, code: int | None = None) -> TaskInfo:
+    return TaskInfo(
+        id=name, image="img", status=status, pid=7 if status is Status.RUNNING else 0,
+        exit=ExitStatus(code, NOW) if code is not None else None, netns_path=None,
+        netns_mode="none", group=None, log_path="", labels={}, created_at=NOW,
+        config=TaskConfig(name=name, image="img", labels={"tier": "web"}),
+    )  # fmt: skip
+
+
+def test_ps_templates_are_go_s() -> None:
+    rows = [_info("a", Status.RUNNING), _info("b", Status.STOPPED, 3)]
+    assert ps_lines(rows, "{{.Names}} {{.State}} {{.Pid}}", NOW) == ["a running 7", "b exited "]
+    assert ps_lines(rows, '{{.Label "tier"}}{{if eq .State "running"}} up{{end}}', NOW) == [
+        "web up",
+        "web",
+    ]
+    assert ps_lines(rows[:1], "{{json .Names}} {{.Names | upper}}", NOW) == ['"a" A']
+    whole = json.loads(ps_lines(rows[:1], "{{json .}}", NOW)[0])  # docker's ps --format json
+    assert (whole["Names"], whole["State"], whole["Pid"]) == ("a", "running", 7)
+    assert ps_lines(rows[:1], "json", NOW) == ps_lines(rows[:1], "{{json .}}", NOW)
+    table = ps_lines(rows, r"table {{.Names}}\t{{.State}}", NOW)
+    assert table == ["NAMES   STATE", "a       running", "b       exited"]
+
+
+def test_ps_refuses_bad_templates_before_listing() -> None:
+    with pytest.raises(InvalidArgument, match=r"unknown field \.Nope"):
+        ps_template("{{.Nope}}")
+    with pytest.raises(InvalidArgument, match=r"unknown field \.Nope"):
+        ps_template("{{if .Names}}{{$.Nope}}{{end}}")
+    ps_template("{{range .Names}}{{.Whatever}}{{end}}")  # inside range, dot is not the row
+    with pytest.raises(TemplateError, match=r"^template parsing error: template: :1: unclosed"):
+        ps_template("{{.Names")
 
 
 def test_parse_filters() -> None:
