@@ -51,11 +51,14 @@ def _ago(when: datetime | None, now: datetime) -> str:
 
 
 def status_text(info: TaskInfo, now: datetime) -> str:
-    """``Up 3 minutes``, ``Up 2 hours (Paused)``, ``Exited (0) 2 minutes ago``, ``Created``."""
+    """``Up 3 minutes``, ``Up 2 hours (Paused)``, ``Exited (0) 2 minutes ago``, ``Created``,
+    and docker's ``Restarting (1) 5 seconds ago`` while the supervisor has a restart due."""
     if info.status in _LIVE:
         since = info.started_at or info.created_at
         up = f"Up {human_duration((now - since).total_seconds())}" if since else "Up"
         return f"{up} (Paused)" if info.status is Status.PAUSED else up
+    if info.restarting and info.exit is not None:
+        return f"Restarting ({info.exit.code}) {_ago(info.finished_at, now)}".rstrip()
     if info.exit is not None:
         oom = ", OOM killed" if info.oom_killed else ""
         return f"Exited ({info.exit.code}{oom}) {_ago(info.finished_at, now)}".rstrip()
@@ -122,6 +125,8 @@ INSPECT_ALIASES = {
     "State.StartedAt": "started_at",
     "State.FinishedAt": "finished_at",
     "RestartCount": "restart_count",
+    "State.Restarting": "restarting",
+    "State.Error": "restart_error",
     "Created": "created_at",
     "Config.Labels": "labels",
 }

@@ -377,7 +377,8 @@ class TaskInfo:
     namespace that is gone). ``ports`` are the published ports of the task's group.
     ``started_at`` is when ctrexec started the run (None for a run started before runs
     were recorded), and ``restart_count`` the supervisor's restarts since the last
-    start by hand.
+    start by hand. ``restarting``: the task exited and the supervisor has a restart
+    of it scheduled (or retries one that failed: ``restart_error`` says why).
     """
 
     id: str
@@ -395,6 +396,8 @@ class TaskInfo:
     run: int = 0
     started_at: datetime | None = None
     restart_count: int = 0
+    restarting: bool = False
+    restart_error: str | None = None
     ports: tuple[PortMapping, ...] = ()
     addresses: tuple[Address, ...] | None = None
     newer_run: int | None = None
@@ -431,6 +434,8 @@ class TaskInfo:
             "exit_code": self.exit_code,
             "oom_killed": self.oom_killed,
             "restart_count": self.restart_count,
+            "restarting": self.restarting,
+            "restart_error": self.restart_error,
             "netns_path": self.netns_path,
             "netns_mode": self.netns_mode,
             "addresses": None
