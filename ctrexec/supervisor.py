@@ -486,8 +486,6 @@ class Supervisor:
         """Count the restart that happened. A ``stop`` that came while it started
         left its mark in the labels this update answers with: stopped again, then."""
         count = int(labels.get(lbl.RESTART_COUNT, "0") or 0) + 1
-        with self._guard:
-            self._restarts += 1
         update: dict[str, str | None] = {
             lbl.RESTART_COUNT: str(count),
             lbl.RESTART_BACKOFF: f"{delay:g}",
@@ -500,6 +498,9 @@ class Supervisor:
         except CtrexecError as exc:
             log.warning("restarted %s, but could not count it: %s", container_id, exc)
             return
+        finally:  # after the labels: whoever reads this may read them
+            with self._guard:
+                self._restarts += 1
         log.info("restarted %s (attempt %d)", container_id, count)
         if record.labels.get(lbl.STOPPED_BY_USER) == "true":
             log.info("%s was stopped by hand while it restarted; stopping it", container_id)
