@@ -478,7 +478,13 @@ class Supervisor:
             containers.update_labels(self.client, container_id, {lbl.RESTART_ERROR: reason})
         log.warning("restart of %s failed: %s; retrying in %gs", container_id, exc, wait)
         retry = lambda: self._restart(container_id, wait, status)  # noqa: E731
-        self._schedule(container_id, wait, "restart", retry)
+        if not self._schedule(container_id, wait, "restart", retry) and self._is_closed():
+            with contextlib.suppress(CtrexecError):  # run() ended: no restart is due here
+                containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: None})
+
+    def _is_closed(self) -> bool:
+        with self._guard:
+            return self._closed
 
     def _restarted(
         self, container_id: str, labels: Mapping[str, str], delay: float, begun: datetime
