@@ -64,6 +64,8 @@ _SUPERVISOR_MARKS = (
     lbl.RESTART_COUNT,
     lbl.RESTART_BACKOFF,
     lbl.RESTART_STARTED_AT,
+    lbl.RESTART_PENDING,
+    lbl.RESTART_ERROR,
 )
 
 
@@ -504,10 +506,17 @@ class Executor:
     ) -> ExitStatus | None:
         """Send the stop signal, then SIGKILL when ``timeout`` passes; return the exit.
 
-        No fixed sleep: the armed Wait returns the moment the task exits.
+        No fixed sleep: the armed Wait returns the moment the task exits. A task with
+        a restart policy is marked stopped by the user first, also when it has already
+        exited (docker's stop of a restarting container keeps it stopped): the
+        supervisor reads the mark before its restart is due, and again once it has
+        started one, so a restart that raced this stop is stopped in either order.
         """
         with self._lock(task_id):
             record = containers.get(self.client, task_id)
+            if lbl.RESTART_POLICY in record.labels:
+                mark = {lbl.STOPPED_BY_USER: "true", lbl.RESTART_PENDING: None}
+                containers.update_labels(self.client, task_id, mark)
             state = tasks.find(self.client, task_id)
             if state is None:
                 return None
@@ -519,9 +528,6 @@ class Executor:
                 if timeout is None
                 else timeout
             )
-            if lbl.RESTART_POLICY in record.labels:
-                # Mark first, so a supervisor seeing the exit knows not to restart it.
-                containers.update_labels(self.client, task_id, {lbl.STOPPED_BY_USER: "true"})
             if state.status is Status.PAUSED:
                 tasks.resume(self.client, task_id)
             pending = tasks.arm_wait(self.client, task_id)

@@ -64,17 +64,11 @@ def ctrexec_view(info: TaskInfo) -> dict[str, Any]:
     return data
 
 
-def restarting(info: TaskInfo) -> bool:
-    """Whether a restart is pending. TaskInfo does not say yet, so never (docker's false)."""
-    del info
-    return False
-
-
 def state_of(info: TaskInfo) -> dict[str, Any]:
     live = info.status in _LIVE
-    again = restarting(info)
+    again = info.restarting
     return {
-        "Status": "restarting" if again else state(info),
+        "Status": state(info),
         "Running": live or again,
         "Paused": info.status in (Status.PAUSED, Status.PAUSING),
         "Restarting": again,
@@ -83,6 +77,7 @@ def state_of(info: TaskInfo) -> dict[str, Any]:
         "ExitCode": info.exit.code if info.exit and not live else 0,
         "StartedAt": rfc3339(info.started_at),
         "FinishedAt": rfc3339(info.finished_at),
+        "Error": info.restart_error or "",
     }
 
 

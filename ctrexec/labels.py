@@ -41,15 +41,23 @@ AUTO_REMOVE = "io.ctrexec.auto-remove"
 RESTART_POLICY = "io.ctrexec.restart.policy"
 RESTART_MAX = "io.ctrexec.restart.max-attempts"
 RESTART_DELAY = "io.ctrexec.restart.delay"
-#: How many times the supervisor restarted the task since it was last started by hand.
+#: How many times the supervisor restarted the task since it was last started by hand;
+#: written, with the two below, once the restart's task has started.
 RESTART_COUNT = "io.ctrexec.restart.count"
 #: The delay (seconds) the supervisor waited before its last restart; the next one
 #: doubles it unless the task ran long enough (see ``supervisor.next_delay``).
 RESTART_BACKOFF = "io.ctrexec.restart.backoff"
-#: When the supervisor last restarted the task (ISO 8601), to tell how long it ran.
+#: When the supervisor began its last restart (ISO 8601), to tell how long it ran.
 RESTART_STARTED_AT = "io.ctrexec.restart.started-at"
 #: Set by ``stop``: a task a user stopped is not restarted by policy (docker's rule).
 STOPPED_BY_USER = "io.ctrexec.restart.stopped-by-user"
+#: Set ("true") by the supervisor before it schedules a restart, removed once the
+#: restart happened (or is called off: ``stop``, a start by hand, the policy gives up),
+#: so ``ps`` in any process can say docker's ``Restarting (CODE) N seconds ago``.
+RESTART_PENDING = "io.ctrexec.restart.pending"
+#: Why the supervisor's last restart failed (it retries on the backoff); removed by
+#: the next restart that happens. ``inspect`` shows it.
+RESTART_ERROR = "io.ctrexec.restart.error"
 #: The network mode of the task's group namespace (none, host, bridge, cni:NAME).
 NETWORK_MODE = "io.ctrexec.network.mode"
 #: A hash of the group definition, so a second, different group of one name is refused.

@@ -46,11 +46,14 @@ def _ago(when: datetime | None, now: datetime) -> str:
 
 
 def status_text(info: TaskInfo, now: datetime) -> str:
-    """``Up 3 minutes``, ``Up 2 hours (Paused)``, ``Exited (0) 2 minutes ago``, ``Created``."""
+    """``Up 3 minutes``, ``Up 2 hours (Paused)``, ``Exited (0) 2 minutes ago``, ``Created``,
+    and docker's ``Restarting (1) 5 seconds ago`` while the supervisor has a restart due."""
     if info.status in _LIVE:
         since = info.started_at or info.created_at
         up = f"Up {human_duration((now - since).total_seconds())}" if since else "Up"
         return f"{up} (Paused)" if info.status is Status.PAUSED else up
+    if info.restarting and info.exit is not None:
+        return f"Restarting ({info.exit.code}) {_ago(info.finished_at, now)}".rstrip()
     if info.exit is not None:
         oom = ", OOM killed" if info.oom_killed else ""
         return f"Exited ({info.exit.code}{oom}) {_ago(info.finished_at, now)}".rstrip()
@@ -58,11 +61,14 @@ def status_text(info: TaskInfo, now: datetime) -> str:
 
 
 def state(info: TaskInfo) -> str:
-    """docker's one-word state: created, running, paused or exited (``State.Status``)."""
+    """docker's one-word state: created, running, paused, restarting or exited
+    (``State.Status``, and what ``ps --filter status=`` matches)."""
     if info.status is Status.RUNNING:
         return "running"
     if info.status in (Status.PAUSED, Status.PAUSING):
         return "paused"
+    if info.restarting and info.exit is not None:
+        return "restarting"
     return "exited" if info.exit is not None else "created"
 
 

@@ -1,7 +1,8 @@
 """Restart policies, applied by a small long-running watcher (``ctrexec supervise``).
 
-The supervisor keeps no state of its own: the policy, the restart count, the backoff
-and the "stopped by user" mark are container labels. It is built on
+The supervisor keeps no state of its own: the policy, the restart count, the backoff,
+the "stopped by user" mark, a restart pending and why the last one failed are
+container labels, each written once what it says is so. It is built on
 :meth:`Executor.events`, as a scheduler would be: it lists all tasks once the stream is
 live, acts on each exit event, and lists again whenever the stream says events were
 missed (containerd restarted), so killing it and starting it again loses nothing.
@@ -44,6 +45,8 @@ MAX_BACKOFF = 60.0
 RESET_AFTER = 10.0
 #: The first delay when the policy's is 0 (docker's 100 ms), so doubling can grow.
 MIN_DELAY = 0.1
+#: How much of a failed restart's error the label keeps (labels are limited to 4 KiB).
+MAX_ERROR_BYTES = 1024
 #: Where running supervisors hold their presence locks (cleared by a reboot).
 DEFAULT_LOCK_DIR = Path("/run/ctrexec/supervise")
 
@@ -194,6 +197,12 @@ class Supervisor:
         self._timers: dict[str, threading.Timer] = {}
         #: Timer threads whose action is under way (joined when run() ends).
         self._running: set[threading.Thread] = set()
+        #: The containers whose action is under way, and an exit of one seen meanwhile,
+        #: handled once the action has written its labels (see :meth:`_on_exit`).
+        self._acting: set[str] = set()
+        self._deferred: dict[str, tuple[ExitStatus, bool]] = {}
+        #: Set when run() ends: nothing is scheduled after that.
+        self._closed = False
         self._stream: TaskEvents | None = None
         self._restarts = 0
 
@@ -282,7 +291,12 @@ class Supervisor:
             stream.cancel()
 
     def _cancel_timers(self) -> None:
+        """Cancel what is scheduled, wait for what is under way, and take back the
+        "restart pending" marks of the cancelled ones: no restart is due from here
+        (the next supervisor's reconcile schedules it again). Best effort."""
         with self._guard:
+            self._closed = True
+            cancelled = list(self._timers)
             threads = [*self._timers.values(), *self._running]
             self._timers.clear()
         for timer in threads:
@@ -291,6 +305,9 @@ class Supervisor:
         for thread in threads:
             if thread is not threading.current_thread():
                 thread.join()
+        for container_id in cancelled:
+            with contextlib.suppress(CtrexecError):
+                containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: None})
 
     def reconcile(self) -> None:
         """Apply the policy to every stopped task, for exits missed while away, and to
@@ -322,7 +339,17 @@ class Supervisor:
             self._restarts += 1
 
     def _on_exit(self, container_id: str, status: ExitStatus, *, live: bool) -> None:
-        """Act on one exit; ``live`` (seen as an event) logs it even when nothing is done."""
+        """Act on one exit; ``live`` (seen as an event) logs it even when nothing is done.
+
+        The exit of a task that an action here has just restarted waits for that
+        action: its count and backoff are written once the restart's task started,
+        and the policy needs them. A restart is marked pending in the labels before
+        its timer is set, so ``ps`` says "Restarting" for as long as it is due.
+        """
+        with self._guard:
+            if container_id in self._acting:
+                self._deferred[container_id] = (status, live)
+                return
         try:
             record = containers.get(self.client, container_id)
         except NotFound:
@@ -335,10 +362,14 @@ class Supervisor:
             delay = delay_for(
                 labels, status.exited_at, cap=self.max_backoff, reset_after=self.reset_after
             )
+            if lbl.RESTART_PENDING not in labels:
+                containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: "true"})
             restart = lambda: self._restart(container_id, delay, status)  # noqa: E731
             if self._schedule(container_id, delay, "restart", restart):
                 log.info("%s; restarting in %gs", what, delay)
-        elif labels.get(lbl.AUTO_REMOVE) == "true":
+            return
+        self._call_off(container_id, labels)
+        if labels.get(lbl.AUTO_REMOVE) == "true":
             remove = lambda: self._remove(container_id, status)  # noqa: E731
             if self._schedule(container_id, 0, "removal", remove):
                 log.info("%s; removing it (--rm)", what)
@@ -350,7 +381,7 @@ class Supervisor:
     ) -> bool:
         """Run ``action`` after ``delay`` unless one is pending for the container."""
         with self._guard:
-            if container_id in self._timers:
+            if container_id in self._timers or self._closed:
                 return False
             timer = threading.Timer(delay, self._run_action, args=(container_id, what, action))
             timer.daemon = True
@@ -359,45 +390,127 @@ class Supervisor:
             return True
 
     def _run_action(self, container_id: str, what: str, action: Callable[[], None]) -> None:
-        # No longer pending once due: the exit of a task restarted here can come before
-        # this returns, and must be able to schedule the next restart.
+        # No longer pending once due: an exit seen while this runs (of the task it
+        # restarted) is kept and handled after it, and may schedule the next restart.
+        me = threading.current_thread()
         with self._guard:
             self._timers.pop(container_id, None)
-            self._running.add(threading.current_thread())
+            self._running.add(me)
+            self._acting.add(container_id)
         try:
-            action()
-        except NotFound:
-            pass  # removed meanwhile
-        except CtrexecError as exc:
-            log.warning("%s of %s failed: %s", what, container_id, exc)
+            self._act(container_id, what, action)
         finally:
             with self._guard:
-                self._running.discard(threading.current_thread())
+                self._acting.discard(container_id)
+                deferred = self._deferred.pop(container_id, None)
+            try:
+                if deferred is not None:
+                    self._act(
+                        container_id,
+                        "handling of an exit",
+                        lambda: self._on_exit(container_id, deferred[0], live=deferred[1]),
+                    )
+            finally:
+                with self._guard:
+                    self._running.discard(me)
+
+    def _act(self, container_id: str, what: str, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except CtrexecError as exc:
+            if not self._gone(container_id):  # removed meanwhile is no failure
+                log.warning("%s of %s failed: %s", what, container_id, exc)
+
+    def _gone(self, container_id: str) -> bool:
+        """Whether the record was removed, read again: a NotFound from a start can as
+        well mean that a namespace file or an image went."""
+        try:
+            containers.get(self.client, container_id)
+        except NotFound:
+            return True
+        except CtrexecError:
+            return False
+        return False
+
+    def _call_off(self, container_id: str, labels: Mapping[str, str]) -> None:
+        """No restart is due after all: take back the "restart pending" mark."""
+        if lbl.RESTART_PENDING in labels:
+            containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: None})
 
     def _restart(self, container_id: str, delay: float, status: ExitStatus) -> None:
-        record = containers.get(self.client, container_id)
-        state = tasks.find(self.client, container_id)
-        labels = dict(record.labels)
-        if state is not None and state.status is not Status.STOPPED:
-            return  # someone started it meanwhile
-        if state is not None and state.exit is not None and not _same_exit(state.exit, status):
-            return  # another exit since: that one schedules its own restart
-        if not should_restart(labels, state.exit.code if state and state.exit else 0):
+        """Restart it if that still stands (:meth:`_still_due`). A start that fails is
+        logged, kept in the labels and tried again on the backoff; only a restart
+        that happened is counted."""
+        try:
+            labels = self._still_due(container_id, status)
+            if labels is None:
+                return
+            begun = datetime.now(UTC)  # before the start: the new run's exit comes after
+            self.executor.start(container_id, by_policy=True)
+        except CtrexecError as exc:
+            if not self._gone(container_id):
+                self._retry(container_id, delay, status, exc)
             return
-        count = int(labels.get(lbl.RESTART_COUNT, "0") or 0) + 1
-        containers.update_labels(
-            self.client,
-            container_id,
-            {
-                lbl.RESTART_COUNT: str(count),
-                lbl.RESTART_BACKOFF: f"{delay:g}",
-                lbl.RESTART_STARTED_AT: datetime.now(UTC).isoformat(),
-            },
-        )
-        self.executor.start(container_id, by_policy=True)
+        self._restarted(container_id, labels, delay, begun)
+
+    def _still_due(self, container_id: str, status: ExitStatus) -> dict[str, str] | None:
+        """The labels, read again now, when the restart stands: the task is still
+        stopped by this exit and the policy still says so (a ``stop`` since says no)."""
+        info = self.executor.inspect(container_id, addresses=False)
+        if info.status is not Status.STOPPED or info.exit is None:
+            return None  # started meanwhile, by hand or by another supervisor
+        if not _same_exit(info.exit, status):
+            return None  # another exit since: that one schedules its own restart
+        labels = dict(info.labels)
+        if should_restart(labels, info.exit.code):
+            return labels
+        if labels.get(lbl.STOPPED_BY_USER) == "true":
+            log.info("%s was stopped by hand; not restarting it", container_id)
+        self._call_off(container_id, labels)
+        return None
+
+    def _retry(self, container_id: str, delay: float, status: ExitStatus, exc: Exception) -> None:
+        """A restart that failed: say why, in the labels (for ``inspect``) and the log,
+        and try again after the next backoff. It stays pending; the count stays."""
+        wait = next_delay(delay, delay, 0.0, cap=self.max_backoff, reset_after=self.reset_after)
+        reason = str(exc).encode()[:MAX_ERROR_BYTES].decode(errors="ignore")
+        with contextlib.suppress(CtrexecError):  # the log line says it anyway
+            containers.update_labels(self.client, container_id, {lbl.RESTART_ERROR: reason})
+        log.warning("restart of %s failed: %s; retrying in %gs", container_id, exc, wait)
+        retry = lambda: self._restart(container_id, wait, status)  # noqa: E731
+        if not self._schedule(container_id, wait, "restart", retry) and self._is_closed():
+            with contextlib.suppress(CtrexecError):  # run() ended: no restart is due here
+                containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: None})
+
+    def _is_closed(self) -> bool:
         with self._guard:
-            self._restarts += 1
+            return self._closed
+
+    def _restarted(
+        self, container_id: str, labels: Mapping[str, str], delay: float, begun: datetime
+    ) -> None:
+        """Count the restart that happened. A ``stop`` that came while it started
+        left its mark in the labels this update answers with: stopped again, then."""
+        count = int(labels.get(lbl.RESTART_COUNT, "0") or 0) + 1
+        update: dict[str, str | None] = {
+            lbl.RESTART_COUNT: str(count),
+            lbl.RESTART_BACKOFF: f"{delay:g}",
+            lbl.RESTART_STARTED_AT: begun.isoformat(),
+            lbl.RESTART_PENDING: None,
+            lbl.RESTART_ERROR: None,
+        }
+        try:
+            record = containers.update_labels(self.client, container_id, update)
+        except CtrexecError as exc:
+            log.warning("restarted %s, but could not count it: %s", container_id, exc)
+            return
+        finally:  # after the labels: whoever reads this may read them
+            with self._guard:
+                self._restarts += 1
         log.info("restarted %s (attempt %d)", container_id, count)
+        if record.labels.get(lbl.STOPPED_BY_USER) == "true":
+            log.info("%s was stopped by hand while it restarted; stopping it", container_id)
+            self.executor.stop(container_id)
 
     def _remove(self, container_id: str, status: ExitStatus) -> None:
         state = tasks.find(self.client, container_id)

@@ -377,9 +377,11 @@ class TaskInfo:
     namespace that is gone). ``ports`` are the published ports of the task's group.
     ``started_at`` is when ctrexec started the run (None for a run started before runs
     were recorded), and ``restart_count`` the supervisor's restarts since the last
-    start by hand. ``args``, ``env``, ``workdir`` and ``hostname`` are what the task
-    runs with, from its OCI spec: the image's defaults merged with the config's
-    (docker's ``Config.Cmd``, ``Env``, ``WorkingDir``, ``Hostname``).
+    start by hand. ``restarting``: the task exited and the supervisor has a restart
+    of it scheduled (or retries one that failed: ``restart_error`` says why).
+    ``args``, ``env``, ``workdir`` and ``hostname`` are what the task runs with, from
+    its OCI spec: the image's defaults merged with the config's (docker's
+    ``Config.Cmd``, ``Env``, ``WorkingDir``, ``Hostname``).
     """
 
     id: str
@@ -397,6 +399,8 @@ class TaskInfo:
     run: int = 0
     started_at: datetime | None = None
     restart_count: int = 0
+    restarting: bool = False
+    restart_error: str | None = None
     ports: tuple[PortMapping, ...] = ()
     addresses: tuple[Address, ...] | None = None
     newer_run: int | None = None
@@ -437,6 +441,8 @@ class TaskInfo:
             "exit_code": self.exit_code,
             "oom_killed": self.oom_killed,
             "restart_count": self.restart_count,
+            "restarting": self.restarting,
+            "restart_error": self.restart_error,
             "netns_path": self.netns_path,
             "netns_mode": self.netns_mode,
             "addresses": None

@@ -121,6 +121,9 @@ def build(
         run=now.run if now else 0,
         started_at=now.started_at if now else None,
         restart_count=_count(labels.get(lbl.RESTART_COUNT)),
+        # A live task is not restarting, whatever a supervisor that died left behind.
+        restarting=lbl.RESTART_PENDING in labels and status not in (Status.RUNNING, Status.PAUSED),
+        restart_error=labels.get(lbl.RESTART_ERROR),
         ports=group_ports(labels),
         addresses=addresses_of(record, _live_pid(state)) if addresses else None,
         **_process_facts(record.spec),

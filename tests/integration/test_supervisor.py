@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import re
 import secrets
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,8 +16,9 @@ from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
 from ctrexec.net import netns
-from ctrexec.supervisor import Supervisor, should_restart
+from ctrexec.supervisor import Supervisor, is_supervised, should_restart
 from ctrexec.taskconfig import RestartPolicy, TaskConfig
+from ctrexec.testing import wait_for
 
 
 @pytest.fixture
@@ -32,13 +32,21 @@ def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
 @pytest.fixture
 def supervisor(ex: Executor) -> Iterator[Supervisor]:
     with supervising(ex) as sup:
-        time.sleep(0.3)  # let it subscribe; a missed event is caught by reconcile anyway
+        # Subscribed soon after; an exit before that is found by its first reconcile.
+        until(lambda: is_supervised(ex.client), "the supervisor's presence lock")
         yield sup
 
 
+def _said(caplog: pytest.LogCaptureFixture, line: str) -> bool:
+    """Whether the supervisor logged ``line``: each is written once what it says was
+    decided or done, so a test may wait for one (never for an announcement)."""
+    return any(r.getMessage() == line for r in caplog.records)
+
+
 def test_sigkilled_task_restarts_in_same_netns(
-    ex: Executor, supervisor: Supervisor, test_image: str
+    ex: Executor, supervisor: Supervisor, test_image: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="ctrexec.supervisor")
     name = f"cxt-{secrets.token_hex(3)}"
     ns = netns.create(name)
     try:
@@ -58,23 +66,25 @@ def test_sigkilled_task_restarts_in_same_netns(
             ),
             "restart",
         )
+        until(lambda: ex.inspect("always1").restart_count == 1, "the restart counted")
         info = ex.inspect("always1")
         assert info.netns_path == ns.path
-        assert info.labels["io.ctrexec.restart.count"] == "1"
         ns_inode = Path(ns.path).stat().st_ino
         assert Path(f"/proc/{info.pid}/ns/net").stat().st_ino == ns_inode
-        # A stop by hand is respected: no restart.
+        # A stop by hand is respected: the supervisor sees the exit and lets it be.
         ex.stop("always1", timeout=5)
-        time.sleep(0.5)
-        assert ex.inspect("always1").status is Status.STOPPED
+        until(lambda: _said(caplog, "always1 exited with code 137"), "the exit, left alone")
+        info = ex.inspect("always1")
+        assert (info.status, info.run, info.restarting) == (Status.STOPPED, 2, False)
     finally:
         ex.destroy("always1", force=True)
         netns.remove(ns.path)
 
 
 def test_on_failure_with_max_attempts(
-    ex: Executor, supervisor: Supervisor, test_image: str
+    ex: Executor, supervisor: Supervisor, test_image: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="ctrexec.supervisor")
     cfg = TaskConfig(
         name="fail1",
         image=test_image,
@@ -82,12 +92,11 @@ def test_on_failure_with_max_attempts(
         restart=RestartPolicy(policy="on-failure", max_attempts=2, delay=0.1),
     )
     ex.start_task(cfg)
-    until(lambda: ex.inspect("fail1").labels.get("io.ctrexec.restart.count") == "2", "2 restarts")
-    until(lambda: ex.inspect("fail1").status is Status.STOPPED, "final stop")
-    time.sleep(0.5)
+    # The third run's exit, which the policy does not restart, is the last.
+    until(lambda: _said(caplog, "fail1 exited with code 3"), "the policy to give up")
     info = ex.inspect("fail1")
-    assert info.status is Status.STOPPED
-    assert info.labels["io.ctrexec.restart.count"] == "2"
+    assert (info.status, info.run, info.restart_count) == (Status.STOPPED, 3, 2)
+    assert not info.restarting
     ok = TaskConfig(
         name="ok1",
         image=test_image,
@@ -95,9 +104,10 @@ def test_on_failure_with_max_attempts(
         restart=RestartPolicy(policy="on-failure", delay=0.1),
     )
     ex.start_task(ok)
-    until(lambda: ex.inspect("ok1").status is Status.STOPPED, "exit")
-    time.sleep(0.5)
-    assert "io.ctrexec.restart.count" not in ex.inspect("ok1").labels
+    until(lambda: _said(caplog, "ok1 exited with code 0"), "the exit, left alone")
+    info = ex.inspect("ok1")
+    assert (info.status, info.run, info.restart_count) == (Status.STOPPED, 1, 0)
+    assert "io.ctrexec.restart.count" not in info.labels
 
 
 def test_exit_while_supervisor_was_down_is_reconciled(ex: Executor, test_image: str) -> None:
@@ -110,7 +120,8 @@ def test_exit_while_supervisor_was_down_is_reconciled(ex: Executor, test_image: 
     ex.start_task(cfg)
     until(lambda: ex.inspect("late1").status is Status.STOPPED, "exit")
     with supervising(ex):
-        until(lambda: ex.inspect("late1").labels.get("io.ctrexec.restart.count") == "1", "restart")
+        until(lambda: ex.inspect("late1").restart_count == 1, "the restart, counted once made")
+        assert ex.inspect("late1").run == 2
 
 
 def test_policy_table() -> None:
@@ -138,8 +149,24 @@ def test_crash_loop_restart_delays_grow(
             restart=RestartPolicy(policy="on-failure", max_attempts=5, delay=0.1),
         )
     )
-    until(lambda: ex.inspect(name).labels.get(lbl.RESTART_COUNT) == "5", "5 restarts")
-    until(lambda: ex.inspect(name).status is Status.STOPPED, "the last exit")
+    # The count is written once a restart's task has started, so it never runs ahead
+    # of the runs; the sixth run's exit, left alone, is the end: no restart can follow
+    # it, so the start by hand below cannot meet one (the count alone, or a stopped
+    # task, may be seen inside the last backoff).
+    seen: set[tuple[int, int, Status]] = set()
+
+    def counted(count: int) -> bool:
+        info = ex.inspect(name, addresses=False)
+        seen.add((info.restart_count, info.run, info.status))
+        return info.restart_count == count
+
+    wait_for(lambda: counted(5), timeout=60, what="5 restarts", interval=0.01)
+    # A count of N claims run N+1's task started: never a later count, nor a task
+    # still being made (no task, or one not started yet, reads as created).
+    early = [(c, r, s) for c, r, s in seen if r < c + 1 or (r == c + 1 and s is Status.CREATED)]
+    assert not early, sorted(seen, key=str)
+    until(lambda: _said(caplog, f"{name} exited with code 1"), "the policy to give up")
+    assert (ex.inspect(name).status, ex.inspect(name).run) == (Status.STOPPED, 6)
     delays = [
         float(m.group(1))
         for r in caplog.records
@@ -186,8 +213,7 @@ def test_oom_kill_is_in_the_supervisor_log(
     line = f"{name} exited with code 137 (OOM killed); restarting in 0.1s"
     until(lambda: any(r.getMessage() == line for r in caplog.records), "the OOM exit logged")
     assert any(r.getMessage().startswith(f"{name}: the OOM killer ran") for r in caplog.records)
-    until(lambda: ex.inspect(name).labels.get(lbl.RESTART_COUNT) == "1", "the restart")
-    until(lambda: ex.inspect(name).status is Status.STOPPED, "the second OOM kill")
+    until(lambda: ex.inspect(name).restart_count == 1, "the restart, counted once made")
     final = f"{name} exited with code 137 (OOM killed)"
     until(lambda: any(r.getMessage() == final for r in caplog.records), "the last exit logged")
     assert ex.inspect(name).oom_killed

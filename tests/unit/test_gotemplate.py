@@ -98,7 +98,7 @@ def run(template: str, data: Any = DATA) -> str:
         ("a  {{- .Id -}}  b", "awebb"),  # trim markers eat the spaces beside them
         ("a {{- /* gone */ -}} b", "ab"),
         ("x{{/* comment */}}y", "xy"),
-        ("x{{/* it's a \"comment\" */}}y", "xy"),  # quotes in a comment mean nothing
+        ('x{{/* it\'s a "comment" */}}y', "xy"),  # quotes in a comment mean nothing
         ("{{println .Config.Labels.nope}}", "<nil>\n"),  # a missing key is passed as nil
         ('{{printf "%s|%v" nil nil}}', "%!s(<nil>)|<nil>"),
         ("{{if true}}\n  {{- .Id}}\n{{- end}}", "web"),

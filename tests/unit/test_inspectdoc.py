@@ -45,7 +45,7 @@ def test_a_running_container() -> None:
     assert doc["State"] == {
         "Status": "running", "Running": True, "Paused": False, "Restarting": False,
         "OOMKilled": False, "Pid": 4242, "ExitCode": 0,
-        "StartedAt": "2026-03-04T05:06:08.1234Z", "FinishedAt": ZERO_TIME,
+        "StartedAt": "2026-03-04T05:06:08.1234Z", "FinishedAt": ZERO_TIME, "Error": "",
     }  # fmt: skip
     assert (doc["Path"], doc["Args"]) == ("sleep", ["30"])
     cfg = doc["Config"]
@@ -67,7 +67,11 @@ def test_a_running_container() -> None:
     assert host["Binds"] == ["/srv:/data:ro"]
     assert host["PortBindings"] == {"80/tcp": [{"HostIp": "", "HostPort": "8080"}]}
     net = doc["NetworkSettings"]
-    assert (net["IPAddress"], net["IPPrefixLen"], net["GlobalIPv6Address"]) == ("10.89.0.5", 24, "fd00::5")
+    assert (net["IPAddress"], net["IPPrefixLen"], net["GlobalIPv6Address"]) == (
+        "10.89.0.5",
+        24,
+        "fd00::5",
+    )
     assert net["Ports"] == {"80/tcp": [{"HostIp": "0.0.0.0", "HostPort": "8080"}]}
     assert net["Networks"]["bridge"]["IPAddress"] == "10.89.0.5"
     assert doc["Ctrexec"]["pid"] == 4242 and doc["Ctrexec"]["netns_path"] == "/run/netns/cx-web"

@@ -1,0 +1,72 @@
+"""A restart the supervisor has due, as ``ps`` and ``inspect`` say it (issue 18).
+
+The supervisor marks a pending restart, and why the last one failed, in the record's
+labels; these read them back the way another process (``ps``) does.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from ctrexec import labels as lbl
+from ctrexec import taskinfo
+from ctrexec.containerd import containers
+from ctrexec.containerd.tasks import ExitStatus, ProcessState, Status
+from ctrexec.inspectdoc import document
+from ctrexec.psformat import execute, parse_template, state, status_text
+
+NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+EXITED = ExitStatus(code=137, exited_at=NOW - timedelta(seconds=7))
+
+
+def _record(labels: dict[str, str]) -> containers.Container:
+    return containers.Container(
+        id="web",
+        image="docker.io/library/busybox:latest",
+        labels={lbl.MANAGED: "true", lbl.RUN_ID: "1", **labels},
+        spec={},
+        snapshotter="overlayfs",
+        snapshot_key="web-1",
+        runtime=containers.Runtime(name="io.containerd.runc.v2"),
+        extensions={},
+        created_at=NOW - timedelta(minutes=5),
+    )
+
+
+def _state(status: Status) -> ProcessState:
+    exited = EXITED if status is Status.STOPPED else None
+    return ProcessState(container_id="web", exec_id="", pid=42, status=status, exit=exited)
+
+
+def test_a_pending_restart_reads_as_dockers_restarting() -> None:
+    info = taskinfo.build(_record({lbl.RESTART_PENDING: "true"}), _state(Status.STOPPED))
+    assert info.restarting
+    assert status_text(info, NOW) == "Restarting (137) 7 seconds ago"
+    assert state(info) == "restarting"
+    assert info.to_json()["restarting"] is True
+
+
+def test_no_pending_restart_reads_as_exited() -> None:
+    info = taskinfo.build(_record({}), _state(Status.STOPPED))
+    assert not info.restarting
+    assert status_text(info, NOW) == "Exited (137) 7 seconds ago"
+
+
+def test_a_live_task_is_not_restarting_whatever_the_label() -> None:
+    """A supervisor that died between a start and its label update leaves the mark."""
+    info = taskinfo.build(_record({lbl.RESTART_PENDING: "true"}), _state(Status.RUNNING))
+    assert not info.restarting
+    assert status_text(info, NOW).startswith("Up ")
+
+
+def test_the_last_restart_error_is_in_inspect() -> None:
+    why = "network namespace /run/netns/gone does not exist"
+    labels = {lbl.RESTART_PENDING: "true", lbl.RESTART_ERROR: why}
+    info = taskinfo.build(_record(labels), _state(Status.STOPPED))
+    assert info.restart_error == why
+    doc = document(info)
+    assert doc["State"]["Error"] == why
+    assert doc["State"]["Restarting"] is True and doc["State"]["Status"] == "restarting"
+    fmt = parse_template("{{.State.Status}} {{.State.Restarting}} {{.State.Error}}")
+    assert execute(fmt, doc) == f"restarting true {why}"
+    assert taskinfo.build(_record({}), _state(Status.STOPPED)).restart_error is None
