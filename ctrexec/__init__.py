@@ -40,6 +40,7 @@ from ctrexec.errors import (
     TaskError,
     Unavailable,
     Unimplemented,
+    UnknownCommand,
 )
 
 if TYPE_CHECKING:
@@ -275,6 +276,7 @@ __all__ = [
     "TaskStarted",
     "Unavailable",
     "Unimplemented",
+    "UnknownCommand",
     "create_netns",
     "ensure_image",
     "ensure_pulled",

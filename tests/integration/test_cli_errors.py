@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from _cli import Cli
+from _cli import CLI_PROG, TEST_NAMESPACE, Cli
 from _nethelpers import free_port
 
 pytestmark = [
@@ -77,3 +77,47 @@ def test_run_missing_hub_image_offline(cli: Cli, offline_ns: str) -> None:
     ref = "docker.io/library/busybox:ctrexec-no-such-tag"
     line = _assert_two_lines(_run_in(offline_ns, cli, "--rm", ref, "true"), ref)
     assert "registry https://registry-1.docker.io: cannot resolve its host name" in line, line
+
+
+def test_cpus_above_the_host_s_count_is_refused(cli: Cli, test_image: str) -> None:
+    count = os.cpu_count() or 1
+    name = f"{RUN_TAG}-cpus"
+    out = cli("run", "--rm", "--name", name, "--cpus", str(count + 1), test_image, "true")
+    assert out.returncode == 125, (out.stdout, out.stderr)
+    assert out.stderr.strip().splitlines() == [
+        f"ctrexec: Range of CPUs is from 0.01 to {count}.00, "
+        f"as there are only {count} CPUs available"
+    ]
+    assert cli("inspect", name).returncode == 1  # nothing was made
+    ok = cli("run", "--rm", "--cpus", str(count), test_image, "true")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_network_prune_without_a_bridge_reports_nothing(cli: Cli) -> None:
+    bridge = f"cxtbr{uuid.uuid4().hex[:6]}"
+    env = dict(os.environ, CTREXEC_BRIDGE=bridge)
+    out = subprocess.run(
+        cli.argv("network prune"), env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert (out.stdout, out.stderr) == ("", "")
+
+
+def test_connection_flags_before_the_verb(cli: Cli, test_image: str) -> None:
+    """``ctrexec --address A --namespace N ps``, as ``docker -H A ps``."""
+    name = f"{RUN_TAG}-gf"
+    made = cli("create", "--name", name, test_image, "true")
+    assert made.returncode == 0, made.stderr
+    try:
+        argv = [*CLI_PROG, "--address", cli.address, "--namespace", TEST_NAMESPACE, "ps", "-a"]
+        before = subprocess.run(
+            [*argv, "--format", "{{.Names}}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert before.returncode == 0, before.stderr
+        assert name in before.stdout.split()
+    finally:
+        assert cli("rm", name).returncode == 0
