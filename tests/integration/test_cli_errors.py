@@ -93,11 +93,16 @@ def test_cpus_above_the_host_s_count_is_refused(cli: Cli, test_image: str) -> No
     assert ok.returncode == 0, ok.stderr
 
 
-def test_network_prune_without_a_bridge_reports_nothing(cli: Cli) -> None:
+def test_network_prune_without_a_bridge_reports_nothing() -> None:
     bridge = f"cxtbr{uuid.uuid4().hex[:6]}"
     env = dict(os.environ, CTREXEC_BRIDGE=bridge)
     out = subprocess.run(
-        cli.argv("network prune"), env=env, capture_output=True, text=True, timeout=60, check=False
+        [*CLI_PROG, "network", "prune"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert out.returncode == 0, out.stderr
     assert (out.stdout, out.stderr) == ("", "")
