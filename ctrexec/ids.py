@@ -35,3 +35,21 @@ def validate_id(value: str, *, kind: str = "id") -> str:
 def is_valid_id(value: str) -> bool:
     """True when ``value`` passes :func:`validate_id`."""
     return isinstance(value, str) and len(value) <= MAX_ID_LENGTH and bool(_ID_RE.fullmatch(value))
+
+
+#: The cgroup (v2 path, or the parent of v1's) of each task ctrexec runs:
+#: ``/ctrexec/<namespace>/<id>``, so the id of a process's container can be read
+#: back from ``/proc/PID/cgroup`` without asking containerd.
+CGROUP_PARENT = "/ctrexec"
+
+
+def task_cgroup(namespace: str, task_id: str) -> str:
+    return f"{CGROUP_PARENT}/{namespace}/{task_id}"
+
+
+def task_of_cgroup(cgroup: str) -> tuple[str, str] | None:
+    """(namespace, id) of the task whose cgroup holds ``cgroup``; None if not ctrexec's."""
+    parts = cgroup.strip("/").split("/")
+    if len(parts) >= 3 and f"/{parts[0]}" == CGROUP_PARENT:
+        return parts[1], parts[2]
+    return None

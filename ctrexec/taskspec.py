@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ctrexec import fields, oci
+from ctrexec import fields, ids, oci
 from ctrexec import labels as lbl
 from ctrexec.containerd.runtimes import RuntimeChoice
 from ctrexec.containerd.runtimes import resolve as resolve_runtime
@@ -212,7 +212,7 @@ def _filesystem_opts(
 def _resource_opts(checked: CheckedConfig, namespace: str) -> list[oci.SpecOpt]:
     """The task's cgroup (where ctrexec finds it again) and its limits."""
     cfg = checked.config
-    opts = [resources.with_cgroups_path(f"/ctrexec/{namespace}/{cfg.name}")]
+    opts = [resources.with_cgroups_path(ids.task_cgroup(namespace, cfg.name))]
     if checked.memory is not None:
         opts.append(resources.with_memory_limit(checked.memory))
     if checked.memory_reservation is not None:

@@ -22,34 +22,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctrexec import _linux
+import attrs
+
+from ctrexec import _linux, ids
 from ctrexec.net import _pyroute2
-
-
-def _unescape(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def _nsfs_mount_points(mountinfo: str) -> list[str]:
-    """Mount points whose filesystem is nsfs (namespace pins, of any type)."""
-    points = []
-    for line in mountinfo.splitlines():
-        head, sep, tail = line.partition(" - ")
-        fields = head.split(" ")
-        if sep and len(fields) > 4 and tail.split(" ", 1)[0] == "nsfs":
-            points.append(_unescape(fields[4]))
-    return points
 
 
 def _candidate_paths() -> Iterator[str]:
     """Every nsfs pin in this mount namespace, then every thread's namespace link."""
     with contextlib.suppress(OSError):
-        yield from _nsfs_mount_points(Path("/proc/self/mountinfo").read_text())
+        yield from (point for point, fstype in _linux.mount_table() if fstype == "nsfs")
     for proc in os.scandir("/proc"):
         if not proc.name.isdigit():
             continue
@@ -132,4 +118,79 @@ def split_ports(ipr: Any, ports: Sequence[Any]) -> tuple[list[str], list[str]]:
     return in_use, going
 
 
-__all__ = ["pinned_nsids", "split_ports"]
+@attrs.frozen
+class NetnsUser:
+    """One thing besides its own pin that keeps a network namespace alive: a process
+    with a thread inside or an fd of it open, or another nsfs mount of it."""
+
+    how: str  # "process", "fd" or "mount"
+    pid: int | None = None
+    command: str = ""
+    container: str | None = None  # the ctrexec task whose cgroup the process is in
+    mount: str | None = None
+
+    def __str__(self) -> str:
+        if self.mount is not None:
+            return f"mount {self.mount}"
+        who = f"pid {self.pid} ({self.command})"
+        if self.container is not None:
+            who += f" of container {self.container}"
+        return who + (" through an open fd" if self.how == "fd" else "")
+
+
+def _holds(pid: str, want: tuple[int, int]) -> str | None:
+    """ "process" if a thread of ``pid`` is in namespace ``want``, "fd" if it only has
+    it open, else None (a process that exits meanwhile holds nothing)."""
+    with contextlib.suppress(OSError):
+        for task in os.scandir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                st = Path(task.path, "ns", "net").stat()
+                if (st.st_dev, st.st_ino) == want:
+                    return "process"
+    link = f"net:[{want[1]}]"
+    with contextlib.suppress(OSError):
+        for fd in os.scandir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if str(Path(fd.path).readlink()) == link:
+                    return "fd"
+    return None
+
+
+def _process(pid: str, how: str) -> NetnsUser:
+    command, container = "?", None
+    with contextlib.suppress(OSError):
+        command = Path(f"/proc/{pid}/comm").read_text().strip()
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            task = ids.task_of_cgroup(line.split(":", 2)[-1])
+            if task is not None:
+                container = task[1]
+                break
+    return NetnsUser(how=how, pid=int(pid), command=command, container=container)
+
+
+def users_of(path: str) -> list[NetnsUser]:
+    """What keeps the namespace pinned at ``path`` alive besides that pin: for
+    ``netns rm`` to refuse and ``netns ls`` to show. This process does not count."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return []
+    want = (st.st_dev, st.st_ino)
+    found = []
+    for point, fstype in _linux.mount_table():
+        if fstype == "nsfs" and point != path:
+            with contextlib.suppress(OSError):
+                other = Path(point).stat()
+                if (other.st_dev, other.st_ino) == want:
+                    found.append(NetnsUser(how="mount", mount=point))
+    me = str(os.getpid())
+    for proc in os.scandir("/proc"):
+        if proc.name.isdigit() and proc.name != me:
+            how = _holds(proc.name, want)
+            if how is not None:
+                found.append(_process(proc.name, how))
+    return found
+
+
+__all__ = ["NetnsUser", "pinned_nsids", "split_ports", "users_of"]

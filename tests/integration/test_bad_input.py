@@ -171,7 +171,7 @@ def test_netns_rm_refuses_running_tasks(
         )
         out = cli("netns rm", ns.name)
         assert out.returncode == 125
-        assert "running tasks" in out.stderr
+        assert "is in use by " in out.stderr and "of container busy1" in out.stderr
         assert Path(ns.path).exists()
         out = cli("netns rm", "--force", ns.name)
         assert out.returncode == 0, out.stderr
