@@ -30,11 +30,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
     from ctrexec.net import netns, nsmarks, nsrefs
 
-    rows = []
-    for n in netns.list_namespaces():
-        users = nsrefs.users_of(n.path)
-        made = nsmarks.made_by_ctrexec(n.path)
-        rows.append((n, made, users))
+    items = netns.list_namespaces()
+    used = nsrefs.users_of_each([n.path for n in items])
+    rows = [(n, nsmarks.made_by_ctrexec(n.path), used[n.path]) for n in items]
     if args.json:
         print_json(
             [

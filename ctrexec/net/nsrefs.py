@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,22 +138,24 @@ class NetnsUser:
         return who + (" through an open fd" if self.how == "fd" else "")
 
 
-def _holds(pid: str, want: tuple[int, int]) -> str | None:
-    """ "process" if a thread of ``pid`` is in namespace ``want``, "fd" if it only has
-    it open, else None (a process that exits meanwhile holds nothing)."""
+def _held(pid: str, wanted: Collection[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """Each of the ``wanted`` namespaces ``pid`` holds: "process" when a thread of it is
+    inside, "fd" when it only has it open (a process that exits meanwhile holds none)."""
+    held: dict[tuple[int, int], str] = {}
     with contextlib.suppress(OSError):
         for task in os.scandir(f"/proc/{pid}/task"):
             with contextlib.suppress(OSError):
                 st = Path(task.path, "ns", "net").stat()
-                if (st.st_dev, st.st_ino) == want:
-                    return "process"
-    link = f"net:[{want[1]}]"
+                if (st.st_dev, st.st_ino) in wanted:
+                    held[(st.st_dev, st.st_ino)] = "process"
+    links = {f"net:[{ino}]": (dev, ino) for dev, ino in wanted}
     with contextlib.suppress(OSError):
         for fd in os.scandir(f"/proc/{pid}/fd"):
             with contextlib.suppress(OSError):
-                if str(Path(fd.path).readlink()) == link:
-                    return "fd"
-    return None
+                key = links.get(str(Path(fd.path).readlink()))
+                if key is not None:
+                    held.setdefault(key, "fd")
+    return held
 
 
 def _process(pid: str, how: str) -> NetnsUser:
@@ -169,28 +171,36 @@ def _process(pid: str, how: str) -> NetnsUser:
     return NetnsUser(how=how, pid=int(pid), command=command, container=container)
 
 
-def users_of(path: str) -> list[NetnsUser]:
-    """What keeps the namespace pinned at ``path`` alive besides that pin: for
-    ``netns rm`` to refuse and ``netns ls`` to show. This process does not count."""
-    try:
-        st = Path(path).stat()
-    except OSError:
-        return []
-    want = (st.st_dev, st.st_ino)
-    found = []
-    for point, fstype in _linux.mount_table():
-        if fstype == "nsfs" and point != path:
+def users_of_each(paths: Sequence[str]) -> dict[str, list[NetnsUser]]:
+    """What keeps each namespace pinned at one of ``paths`` alive besides that pin, for
+    ``netns rm`` to refuse and ``netns ls`` to show; /proc is read once for all of them.
+    This process does not count. Another name of the same namespace is a mount of it."""
+    found: dict[str, list[NetnsUser]] = {p: [] for p in paths}
+    names: dict[tuple[int, int], list[str]] = {}
+    for path in paths:
+        with contextlib.suppress(OSError):
+            st = Path(path).stat()
+            names.setdefault((st.st_dev, st.st_ino), []).append(path)
+    for point, fstype in _linux.mount_table() if names else ():
+        if fstype == "nsfs":
             with contextlib.suppress(OSError):
-                other = Path(point).stat()
-                if (other.st_dev, other.st_ino) == want:
-                    found.append(NetnsUser(how="mount", mount=point))
+                st = Path(point).stat()
+                for path in names.get((st.st_dev, st.st_ino), []):
+                    if path != point:
+                        found[path].append(NetnsUser(how="mount", mount=point))
     me = str(os.getpid())
-    for proc in os.scandir("/proc"):
+    for proc in os.scandir("/proc") if names else ():
         if proc.name.isdigit() and proc.name != me:
-            how = _holds(proc.name, want)
-            if how is not None:
-                found.append(_process(proc.name, how))
+            for key, how in _held(proc.name, names).items():
+                user = _process(proc.name, how)
+                for path in names[key]:
+                    found[path].append(user)
     return found
 
 
-__all__ = ["NetnsUser", "pinned_nsids", "split_ports", "users_of"]
+def users_of(path: str) -> list[NetnsUser]:
+    """:func:`users_of_each` for one namespace."""
+    return users_of_each([path])[path]
+
+
+__all__ = ["NetnsUser", "pinned_nsids", "split_ports", "users_of", "users_of_each"]
