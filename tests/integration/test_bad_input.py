@@ -86,7 +86,7 @@ GROUP_CASES = {
     "bad-network-mode": 'name = "g7"\nnetwork = "weird"\n[[task]]\nname = "t"\nimage = "IMAGE"\n',
     "missing-conflist": 'name = "g8"\nnetwork = "cni:cxt-nope"\n[[task]]\nname = "t"\nimage = "IMAGE"\n',
     "slash-in-name": 'name = "a/b"\n[[task]]\nname = "t"\nimage = "IMAGE"\n',
-    "missing-image": 'name = "g9"\n[[task]]\nname = "t"\nimage = "docker.io/library/nope-nope:v0"\n',
+    "missing-image": 'name = "g9"\n[[task]]\nname = "t"\nimage = "127.0.0.1:1/nope-nope:v0"\n',
     "duplicate-task": 'name = "g10"\n[[task]]\nname = "t"\nimage = "IMAGE"\n[[task]]\nname = "t"\nimage = "IMAGE"\n',
     "cpus-a-string": 'name = "g11"\n[[task]]\nname = "t"\nimage = "IMAGE"\ncpus = "2"\n',
     "cpus-out-of-range": 'name = "g12"\n[[task]]\nname = "t"\nimage = "IMAGE"\ncpus = 5000\n',
@@ -114,6 +114,8 @@ def test_bad_group_file(
     out = cli("group up", str(group_file))
     assert out.returncode == 125, (out.stdout, out.stderr)
     lines = out.stderr.strip().splitlines()
+    if case == "missing-image":  # docker's line before a pull, then the one error
+        assert lines.pop(0) == "Unable to find image '127.0.0.1:1/nope-nope:v0' locally"
     assert len(lines) == 1, out.stderr
     assert "Traceback" not in out.stderr
     assert _snapshot(client, tmp_path, containerd_address) == before
