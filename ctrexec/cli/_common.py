@@ -63,7 +63,8 @@ def unknown_command(prog: str, word: str, verbs: Sequence[str]) -> UnknownComman
 
 
 def global_flags(parser: ArgumentParser) -> None:
-    """``--address`` and ``--namespace`` before the verb too, as ``docker -H X ps`` has.
+    """``--address`` (also docker's ``-H``/``--host``) and ``--namespace`` before the verb
+    too, as ``docker -H X ps`` has them.
 
     Both places leave the attribute unset unless given (SUPPRESS), so a flag after the
     verb wins over one before it and neither hides the other: argparse copies the
@@ -71,6 +72,9 @@ def global_flags(parser: ArgumentParser) -> None:
     """
     parser.add_argument(
         "--address",
+        "-H",
+        "--host",  # docker's spelling; a unix:// prefix is taken as docker's -H takes it
+        dest="address",
         default=argparse.SUPPRESS,
         help=f"containerd socket (default: {address_default()})",
     )

@@ -62,6 +62,8 @@ def test_other_bad_choices_stay_argparse_s(capsys: pytest.CaptureFixture[str]) -
         ["--address", "SOCK", "-n", "other", "ps"],
         ["--namespace", "other", "info", "--address", "SOCK"],
         ["--address", "/elsewhere.sock", "info", "--address", "SOCK"],  # the verb's wins
+        ["-H", "unix://SOCK", "info"],  # docker's spelling
+        ["--host", "SOCK", "version"],
     ],
 )
 def test_connection_flags_before_the_verb(
