@@ -55,13 +55,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     import attrs
 
     from ctrexec.executor import Executor
-    from ctrexec.net import netns
+    from ctrexec.net import netns, nsmarks, nsrefs
 
     path = netns.resolve(args.name)
     info = attrs.asdict(netns.inspect(path))
     with connect(args) as client:
         users = Executor(client).tasks_in_netns(path)
     info["tasks"] = [{"id": i.id, "status": i.status.value, "pid": i.pid} for i in users]
+    info["ctrexec"] = nsmarks.made_by_ctrexec(path)
+    info["users"] = [attrs.asdict(u) for u in nsrefs.users_of(path)]
     print_json(info)
     return 0
 
@@ -90,7 +92,9 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     )
     c.set_defaults(func=cmd_ls)
     c = nsub.add_parser(
-        "inspect", parents=[connection_flags()], help="interfaces, addresses, routes, tasks"
+        "inspect",
+        parents=[connection_flags()],
+        help="interfaces, addresses, routes, tasks, what else uses it",
     )
     c.add_argument("name")
     c.set_defaults(func=cmd_inspect)

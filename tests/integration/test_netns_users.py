@@ -137,9 +137,12 @@ def test_rm_refuses_a_namespace_mounted_elsewhere_too(
     subprocess.run(["mount", "--bind", f"/run/netns/{name}", str(pin)], check=True)
     try:
         assert f"mount {pin}" in _refused(cli, name)
-        assert _listing()[name]["users"] == [
-            {"how": "mount", "pid": None, "command": "", "container": None, "mount": str(pin)}
-        ]
+        users = [{"how": "mount", "pid": None, "command": "", "container": None, "mount": str(pin)}]
+        assert _listing()[name]["users"] == users
+        inspected = cli("netns inspect", name)
+        assert inspected.returncode == 0, inspected.stderr
+        assert json.loads(inspected.stdout)["users"] == users
+        assert json.loads(inspected.stdout)["ctrexec"] is True
         _forced(cli, name)
     finally:
         _linux.unmount(str(pin))
