@@ -424,6 +424,8 @@ def remove(name_or_path: str | os.PathLike[str]) -> None:
         try:
             st = os.lstat(path)
         except FileNotFoundError as exc:
+            with contextlib.suppress(OSError):  # removed behind ctrexec's back: its marker
+                nsmarks.unmark(path)
             raise NotFound(f"network namespace {path} does not exist") from exc
         except OSError as exc:
             raise _os_error(f"cannot stat {path}", exc) from exc
