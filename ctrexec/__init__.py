@@ -41,6 +41,7 @@ from ctrexec.errors import (
     TaskError,
     Unavailable,
     Unimplemented,
+    UnknownCommand,
 )
 
 if TYPE_CHECKING:
@@ -277,6 +278,7 @@ __all__ = [
     "TaskStarted",
     "Unavailable",
     "Unimplemented",
+    "UnknownCommand",
     "create_netns",
     "ensure_image",
     "ensure_pulled",

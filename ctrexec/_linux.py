@@ -405,16 +405,22 @@ def _unescape(field: str) -> str:
     return "".join(out)
 
 
+def mount_table(mountinfo: str | None = None) -> list[tuple[str, str]]:
+    """Every mount as (mount point, filesystem type), in mount order (parents first)."""
+    if mountinfo is None:
+        mountinfo = Path("/proc/self/mountinfo").read_text(errors="surrogateescape")
+    table = []
+    for line in mountinfo.splitlines():
+        head, _, tail = line.partition(" - ")
+        fields = head.split(" ")
+        if len(fields) > 4:
+            table.append((_unescape(fields[4]), tail.split(" ", 1)[0]))
+    return table
+
+
 def mount_points(mountinfo: str | None = None) -> list[str]:
     """Every mount point, in mount order (parents before children)."""
-    if mountinfo is None:
-        mountinfo = Path("/proc/self/mountinfo").read_text()
-    points = []
-    for line in mountinfo.splitlines():
-        fields = line.split(" ")
-        if len(fields) > 4:
-            points.append(_unescape(fields[4]))
-    return points
+    return [point for point, _ in mount_table(mountinfo)]
 
 
 def mounts_under(directory: Path | str, mountinfo: str | None = None) -> list[str]:

@@ -11,7 +11,8 @@ seams. Every translated error chains the original with ``raise ... from``.
     │   ├── InvalidField             one config field: its name, value and what was expected
     │   ├── HandleMismatch           a TaskHandle that names another container, namespace or address
     │   ├── AmbiguousPrefix          a prefix that begins several names or image IDs
-    │   └── NotATerminal             -it without a terminal on stdin: exit code 1, like docker
+    │   ├── NotATerminal             -it without a terminal on stdin: exit code 1, like docker
+    │   └── UnknownCommand           a verb the CLI does not have: exit code 1, like docker
     ├── NotFound
     ├── AlreadyExists
     ├── FailedPrecondition
@@ -81,6 +82,17 @@ class NotATerminal(InvalidArgument):
     """``-i -t`` asked for, but stdin is not a terminal (docker's check, and its code)."""
 
     exit_code = 1
+
+
+class UnknownCommand(InvalidArgument):
+    """A mistyped verb (``ctrexec sp``): docker's exit code 1, and ``hint`` (the
+    closest verbs, or where the list is) for a line of its own."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 class NotFound(CtrexecError):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 from ctrexec import (
     _linux,
     defaults,
+    ids,
     logdaemon_client,
     logmodes,
     runs,
@@ -454,14 +455,14 @@ class Executor:
         return [i for i in self.list(all_tasks=True) if i.netns_path == path]
 
     def remove_netns(self, spec: str, *, force: bool = False) -> None:
-        """``netns rm``: refuse while tasks run inside, unless forced (then stop them first)."""
+        """``netns rm``: refuse while anything uses the namespace (a task, any process, a
+        mount elsewhere), naming it, unless forced: then its tasks are stopped first, and
+        what is not ctrexec's keeps the namespace alive without the name."""
         path = netns.resolve(spec)
         users = self.tasks_in_netns(path)
-        running = [i.id for i in users if i.status in (Status.RUNNING, Status.PAUSED)]
-        if running and not force:
-            raise FailedPrecondition(
-                f"netns {spec} has running tasks ({', '.join(running)}); stop them or use --force"
-            )
+        what = taskinfo.netns_users(path, users)
+        if what and not force:
+            raise FailedPrecondition(f"netns {spec} is in use by {', '.join(what)}; use --force")
         for info in users:
             if force:
                 with contextlib.suppress(CtrexecError):
@@ -584,7 +585,7 @@ class Executor:
                 hostfiles.remove_dir(Path(files_dir))
             # The task's own cgroup can outlive Delete for a moment while the kernel
             # finishes tearing down its processes; the parents go with the last task.
-            leaf = f"ctrexec/{self.client.namespace}/{task_id}"
+            leaf = ids.task_cgroup(self.client.namespace, task_id).lstrip("/")
             last = not containers.list_containers(self.client)
             tasks.wait_until(lambda: _linux.remove_empty_cgroups(leaf, parents=last), timeout=2.0)
         with self._locks_guard:

@@ -52,3 +52,21 @@ def by_prefix(given: str, known: Iterable[str]) -> str | None:
     if len(found) > 1:
         raise AmbiguousPrefix(f"multiple IDs found with provided prefix: {given}")
     return found[0] if found else None
+
+
+#: The cgroup (v2 path, or the parent of v1's) of each task ctrexec runs:
+#: ``/ctrexec/<namespace>/<id>``, so the id of a process's container can be read
+#: back from ``/proc/PID/cgroup`` without asking containerd.
+CGROUP_PARENT = "/ctrexec"
+
+
+def task_cgroup(namespace: str, task_id: str) -> str:
+    return f"{CGROUP_PARENT}/{namespace}/{task_id}"
+
+
+def task_of_cgroup(cgroup: str) -> tuple[str, str] | None:
+    """(namespace, id) of the task whose cgroup holds ``cgroup``; None if not ctrexec's."""
+    parts = cgroup.strip("/").split("/")
+    if len(parts) >= 3 and f"/{parts[0]}" == CGROUP_PARENT:
+        return parts[1], parts[2]
+    return None

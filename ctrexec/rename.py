@@ -45,7 +45,7 @@ from ctrexec.errors import (
     InvalidArgument,
     NotFound,
 )
-from ctrexec.ids import validate_id
+from ctrexec.ids import task_cgroup, validate_id
 from ctrexec.net import hostfiles
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def rename(executor: Executor, old: str, new: str) -> containers.Container:
             containers.delete(client, new)
         raise
     containers.delete(client, old)
-    leaf = f"ctrexec/{client.namespace}/{old}"  # the old task's cgroup, empty by now
+    leaf = task_cgroup(client.namespace, old).lstrip("/")  # the old task's cgroup, empty by now
     tasks.wait_until(lambda: _linux.remove_empty_cgroups(leaf, parents=False), timeout=2.0)
     _drop_old_files(record.labels, created.labels)
     if lbl.IMPLICIT_GROUP in record.labels:

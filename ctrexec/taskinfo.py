@@ -21,7 +21,7 @@ from ctrexec.containerd import containers, stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, HandleMismatch, InvalidArgument, NotFound
-from ctrexec.net import netns
+from ctrexec.net import netns, nsrefs
 from ctrexec.net.cni import PortMapping
 from ctrexec.net.netns import Address
 from ctrexec.taskconfig import TaskConfig, TaskHandle, TaskInfo
@@ -257,3 +257,13 @@ def shim_shared(client: Client, group: str | None) -> bool:
     if not group:
         return False
     return bool(containers.list_containers(client, containers.label_filter(lbl.GROUP, group)))
+
+
+def netns_users(path: str, infos: Sequence[TaskInfo]) -> list[str]:
+    """What holds the namespace at ``path``, in a user's words: the live tasks of
+    ``infos`` and every process or mount :func:`nsrefs.users_of` finds; a task whose
+    processes were found is named once, under its container."""
+    running = [i.id for i in infos if i.status in (Status.RUNNING, Status.PAUSED)]
+    others = nsrefs.users_of(path)
+    named = {u.container for u in others}
+    return [*(f"container {t}" for t in running if t not in named), *map(str, others)]

@@ -8,6 +8,7 @@ the ``with_*`` options of :mod:`ctrexec.oci`.
 
 from __future__ import annotations
 
+import os
 import signal as signals
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ctrexec import fields, oci
+from ctrexec import fields, ids, oci
 from ctrexec import labels as lbl
 from ctrexec.containerd.runtimes import RuntimeChoice
 from ctrexec.containerd.runtimes import resolve as resolve_runtime
@@ -64,6 +65,22 @@ def host_bounding_capabilities() -> list[str]:
     return caps.bounding_capabilities(Path("/proc/self/status").read_text())
 
 
+def check_host_cpus(cpus: float) -> None:
+    """Refuse more CPUs' worth of time than the host has, in docker's words.
+
+    The count is the host's online CPUs (``os.cpu_count``), not this process's
+    affinity mask: the task does not inherit the CLI's affinity (runc starts it from
+    the shim, under its own cgroup), so ``taskset -c 0 ctrexec run --cpus 2`` on a
+    2-CPU host asks for something the task can have. docker checks the same number.
+    """
+    count = os.cpu_count() or 1
+    if cpus > count:
+        raise InvalidArgument(
+            f"Range of CPUs is from {resources.MIN_CPUS:.2f} to {count:.2f}, "
+            f"as there are only {count} CPUs available"
+        )
+
+
 def check_config(config: TaskConfig, *, containerd_address: str | None = None) -> CheckedConfig:
     """What a TaskConfig could not check by itself, refused before any side effect.
 
@@ -83,6 +100,8 @@ def check_config(config: TaskConfig, *, containerd_address: str | None = None) -
     if config.stop_signal is not None:
         with fields.naming("stop_signal", config.stop_signal):
             parse_signal(config.stop_signal)
+    if config.cpus is not None:
+        check_host_cpus(config.cpus)
     return CheckedConfig(
         config=config,
         runtime=runtime,
@@ -193,7 +212,7 @@ def _filesystem_opts(
 def _resource_opts(checked: CheckedConfig, namespace: str) -> list[oci.SpecOpt]:
     """The task's cgroup (where ctrexec finds it again) and its limits."""
     cfg = checked.config
-    opts = [resources.with_cgroups_path(f"/ctrexec/{namespace}/{cfg.name}")]
+    opts = [resources.with_cgroups_path(ids.task_cgroup(namespace, cfg.name))]
     if checked.memory is not None:
         opts.append(resources.with_memory_limit(checked.memory))
     if checked.memory_reservation is not None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ctrexec.defaults import ADDRESS_ENV, DEFAULT_ADDRESS, DEFAULT_NAMESPACE, NAMESPACE_ENV
-from ctrexec.errors import CtrexecError, InvalidArgument
+from ctrexec.errors import CtrexecError, InvalidArgument, UnknownCommand
 
 if TYPE_CHECKING:
     from ctrexec.containerd.client import Client
@@ -44,19 +44,66 @@ class ArgumentParser(argparse.ArgumentParser):
         where = self.prog.removeprefix("ctrexec").strip()
         raise InvalidArgument(f"{where}: {message}" if where else message)
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """A mistyped verb as docker reports it, with the closest verbs instead of
+        argparse's list of all of them; every other bad choice is argparse's."""
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            raise unknown_command(self.prog, str(value), list(action.choices))
+        super()._check_value(action, value)
+
+
+def unknown_command(prog: str, word: str, verbs: Sequence[str]) -> UnknownCommand:
+    """``'sp' is not a ctrexec command.`` and, below it, the closest verbs."""
+    import difflib  # here, not at the top: only a mistyped verb pays for loading it
+
+    close = difflib.get_close_matches(word, verbs, n=2, cutoff=0.5)
+    quoted = " or ".join(f"'{prog} {v}'" for v in close)
+    hint = f"Did you mean {quoted}? " if close else ""
+    return UnknownCommand(f"'{word}' is not a {prog} command.", f"{hint}See '{prog} --help'.")
+
+
+def global_flags(parser: ArgumentParser) -> None:
+    """``--address`` (also docker's ``-H``/``--host``) and ``--namespace`` before the verb
+    too, as ``docker -H X ps`` has them.
+
+    Both places leave the attribute unset unless given (SUPPRESS), so a flag after the
+    verb wins over one before it and neither hides the other: argparse copies the
+    verb's own namespace over the top one.
+    """
+    parser.add_argument(
+        "--address",
+        "-H",
+        "--host",  # docker's spelling; a unix:// prefix is taken as docker's -H takes it
+        dest="address",
+        default=argparse.SUPPRESS,
+        help=f"containerd socket (default: {address_default()})",
+    )
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        default=argparse.SUPPRESS,
+        help=f"containerd namespace (default: {namespace_default()})",
+    )
+
 
 def connection_flags(*, short_namespace: bool = True) -> ArgumentParser:
-    """Flags every command that talks to containerd accepts, after the subcommand.
+    """Flags every command that talks to containerd accepts, after the subcommand
+    (and before it: :func:`global_flags`).
 
     The help shows the defaults in force for this call, environment included.
     ``short_namespace=False`` where docker gives ``-n`` its own meaning (``logs -n 3``
     is ``--tail 3``, ``ps -n 3`` is ``--last 3``): there the namespace is ``-N``.
     """
     p = ArgumentParser(add_help=False)
-    p.add_argument("--address", help=f"containerd socket (default: {address_default()})")
+    p.add_argument(
+        "--address",
+        default=argparse.SUPPRESS,
+        help=f"containerd socket (default: {address_default()})",
+    )
     p.add_argument(
         "--namespace",
         "-n" if short_namespace else "-N",
+        default=argparse.SUPPRESS,
         help=f"containerd namespace (default: {namespace_default()})",
     )
     return p

@@ -95,8 +95,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_network_prune(args: argparse.Namespace) -> int:
     nets = _networks(args)
-    removed = nets.remove_bridge()
-    print(f"removed bridge {nets.bridge}" if removed else f"bridge {nets.bridge} kept")
+    if nets.remove_bridge():  # no bridge: nothing was pruned, nothing to report
+        print(f"removed bridge {nets.bridge}")
     return 0
 
 

@@ -25,7 +25,7 @@ from ctrexec.cli import (
     tasks,
     verbs,
 )
-from ctrexec.errors import AmbiguousPrefix, CtrexecError, NotFound
+from ctrexec.errors import AmbiguousPrefix, CtrexecError, NotFound, UnknownCommand
 
 #: Verbs on one container for which ``No such container`` (or a prefix of several
 #: names) exits 1, as docker's do and as the verbs on several names do (see
@@ -46,6 +46,7 @@ def build_parser() -> _common.ArgumentParser:
         prog="ctrexec",
         description="Run containers through containerd in pre-created network namespaces.",
     )
+    _common.global_flags(parser)
     sub = parser.add_subparsers(
         dest="command", metavar="COMMAND", parser_class=_common.ArgumentParser
     )
@@ -63,6 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         missing_exit = getattr(args, "missing_exit", None)
         code: int = args.func(args)
+    except UnknownCommand as err:  # docker's two lines: what was typed, then a way on
+        print(f"ctrexec: {err}\n{err.hint}", file=sys.stderr)
+        return err.exit_code
     except CtrexecError as err:
         code = _common.fail(err)
         missing = isinstance(err, NotFound | AmbiguousPrefix)

@@ -25,15 +25,29 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    """Every name in /run/netns, which ones ctrexec made, and what uses each."""
     import attrs
 
-    from ctrexec.net import netns
+    from ctrexec.net import netns, nsmarks, nsrefs
 
     items = netns.list_namespaces()
+    used = nsrefs.users_of_each([n.path for n in items])
+    rows = [(n, nsmarks.made_by_ctrexec(n.path), used[n.path]) for n in items]
     if args.json:
-        print_json([attrs.asdict(n) for n in items])
+        print_json(
+            [
+                {**attrs.asdict(n), "ctrexec": made, "users": [attrs.asdict(u) for u in users]}
+                for n, made, users in rows
+            ]
+        )
     else:
-        print_table(["NAME", "PATH"], [[n.name, n.path] for n in items])
+        print_table(
+            ["NAME", "PATH", "CREATED BY", "USED BY"],
+            [
+                [n.name, n.path, "ctrexec" if made else "-", ", ".join(map(str, users)) or "-"]
+                for n, made, users in rows
+            ],
+        )
     return 0
 
 
@@ -41,13 +55,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     import attrs
 
     from ctrexec.executor import Executor
-    from ctrexec.net import netns
+    from ctrexec.net import netns, nsmarks, nsrefs
 
     path = netns.resolve(args.name)
     info = attrs.asdict(netns.inspect(path))
     with connect(args) as client:
         users = Executor(client).tasks_in_netns(path)
     info["tasks"] = [{"id": i.id, "status": i.status.value, "pid": i.pid} for i in users]
+    info["ctrexec"] = nsmarks.made_by_ctrexec(path)
+    info["users"] = [attrs.asdict(u) for u in nsrefs.users_of(path)]
     print_json(info)
     return 0
 
@@ -71,14 +87,23 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     c.add_argument("--exist-ok", action="store_true", help="succeed if it already exists")
     c.add_argument("name")
     c.set_defaults(func=cmd_create)
-    c = nsub.add_parser("ls", parents=[json_flag()], help="list namespaces")
+    c = nsub.add_parser(
+        "ls", parents=[json_flag()], help="list namespaces: made by ctrexec or not, used by what"
+    )
     c.set_defaults(func=cmd_ls)
     c = nsub.add_parser(
-        "inspect", parents=[connection_flags()], help="interfaces, addresses, routes, tasks"
+        "inspect",
+        parents=[connection_flags()],
+        help="interfaces, addresses, routes, tasks, what else uses it",
     )
     c.add_argument("name")
     c.set_defaults(func=cmd_inspect)
     c = nsub.add_parser("rm", parents=[connection_flags()], help="remove namespaces")
-    c.add_argument("-f", "--force", action="store_true", help="stop the tasks inside first")
+    c.add_argument(
+        "-f",
+        "--force",
+        action="store_true",
+        help="remove even while in use: stop its tasks first; other users keep it alive",
+    )
     c.add_argument("names", nargs="+")
     c.set_defaults(func=cmd_rm)

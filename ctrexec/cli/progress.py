@@ -31,6 +31,11 @@ def _short(digest: str) -> str:
     return digest.split(":", 1)[-1][:12]
 
 
+def missing_line(ref: str) -> str:
+    """docker's line before it pulls an image ``run`` or ``create`` did not find."""
+    return f"Unable to find image {ref!r} locally"
+
+
 class _Blob:
     def __init__(self, total: int, start: int) -> None:
         self.total = total
@@ -56,7 +61,9 @@ class Bars:
 
     def __call__(self, ev: PullEvent) -> None:
         with self._lock:
-            if ev.action in ("start", "exists"):
+            if ev.action == "missing":
+                self._out.write(missing_line(ev.ref) + "\n")
+            elif ev.action in ("start", "exists"):
                 self._blobs[ev.digest] = _Blob(ev.total, ev.done)
                 if ev.action == "exists":
                     self._blobs[ev.digest].state = "already exists"
@@ -97,6 +104,7 @@ class Lines:
 
     def __call__(self, ev: PullEvent) -> None:
         text = {
+            "missing": missing_line(ev.ref),
             "resolved": f"{ev.ref}: resolved {ev.digest}",
             "exists": f"{_short(ev.digest)}: already exists",
             "start": f"{_short(ev.digest)}: downloading {human(ev.total)}"

@@ -66,7 +66,8 @@ class ImageEvent:
     """One step of a pull or an import, for a progress display (one renderer draws
     both). Called from the thread doing the step (a pull's are workers).
 
-    ``action``: ``resolved`` (a pull's target: ``digest``), ``exists`` (the store had
+    ``action``: ``missing`` (``ref`` is not in the store: a pull by the ``missing``
+    policy begins), ``resolved`` (a pull's target: ``digest``), ``exists`` (the store had
     the blob: nothing sent), ``start`` (a blob begins: ``total``; ``done`` is a resume
     offset), ``progress`` (``done``), ``done``, ``unpacking``, then ``pulled`` or
     ``imported`` (``ref``, ``digest``). An imported blob that no name gives a digest (a

@@ -50,7 +50,7 @@ from ctrexec.errors import (
     NotFound,
     PermissionDenied,
 )
-from ctrexec.net import _pyroute2
+from ctrexec.net import _pyroute2, nsmarks
 
 log = logging.getLogger(__name__)
 
@@ -299,20 +299,10 @@ def ensure_loopback_up(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def _unescape_mountinfo(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
 def is_mounted(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a mount point in this process's mount namespace."""
     given = Path(os.path.normpath(Path(os.fspath(path)).absolute()))
-    target = str(given.parent.resolve() / given.name)
-    with Path("/proc/self/mountinfo").open(encoding="utf-8", errors="surrogateescape") as f:
-        for line in f:
-            fields = line.split(" ", 5)
-            if len(fields) > 4 and _unescape_mountinfo(fields[4]) == target:
-                return True
-    return False
+    return str(given.parent.resolve() / given.name) in _linux.mount_points()
 
 
 # ------------------------------------------------------------------ create/remove
@@ -406,6 +396,7 @@ def create(name: str, *, exist_ok: bool = False) -> NetNS:
         os.close(fd)
         try:
             _linux.run_in_fresh_thread(lambda: _unshare_and_pin(path))
+            nsmarks.mark(path)  # netns ls tells ctrexec's from other tools' by it
         except BaseException as exc:
             try:
                 _discard(path)
@@ -433,6 +424,8 @@ def remove(name_or_path: str | os.PathLike[str]) -> None:
         try:
             st = os.lstat(path)
         except FileNotFoundError as exc:
+            with contextlib.suppress(OSError):  # removed behind ctrexec's back: its marker
+                nsmarks.unmark(path)
             raise NotFound(f"network namespace {path} does not exist") from exc
         except OSError as exc:
             raise _os_error(f"cannot stat {path}", exc) from exc
@@ -454,6 +447,9 @@ def remove(name_or_path: str | os.PathLike[str]) -> None:
             _discard(path)
         except OSError as exc:
             raise _os_error(f"cannot remove {path}", exc) from exc
+        with contextlib.suppress(OSError):  # a stale marker is ignored (nsmarks) anyway
+            if str(Path(path).parent) == NETNS_RUN_DIR:
+                nsmarks.unmark(path)
 
 
 def list_namespaces() -> list[NetNS]:

@@ -22,34 +22,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctrexec import _linux
+import attrs
+
+from ctrexec import _linux, ids
 from ctrexec.net import _pyroute2
-
-
-def _unescape(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def _nsfs_mount_points(mountinfo: str) -> list[str]:
-    """Mount points whose filesystem is nsfs (namespace pins, of any type)."""
-    points = []
-    for line in mountinfo.splitlines():
-        head, sep, tail = line.partition(" - ")
-        fields = head.split(" ")
-        if sep and len(fields) > 4 and tail.split(" ", 1)[0] == "nsfs":
-            points.append(_unescape(fields[4]))
-    return points
 
 
 def _candidate_paths() -> Iterator[str]:
     """Every nsfs pin in this mount namespace, then every thread's namespace link."""
     with contextlib.suppress(OSError):
-        yield from _nsfs_mount_points(Path("/proc/self/mountinfo").read_text())
+        yield from (point for point, fstype in _linux.mount_table() if fstype == "nsfs")
     for proc in os.scandir("/proc"):
         if not proc.name.isdigit():
             continue
@@ -132,4 +118,89 @@ def split_ports(ipr: Any, ports: Sequence[Any]) -> tuple[list[str], list[str]]:
     return in_use, going
 
 
-__all__ = ["pinned_nsids", "split_ports"]
+@attrs.frozen
+class NetnsUser:
+    """One thing besides its own pin that keeps a network namespace alive: a process
+    with a thread inside or an fd of it open, or another nsfs mount of it."""
+
+    how: str  # "process", "fd" or "mount"
+    pid: int | None = None
+    command: str = ""
+    container: str | None = None  # the ctrexec task whose cgroup the process is in
+    mount: str | None = None
+
+    def __str__(self) -> str:
+        if self.mount is not None:
+            return f"mount {self.mount}"
+        who = f"pid {self.pid} ({self.command})"
+        if self.container is not None:
+            who += f" of container {self.container}"
+        return who + (" through an open fd" if self.how == "fd" else "")
+
+
+def _held(pid: str, wanted: Collection[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """Each of the ``wanted`` namespaces ``pid`` holds: "process" when a thread of it is
+    inside, "fd" when it only has it open (a process that exits meanwhile holds none)."""
+    held: dict[tuple[int, int], str] = {}
+    with contextlib.suppress(OSError):
+        for task in os.scandir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                st = Path(task.path, "ns", "net").stat()
+                if (st.st_dev, st.st_ino) in wanted:
+                    held[(st.st_dev, st.st_ino)] = "process"
+    links = {f"net:[{ino}]": (dev, ino) for dev, ino in wanted}
+    with contextlib.suppress(OSError):
+        for fd in os.scandir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                key = links.get(str(Path(fd.path).readlink()))
+                if key is not None:
+                    held.setdefault(key, "fd")
+    return held
+
+
+def _process(pid: str, how: str) -> NetnsUser:
+    command, container = "?", None
+    with contextlib.suppress(OSError):
+        command = Path(f"/proc/{pid}/comm").read_text().strip()
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            task = ids.task_of_cgroup(line.split(":", 2)[-1])
+            if task is not None:
+                container = task[1]
+                break
+    return NetnsUser(how=how, pid=int(pid), command=command, container=container)
+
+
+def users_of_each(paths: Sequence[str]) -> dict[str, list[NetnsUser]]:
+    """What keeps each namespace pinned at one of ``paths`` alive besides that pin, for
+    ``netns rm`` to refuse and ``netns ls`` to show; /proc is read once for all of them.
+    This process does not count. Another name of the same namespace is a mount of it."""
+    found: dict[str, list[NetnsUser]] = {p: [] for p in paths}
+    names: dict[tuple[int, int], list[str]] = {}
+    for path in paths:
+        with contextlib.suppress(OSError):
+            st = Path(path).stat()
+            names.setdefault((st.st_dev, st.st_ino), []).append(path)
+    for point, fstype in _linux.mount_table() if names else ():
+        if fstype == "nsfs":
+            with contextlib.suppress(OSError):
+                st = Path(point).stat()
+                for path in names.get((st.st_dev, st.st_ino), []):
+                    if path != point:
+                        found[path].append(NetnsUser(how="mount", mount=point))
+    me = str(os.getpid())
+    for proc in os.scandir("/proc") if names else ():
+        if proc.name.isdigit() and proc.name != me:
+            for key, how in _held(proc.name, names).items():
+                user = _process(proc.name, how)
+                for path in names[key]:
+                    found[path].append(user)
+    return found
+
+
+def users_of(path: str) -> list[NetnsUser]:
+    """:func:`users_of_each` for one namespace."""
+    return users_of_each([path])[path]
+
+
+__all__ = ["NetnsUser", "pinned_nsids", "split_ports", "users_of", "users_of_each"]

@@ -9,6 +9,7 @@ NotFound; other statuses: RegistryError), each chained. Endpoints come from
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 from collections.abc import Iterator, Sequence
@@ -16,7 +17,15 @@ from typing import Any
 from urllib.parse import urlencode
 
 import urllib3
-from urllib3.exceptions import HTTPError
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    NameResolutionError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+    SSLError,
+)
 
 from ctrexec import errors
 from ctrexec.containerd import content
@@ -38,8 +47,36 @@ _TIMEOUT = urllib3.Timeout(connect=30.0, read=120.0)
 _USER_AGENT = "ctrexec"
 
 
+#: What an errno behind a failed connection means, in the words of ``curl`` and docker.
+_CONNECT_ERRNOS = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ENETUNREACH: "network unreachable",
+    errno.EHOSTUNREACH: "host unreachable",
+    errno.ETIMEDOUT: "connection timed out",
+    errno.ECONNRESET: "connection reset",
+}
+
+
 def _why(exc: HTTPError) -> str:
-    """urllib3's message without the connection object's repr it starts with."""
+    """What went wrong, in a user's words: urllib3's text names its connection object
+    and retry machinery, which a user never asked about."""
+    if isinstance(exc, NameResolutionError):
+        return "cannot resolve its host name (no network, or no DNS server answering?)"
+    if isinstance(exc, NewConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        code = cause.errno if isinstance(cause, OSError) else None
+        if code in _CONNECT_ERRNOS:
+            return _CONNECT_ERRNOS[code]
+        if isinstance(cause, OSError) and cause.strerror:
+            return f"cannot connect: {cause.strerror.lower()}"
+    if isinstance(exc, ConnectTimeoutError):
+        return "connection timed out"
+    if isinstance(exc, ReadTimeoutError):
+        return "no answer in time (read timed out)"
+    if isinstance(exc, SSLError):
+        return f"TLS handshake failed: {exc.__cause__ or exc}"
+    if isinstance(exc, ProtocolError):
+        return "connection broken off"
     text = str(exc)
     return text.split(">: ", 1)[1] if text.startswith("<") and ">: " in text else text
 

@@ -219,7 +219,10 @@ def pull(
     try:
         # resolved before the lease: a registry that cannot be reached or has no such
         # image leaves nothing behind, not even a lease to resume
-        top, data = repo.manifest(parsed.digest or parsed.tag, resolve=not parsed.digest)
+        try:
+            top, data = repo.manifest(parsed.digest or parsed.tag, resolve=not parsed.digest)
+        except errors.Unavailable as exc:  # the client's words name the registry, not the image
+            raise errors.Unavailable(f"cannot pull {name}: {exc}") from exc
         emit("resolved", top)
         docs = _resolve(repo, top, data, want)
         if docs is None:
@@ -261,4 +264,7 @@ def ensure_pulled(
     except errors.NotFound:
         if policy == "never":
             raise  # its message says how to get it (images.missing_image_hint)
+    progress = pull_options.get("progress")
+    if progress is not None:  # docker's "Unable to find image ... locally", before the pull
+        progress(PullEvent("missing", str(images.parse_reference(ref))))
     return pull(client, ref, platform=platform, snapshotter=snapshotter, **pull_options)

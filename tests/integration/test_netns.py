@@ -27,7 +27,7 @@ from ctrexec.errors import (
     NotFound,
     PermissionDenied,
 )
-from ctrexec.net import netns
+from ctrexec.net import netns, nsmarks
 from ctrexec.testing import NETNS_RELEASE_TIMEOUT, namespace_id, netns_references, wait_for
 
 pytestmark = [
@@ -60,6 +60,7 @@ def names(request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
     yield make
     for name in made:
         _discard(f"/run/netns/{name}")
+        nsmarks.unmark(f"/run/netns/{name}")  # what a create that worked marked
 
 
 def threads_in_host_netns() -> bool:

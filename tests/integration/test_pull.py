@@ -439,6 +439,7 @@ def test_cli_pull_and_run_pull_policies(
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == Platform.host().architecture
     assert f"{ref}: pulled" in ran.stderr  # plain lines: stderr is no terminal
+    assert ran.stderr.splitlines()[0] == f"Unable to find image '{ref}' locally"
 
     pulled = cli("pull", "--json", ref, namespace=ns.namespace)
     assert pulled.returncode == 0, pulled.stderr

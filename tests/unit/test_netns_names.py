@@ -137,8 +137,9 @@ def test_is_mounted(tmp_path: os.PathLike[str]) -> None:
     assert not netns.is_mounted(os.path.join(tmp_path, "missing"))
 
 
-def test_mountinfo_unescape() -> None:
-    assert netns._unescape_mountinfo(r"/run/a\040b\011c\134d") == "/run/a b\tc\\d"
+def test_mount_table_unescapes_and_reads_the_type() -> None:
+    line = r"36 25 0:4 net:[4026532281] /run/a\040b\011c\134d rw shared:5 - nsfs nsfs rw"
+    assert _linux.mount_table(line) == [("/run/a b\tc\\d", "nsfs")]
 
 
 def test_fresh_thread_returns_and_raises() -> None:
