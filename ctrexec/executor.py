@@ -25,6 +25,7 @@ from ctrexec import (
     logdaemon_client,
     logmodes,
     runs,
+    stale,
     taskctl,
     taskfiles,
     taskinfo,
@@ -295,13 +296,13 @@ class Executor:
         try:
             with taskio.task_stdio(record.labels, cfg, logged) as stdio:
                 try:
-                    pid = self._run_task(task_id, mounts, stdio)
+                    pid = self._run_task(record, mounts, stdio)
                 except AlreadyExists:
                     if not fresh:
                         raise
                     # A shim left by an earlier container of this name (containerd#6860).
                     self._clear_previous_run(task_id, by_policy=True, next_run=False)
-                    pid = self._run_task(task_id, mounts, stdio)
+                    pid = self._run_task(record, mounts, stdio)
         except BaseException:
             if log_token and log_token[0]:  # the shim never opened the FIFOs: the daemon
                 with contextlib.suppress(CtrexecError):  # would wait for them
@@ -349,14 +350,25 @@ class Executor:
         tasks.delete(self.client, task_id)
         return before, record
 
-    def _run_task(self, task_id: str, mounts: Sequence[snapshots.RootfsMount], stdio: Stdio) -> int:
-        """Create and start the task; its pid. A failed start leaves no task behind.
+    def _run_task(
+        self,
+        record: containers.Container,
+        mounts: Sequence[snapshots.RootfsMount],
+        stdio: Stdio,
+    ) -> int:
+        """Create and start the task; its pid. A failed start leaves no task behind; what
+        a create cut short by a killed ctrexec left in the way is cleared (:mod:`stale`).
 
         No Wait is armed here: nothing of this call reads the exit, and wait()
         arms its own (containerd keeps a stopped task's exit until it is deleted).
         """
+        task_id, rootfs = record.id, [m.to_proto() for m in mounts]
         try:
-            tasks.create(self.client, task_id, rootfs=[m.to_proto() for m in mounts], stdio=stdio)
+            stale.create_task(
+                self.client,
+                record,
+                lambda: tasks.create(self.client, task_id, rootfs=rootfs, stdio=stdio),
+            )
         except AlreadyExists:
             raise
         except CtrexecError as exc:
