@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import shutil
 import signal as signals
 import threading
 from collections.abc import Mapping, Sequence
@@ -548,15 +547,26 @@ class Executor:
         taskctl.resume(self.client, task_id)
 
     def destroy(self, task_id: str, *, force: bool = False) -> None:
-        """Remove task, container, snapshot, logs and unused namespace files."""
+        """Remove task, container, snapshot, logs and host files.
+
+        The files go before the record, so a destroy cut short leaves a record that the
+        next one finishes; without a record, the id's own host files are removed still
+        (an older version left them so), and NotFound is raised.
+        """
         with self._lock(task_id):
-            record = containers.get(self.client, task_id)
+            try:
+                record = containers.get(self.client, task_id)
+            except NotFound:
+                ns = self.client.namespace
+                hostfiles.remove_dir(hostfiles.task_dir(self.files_dir, ns, task_id).directory)
+                raise
             state = tasks.find(self.client, task_id)
             if state is not None and state.status is not Status.STOPPED and not force:
                 raise FailedPrecondition(
                     f"container {task_id} is {state.status.value}; stop it first or force"
                 )
             tasks.force_delete(self.client, task_id)
+            taskfiles.remove(self.client, record, logd_dir=logmodes.daemon_dir(self.state_dir))
             containers.delete(self.client, task_id)
             # A Tasks.Create sent by a ctrexec that died mid-call can still land after
             # the first delete; containerd does not stop it for a deleted container.
@@ -571,18 +581,6 @@ class Executor:
                     record.labels[lbl.LOG_PATH], self.client.namespace, task_id
                 )
             snapshots.remove_snapshot(self.client, record.snapshot_key, record.snapshotter)
-            log_path = record.labels.get(lbl.LOG_PATH)
-            if log_path:
-                with contextlib.suppress(CtrexecError):  # no daemon: nothing to forget
-                    logdaemon_client.drop(
-                        log_path=log_path, where=logmodes.daemon_dir(self.state_dir)
-                    )
-                shutil.rmtree(Path(log_path).parent, ignore_errors=True)
-                with contextlib.suppress(OSError):  # the namespace's dir, once empty
-                    Path(log_path).parent.parent.rmdir()
-            files_dir = record.labels.get(lbl.HOSTFILES_DIR)
-            if files_dir and taskfiles.unshared(self.client, files_dir):
-                hostfiles.remove_dir(Path(files_dir))
             # The task's own cgroup can outlive Delete for a moment while the kernel
             # finishes tearing down its processes; the parents go with the last task.
             leaf = f"ctrexec/{self.client.namespace}/{task_id}"

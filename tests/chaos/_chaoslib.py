@@ -383,6 +383,13 @@ KILL_POINTS: dict[str, tuple[str, str, str]] = {
     "after-task-start": ("ctrexec.containerd.tasks", "start", "after"),
 }
 
+#: Points inside Executor.destroy (``rm -f``), as for KILL_POINTS.
+DESTROY_KILL_POINTS: dict[str, tuple[str, str, str]] = {
+    "before-container-delete": ("ctrexec.containerd.containers", "delete", "before"),
+    "after-container-delete": ("ctrexec.containerd.containers", "delete", "after"),
+    "before-snapshot-remove": ("ctrexec.containerd.snapshots", "remove_snapshot", "before"),
+}
+
 #: What a SIGKILL at each kill point leaves, as :meth:`Outcome.kind`: the same whether
 #: containerd dies there (and is started again) or ctrexec does (containerd stays up).
 LEFT_AFTER_KILL: dict[str, str] = {

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from _chaoslib import (
+    DESTROY_KILL_POINTS,
     IMAGE,
     KILL_POINTS,
     LEFT_AFTER_KILL,
@@ -26,10 +27,12 @@ from _chaoslib import (
     observe,
     proc,
     settle,
+    strays,
     wait_for,
 )
 from _cli import CLI_PROG, cli_argv
 
+from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
@@ -156,10 +159,13 @@ def test_ctrexec_killed_at_arbitrary_points(
     ex.destroy("chaos-probe", force=True)
 
     delays = [0.05, 0.2, 0.5] + [took * f for f in (0.6, 0.7, 0.8, 0.9, 0.95, 1.1)]
-    scope = _scope(containerd_address, client, tmp_path, lambda: [])
     seen = []
     for i, delay in enumerate(delays):
         name = f"chaos-t{i}"
+        files = hostfiles.task_dir(hostfiles.DEFAULT_DIR, client.namespace, name).directory
+        scope = _scope(
+            containerd_address, client, tmp_path, lambda f=files: [f] if f.exists() else []
+        )
         child = subprocess.Popen(
             _run_d(containerd_address, client.namespace, logs, "--name", name, *command),
             stdout=subprocess.PIPE,
@@ -181,8 +187,83 @@ def test_ctrexec_killed_at_arbitrary_points(
         if out.task is Status.RUNNING:
             assert alive(proc(out.task_pid))
             _assert_log_survives(logs / client.namespace / name / "task.log")
+        if not out.container:  # the scheduler's cleanup all the same: rm -f of the id
+            _rm_f(containerd_address, client.namespace, name, expect=(1,))
         settle(ex, name, out, scope, retry=None, restart=False)
     print("ctrexec run -d killed; left:", *seen, sep="\n  ")
+
+
+def _rm_f(
+    address: str,
+    namespace: str,
+    name: str,
+    *,
+    expect: tuple[int, ...],
+    prog: tuple[str, ...] = CLI_PROG,
+) -> subprocess.CompletedProcess[str]:
+    """``ctrexec rm -f NAME``; 1 is docker's "No such container"."""
+    rm = subprocess.run(
+        cli_argv("rm", address, "-f", name, namespace=namespace, prog=prog),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert rm.returncode in expect, (rm.returncode, rm.stderr)
+    return rm
+
+
+@pytest.mark.parametrize("point", list(DESTROY_KILL_POINTS))
+def test_rm_killed_then_run_again_leaves_nothing(
+    point: str,
+    session_ex: Executor,
+    client: Client,
+    containerd_address: str,
+    test_image: str,
+    tmp_path: Path,
+) -> None:
+    """``rm -f`` SIGKILLed inside destroy, then run again as a scheduler would: nothing
+    of the container is left, whatever the point (its files go before its record)."""
+    name = f"chaos-rm-{point}"
+    logs = tmp_path / "logs"
+    files = hostfiles.task_dir(hostfiles.DEFAULT_DIR, client.namespace, name).directory
+    try:
+        run = subprocess.run(
+            _run_d(
+                containerd_address,
+                client.namespace,
+                logs,
+                "--name",
+                name,
+                test_image,
+                "sleep",
+                "300",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert run.stdout.strip() == name and files.exists()
+        killed = _rm_f(
+            containerd_address,
+            client.namespace,
+            name,
+            expect=(-signal.SIGKILL,),
+            prog=(sys.executable, str(KILLPOINT), point, "--"),
+        )
+        assert killed.returncode == -signal.SIGKILL
+        _rm_f(containerd_address, client.namespace, name, expect=(0, 1))
+        assert not files.exists(), f"host files left: {sorted(files.iterdir())}"
+        assert not (logs / client.namespace / name).exists(), "the log directory is left"
+        assert name not in {c.id for c in containers.list_containers(client)}
+        assert audit(client) == []
+        wait_for(
+            lambda: not strays(containerd_address, client.namespace, name, tmp_path),
+            "no shim or task process of the container",
+        )
+    finally:
+        shutil.rmtree(files, ignore_errors=True)  # only this test's task
 
 
 def test_task_exit_while_nobody_watches_is_recovered(
