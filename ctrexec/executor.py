@@ -549,9 +549,10 @@ class Executor:
     def destroy(self, task_id: str, *, force: bool = False) -> None:
         """Remove task, container, snapshot, logs and host files.
 
-        The files go before the record, so a destroy cut short leaves a record that the
-        next one finishes; without a record, the id's own host files are removed still
-        (an older version left them so), and NotFound is raised.
+        The files and a ``run --network`` namespace go before the record, so a destroy
+        cut short leaves a record that the next one finishes; without a record, the
+        id's own host files are removed still (an older version left them so), and
+        NotFound is raised.
         """
         with self._lock(task_id):
             try:
@@ -567,6 +568,10 @@ class Executor:
                 )
             tasks.force_delete(self.client, task_id)
             taskfiles.remove(self.client, record, logd_dir=logmodes.daemon_dir(self.state_dir))
+            if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
+                from ctrexec import standalone
+
+                standalone.release(self, record.labels)
             containers.delete(self.client, task_id)
             # A Tasks.Create sent by a ctrexec that died mid-call can still land after
             # the first delete; containerd does not stop it for a deleted container.
@@ -588,10 +593,6 @@ class Executor:
             tasks.wait_until(lambda: _linux.remove_empty_cgroups(leaf, parents=last), timeout=2.0)
         with self._locks_guard:
             self._locks.pop(task_id, None)
-        if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
-            from ctrexec import standalone
-
-            standalone.release(self, record.labels)
 
     def _exec_spec(
         self,

@@ -6,8 +6,10 @@ session's containerd, which stays up; only ctrexec dies.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -32,11 +34,12 @@ from _chaoslib import (
 )
 from _cli import CLI_PROG, cli_argv
 
+from ctrexec import errors
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
-from ctrexec.net import hostfiles
+from ctrexec.net import hostfiles, netns
 from ctrexec.taskconfig import TaskConfig, TaskHandle
 from ctrexec.testing import audit
 
@@ -305,3 +308,54 @@ def test_task_exit_while_nobody_watches_is_recovered(
     assert again.exit is not None and again.exit.code == 9
     session_ex.destroy(name)
     assert audit(client) == []
+
+
+def test_rm_of_a_networked_container_killed_after_its_record_went(
+    session_ex: Executor,
+    client: Client,
+    containerd_address: str,
+    test_image: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``run --network bridge``'s own namespace and address go before the record: an
+    ``rm -f`` killed once the record is gone has left neither behind."""
+    tag = secrets.token_hex(2)
+    bridge = f"cxtn{tag}"
+    for key, value in {
+        "CTREXEC_NETWORK": bridge,
+        "CTREXEC_BRIDGE": bridge,
+        "CTREXEC_SUBNET": "10.231.194.0/24",
+        "CTREXEC_CNI_CACHE_DIR": str(tmp_path / "cni-cache"),
+        "CTREXEC_IPAM_DIR": str(tmp_path / "ipam"),
+    }.items():
+        monkeypatch.setenv(key, value)
+    name = f"chaos-rmnet{tag}"
+    pin = Path(netns.resolve(f"cx-{name}"))
+    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text()
+    args = ("--network", "bridge", "--name", name, test_image, "sleep", "300")
+    try:
+        subprocess.run(
+            _run_d(containerd_address, client.namespace, tmp_path / "logs", *args),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert pin.exists() and list((tmp_path / "ipam").rglob("10.*"))
+        point = "after-container-delete"
+        prog = (sys.executable, str(KILLPOINT), point, "--")
+        _rm_f(containerd_address, client.namespace, name, expect=(-signal.SIGKILL,), prog=prog)
+        _rm_f(containerd_address, client.namespace, name, expect=(0, 1))
+        assert not pin.exists(), "the container's namespace is left"
+        assert list((tmp_path / "ipam").rglob("10.*")) == [], "its address is still allocated"
+    finally:
+        with contextlib.suppress(errors.CtrexecError):
+            session_ex.destroy(name, force=True)
+        with contextlib.suppress(errors.CtrexecError):
+            netns.remove(str(pin))
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
+        Path("/proc/sys/net/ipv4/ip_forward").write_text(forward)
+        hostfiles.remove_dir(
+            hostfiles.task_dir(hostfiles.DEFAULT_DIR, client.namespace, name).directory
+        )
