@@ -31,15 +31,15 @@ CLEANUP_WAIT = 10.0
 def create_task(client: Client, record: containers.Container, create: Callable[[], int]) -> int:
     """``create()`` (a Tasks.Create of ``record``), cleared of a cancelled create's
     leftovers and sent again when that is what stops it."""
-    for attempt in range(_ATTEMPTS):
+    for _ in range(_ATTEMPTS - 1):
         try:
             return create()
         except CtrexecError as exc:
             path = bundles.left_by(exc, client.namespace, record.id)
-            if path is None or attempt == _ATTEMPTS - 1:
+            if path is None:
                 raise
             clear(client, record, path)
-    raise AssertionError("unreachable")
+    return create()
 
 
 def clear(client: Client, record: containers.Container, path: Path) -> None:
