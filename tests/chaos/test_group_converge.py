@@ -209,10 +209,10 @@ def test_group_up_killed_anywhere_then_rerun_converges(client: Client, group: Gr
         _, stderr = child.communicate(timeout=180)
         assert killed or child.returncode == 0, stderr
         rerun = g.run("group up", str(g.file))
-        problems = [f"rerun exit {rerun.returncode}: {rerun.stderr.strip()}"] * bool(
-            rerun.returncode
-        )
-        problems += _running(client, g) if not rerun.returncode else []
+        if rerun.returncode:
+            problems = [f"rerun exit {rerun.returncode}: {rerun.stderr.strip()}"]
+        else:
+            problems = _running(client, g)
         down = g.run("group down", g.name)
         if down.returncode:
             problems.append(f"group down exit {down.returncode}: {down.stderr.strip()}")
