@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import shutil
 import signal as signals
 import threading
 from collections.abc import Mapping, Sequence
@@ -26,6 +25,7 @@ from ctrexec import (
     logdaemon_client,
     logmodes,
     runs,
+    stale,
     taskctl,
     taskfiles,
     taskinfo,
@@ -34,7 +34,6 @@ from ctrexec import (
     waiting,
 )  # fmt: skip
 from ctrexec import labels as lbl
-from ctrexec import logs as logstore
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.execs import ExecResult, run_exec, start_exec
@@ -299,13 +298,13 @@ class Executor:
         try:
             with taskio.task_stdio(record.labels, cfg, logged) as stdio:
                 try:
-                    pid = self._run_task(task_id, mounts, stdio)
+                    pid = self._run_task(record, mounts, stdio)
                 except AlreadyExists:
                     if not fresh:
                         raise
                     # A shim left by an earlier container of this name (containerd#6860).
                     self._clear_previous_run(task_id, by_policy=True, next_run=False)
-                    pid = self._run_task(task_id, mounts, stdio)
+                    pid = self._run_task(record, mounts, stdio)
         except BaseException:
             if log_token and log_token[0]:  # the shim never opened the FIFOs: the daemon
                 with contextlib.suppress(CtrexecError):  # would wait for them
@@ -353,14 +352,25 @@ class Executor:
         tasks.delete(self.client, task_id)
         return before, record
 
-    def _run_task(self, task_id: str, mounts: Sequence[snapshots.RootfsMount], stdio: Stdio) -> int:
-        """Create and start the task; its pid. A failed start leaves no task behind.
+    def _run_task(
+        self,
+        record: containers.Container,
+        mounts: Sequence[snapshots.RootfsMount],
+        stdio: Stdio,
+    ) -> int:
+        """Create and start the task; its pid. A failed start leaves no task behind; what
+        a create cut short by a killed ctrexec left in the way is cleared (:mod:`stale`).
 
         No Wait is armed here: nothing of this call reads the exit, and wait()
         arms its own (containerd keeps a stopped task's exit until it is deleted).
         """
+        task_id, rootfs = record.id, [m.to_proto() for m in mounts]
         try:
-            tasks.create(self.client, task_id, rootfs=[m.to_proto() for m in mounts], stdio=stdio)
+            stale.create_task(
+                self.client,
+                record,
+                lambda: tasks.create(self.client, task_id, rootfs=rootfs, stdio=stdio),
+            )
         except AlreadyExists:
             raise
         except CtrexecError as exc:
@@ -548,41 +558,34 @@ class Executor:
         taskctl.resume(self.client, task_id)
 
     def destroy(self, task_id: str, *, force: bool = False) -> None:
-        """Remove task, container, snapshot, logs and unused namespace files."""
+        """Remove task, container, snapshot, logs and host files.
+
+        The files and a ``run --network`` namespace go before the record, so a destroy
+        cut short leaves a record that the next one finishes; without a record, the
+        id's own host files are removed still (an older version left them so), and
+        NotFound is raised.
+        """
         with self._lock(task_id):
-            record = containers.get(self.client, task_id)
+            try:
+                record = containers.get(self.client, task_id)
+            except NotFound:
+                ns = self.client.namespace
+                hostfiles.remove_dir(hostfiles.task_dir(self.files_dir, ns, task_id).directory)
+                raise
             state = tasks.find(self.client, task_id)
             if state is not None and state.status is not Status.STOPPED and not force:
                 raise FailedPrecondition(
                     f"container {task_id} is {state.status.value}; stop it first or force"
                 )
             tasks.force_delete(self.client, task_id)
+            taskfiles.remove(self.client, record, logd_dir=logmodes.daemon_dir(self.state_dir))
+            if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
+                from ctrexec import standalone
+
+                standalone.release(self, record.labels)
             containers.delete(self.client, task_id)
-            # A Tasks.Create sent by a ctrexec that died mid-call can still land after
-            # the first delete; containerd does not stop it for a deleted container.
-            tasks.force_delete(self.client, task_id)
-            # Such a Create that containerd cancelled can leave a shim serving nothing,
-            # with our log driver, that containerd no longer knows (containerd 1.6);
-            # with the log daemon's FIFOs it has no child at all, as has the shim of a
-            # group whose other tasks have all stopped: that one is not looked at.
-            shared = taskinfo.shim_shared(self.client, record.labels.get(lbl.GROUP))
-            if record.labels.get(lbl.LOG_PATH) and not shared:
-                logstore.stop_orphaned_drivers(
-                    record.labels[lbl.LOG_PATH], self.client.namespace, task_id
-                )
+            stale.after_delete(self.client, record)
             snapshots.remove_snapshot(self.client, record.snapshot_key, record.snapshotter)
-            log_path = record.labels.get(lbl.LOG_PATH)
-            if log_path:
-                with contextlib.suppress(CtrexecError):  # no daemon: nothing to forget
-                    logdaemon_client.drop(
-                        log_path=log_path, where=logmodes.daemon_dir(self.state_dir)
-                    )
-                shutil.rmtree(Path(log_path).parent, ignore_errors=True)
-                with contextlib.suppress(OSError):  # the namespace's dir, once empty
-                    Path(log_path).parent.parent.rmdir()
-            files_dir = record.labels.get(lbl.HOSTFILES_DIR)
-            if files_dir and taskfiles.unshared(self.client, files_dir):
-                hostfiles.remove_dir(Path(files_dir))
             # The task's own cgroup can outlive Delete for a moment while the kernel
             # finishes tearing down its processes; the parents go with the last task.
             leaf = ids.task_cgroup(self.client.namespace, task_id).lstrip("/")
@@ -590,10 +593,6 @@ class Executor:
             tasks.wait_until(lambda: _linux.remove_empty_cgroups(leaf, parents=last), timeout=2.0)
         with self._locks_guard:
             self._locks.pop(task_id, None)
-        if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
-            from ctrexec import standalone
-
-            standalone.release(self, record.labels)
 
     def _exec_spec(
         self,

@@ -18,14 +18,17 @@ again by start for any that went missing (a reboot empties /run); the record's
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
 from ctrexec import labels as lbl
-from ctrexec import taskspec
+from ctrexec import logdaemon_client, taskspec
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
+from ctrexec.errors import CtrexecError
 from ctrexec.net import hostfiles
 from ctrexec.net.hostfiles import HostFiles, HostsEntries
 from ctrexec.taskconfig import TaskConfig
@@ -96,11 +99,28 @@ def write(
     )
 
 
-def unshared(client: Client, directory: str) -> bool:
-    """Whether a destroyed record's files directory is no other record's: a task's own
-    always; a namespace's of an older version once its last task is gone."""
+def remove(client: Client, record: containers.Container, *, logd_dir: Path | None) -> None:
+    """Remove a container's own files: its log directory (its runs forgotten by the log
+    daemon first) and its host files. Before its record goes, so that a destroy cut
+    short leaves the record that owns them, for the next destroy to finish."""
+    log_path = record.labels.get(lbl.LOG_PATH)
+    if log_path:
+        with contextlib.suppress(CtrexecError):  # no daemon: nothing to forget
+            logdaemon_client.drop(log_path=log_path, where=logd_dir)
+        shutil.rmtree(Path(log_path).parent, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the namespace's dir, once empty
+            Path(log_path).parent.parent.rmdir()
+    files_dir = record.labels.get(lbl.HOSTFILES_DIR)
+    if files_dir and _unshared(client, record.id, files_dir):
+        hostfiles.remove_dir(Path(files_dir))
+
+
+def _unshared(client: Client, own_id: str, directory: str) -> bool:
+    """Whether a record's files directory is no other record's: a task's own always; a
+    namespace's of an older version once no other task names it."""
     if "+" in Path(directory).name:
         return True
-    return not containers.list_containers(
+    named = containers.list_containers(
         client, containers.label_filter(lbl.HOSTFILES_DIR, directory)
     )
+    return all(c.id == own_id for c in named)

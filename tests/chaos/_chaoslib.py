@@ -383,6 +383,13 @@ KILL_POINTS: dict[str, tuple[str, str, str]] = {
     "after-task-start": ("ctrexec.containerd.tasks", "start", "after"),
 }
 
+#: Points inside Executor.destroy (``rm -f``), as for KILL_POINTS.
+DESTROY_KILL_POINTS: dict[str, tuple[str, str, str]] = {
+    "before-container-delete": ("ctrexec.containerd.containers", "delete", "before"),
+    "after-container-delete": ("ctrexec.containerd.containers", "delete", "after"),
+    "before-snapshot-remove": ("ctrexec.containerd.snapshots", "remove_snapshot", "before"),
+}
+
 #: What a SIGKILL at each kill point leaves, as :meth:`Outcome.kind`: the same whether
 #: containerd dies there (and is started again) or ctrexec does (containerd stays up).
 LEFT_AFTER_KILL: dict[str, str] = {
@@ -488,3 +495,31 @@ def settle(
     assert mounts_under(scope.daemon_dir) == []
     if problems:
         raise Leftover("; ".join(problems))
+
+
+# -- containerd's bundles ----------------------------------------------------------------
+
+#: The runtime v2 plugin's directory under a containerd's state directory.
+BUNDLE_ROOT = "io.containerd.runtime.v2.task"
+
+
+def bundles(state: Path, namespace: str, prefix: str) -> list[str]:
+    """Task bundles (``<state>/io.containerd.runtime.v2.task/<ns>/<id>``) of ids with ``prefix``."""
+    where = state / BUNDLE_ROOT / namespace
+    with contextlib.suppress(OSError):
+        return sorted(p.name for p in where.iterdir() if p.name.startswith(prefix))
+    return []
+
+
+def bundle_procs(state: Path, namespace: str, prefix: str) -> list[str]:
+    """Processes working in such a bundle: a shim, or a ``runc init`` whose shim is gone
+    (runc runs in the bundle; a deleted one still shows as the process's cwd)."""
+    where = os.fspath(state / BUNDLE_ROOT / namespace / prefix)
+    found = []
+    for pid in all_pids():
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/cwd").startswith(where):
+                fields = _stat_fields(pid)
+                if fields is not None and fields[0] != "Z":
+                    found.append(f"process {pid} in a bundle: {cmdline(pid)}")
+    return found

@@ -6,8 +6,10 @@ session's containerd, which stays up; only ctrexec dies.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from _chaoslib import (
+    DESTROY_KILL_POINTS,
     IMAGE,
     KILL_POINTS,
     LEFT_AFTER_KILL,
@@ -26,14 +29,17 @@ from _chaoslib import (
     observe,
     proc,
     settle,
+    strays,
     wait_for,
 )
 from _cli import CLI_PROG, cli_argv
 
+from ctrexec import errors
+from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.executor import Executor
-from ctrexec.net import hostfiles
+from ctrexec.net import hostfiles, netns
 from ctrexec.taskconfig import TaskConfig, TaskHandle
 from ctrexec.testing import audit
 
@@ -156,10 +162,13 @@ def test_ctrexec_killed_at_arbitrary_points(
     ex.destroy("chaos-probe", force=True)
 
     delays = [0.05, 0.2, 0.5] + [took * f for f in (0.6, 0.7, 0.8, 0.9, 0.95, 1.1)]
-    scope = _scope(containerd_address, client, tmp_path, lambda: [])
     seen = []
     for i, delay in enumerate(delays):
         name = f"chaos-t{i}"
+        files = hostfiles.task_dir(hostfiles.DEFAULT_DIR, client.namespace, name).directory
+        scope = _scope(
+            containerd_address, client, tmp_path, lambda f=files: [f] if f.exists() else []
+        )
         child = subprocess.Popen(
             _run_d(containerd_address, client.namespace, logs, "--name", name, *command),
             stdout=subprocess.PIPE,
@@ -181,8 +190,83 @@ def test_ctrexec_killed_at_arbitrary_points(
         if out.task is Status.RUNNING:
             assert alive(proc(out.task_pid))
             _assert_log_survives(logs / client.namespace / name / "task.log")
+        if not out.container:  # the scheduler's cleanup all the same: rm -f of the id
+            _rm_f(containerd_address, client.namespace, name, expect=(1,))
         settle(ex, name, out, scope, retry=None, restart=False)
     print("ctrexec run -d killed; left:", *seen, sep="\n  ")
+
+
+def _rm_f(
+    address: str,
+    namespace: str,
+    name: str,
+    *,
+    expect: tuple[int, ...],
+    prog: tuple[str, ...] = CLI_PROG,
+) -> subprocess.CompletedProcess[str]:
+    """``ctrexec rm -f NAME``; 1 is docker's "No such container"."""
+    rm = subprocess.run(
+        cli_argv("rm", address, "-f", name, namespace=namespace, prog=prog),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert rm.returncode in expect, (rm.returncode, rm.stderr)
+    return rm
+
+
+@pytest.mark.parametrize("point", list(DESTROY_KILL_POINTS))
+def test_rm_killed_then_run_again_leaves_nothing(
+    point: str,
+    session_ex: Executor,
+    client: Client,
+    containerd_address: str,
+    test_image: str,
+    tmp_path: Path,
+) -> None:
+    """``rm -f`` SIGKILLed inside destroy, then run again as a scheduler would: nothing
+    of the container is left, whatever the point (its files go before its record)."""
+    name = f"chaos-rm-{point}"
+    logs = tmp_path / "logs"
+    files = hostfiles.task_dir(hostfiles.DEFAULT_DIR, client.namespace, name).directory
+    try:
+        run = subprocess.run(
+            _run_d(
+                containerd_address,
+                client.namespace,
+                logs,
+                "--name",
+                name,
+                test_image,
+                "sleep",
+                "300",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert run.stdout.strip() == name and files.exists()
+        killed = _rm_f(
+            containerd_address,
+            client.namespace,
+            name,
+            expect=(-signal.SIGKILL,),
+            prog=(sys.executable, str(KILLPOINT), point, "--"),
+        )
+        assert killed.returncode == -signal.SIGKILL
+        _rm_f(containerd_address, client.namespace, name, expect=(0, 1))
+        assert not files.exists(), f"host files left: {sorted(files.iterdir())}"
+        assert not (logs / client.namespace / name).exists(), "the log directory is left"
+        assert name not in {c.id for c in containers.list_containers(client)}
+        assert audit(client) == []
+        wait_for(
+            lambda: not strays(containerd_address, client.namespace, name, tmp_path),
+            "no shim or task process of the container",
+        )
+    finally:
+        shutil.rmtree(files, ignore_errors=True)  # only this test's task
 
 
 def test_task_exit_while_nobody_watches_is_recovered(
@@ -224,3 +308,54 @@ def test_task_exit_while_nobody_watches_is_recovered(
     assert again.exit is not None and again.exit.code == 9
     session_ex.destroy(name)
     assert audit(client) == []
+
+
+def test_rm_of_a_networked_container_killed_after_its_record_went(
+    session_ex: Executor,
+    client: Client,
+    containerd_address: str,
+    test_image: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``run --network bridge``'s own namespace and address go before the record: an
+    ``rm -f`` killed once the record is gone has left neither behind."""
+    tag = secrets.token_hex(2)
+    bridge = f"cxtn{tag}"
+    for key, value in {
+        "CTREXEC_NETWORK": bridge,
+        "CTREXEC_BRIDGE": bridge,
+        "CTREXEC_SUBNET": "10.231.194.0/24",
+        "CTREXEC_CNI_CACHE_DIR": str(tmp_path / "cni-cache"),
+        "CTREXEC_IPAM_DIR": str(tmp_path / "ipam"),
+    }.items():
+        monkeypatch.setenv(key, value)
+    name = f"chaos-rmnet{tag}"
+    pin = Path(netns.resolve(f"cx-{name}"))
+    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text()
+    args = ("--network", "bridge", "--name", name, test_image, "sleep", "300")
+    try:
+        subprocess.run(
+            _run_d(containerd_address, client.namespace, tmp_path / "logs", *args),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert pin.exists() and list((tmp_path / "ipam").rglob("10.*"))
+        point = "after-container-delete"
+        prog = (sys.executable, str(KILLPOINT), point, "--")
+        _rm_f(containerd_address, client.namespace, name, expect=(-signal.SIGKILL,), prog=prog)
+        _rm_f(containerd_address, client.namespace, name, expect=(0, 1))
+        assert not pin.exists(), "the container's namespace is left"
+        assert list((tmp_path / "ipam").rglob("10.*")) == [], "its address is still allocated"
+    finally:
+        with contextlib.suppress(errors.CtrexecError):
+            session_ex.destroy(name, force=True)
+        with contextlib.suppress(errors.CtrexecError):
+            netns.remove(str(pin))
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
+        Path("/proc/sys/net/ipv4/ip_forward").write_text(forward)
+        hostfiles.remove_dir(
+            hostfiles.task_dir(hostfiles.DEFAULT_DIR, client.namespace, name).directory
+        )

@@ -173,7 +173,7 @@ def test_the_file_read_rule_sees_reads() -> None:
 
 PRODUCT = (
     "executor", "taskconfig", "taskinfo", "runs", "imageusers", "taskspec", "groups", "supervisor",
-    "fields", "watch", "waiting", "aio", "imageuse", "imagetable", "psformat", "cli",
+    "fields", "watch", "waiting", "aio", "imageuse", "imagetable", "psformat", "stale", "cli",
 )  # fmt: skip
 
 

@@ -1,0 +1,46 @@
+"""Which directory a failed Tasks.Create says is in the way (containerd/bundles.left_by).
+
+Only a path of the runtime v2 layout for exactly the container's namespace and id is
+taken: it is removed afterwards, so anything else must read as None.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ctrexec.containerd.bundles import left_by
+from ctrexec.errors import CtrexecError
+
+STATE = "/var/tmp/cxd-x/state/io.containerd.runtime.v2.task"
+
+
+def _err(text: str) -> CtrexecError:
+    return CtrexecError(text)  # what an Unknown status becomes
+
+
+def test_the_bundle_named_by_containerd_is_taken() -> None:
+    exc = _err(f"failed to start shim: mkdir {STATE}/ns1/web-a: file exists")
+    assert left_by(exc, "ns1", "web-a") == Path(f"{STATE}/ns1/web-a")
+
+
+def test_the_work_directory_is_taken_too() -> None:
+    exc = _err(
+        "failed to start shim: mkdir /var/lib/c/io.containerd.runtime.v2.task/ns1/a: file exists"
+    )
+    assert left_by(exc, "ns1", "a") == Path("/var/lib/c/io.containerd.runtime.v2.task/ns1/a")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"failed to start shim: mkdir {STATE}/ns1/other: file exists",  # another id
+        f"failed to start shim: mkdir {STATE}/ns2/web-a: file exists",  # another namespace
+        "failed to start shim: mkdir /etc/web-a: file exists",  # not the runtime's layout
+        f"failed to start shim: mkdir {STATE}/ns1/../ns1/web-a: file exists",
+        "failed to create shim task: OCI runtime create failed",  # no such error at all
+    ],
+)
+def test_anything_else_is_not_taken(text: str) -> None:
+    assert left_by(_err(text), "ns1", "web-a") is None
