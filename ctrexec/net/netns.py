@@ -372,8 +372,8 @@ def create(name: str, *, exist_ok: bool = False) -> NetNS:
 
     AlreadyExists if the name is taken, unless ``exist_ok`` -- then the existing
     file must be a live network namespace (FailedPrecondition otherwise: a stale
-    file is not silently reused). On any failure nothing is left behind: no file,
-    no mount.
+    file is not silently reused), or a killed create's empty file, which is finished.
+    On any failure nothing is left behind: no file, no mount.
     """
     validate_name(name)
     path = str(Path(NETNS_RUN_DIR) / name)
@@ -384,6 +384,10 @@ def create(name: str, *, exist_ok: bool = False) -> NetNS:
         except FileExistsError as exc:
             if not exist_ok:
                 raise AlreadyExists(f"network namespace {name!r} already exists") from exc
+            if _unfinished(path):  # a create killed between the file and its mount
+                _pin(name, path)
+                log.warning("pinned a new namespace on %s, left empty by a create cut short", path)
+                return NetNS(name=name, path=path)
             try:
                 verify(path)
             except (InvalidArgument, NotFound) as bad:
@@ -394,18 +398,31 @@ def create(name: str, *, exist_ok: bool = False) -> NetNS:
         except OSError as exc:
             raise _os_error(f"cannot create {path}", exc) from exc
         os.close(fd)
-        try:
-            _linux.run_in_fresh_thread(lambda: _unshare_and_pin(path))
-            nsmarks.mark(path)  # netns ls tells ctrexec's from other tools' by it
-        except BaseException as exc:
-            try:
-                _discard(path)
-            except OSError:
-                log.exception("could not clean up %s after a failed create", path)
-            if isinstance(exc, OSError):
-                raise _os_error(f"cannot create network namespace {name!r}", exc) from exc
-            raise
+        _pin(name, path)
     return NetNS(name=name, path=path)
+
+
+def _unfinished(path: str) -> bool:
+    """The empty, unmounted file a create leaves when killed before its bind mount."""
+    with contextlib.suppress(OSError):
+        st = os.lstat(path)
+        return stat.S_ISREG(st.st_mode) and st.st_size == 0 and not is_mounted(path)
+    return False
+
+
+def _pin(name: str, path: str) -> None:
+    """A new namespace bind-mounted on the empty file ``path``; the file goes on failure."""
+    try:
+        _linux.run_in_fresh_thread(lambda: _unshare_and_pin(path))
+        nsmarks.mark(path)  # netns ls tells ctrexec's from other tools' by it
+    except BaseException as exc:
+        try:
+            _discard(path)
+        except OSError:
+            log.exception("could not clean up %s after a failed create", path)
+        if isinstance(exc, OSError):
+            raise _os_error(f"cannot create network namespace {name!r}", exc) from exc
+        raise
 
 
 def remove(name_or_path: str | os.PathLike[str]) -> None:

@@ -131,19 +131,30 @@ def test_already_exists_and_exist_ok(names: Callable[..., str]) -> None:
     netns.remove(first.path)  # by path works too
 
 
-def test_stale_file_is_not_silently_reused(names: Callable[..., str]) -> None:
-    name = names()
+def test_a_killed_creates_empty_file_is_finished_other_files_refused(
+    names: Callable[..., str],
+) -> None:
+    """A create killed between the file and its bind mount leaves an empty, unmounted
+    file: the rerun (``group up``, exist_ok) pins a namespace on it. A file with
+    anything in it is still never reused."""
+    name, other = names(), names()
     netns.create(names())  # make sure /run/netns exists
     path = Path(f"/run/netns/{name}")
     path.touch()  # what a crash between create-file and bind-mount leaves
-    with pytest.raises(FailedPrecondition):
-        netns.create(name, exist_ok=True)
     with pytest.raises(AlreadyExists):
         netns.create(name)
-    with pytest.raises(InvalidArgument):
-        netns.verify(str(path))
-    netns.remove(name)  # an empty, unmounted file may be removed
+    made = netns.create(name, exist_ok=True)
+    netns.verify(made.path)  # a live network namespace now
+    netns.remove(name)
     assert not path.exists()
+    kept = Path(f"/run/netns/{other}")
+    kept.write_text("data")
+    try:
+        with pytest.raises(FailedPrecondition):
+            netns.create(other, exist_ok=True)
+        assert kept.read_text() == "data"
+    finally:
+        kept.unlink()
 
 
 def test_remove_refuses_what_is_not_a_namespace(names: Callable[..., str], tmp_path: Path) -> None:
