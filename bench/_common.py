@@ -162,7 +162,8 @@ def logdriver_pids(parents: Sequence[int]) -> list[int]:
 
 def log_daemon_pids() -> list[int]:
     """The shared log daemon of the benchmark's own state directory, if it runs."""
-    from ctrexec import logdaemon, logdaemon_client
+    from ctrexec.logs import client as logdaemon_client
+    from ctrexec.logs import daemon as logdaemon
 
     try:
         pid = int((logdaemon_client.state_dir() / logdaemon.PIDFILE).read_text())

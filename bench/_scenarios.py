@@ -28,11 +28,11 @@ from _common import (
 )
 from _docker import Dockerd, restart_attempt, wait_exited
 
-from ctrexec import logdaemon_client
 from ctrexec.containerd.client import Client
-from ctrexec.executor import Executor
+from ctrexec.logs import client as logdaemon_client
 from ctrexec.net import netns
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import audit
 
 NAMESPACE = "ctrexec-bench"

@@ -45,7 +45,6 @@ from ctrexec.errors import (
 )
 
 if TYPE_CHECKING:
-    from ctrexec.aio import AsyncExecutor
     from ctrexec.containerd.client import (
         Client,
         Lease,
@@ -69,7 +68,6 @@ if TYPE_CHECKING:
         TaskStarted,
     )
     from ctrexec.containerd.execs import ExecResult
-    from ctrexec.containerd.exporter import export_archive
     from ctrexec.containerd.images import (
         Image,
         ImageConfig,
@@ -80,15 +78,17 @@ if TYPE_CHECKING:
         normalize_reference,
         remove_image,
     )
-    from ctrexec.containerd.importer import ImportedImage, import_archive
-    from ctrexec.containerd.prune import PruneReport, image_usage, prune_images
     from ctrexec.containerd.stats import Stats
     from ctrexec.containerd.streams import OutputCallback, Process, StreamOptions
     from ctrexec.containerd.tasks import ExitStatus, Status
-    from ctrexec.executor import Executor
-    from ctrexec.groups import Groups, GroupSpec, load_group_file, parse_group
-    from ctrexec.logmodes import read_task_logs
-    from ctrexec.logs import LogEntry, read_logs
+    from ctrexec.groups.supervisor import Supervisor, is_supervised
+    from ctrexec.groups.updown import Groups, GroupSpec, load_group_file, parse_group
+    from ctrexec.images.exporter import export_archive
+    from ctrexec.images.importer import ImportedImage, import_archive
+    from ctrexec.images.prune import PruneReport, image_usage, prune_images
+    from ctrexec.images.registry.pull import PullEvent, ensure_pulled, pull
+    from ctrexec.logs.modes import read_task_logs
+    from ctrexec.logs.reader import LogEntry, read_logs
     from ctrexec.net.cni import PortMapping
     from ctrexec.net.netns import Address, Interface, NetNS, NetNSInfo, Route
     from ctrexec.net.netns import create as create_netns
@@ -96,15 +96,15 @@ if TYPE_CHECKING:
     from ctrexec.net.netns import list_namespaces as list_netns
     from ctrexec.net.netns import remove as remove_netns
     from ctrexec.net.networks import Attachment, Networks
-    from ctrexec.registry.pull import PullEvent, ensure_pulled, pull
-    from ctrexec.rename import rename
-    from ctrexec.supervisor import Supervisor, is_supervised
-    from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
-    from ctrexec.watch import EventFilter, TaskEvents
+    from ctrexec.tasks.aio import AsyncExecutor
+    from ctrexec.tasks.config import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
+    from ctrexec.tasks.events import EventFilter, TaskEvents
+    from ctrexec.tasks.executor import Executor
+    from ctrexec.tasks.rename import rename
 
 #: Where each lazily loaded public name is defined (errors and defaults are light).
 _SOURCES: dict[str, tuple[str, ...]] = {
-    "ctrexec.aio": ("AsyncExecutor",),
+    "ctrexec.tasks.aio": ("AsyncExecutor",),
     "ctrexec.containerd.client": (
         "Client",
         "Lease",
@@ -141,9 +141,9 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "normalize_reference",
         "remove_image",
     ),
-    "ctrexec.containerd.exporter": ("export_archive",),
-    "ctrexec.containerd.importer": ("ImportedImage", "import_archive"),
-    "ctrexec.containerd.prune": ("PruneReport", "image_usage", "prune_images"),
+    "ctrexec.images.exporter": ("export_archive",),
+    "ctrexec.images.importer": ("ImportedImage", "import_archive"),
+    "ctrexec.images.prune": ("PruneReport", "image_usage", "prune_images"),
     "ctrexec.containerd.stats": ("Stats",),
     "ctrexec.containerd.streams": (
         "OutputCallback",
@@ -154,10 +154,10 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "ExitStatus",
         "Status",
     ),
-    "ctrexec.executor": ("Executor",),
-    "ctrexec.groups": ("GroupSpec", "Groups", "load_group_file", "parse_group"),
-    "ctrexec.logmodes": ("read_task_logs",),
-    "ctrexec.logs": ("LogEntry", "read_logs"),
+    "ctrexec.tasks.executor": ("Executor",),
+    "ctrexec.groups.updown": ("GroupSpec", "Groups", "load_group_file", "parse_group"),
+    "ctrexec.logs.modes": ("read_task_logs",),
+    "ctrexec.logs.reader": ("LogEntry", "read_logs"),
     "ctrexec.net.cni": ("PortMapping",),
     "ctrexec.net.netns": (
         "Address",
@@ -167,21 +167,21 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "Route",
     ),
     "ctrexec.net.networks": ("Attachment", "Networks"),
-    "ctrexec.rename": ("rename",),
-    "ctrexec.supervisor": ("Supervisor", "is_supervised"),
+    "ctrexec.tasks.rename": ("rename",),
+    "ctrexec.groups.supervisor": ("Supervisor", "is_supervised"),
     # The events names (Executor.events' types) are added with them.
-    "ctrexec.registry.pull": (
+    "ctrexec.images.registry.pull": (
         "PullEvent",
         "ensure_pulled",
         "pull",
     ),
-    "ctrexec.taskconfig": (
+    "ctrexec.tasks.config": (
         "RestartPolicy",
         "TaskConfig",
         "TaskHandle",
         "TaskInfo",
     ),
-    "ctrexec.watch": (
+    "ctrexec.tasks.events": (
         "EventFilter",
         "TaskEvents",
     ),

@@ -18,7 +18,7 @@ DEFAULT_NAMESPACE = "ctrexec"
 NAMESPACE_ENV = "CTREXEC_NAMESPACE"
 #: Where task logs go: ``<dir>/<namespace>/<id>/task.log``.
 DEFAULT_LOG_DIR = Path("/var/log/ctrexec")
-#: The shared log daemon's socket and registrations (:mod:`ctrexec.logdaemon`).
+#: The shared log daemon's socket and registrations (:mod:`ctrexec.logs.daemon`).
 DEFAULT_LOGD_DIR = Path("/run/ctrexec/logd")
 LOGD_DIR_ENV = "CTREXEC_LOGD_DIR"
 #: ctrexec's bridge network's subnet, and the variable that moves it for the CLI

@@ -71,7 +71,7 @@ ADDRESSES = "io.ctrexec.net.addresses"
 #: The members of the task's group, itself included, as ``ID:TASK:HOSTNAME`` entries
 #: (comma-separated; ':' and ',' are in no id nor hostname), e.g.
 #: ``web-app:app:web,web-db:db:db``: the shared part of each member's /etc/hosts names
-#: each by its container id, task name and hostname (:mod:`ctrexec.taskfiles`).
+#: each by its container id, task name and hostname (:mod:`ctrexec.tasks.files`).
 GROUP_MEMBERS = "io.ctrexec.group.members"
 #: The group was made by ``run --network``/``-p`` for one container: removing the
 #: container removes its namespace and network too. The value is the network settings

@@ -99,7 +99,7 @@ def remove_dead_shim_state(
 def import_image(address: str, namespace: str, archive: Path) -> list[str]:
     """Import an image archive (OCI layout or ``docker save``) with ctrexec's own
     importer, unpacked for the host; returns the names it created."""
-    from ctrexec.containerd.importer import import_archive
+    from ctrexec.images.importer import import_archive
 
     with Client.connect(address, namespace=namespace) as client:
         return [image.name for image in import_archive(client, archive)]
@@ -245,7 +245,7 @@ def stop_log_daemon(state_dir: str | os.PathLike[str], timeout: float = 10.0) ->
     For test sessions and benchmarks that gave the daemon a directory of their own,
     so the daemon there is theirs to stop.
     """
-    from ctrexec import logdaemon
+    from ctrexec.logs import daemon as logdaemon
 
     try:
         pid = int((Path(state_dir) / logdaemon.PIDFILE).read_text())

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from ctrexec.containerd.events import Event, EventsMissed, TaskEvent, TaskExited
 from ctrexec.containerd.tasks import ExitStatus, Status
-from ctrexec.executor import Executor
+from ctrexec.tasks.events import TaskEvents
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import wait_for
-from ctrexec.watch import TaskEvents
 
 
 class EventLog:

@@ -82,8 +82,8 @@ def log_daemon_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     Every run a test started must have ended (its registration gone) by the end of the
     session; the daemon is then stopped by its pid, as only this session started it.
     """
-    from ctrexec import logdaemon
     from ctrexec.defaults import LOGD_DIR_ENV
+    from ctrexec.logs import daemon as logdaemon
     from ctrexec.testing import stop_log_daemon
 
     where = tmp_path_factory.mktemp("logd")

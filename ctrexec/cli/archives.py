@@ -10,7 +10,7 @@ from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_
 from ctrexec.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from ctrexec.containerd.importer import ImportProgress
+    from ctrexec.images.importer import ImportProgress
 
 # The library (grpc, stubs) is imported by each command, not by the parser.
 
@@ -29,7 +29,7 @@ def _progress(args: argparse.Namespace) -> ImportProgress | None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from ctrexec.containerd.importer import import_archive
+    from ctrexec.images.importer import import_archive
 
     if args.platform and args.all_platforms:
         raise InvalidArgument("import: --platform and --all-platforms exclude each other")
@@ -58,7 +58,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ctrexec.containerd.exporter import export_archive
+    from ctrexec.images.exporter import export_archive
 
     if args.platform and args.all_platforms:
         raise InvalidArgument("export: --platform and --all-platforms exclude each other")
@@ -89,7 +89,7 @@ def _bytes(n: int) -> str:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from ctrexec.containerd.prune import prune_images
+    from ctrexec.images.prune import prune_images
 
     with connect(args) as client:
         report = prune_images(client, all_images=args.all)

@@ -17,8 +17,8 @@ from ctrexec.defaults import DEFAULT_LOG_DIR
 
 if TYPE_CHECKING:
     from ctrexec.containerd.streams import Process, StreamOptions
-    from ctrexec.executor import Executor
-    from ctrexec.taskconfig import TaskConfig
+    from ctrexec.tasks.config import TaskConfig
+    from ctrexec.tasks.executor import Executor
 
 
 def detach_keys_flag(p: ArgumentParser) -> None:
@@ -151,7 +151,7 @@ def start_attached(ex: Executor, task_id: str, tty: bool, args: argparse.Namespa
 
 def cmd_attach(args: argparse.Namespace) -> int:
     from ctrexec.cli import terminal
-    from ctrexec.executor import Executor
+    from ctrexec.tasks.executor import Executor
 
     keys = terminal.parse_detach_keys(args.detach_keys)
     ex = Executor(connect(args), log_dir=Path(DEFAULT_LOG_DIR))

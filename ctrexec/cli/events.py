@@ -23,7 +23,7 @@ from ctrexec.cli._common import (
 from ctrexec.errors import CtrexecError, InvalidArgument
 
 if TYPE_CHECKING:
-    from ctrexec.watch import TaskEvents
+    from ctrexec.tasks.events import TaskEvents
 
 #: ``--filter`` keys and the EventOptions entry each feeds; ``task`` is ctrexec's word.
 FILTER_KEYS = {"container": "tasks", "task": "tasks", "group": "groups", "event": "types"}
@@ -54,8 +54,8 @@ def cmd_events(args: argparse.Namespace) -> int:
     main thread, which then cancels the stream; the printing runs on its own thread,
     and its end (the stream failed, or stdout closed) ends the wait as well.
     """
-    from ctrexec.executor import Executor
-    from ctrexec.watch import TaskEvents, parse_kinds
+    from ctrexec.tasks.events import TaskEvents, parse_kinds
+    from ctrexec.tasks.executor import Executor
 
     options = parse_filters(args.filter or [])
     parse_kinds(options.get("types", []))  # refused before connecting, as bad flags are

@@ -24,9 +24,9 @@ from ctrexec.defaults import DEFAULT_LOG_DIR
 
 # The library is imported inside the commands, so the parser and --help load none of it.
 if TYPE_CHECKING:
-    from ctrexec.groups import Groups
+    from ctrexec.groups.updown import Groups
     from ctrexec.net.networks import Networks
-    from ctrexec.taskconfig import TaskInfo
+    from ctrexec.tasks.config import TaskInfo
 
 
 def _networks(args: argparse.Namespace) -> Networks:
@@ -36,8 +36,8 @@ def _networks(args: argparse.Namespace) -> Networks:
 
 
 def _groups(args: argparse.Namespace) -> Groups:
-    from ctrexec.executor import Executor
-    from ctrexec.groups import Groups
+    from ctrexec.groups.updown import Groups
+    from ctrexec.tasks.executor import Executor
 
     ex = Executor(connect(args), log_dir=Path(args.log_dir or DEFAULT_LOG_DIR))
     return Groups(ex, _networks(args))
@@ -57,7 +57,7 @@ def _print(infos: list[TaskInfo], as_json: bool) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from ctrexec.groups import load_group_file
+    from ctrexec.groups.updown import load_group_file
 
     spec = load_group_file(args.file)
     groups = _groups(args)
@@ -103,8 +103,8 @@ def cmd_network_prune(args: argparse.Namespace) -> int:
 def cmd_supervise(args: argparse.Namespace) -> int:
     import logging
 
-    from ctrexec.executor import Executor
-    from ctrexec.supervisor import Supervisor
+    from ctrexec.groups.supervisor import Supervisor
+    from ctrexec.tasks.executor import Executor
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     ex = Executor(connect(args), log_dir=Path(args.log_dir or DEFAULT_LOG_DIR))

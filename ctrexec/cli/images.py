@@ -13,9 +13,9 @@ from ctrexec.cli._common import print_table as table
 def cmd_images(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from ctrexec import imagetable
     from ctrexec.containerd import images
-    from ctrexec.containerd.prune import image_usage
+    from ctrexec.images.prune import image_usage
+    from ctrexec.views import images as imagetable
 
     if args.repository is not None:
         images.parse_reference(args.repository)  # a typo starts no daemon
@@ -51,8 +51,8 @@ def cmd_images(args: argparse.Namespace) -> int:
 
 
 def cmd_rmi(args: argparse.Namespace) -> int:
-    from ctrexec import imageuse
     from ctrexec.cli.verbs import each
+    from ctrexec.images import usage as imageuse
 
     with connect(args) as client:
         return each(args.refs, lambda ref: imageuse.remove(client, ref, force=args.force))

@@ -1,5 +1,5 @@
 """``ps`` and ``inspect``: docker's columns, filters, document and Go templates
-(see ctrexec.psformat and ctrexec.inspectdoc)."""
+(see ctrexec.views.ps and ctrexec.views.inspect)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,19 @@ from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_
 from ctrexec.cli.verbs import each
 
 if TYPE_CHECKING:
-    from ctrexec.executor import Executor
-    from ctrexec.taskconfig import TaskInfo
+    from ctrexec.tasks.config import TaskInfo
+    from ctrexec.tasks.executor import Executor
 
 
 def _executor(args: argparse.Namespace) -> Executor:
-    from ctrexec.executor import Executor
+    from ctrexec.tasks.executor import Executor
 
     return Executor(connect(args))
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
-    from ctrexec import inspectdoc, psformat
+    from ctrexec.views import inspect as inspectdoc
+    from ctrexec.views import ps as psformat
 
     filters = psformat.parse_filters(args.filter)  # before connecting: a typo starts nothing
     if args.format:
@@ -46,10 +47,11 @@ def _created(info: TaskInfo) -> float:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    """docker's document for each container found (see ctrexec.inspectdoc), or ``-f``'s
+    """docker's document for each container found (see ctrexec.views.inspect), or ``-f``'s
     text for each; a template that fails prints nothing (as docker's) and exits 125,
     ctrexec's code for bad input."""
-    from ctrexec import inspectdoc, psformat
+    from ctrexec.views import inspect as inspectdoc
+    from ctrexec.views import ps as psformat
 
     template = psformat.parse_template(args.format) if args.format else None  # before connecting
     ex = _executor(args)

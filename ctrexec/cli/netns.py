@@ -54,8 +54,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     import attrs
 
-    from ctrexec.executor import Executor
     from ctrexec.net import netns, nsmarks, nsrefs
+    from ctrexec.tasks.executor import Executor
 
     path = netns.resolve(args.name)
     info = attrs.asdict(netns.inspect(path))
@@ -69,7 +69,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from ctrexec.executor import Executor
+    from ctrexec.tasks.executor import Executor
 
     with connect(args) as client:
         ex = Executor(client)

@@ -13,7 +13,7 @@ import time
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ctrexec.registry.pull import PullEvent
+    from ctrexec.images.registry.pull import PullEvent
 
 _REDRAW = 0.1  # seconds between two redraws of the bars
 _BAR = 30

@@ -1,7 +1,7 @@
 """``run``/``create``'s docker flags for a container's own network and its restarts.
 
 ``--network bridge|cni:NAME`` and ``-p`` make the container an implicit group of one
-(:mod:`ctrexec.standalone`); ``--network none|host`` is ``--netns none|host``.
+(:mod:`ctrexec.groups.implicit`); ``--network none|host`` is ``--netns none|host``.
 ``--restart`` is docker's policy, which ``ctrexec supervise`` applies: ctrexec has no
 daemon, so a policy set while no supervisor runs gets one warning on stderr.
 """
@@ -20,9 +20,9 @@ from ctrexec.errors import CtrexecError, InvalidArgument
 
 if TYPE_CHECKING:
     from ctrexec.containerd.client import Client
-    from ctrexec.executor import Executor
-    from ctrexec.standalone import Wiring
-    from ctrexec.taskconfig import RestartPolicy, TaskConfig
+    from ctrexec.groups.implicit import Wiring
+    from ctrexec.tasks.config import RestartPolicy, TaskConfig
+    from ctrexec.tasks.executor import Executor
 
 _POLICIES = ("no", "on-failure", "always", "unless-stopped")
 SUPERVISOR_UNIT = "contrib/systemd/ctrexec-supervise@.service"
@@ -86,7 +86,7 @@ def restart_policy(text: str) -> tuple[str, int]:
 
 def restart_config(args: argparse.Namespace) -> RestartPolicy:
     """The task's RestartPolicy (docker's default: no), checked against --rm."""
-    from ctrexec.taskconfig import RestartPolicy
+    from ctrexec.tasks.config import RestartPolicy
 
     policy, count = args.restart or ("no", 0)
     if policy != "no" and args.rm:
@@ -107,7 +107,7 @@ def wiring(args: argparse.Namespace) -> Wiring | None:
     """The namespace to make for the container, checked before any daemon is asked."""
     if args.network is None and not args.publish:
         return None
-    from ctrexec.standalone import requested
+    from ctrexec.groups.implicit import requested
 
     return requested(args.network, args.publish, args.netns)
 
@@ -121,8 +121,8 @@ def with_exposed(
     if wired is None and args.network in ("none", "host"):
         return wired
     from ctrexec.containerd.images import get_image
+    from ctrexec.groups.implicit import requested
     from ctrexec.net.ports import parse_port
-    from ctrexec.standalone import requested
 
     taken = {(m.container_port, m.protocol) for m in map(parse_port, wired.ports if wired else ())}
     exposed = []
@@ -141,13 +141,13 @@ def own_network(
     """The config (joined to a namespace of its own, if asked) and its owner labels.
 
     If the block fails, the namespace and its address go again; once the record exists,
-    removing the container does that (:func:`ctrexec.standalone.release`).
+    removing the container does that (:func:`ctrexec.groups.implicit.release`).
     """
     if wired is None:
         yield config, {}
         return
     from ctrexec import labels as lbl
-    from ctrexec import standalone
+    from ctrexec.groups import implicit as standalone
     from ctrexec.net import settings
 
     joined, owned = standalone.attach(ex, settings.from_env(), config, wired)
@@ -164,7 +164,7 @@ def warn_unsupervised(client: Client, configs: list[TaskConfig]) -> None:
     policies = sorted({c.restart.policy for c in configs} - {"no"})
     if not policies:
         return  # without loading the supervisor module (its event stubs cost ~7 ms)
-    from ctrexec.supervisor import is_supervised
+    from ctrexec.groups.supervisor import is_supervised
 
     if is_supervised(client):
         return

@@ -15,7 +15,7 @@ from ctrexec.errors import InvalidArgument
 if TYPE_CHECKING:
     from ctrexec.containerd.client import Client
     from ctrexec.containerd.images import ImageCache
-    from ctrexec.registry.pull import PullEvent
+    from ctrexec.images.registry.pull import PullEvent
 
 # The registry package (urllib3) and the progress renderers load in each command.
 
@@ -60,7 +60,7 @@ def ensure_images(
     """Each (image, snapshotter) ready to run by the --pull policy (progress on stderr), before
     anything is created: a missing one stops the command with nothing made. With the
     executor's ``cache``, the create that follows reads no image document again."""
-    from ctrexec.registry.pull import ensure_pulled
+    from ctrexec.images.registry.pull import ensure_pulled
 
     options = pull_options(args)
     if getattr(args, "json", False) and options["progress"] is not None:
@@ -100,7 +100,7 @@ def _count(text: str) -> int:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    from ctrexec.registry.pull import pull
+    from ctrexec.images.registry.pull import pull
 
     options = pull_options(args)
     with connect(args) as client:
@@ -131,8 +131,8 @@ def _secret(args: argparse.Namespace) -> str:
 
 
 def cmd_login(args: argparse.Namespace) -> int:
-    from ctrexec.registry import auth, hosts
-    from ctrexec.registry.client import Repository
+    from ctrexec.images.registry import auth, hosts
+    from ctrexec.images.registry.client import Repository
 
     domain = _domain(args.server)
     username = args.username or (input("Username: ") if sys.stdin.isatty() else "")
@@ -151,7 +151,7 @@ def cmd_login(args: argparse.Namespace) -> int:
 
 
 def cmd_logout(args: argparse.Namespace) -> int:
-    from ctrexec.registry import auth
+    from ctrexec.images.registry import auth
 
     domain = _domain(args.server)
     if auth.erase(domain):

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctrexec import labels as lbl
-from ctrexec import logmodes
 from ctrexec.cli import attach, publish
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._time import point_in_time
@@ -29,17 +28,18 @@ from ctrexec.errors import (
     NotFound,
 )
 from ctrexec.labels import parse_key_values
+from ctrexec.logs import modes as logmodes
 
 # The library (grpc, stubs, attrs) is imported inside the commands: building the
 # parser, --help and bad flags must not load it.
 if TYPE_CHECKING:
-    from ctrexec import logs as logstore
-    from ctrexec.executor import Executor
-    from ctrexec.taskconfig import TaskConfig
+    from ctrexec.logs import reader as logstore
+    from ctrexec.tasks.config import TaskConfig
+    from ctrexec.tasks.executor import Executor
 
 
 def _executor(args: argparse.Namespace) -> Executor:
-    from ctrexec.executor import Executor
+    from ctrexec.tasks.executor import Executor
 
     return Executor(connect(args), log_dir=Path(getattr(args, "log_dir", None) or DEFAULT_LOG_DIR))
 
@@ -131,7 +131,7 @@ def _by_flag() -> Iterator[None]:
 def _config(args: argparse.Namespace) -> TaskConfig:
     import secrets
 
-    from ctrexec.taskconfig import TaskConfig
+    from ctrexec.tasks.config import TaskConfig
 
     driver = logmodes.DEFAULT_DRIVER if args.log_driver is None else args.log_driver
     max_size, max_files, transport = logmodes.parse_log_opts(driver, args.log_opt)
@@ -206,7 +206,7 @@ def _stream_until_exit(
     ``reap`` (``run --rm``): the task is deleted at its exit, which ends the log at once;
     otherwise the stopped task stays and its log is read for EXIT_SETTLE more.
     """
-    from ctrexec import logs as logstore
+    from ctrexec.logs import reader as logstore
 
     done = threading.Event()
     result: dict[str, int] = {}
@@ -273,7 +273,7 @@ def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
     The log driver writes a last line without a newline only after the exit (once its
     pipe is quiet), so stopping at the exit itself would lose it.
     """
-    from ctrexec import logs as logstore
+    from ctrexec.logs import reader as logstore
 
     since: list[float] = []
 
@@ -286,7 +286,7 @@ def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ctrexec import imageuse
+    from ctrexec.images import usage as imageuse
 
     attached = (args.interactive or args.tty) and not args.detach
     keys = attach.prepare(args) if attached else b""
@@ -325,7 +325,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _warn_unsupervised_rm(ex: Executor, task_id: str) -> None:
     """``-d --rm`` relies on ``ctrexec supervise`` (ctrexec has no daemon): say so if
     none runs. (The supervisor module, with its event stubs, loads only here.)"""
-    from ctrexec.supervisor import is_supervised
+    from ctrexec.groups.supervisor import is_supervised
 
     if is_supervised(ex.client):
         return
@@ -344,7 +344,7 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    from ctrexec import imageuse
+    from ctrexec.images import usage as imageuse
 
     with _by_flag():
         config = _config(args)
@@ -362,7 +362,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from ctrexec.taskio import is_interactive
+    from ctrexec.tasks.stdio import is_interactive
 
     ex = _executor(args)
     lookup = ex.lookup()
@@ -410,7 +410,7 @@ def cmd_kill(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from ctrexec import teardown
+    from ctrexec.tasks import teardown
 
     ex = _executor(args)
     lookup = ex.lookup()
@@ -421,8 +421,8 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from ctrexec import logs as logstore
     from ctrexec.containerd.tasks import Status
+    from ctrexec.logs import reader as logstore
 
     ex = _executor(args)
     task_id = ex.lookup()(args.id)
@@ -437,7 +437,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         stop = _stop_after_exit(exited)
 
     logmodes.check_logged(info.config, task_id)
-    from ctrexec.taskio import not_logged
+    from ctrexec.tasks.stdio import not_logged
 
     reason = not_logged(task_id, info.config)
     if reason is not None:

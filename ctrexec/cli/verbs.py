@@ -33,9 +33,9 @@ from ctrexec.errors import CtrexecError, FailedPrecondition, NotFound
 
 if TYPE_CHECKING:
     from ctrexec.containerd.stats import Stats
-    from ctrexec.executor import Executor
-    from ctrexec.logs import LogEntry
-    from ctrexec.watch import TaskEvents
+    from ctrexec.logs.reader import LogEntry
+    from ctrexec.tasks.events import TaskEvents
+    from ctrexec.tasks.executor import Executor
 
 #: docker's exit code when some of the names given failed.
 SOME_FAILED = 1
@@ -71,7 +71,7 @@ def until(entries: Iterable[LogEntry], when: datetime, tail: int | None) -> Iter
 
 
 def _executor(args: argparse.Namespace) -> Executor:
-    from ctrexec.executor import Executor
+    from ctrexec.tasks.executor import Executor
 
     return Executor(connect(args), log_dir=Path(DEFAULT_LOG_DIR))
 
@@ -137,8 +137,8 @@ def _pump(stream: TaskEvents, woke: threading.Event) -> None:
 
 
 def cmd_rename(args: argparse.Namespace) -> int:
-    """docker's ``rename``, for a container whose task is not running (see ctrexec.rename)."""
-    from ctrexec.rename import rename
+    """docker's ``rename``, for a container whose task is not running (see ctrexec.tasks.rename)."""
+    from ctrexec.tasks.rename import rename
 
     ex = _executor(args)
     rename(ex, ex.lookup()(args.old), args.new)
@@ -173,8 +173,8 @@ def cmd_port(args: argparse.Namespace) -> int:
 
 def cmd_top(args: argparse.Namespace) -> int:
     """The task's processes as the host sees them (docker runs ps on the host too)."""
-    from ctrexec import procs
     from ctrexec.containerd.tasks import Status
+    from ctrexec.tasks import procs
 
     ex = _executor(args)
     info = ex.inspect(ex.lookup()(args.id), addresses=False)

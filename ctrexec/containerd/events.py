@@ -4,7 +4,7 @@ subscription that knows when containerd has registered it.
 Events are not durable: what containerd publishes while no subscription is
 registered (before one is, or while containerd is down) is lost. So a subscriber
 must learn that its subscription is live before it lists state (:meth:`Subscription.sync`),
-and must list again after any break. :mod:`ctrexec.watch` builds that on this module.
+and must list again after any break. :mod:`ctrexec.tasks.events` builds that on this module.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class TaskEvent:
     """Something happened to a task (a container's running side) of ctrexec's.
 
     ``at`` is when containerd published it; ``group`` is the task's group, when it
-    has one (filled in by :class:`ctrexec.watch.TaskEvents`).
+    has one (filled in by :class:`ctrexec.tasks.events.TaskEvents`).
     """
 
     kind: ClassVar[str] = ""

@@ -3,7 +3,7 @@
 Every task has its own three files, bind-mounted from a directory keyed by its
 containerd namespace and container id, whatever its network: tasks sharing one
 namespace (a group) each see their own hostname and resolver. Rendering is pure;
-:func:`ensure` writes a task's files, and :mod:`ctrexec.taskfiles` says what goes in.
+:func:`ensure` writes a task's files, and :mod:`ctrexec.tasks.files` says what goes in.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def recoverable_detail(exc: CtrexecError) -> recoverable_error_pb2.RecoverableEr
 
 def _ensure_image(executor: Any, config: Any, options: dict[str, Any]) -> None:
     """The task's image in this namespace: adopted from another, or pulled."""
-    from ctrexec.registry.pull import ensure_pulled
+    from ctrexec.images.registry.pull import ensure_pulled
 
     ensure_pulled(
         executor.client, config.image, snapshotter=config.snapshotter, cache=executor.images,
@@ -220,7 +220,7 @@ class NomadDriver:
 
     def _connect(self, config: PluginConfig, loop: asyncio.AbstractEventLoop) -> None:
         from ctrexec.containerd.client import Client
-        from ctrexec.executor import Executor
+        from ctrexec.tasks.executor import Executor
 
         client = Client.connect(config.address, namespace=config.namespace)
         self._executor = Executor(client)

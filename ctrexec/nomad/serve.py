@@ -7,9 +7,9 @@ import logging
 import signal
 from collections.abc import Callable
 
-from ctrexec import _rpcserver
 from ctrexec._api.nomad.base import base_pb2
 from ctrexec._api.nomad.drivers import driver_pb2
+from ctrexec.nomad import _rpcserver
 from ctrexec.nomad.driver import NomadDriver, recoverable_detail
 
 log = logging.getLogger("ctrexec.nomad")

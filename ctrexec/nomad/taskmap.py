@@ -31,7 +31,7 @@ from ctrexec._api.nomad.drivers import driver_pb2 as pb
 from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.nomad.config import PluginConfig
 from ctrexec.oci import caps
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
 
 log = logging.getLogger("ctrexec.nomad")
 
@@ -132,7 +132,7 @@ def pull_options(opts: dict[str, Any], plugin: PluginConfig | None = None) -> di
     always. Credentials as the docker driver finds them: the task's ``auth`` block, else
     the plugin's credential helper, else the plugin's docker config file, else docker's
     default config.json."""
-    from ctrexec.registry import auth as registry_auth
+    from ctrexec.images.registry import auth as registry_auth
 
     auth = opts["auth"]
     out: dict[str, Any] = {"policy": "always" if opts["force_pull"] else "missing"}

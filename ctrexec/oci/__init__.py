@@ -15,7 +15,7 @@ options in order::
 
 Nothing here reads a file (only this package's own seccomp profile data) or calls
 libc: the caller reads passwd/group from the image and the capability bounding
-set from /proc and passes their text in (``ctrexec.taskspec``, ``ctrexec.executor``).
+set from /proc and passes their text in (``ctrexec.tasks.spec``, ``ctrexec.tasks.executor``).
 Every function is pure except :func:`validate_mount_sources` (looks up host paths)
 and :func:`with_devices` (stats host devices when the option is made).
 Bad input raises :class:`ctrexec.errors.InvalidArgument`.

@@ -193,7 +193,7 @@ def bounding_capabilities(status_text: str) -> list[str]:
     lacks CAP_SYS_RESOURCE, for one) hold fewer than the kernel knows, so
     "every capability" must mean every capability we have, which is also what
     docker's ``--privileged`` grants. The caller reads the file
-    (:func:`ctrexec.taskspec.host_bounding_capabilities`): this package reads none.
+    (:func:`ctrexec.tasks.spec.host_bounding_capabilities`): this package reads none.
     """
     for line in status_text.splitlines():
         key, _, value = line.partition(":")

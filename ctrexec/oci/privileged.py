@@ -29,7 +29,7 @@ def with_privileged(*, capabilities: Sequence[str]) -> SpecOpt:
 
     "All capabilities" should be this process's bounding set: the runtime cannot
     grant more than it holds (see :func:`ctrexec.oci.caps.bounding_capabilities`;
-    :func:`ctrexec.taskspec.host_bounding_capabilities` reads it). ``["ALL"]`` means
+    :func:`ctrexec.tasks.spec.host_bounding_capabilities` reads it). ``["ALL"]`` means
     every one the kernel defines. The caller passes them because this package
     reads no file.
     """

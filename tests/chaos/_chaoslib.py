@@ -24,9 +24,9 @@ from ctrexec._linux import mounts_under
 from ctrexec.containerd import containers, snapshots, tasks
 from ctrexec.containerd.client import LEASE_EXPIRE_LABEL, Client
 from ctrexec.containerd.daemon import EmbeddedContainerd
-from ctrexec.executor import Executor
 from ctrexec.labels import LOG_PATH, MANAGED
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import audit
 
 #: The name the session's ``test_image_archive`` carries (see tests/conftest.py).

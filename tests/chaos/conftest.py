@@ -21,8 +21,8 @@ from _chaoslib import ChaosDaemon, gc_pass, kill_strays, remove_cgroups
 from ctrexec import errors
 from ctrexec._linux import mounts_under, unmount_all
 from ctrexec.containerd.client import Client
-from ctrexec.executor import Executor
 from ctrexec.net import netns
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import audit, import_image, private_containerd
 
 #: Prefix of every container id the chaos tests create on the session daemon.

@@ -34,8 +34,8 @@ from _chaoslib import (
 from ctrexec import errors
 from ctrexec._linux import mounts_under
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
-from ctrexec.taskconfig import TaskConfig, TaskHandle
+from ctrexec.tasks.config import TaskConfig, TaskHandle
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import audit
 
 IMAGE = "docker.io/library/ctrexec-test:latest"

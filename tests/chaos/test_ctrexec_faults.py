@@ -38,9 +38,9 @@ from ctrexec import errors
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
 from ctrexec.net import hostfiles, netns
-from ctrexec.taskconfig import TaskConfig, TaskHandle
+from ctrexec.tasks.config import TaskConfig, TaskHandle
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import audit
 
 KILLPOINT = Path(__file__).with_name("_killpoint.py")

@@ -18,8 +18,8 @@ from _eventlog import EventLog
 
 from ctrexec.containerd.events import EventsMissed, TaskEvent
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 
 SLEEP = ("sleep", "1000")
 HOG = ("sh", "-c", "x=a; while :; do x=$x$x; done")

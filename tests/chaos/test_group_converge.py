@@ -31,8 +31,8 @@ from _cli import cli_argv
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
 from ctrexec.net import hostfiles, netns
+from ctrexec.tasks.executor import Executor
 
 SUBNET = "10.231.193.0/24"
 ROUNDS = 50

@@ -13,9 +13,9 @@ from pathlib import Path
 from _chaoslib import IMAGE, ChaosDaemon, wait_for
 
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
-from ctrexec.supervisor import Supervisor
-from ctrexec.taskconfig import RestartPolicy, TaskConfig
+from ctrexec.groups.supervisor import Supervisor
+from ctrexec.tasks.config import RestartPolicy, TaskConfig
+from ctrexec.tasks.executor import Executor
 
 CYCLES = 5
 #: How long each outage lasts: the supervisor retries every 0.1 s meanwhile.

@@ -23,13 +23,14 @@ from _chaoslib import (
     wait_for,
 )
 
-from ctrexec import errors, logdaemon_client
+from ctrexec import errors
 from ctrexec._linux import mounts_under
 from ctrexec.containerd import containers, snapshots, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.logs import client as logdaemon_client
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import audit
 
 TICKER = "echo up; while true; do sleep 0.1; done"

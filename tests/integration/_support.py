@@ -12,8 +12,8 @@ from typing import Any
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.errors import NotFound
-from ctrexec.executor import Executor
-from ctrexec.supervisor import Supervisor
+from ctrexec.groups.supervisor import Supervisor
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import wait_for
 
 

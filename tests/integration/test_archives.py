@@ -27,9 +27,10 @@ from _support import until
 from ctrexec import _rpc
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
-from ctrexec.containerd import containers, content, images, imagestore, snapshots
+from ctrexec.containerd import containers, content, images, snapshots
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Platform
+from ctrexec.images import store as imagestore
 from ctrexec.testing import content_digests
 
 SNAPSHOTTER = "overlayfs"

@@ -17,9 +17,9 @@ from _support import gone, scratch_executor, supervising, until
 
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
-from ctrexec.supervisor import Supervisor, is_supervised
-from ctrexec.taskconfig import RestartPolicy, TaskConfig
+from ctrexec.groups.supervisor import Supervisor, is_supervised
+from ctrexec.tasks.config import RestartPolicy, TaskConfig
+from ctrexec.tasks.executor import Executor
 
 WARNING = "ctrexec: warning: --rm: no `ctrexec supervise` runs for namespace ctrexec-test"
 
@@ -88,7 +88,7 @@ def test_foreground_rm_with_supervisor_keeps_output_and_exit_code(
 def test_rm_with_restart_policy_is_removed_once_the_policy_gives_up(
     ex: Executor, supervised: Supervisor, test_image: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="ctrexec.supervisor")
+    caplog.set_level(logging.INFO, logger="ctrexec.groups.supervisor")
     ex.start_task(
         TaskConfig(
             name="rm-policy",

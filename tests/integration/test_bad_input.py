@@ -164,9 +164,9 @@ def test_group_up_that_fails_to_start_a_task_is_non_zero_and_undone(
 def test_netns_rm_refuses_running_tasks(
     client: Client, test_image: str, tmp_path: Path, cli: Cli
 ) -> None:
-    from ctrexec.executor import Executor
     from ctrexec.net import netns
-    from ctrexec.taskconfig import TaskConfig
+    from ctrexec.tasks.config import TaskConfig
+    from ctrexec.tasks.executor import Executor
 
     ns = netns.create("cxt-busy")
     ex = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")

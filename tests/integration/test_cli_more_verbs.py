@@ -16,9 +16,9 @@ from _cli import Cli
 from _nethelpers import free_port
 
 from ctrexec.containerd.client import Client
-from ctrexec.executor import Executor
-from ctrexec.groups import Groups, parse_group
+from ctrexec.groups.updown import Groups, parse_group
 from ctrexec.net.networks import Networks
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import wait_for
 
 pytestmark = pytest.mark.integration

@@ -15,10 +15,10 @@ from ctrexec import errors
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, snapshots
 from ctrexec.containerd.client import Client
-from ctrexec.executor import Executor
-from ctrexec.groups import Groups, parse_group
+from ctrexec.groups.updown import Groups, parse_group
 from ctrexec.net.networks import Networks
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 
 pytestmark = pytest.mark.integration
 
@@ -148,7 +148,7 @@ def test_a_failed_move_leaves_the_old_container_whole(
     the new name goes again, and the old container, exit and logs included, stays."""
     from _support import scratch_executor
 
-    from ctrexec import rename
+    from ctrexec.tasks import rename
 
     with scratch_executor(client, tmp_path, "rn-lib") as ex:
         ex.start_task(TaskConfig(name="rn-lib-a", image=test_image, command=("echo", "kept")))

@@ -25,9 +25,9 @@ from _support import gone, scratch_executor, until
 
 from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
-from ctrexec.executor import Executor
+from ctrexec.groups.supervisor import is_supervised
 from ctrexec.net import cni, netns, settings
-from ctrexec.supervisor import is_supervised
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import import_image
 
 pytestmark = pytest.mark.integration

@@ -8,8 +8,8 @@ from pathlib import Path
 from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
-from ctrexec.executor import Executor
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import import_image
 
 

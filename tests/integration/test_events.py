@@ -14,8 +14,8 @@ from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.events import ExecExited, TaskDeleted, TaskEvent, TaskExited
 from ctrexec.errors import Unavailable
-from ctrexec.executor import Executor
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 
 #: Exits with 5 at SIGTERM (a PID 1 without a handler ignores it).
 TRAPPER = ("sh", "-c", 'trap "exit 5" TERM; while :; do sleep 0.1; done')

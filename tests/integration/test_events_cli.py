@@ -16,8 +16,8 @@ from _cli import Cli
 from _support import scratch_executor
 
 from ctrexec.containerd.client import Client
-from ctrexec.executor import Executor
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import wait_for
 
 

@@ -20,8 +20,8 @@ from ctrexec import errors
 from ctrexec.containerd import execs
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 
 TASK = "xstream"
 BOUND = 30.0

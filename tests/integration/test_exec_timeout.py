@@ -18,8 +18,8 @@ from _cli import Cli
 from ctrexec import errors
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 
 HANG_GUARD = 20.0
 

@@ -16,9 +16,9 @@ from ctrexec import errors
 from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
 from ctrexec.net import netns
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,7 +163,7 @@ def test_handle_roundtrip_and_recover(ex: Executor, test_image: str, client: Cli
     h = ex.start_task(_cfg("rec", test_image, "sh", "-c", "exit 4"))
     persisted = h.to_json()
     # A new executor (as after a scheduler restart) re-attaches and sees the exit.
-    from ctrexec.taskconfig import TaskHandle
+    from ctrexec.tasks.config import TaskHandle
 
     other = Executor(client, log_dir=ex.log_dir, files_dir=ex.files_dir)
     until(lambda: other.inspect("rec").status is Status.STOPPED, "the exit", timeout=20)

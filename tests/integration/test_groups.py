@@ -19,10 +19,10 @@ from ctrexec import errors
 from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
-from ctrexec.groups import Groups, GroupSpec, load_group_file, parse_group
+from ctrexec.groups.updown import Groups, GroupSpec, load_group_file, parse_group
 from ctrexec.net import netns
 from ctrexec.net.networks import Networks
+from ctrexec.tasks.executor import Executor
 
 SUBNET = "10.231.180.0/24"
 

@@ -17,11 +17,11 @@ from ctrexec import errors
 from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
-from ctrexec.groups import Groups, parse_group
+from ctrexec.groups.updown import Groups, parse_group
 from ctrexec.net import netns
 from ctrexec.net.networks import Networks
-from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskHandle
+from ctrexec.tasks.config import RestartPolicy, TaskConfig, TaskHandle
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import stop_log_daemon
 
 #: Doubles a shell string for ever: the busybox-only way to allocate without end.

@@ -15,10 +15,10 @@ from _support import scratch_executor, until
 
 from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
-from ctrexec.executor import Executor
 from ctrexec.net import hostfiles, netns
 from ctrexec.net.hostfiles import HostsEntries, Member
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 from _support import until
 
-from ctrexec import Executor, TaskConfig, logdaemon, logdaemon_client, logs
+from ctrexec import Executor, TaskConfig
 from ctrexec.containerd.client import Client
 from ctrexec.errors import CtrexecError
+from ctrexec.logs import client as logdaemon_client
+from ctrexec.logs import daemon as logdaemon
+from ctrexec.logs import reader as logs
 from ctrexec.testing import wait_for
 
 COUNTER = "i=0; while :; do echo line $i; i=$((i+1)); sleep 0.05; done"

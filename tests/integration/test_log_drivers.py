@@ -1,6 +1,6 @@
 """``--log-driver json-file|file|none`` end to end, through the CLI and the session's containerd.
 
-Each driver keeps what it promises (``ctrexec.logmodes``): ``logs`` and ``logs -f``
+Each driver keeps what it promises (``ctrexec.logs.modes``): ``logs`` and ``logs -f``
 from a CLI process other than the one that started the task, the streams apart where
 the driver has them, the disk bound where it has one, and nothing at all for ``none``.
 """
@@ -16,7 +16,8 @@ import pytest
 from _cli import TEST_NAMESPACE, Cli
 from _support import until
 
-from ctrexec import logdaemon_client, logs
+from ctrexec.logs import client as logdaemon_client
+from ctrexec.logs import reader as logs
 
 CHATTY = "echo out; echo err >&2; i=0; while :; do echo line $i; i=$((i+1)); sleep 0.2; done"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec.logs import log_uri, read_logs, rotated_paths, write_launcher
+from ctrexec.logs.reader import log_uri, read_logs, rotated_paths, write_launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "docker.io/library/ctrexec-test:latest"

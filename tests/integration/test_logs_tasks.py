@@ -20,12 +20,13 @@ import pytest
 from _cli import Cli
 from _support import until
 
-from ctrexec import errors, logs
+from ctrexec import errors
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.logs import reader as logs
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 
 MIB = 1 << 20
 #: The shim SIGKILLs a log driver that has not exited 12 s after SIGTERM; the task's

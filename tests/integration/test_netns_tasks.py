@@ -21,9 +21,9 @@ from ctrexec import labels as lbl
 from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
 from ctrexec.net import netns
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import host_audit, wait_for
 
 TAG = f"cxt-nt{secrets.token_hex(3)}"

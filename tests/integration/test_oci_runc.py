@@ -32,7 +32,7 @@ from ctrexec.oci import (
 )
 from ctrexec.oci.caps import DEFAULT_CAPABILITIES
 from ctrexec.oci.seccomp import load_default_profile
-from ctrexec.taskspec import host_bounding_capabilities
+from ctrexec.tasks.spec import host_bounding_capabilities
 
 pytestmark = pytest.mark.integration
 

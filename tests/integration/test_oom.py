@@ -16,8 +16,8 @@ from _support import scratch_executor
 
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 
 #: Doubles a shell string for ever: the busybox-only way to allocate without end.
 HOG = ("sh", "-c", "x=a; while :; do x=$x$x; done")

@@ -29,7 +29,7 @@ from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
 from ctrexec.containerd import content, images
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Platform
-from ctrexec.registry.pull import PullEvent, pull
+from ctrexec.images.registry.pull import PullEvent, pull
 from ctrexec.testing import content_digests
 
 ROOT = Path(__file__).resolve().parents[2]

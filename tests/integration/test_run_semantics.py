@@ -21,8 +21,8 @@ from _cli import Cli
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.errors import CtrexecError
-from ctrexec.executor import Executor
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import audit
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ import pytest
 
 from ctrexec.containerd import containers, images, snapshots
 from ctrexec.containerd.client import Client
-from ctrexec.executor import Executor
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import import_image
 
 #: What one start_task of an image this Executor has seen costs: Images.Get (a tag

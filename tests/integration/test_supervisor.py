@@ -14,10 +14,10 @@ from _support import supervising, until
 from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
+from ctrexec.groups.supervisor import Supervisor, is_supervised, should_restart
 from ctrexec.net import netns
-from ctrexec.supervisor import Supervisor, is_supervised, should_restart
-from ctrexec.taskconfig import RestartPolicy, TaskConfig
+from ctrexec.tasks.config import RestartPolicy, TaskConfig
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import wait_for
 
 
@@ -46,7 +46,7 @@ def _said(caplog: pytest.LogCaptureFixture, line: str) -> bool:
 def test_sigkilled_task_restarts_in_same_netns(
     ex: Executor, supervisor: Supervisor, test_image: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="ctrexec.supervisor")
+    caplog.set_level(logging.INFO, logger="ctrexec.groups.supervisor")
     name = f"cxt-{secrets.token_hex(3)}"
     ns = netns.create(name)
     try:
@@ -84,7 +84,7 @@ def test_sigkilled_task_restarts_in_same_netns(
 def test_on_failure_with_max_attempts(
     ex: Executor, supervisor: Supervisor, test_image: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="ctrexec.supervisor")
+    caplog.set_level(logging.INFO, logger="ctrexec.groups.supervisor")
     cfg = TaskConfig(
         name="fail1",
         image=test_image,
@@ -139,7 +139,7 @@ def test_policy_table() -> None:
 def test_crash_loop_restart_delays_grow(
     ex: Executor, supervisor: Supervisor, test_image: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="ctrexec.supervisor")
+    caplog.set_level(logging.INFO, logger="ctrexec.groups.supervisor")
     name = "sup-crashloop"
     ex.start_task(
         TaskConfig(
@@ -199,7 +199,7 @@ def test_a_long_enough_run_resets_the_backoff(ex: Executor, test_image: str) -> 
 def test_oom_kill_is_in_the_supervisor_log(
     ex: Executor, supervisor: Supervisor, test_image: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="ctrexec.supervisor")
+    caplog.set_level(logging.INFO, logger="ctrexec.groups.supervisor")
     name = "sup-oom"
     ex.start_task(
         TaskConfig(

@@ -18,9 +18,9 @@ from _support import scratch_executor, supervising, until
 from ctrexec.containerd import tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
-from ctrexec.supervisor import Supervisor
-from ctrexec.taskconfig import RestartPolicy, TaskConfig
+from ctrexec.groups.supervisor import Supervisor
+from ctrexec.tasks.config import RestartPolicy, TaskConfig
+from ctrexec.tasks.executor import Executor
 
 pytestmark = pytest.mark.integration
 

@@ -24,10 +24,10 @@ from _support import scratch_executor, until
 from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.executor import Executor
+from ctrexec.groups.supervisor import is_supervised
 from ctrexec.net import netns
-from ctrexec.supervisor import is_supervised
-from ctrexec.taskconfig import RestartPolicy, TaskConfig
+from ctrexec.tasks.config import RestartPolicy, TaskConfig
+from ctrexec.tasks.executor import Executor
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ from _support import scratch_executor
 
 from ctrexec.containerd.client import Client
 from ctrexec.errors import InvalidField
-from ctrexec.executor import Executor
 from ctrexec.net import hostfiles, netns
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from _support import scratch_executor, until
 
-from ctrexec.aio import AsyncExecutor
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import DeadlineExceeded, NotFound
-from ctrexec.executor import Executor
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.aio import AsyncExecutor
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 
 MANY = 50
 #: Threads beyond the test's own that may exist while waiting: gRPC's channel poller

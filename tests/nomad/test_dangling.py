@@ -13,9 +13,9 @@ from _node import Node, agent_config
 
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
-from ctrexec.executor import Executor
 from ctrexec.nomad.taskmap import container_id
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.executor import Executor
 from ctrexec.testing import wait_for
 
 FAST = {"enabled": True, "dry_run": False, "period": "200ms", "creation_grace": "1s"}

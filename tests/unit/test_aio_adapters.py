@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ctrexec.aio import Relay, result_of
 from ctrexec.errors import DeadlineExceeded, Unavailable
+from ctrexec.tasks.aio import Relay, result_of
 from ctrexec.testing import wait_for
 
 

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from ctrexec import errors
-from ctrexec.containerd import archives, content
+from ctrexec.containerd import content
 from ctrexec.containerd.content import Descriptor
+from ctrexec.images import archives
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64

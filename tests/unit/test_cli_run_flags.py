@@ -9,7 +9,7 @@ import pytest
 from ctrexec.cli.main import build_parser, main
 from ctrexec.cli.tasks import _config
 from ctrexec.oci import resolve_args
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks.config import TaskConfig
 
 pytestmark = pytest.mark.unit
 

@@ -43,7 +43,7 @@ def test_until_then_tail() -> None:
     from datetime import UTC, datetime
 
     from ctrexec.cli.verbs import until
-    from ctrexec.logs import LogEntry
+    from ctrexec.logs.reader import LogEntry
 
     entries = [LogEntry("stdout", f"{n}\n", n * 10**9) for n in range(1, 6)]
     when = datetime.fromtimestamp(3, UTC)

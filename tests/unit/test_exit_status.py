@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from ctrexec.containerd.tasks import ExitStatus
-from ctrexec.supervisor import describe
+from ctrexec.groups.supervisor import describe
 
 
 def test_oom_killed_round_trips_through_json() -> None:

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from ctrexec import labels as lbl
-from ctrexec import taskfiles
 from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.net import hostfiles
 from ctrexec.net.hostfiles import HostsEntries, Member
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks import files as taskfiles
+from ctrexec.tasks.config import TaskConfig
 
 LOCALHOST = (
     "127.0.0.1\tlocalhost\n"

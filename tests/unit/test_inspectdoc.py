@@ -9,12 +9,12 @@ from typing import Any
 import attrs
 
 from ctrexec.containerd.tasks import ExitStatus, Status
-from ctrexec.inspectdoc import ZERO_TIME, document, rfc3339
 from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS
 from ctrexec.net.cniconf import PortMapping
 from ctrexec.net.netns import Address
-from ctrexec.psformat import execute, parse_template
-from ctrexec.taskconfig import RestartPolicy, TaskConfig, TaskInfo
+from ctrexec.tasks.config import RestartPolicy, TaskConfig, TaskInfo
+from ctrexec.views.inspect import ZERO_TIME, document, rfc3339
+from ctrexec.views.ps import execute, parse_template
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, 123400, tzinfo=UTC)
 

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec import logmodes, logs
 from ctrexec.cli.main import build_parser, main
 from ctrexec.cli.tasks import _config
 from ctrexec.errors import FailedPrecondition, InvalidArgument, InvalidField
-from ctrexec.groups import parse_group
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.groups.updown import parse_group
+from ctrexec.logs import modes as logmodes
+from ctrexec.logs import reader as logs
+from ctrexec.tasks.config import TaskConfig
 
 pytestmark = pytest.mark.unit
 

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec import logdaemon, logdaemon_client, logs
+from ctrexec.logs import client as logdaemon_client
+from ctrexec.logs import daemon as logdaemon
+from ctrexec.logs import reader as logs
 from ctrexec.testing import wait_for
 
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from ctrexec import logdriver
 from ctrexec.errors import InvalidArgument
-from ctrexec.logs import (
+from ctrexec.logs import driver as logdriver
+from ctrexec.logs.reader import (
     MAX_LINE,
     LineSplitter,
     LogEntry,
@@ -429,13 +429,22 @@ def test_driver_imports_stay_cheap() -> None:
         "pkg = types.ModuleType('ctrexec')\n"
         f"pkg.__path__ = [{str(ROOT / 'ctrexec')!r}]\n"
         "sys.modules['ctrexec'] = pkg\n"
-        "import ctrexec.logdriver\n"
+        "import ctrexec.logs.driver\n"
         "print(' '.join(sorted(sys.modules)))\n"
     )
     out = subprocess.run(
         [sys.executable, "-IS", "-c", code], check=True, capture_output=True, text=True, env={}
     ).stdout.split()
-    for heavy in ("grpc", "attrs", "attr", "json", "re", "typing", "pathlib", "ctrexec.logs"):
+    for heavy in (
+        "grpc",
+        "attrs",
+        "attr",
+        "json",
+        "re",
+        "typing",
+        "pathlib",
+        "ctrexec.logs.reader",
+    ):
         assert heavy not in out
     # Each of these costs every driver ~0.2-0.8 MiB PSS (enum through signal).
     assert [m for m in ("signal", "enum", "threading", "contextlib", "functools") if m in out] == []
@@ -519,7 +528,7 @@ def launcher(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def module_argv() -> list[str]:
-    return [sys.executable, "-m", "ctrexec.logdriver"]
+    return [sys.executable, "-m", "ctrexec.logs.driver"]
 
 
 @pytest.fixture

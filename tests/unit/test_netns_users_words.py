@@ -8,8 +8,8 @@ import pytest
 
 from ctrexec import ids
 from ctrexec.cli import progress
+from ctrexec.images.registry.pull import PullEvent
 from ctrexec.net.nsrefs import NetnsUser
-from ctrexec.registry.pull import PullEvent
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,6 @@ import attrs
 import pytest
 
 import ctrexec.oci as oci
-from ctrexec import taskspec
 from ctrexec.errors import InvalidArgument
 from ctrexec.oci import (
     ALL_CAPABILITIES,
@@ -25,6 +24,7 @@ from ctrexec.oci import (
     with_privileged,
 )
 from ctrexec.oci.seccomp import host_machine
+from ctrexec.tasks import spec as taskspec
 
 pytestmark = pytest.mark.unit
 

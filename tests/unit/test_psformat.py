@@ -9,9 +9,9 @@ import pytest
 
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import InvalidArgument
-from ctrexec.gotemplate import TemplateError
-from ctrexec.psformat import human_duration, parse_filters, ps_lines, ps_template
-from ctrexec.taskconfig import TaskConfig, TaskInfo
+from ctrexec.tasks.config import TaskConfig, TaskInfo
+from ctrexec.views.gotemplate import TemplateError
+from ctrexec.views.ps import human_duration, parse_filters, ps_lines, ps_template
 
 
 @pytest.mark.parametrize(
@@ -77,8 +77,8 @@ def test_parse_filters() -> None:
 
 def test_ps_ids_cut_to_12_unless_no_trunc() -> None:
     from ctrexec.containerd.tasks import Status
-    from ctrexec.psformat import ps_lines
-    from ctrexec.taskconfig import TaskConfig, TaskInfo
+    from ctrexec.tasks.config import TaskConfig, TaskInfo
+    from ctrexec.views.ps import ps_lines
 
     config = TaskConfig(name="ctrexec-0123456789abcdef", image="busybox", command=("echo",) * 8)
     info = TaskInfo(

@@ -13,7 +13,7 @@ _PROBE = textwrap.dedent(
     first = sys.argv[1] == "pyroute2-first"
     if first:
         import pyroute2
-    import ctrexec.executor, ctrexec.net.networks, ctrexec.net.nsrefs
+    import ctrexec.tasks.executor, ctrexec.net.networks, ctrexec.net.nsrefs
     at_import = sorted(m for m in sys.modules if m.startswith("pyroute2"))
     from ctrexec.net import _pyroute2
     ip_route, netlink_error = _pyroute2.load()

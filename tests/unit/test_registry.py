@@ -12,9 +12,9 @@ import pytest
 
 from ctrexec import errors
 from ctrexec.cli import progress
-from ctrexec.containerd import imagestore
-from ctrexec.registry import auth, hosts
-from ctrexec.registry.pull import PullEvent
+from ctrexec.images import store as imagestore
+from ctrexec.images.registry import auth, hosts
+from ctrexec.images.registry.pull import PullEvent
 
 # -- hosts.toml ----------------------------------------------------------------------------
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from ctrexec import labels as lbl
-from ctrexec import taskinfo
 from ctrexec.containerd import containers
 from ctrexec.containerd.tasks import ExitStatus, ProcessState, Status
-from ctrexec.inspectdoc import document
-from ctrexec.psformat import execute, parse_template, state, status_text
+from ctrexec.tasks import info as taskinfo
+from ctrexec.views.inspect import document
+from ctrexec.views.ps import execute, parse_template, state, status_text
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 EXITED = ExitStatus(code=137, exited_at=NOW - timedelta(seconds=7))

@@ -9,8 +9,8 @@ import pytest
 
 from ctrexec.cli.publish import restart_policy
 from ctrexec.errors import InvalidArgument
+from ctrexec.groups.implicit import requested
 from ctrexec.net.ports import expand_publish, free_host_port
-from ctrexec.standalone import requested
 
 
 def _pick(host_ip: str, proto: str) -> int:

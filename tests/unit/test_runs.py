@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ctrexec import labels as lbl
-from ctrexec import runs
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import HandleMismatch, InvalidArgument
-from ctrexec.taskconfig import TaskHandle, TaskInfo
+from ctrexec.tasks import runs
+from ctrexec.tasks.config import TaskHandle, TaskInfo
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 
@@ -141,7 +141,7 @@ def test_info_json_says_the_run_and_its_end() -> None:
 
 
 def test_group_ports_label_round_trip() -> None:
-    from ctrexec import taskinfo
+    from ctrexec.tasks import info as taskinfo
 
     labels = {lbl.GROUP_PORTS: "8080:80/tcp,127.0.0.1:53:53/udp,[::1]:9000:90,bad"}
     ports = taskinfo.group_ports(labels)

@@ -6,7 +6,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 
 from ctrexec import labels as lbl
-from ctrexec.supervisor import MAX_BACKOFF, MIN_DELAY, delay_for, next_delay
+from ctrexec.groups.supervisor import MAX_BACKOFF, MIN_DELAY, delay_for, next_delay
 
 
 def test_first_restart_waits_the_base_delay() -> None:

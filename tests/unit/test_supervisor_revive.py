@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ctrexec import _linux
-from ctrexec.supervisor import should_revive
+from ctrexec.groups.supervisor import should_revive
 
 POLICY, STOPPED, RM = (
     "io.ctrexec.restart.policy",

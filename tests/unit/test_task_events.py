@@ -29,7 +29,7 @@ from ctrexec.containerd.events import (
 )
 from ctrexec.containerd.tasks import ExitStatus
 from ctrexec.errors import InvalidArgument
-from ctrexec.watch import EventFilter, ExitLedger, parse_kinds
+from ctrexec.tasks.events import EventFilter, ExitLedger, parse_kinds
 
 AT = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
 

@@ -11,10 +11,11 @@ from typing import Any
 import attrs
 import pytest
 
-from ctrexec import groups, taskspec
 from ctrexec.errors import InvalidArgument, InvalidField
+from ctrexec.groups import updown as groups
 from ctrexec.oci import resources
-from ctrexec.taskconfig import RestartPolicy, TaskConfig
+from ctrexec.tasks import spec as taskspec
+from ctrexec.tasks.config import RestartPolicy, TaskConfig
 
 pytestmark = pytest.mark.unit
 

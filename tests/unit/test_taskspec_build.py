@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from ctrexec import taskspec
 from ctrexec.containerd.runtimes import RUNC_V2, RuntimeChoice
 from ctrexec.oci.caps import ALL_CAPABILITIES, DEFAULT_CAPABILITIES
 from ctrexec.oci.user import ResolvedUser
-from ctrexec.taskconfig import TaskConfig
+from ctrexec.tasks import spec as taskspec
+from ctrexec.tasks.config import TaskConfig
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from ctrexec.errors import NotFound
-from ctrexec.teardown import each_at_once
+from ctrexec.tasks.teardown import each_at_once
 
 
 def test_each_at_once_overlaps_and_keeps_order() -> None:

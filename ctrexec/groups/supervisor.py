@@ -1,0 +1,544 @@
+"""Restart policies, applied by a small long-running watcher (``ctrexec supervise``).
+
+The supervisor keeps no state of its own: the policy, the restart count, the backoff,
+the "stopped by user" mark, a restart pending and why the last one failed are
+container labels, each written once what it says is so. It is built on
+:meth:`Executor.events`, as a scheduler would be: it lists all tasks once the stream is
+live, acts on each exit event, and lists again whenever the stream says events were
+missed (containerd restarted), so killing it and starting it again loses nothing.
+
+It also removes ``--rm`` containers whose task exited (docker's daemon does that;
+ctrexec has no daemon). While it runs it holds a shared lock on a file named after
+the containerd address and namespace, so ``run -d --rm`` can tell whether any
+supervisor will remove the container (:func:`is_supervised`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ctrexec import _linux
+from ctrexec import labels as lbl
+from ctrexec.containerd import containers, tasks
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.events import EventsMissed, TaskExited, TaskOOM
+from ctrexec.containerd.tasks import ExitStatus, Status
+from ctrexec.errors import CtrexecError, NotFound
+from ctrexec.tasks.events import MAX_RECONNECT_DELAY, TaskEvents
+from ctrexec.tasks.executor import Executor
+
+log = logging.getLogger("ctrexec.groups.supervisor")
+#: How often the stop watcher checks that run() is still going (only then: a set
+#: ``stop`` wakes it at once).
+STOP_POLL = 0.5
+#: Docker's restart backoff: each quick exit doubles the delay, up to MAX_BACKOFF,
+#: and a run that lasted RESET_AFTER seconds brings it back to the policy's delay.
+MAX_BACKOFF = 60.0
+RESET_AFTER = 10.0
+#: The first delay when the policy's is 0 (docker's 100 ms), so doubling can grow.
+MIN_DELAY = 0.1
+#: How much of a failed restart's error the label keeps (labels are limited to 4 KiB).
+MAX_ERROR_BYTES = 1024
+#: Where running supervisors hold their presence locks (cleared by a reboot).
+DEFAULT_LOCK_DIR = Path("/run/ctrexec/supervise")
+
+
+def _lock_path(client: Client, lock_dir: Path) -> Path:
+    key = hashlib.sha256(os.path.realpath(client.address).encode()).hexdigest()[:16]
+    return lock_dir / f"{key}-{client.namespace}.lock"
+
+
+@contextlib.contextmanager
+def presence(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> Iterator[None]:
+    """Hold a shared lock saying "a supervisor serves this namespace" for the block.
+
+    The kernel drops a flock when its holder dies, so the lock cannot go stale the
+    way a pid file can; shared, so several supervisors may run.
+    """
+    path = _lock_path(client, lock_dir)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        log.warning("cannot announce this supervisor in %s: %s", path, exc.strerror)
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def is_supervised(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> bool:
+    """Whether a supervisor (any process) serves the client's address and namespace."""
+    try:
+        fd = os.open(_lock_path(client, lock_dir), os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # also releases the probe's lock
+    return False
+
+
+def should_restart(labels: dict[str, str], exit_code: int) -> bool:
+    """The policy decision for one exit, from the container's labels alone."""
+    policy = labels.get(lbl.RESTART_POLICY, "no")
+    if policy == "no" or labels.get(lbl.STOPPED_BY_USER) == "true":
+        return False
+    if policy == "on-failure" and exit_code == 0:
+        return False
+    max_attempts = int(labels.get(lbl.RESTART_MAX, "0") or 0)
+    count = int(labels.get(lbl.RESTART_COUNT, "0") or 0)
+    return not (max_attempts > 0 and count >= max_attempts)
+
+
+def should_revive(labels: Mapping[str, str]) -> bool:
+    """The policy decision for a task the host's restart took away (no exit was seen),
+    as dockerd's at its start: ``always`` comes back even when it was stopped by hand,
+    ``unless-stopped`` and ``on-failure`` unless it was."""
+    policy = labels.get(lbl.RESTART_POLICY, "no")
+    if policy == "no" or labels.get(lbl.AUTO_REMOVE) == "true":
+        return False
+    return policy == "always" or labels.get(lbl.STOPPED_BY_USER) != "true"
+
+
+def next_delay(
+    base: float,
+    previous: float | None,
+    ran_for: float | None,
+    *,
+    cap: float = MAX_BACKOFF,
+    reset_after: float = RESET_AFTER,
+) -> float:
+    """The wait before the next restart: ``base``, doubled per quick exit, capped.
+
+    ``previous`` is the wait before the last restart (None: no restart yet) and
+    ``ran_for`` how long that run lasted (None: unknown). A crash-looping task thus
+    backs off instead of restarting forever at one rate, as with docker and Nomad.
+    """
+    first = base if base > 0 else MIN_DELAY
+    if previous is None or ran_for is None or ran_for >= reset_after:
+        return first
+    return min(max(previous, first) * 2, max(cap, first))
+
+
+def delay_for(
+    labels: Mapping[str, str],
+    exited_at: datetime | None,
+    *,
+    cap: float = MAX_BACKOFF,
+    reset_after: float = RESET_AFTER,
+) -> float:
+    """:func:`next_delay` for one exit, from the container's labels alone."""
+    base = _label_float(labels.get(lbl.RESTART_DELAY))
+    started = _label_time(labels.get(lbl.RESTART_STARTED_AT))
+    ran_for = (exited_at - started).total_seconds() if started and exited_at else None
+    return next_delay(
+        1.0 if base is None else base,
+        _label_float(labels.get(lbl.RESTART_BACKOFF)),
+        ran_for,
+        cap=cap,
+        reset_after=reset_after,
+    )
+
+
+def _label_float(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+def _label_time(value: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if value else None
+    except ValueError:
+        return None
+
+
+class Supervisor:
+    """Watches one namespace: restarts tasks by their policy, removes exited --rm ones."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        *,
+        reconnect_delay: float = 1.0,
+        max_backoff: float = MAX_BACKOFF,
+        reset_after: float = RESET_AFTER,
+        lock_dir: Path = DEFAULT_LOCK_DIR,
+        boot_time: Callable[[], float] = _linux.boot_time,
+    ) -> None:
+        """``boot_time``: when the host booted (tests pretend a reboot with it)."""
+        self.executor = executor
+        self.boot_time = boot_time
+        self.lock_dir = lock_dir
+        self.client = executor.client
+        self.reconnect_delay = reconnect_delay
+        self.max_backoff = max_backoff
+        self.reset_after = reset_after
+        self._guard = threading.Lock()
+        #: One timer per container waiting for its restart; also the "pending" set.
+        self._timers: dict[str, threading.Timer] = {}
+        #: Timer threads whose action is under way (joined when run() ends).
+        self._running: set[threading.Thread] = set()
+        #: The containers whose action is under way, and an exit of one seen meanwhile,
+        #: handled once the action has written its labels (see :meth:`_on_exit`).
+        self._acting: set[str] = set()
+        self._deferred: dict[str, tuple[ExitStatus, bool]] = {}
+        #: Set when run() ends: nothing is scheduled after that.
+        self._closed = False
+        self._stream: TaskEvents | None = None
+        self._restarts = 0
+
+    @property
+    def pending(self) -> set[str]:
+        """The containers with a restart, removal or start scheduled and not yet due."""
+        with self._guard:
+            return set(self._timers)
+
+    @property
+    def restarts(self) -> int:
+        """How many restarts this supervisor made (timer threads update it)."""
+        with self._guard:
+            return self._restarts
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set; survives containerd restarts (the stream reconnects).
+
+        One watcher thread for the whole run turns ``stop`` into a cancel of the
+        stream; pending restart timers are cancelled on the way out, so nothing
+        restarts a task after ``run`` returns.
+        """
+        done = threading.Event()
+        watcher = threading.Thread(
+            target=self._cancel_on_stop, args=(stop, done), name="ctrexec-supervise-stop"
+        )
+        watcher.daemon = True
+        watcher.start()
+        try:
+            with presence(self.client, self.lock_dir):
+                while not stop.is_set():
+                    self._serve(stop)
+                    stop.wait(self.reconnect_delay)
+        finally:
+            done.set()
+            watcher.join()
+            self._cancel_timers()
+
+    def _cancel_on_stop(self, stop: threading.Event, done: threading.Event) -> None:
+        # Polls ``done`` too, so a run() that raised does not leave this thread behind.
+        while not done.is_set():
+            if stop.wait(STOP_POLL):
+                with self._guard:
+                    stream = self._stream
+                if stream is not None:
+                    stream.cancel()
+                return
+
+    def _serve(self, stop: threading.Event) -> None:
+        """One event stream: reconcile once it is live and after each break, act on exits.
+
+        The stream reconnects by itself; this returns only when it cannot be opened
+        (containerd down at start: run() tries again) or when ``stop`` cancels it.
+        """
+        try:
+            stream = self.executor.events(
+                reconnect_delay=self.reconnect_delay,
+                max_reconnect_delay=max(self.reconnect_delay, MAX_RECONNECT_DELAY),
+            )
+        except CtrexecError as exc:
+            log.warning("cannot subscribe to events: %s", exc)
+            return
+        with self._guard:
+            self._stream = stream
+        try:
+            if stop.is_set():  # set before the watcher could see this stream
+                return
+            self.reconcile()
+            for event in stream:
+                if isinstance(event, EventsMissed):
+                    log.warning("lost containerd's events (%s); listing again", event.reason)
+                    self.reconcile()
+                elif isinstance(event, TaskOOM):
+                    log.warning(
+                        "%s: the OOM killer ran in its cgroup (memory limit reached)",
+                        event.task_id,
+                    )
+                elif isinstance(event, TaskExited):
+                    self._on_exit(event.task_id, event.exit, live=True)
+        except CtrexecError as exc:
+            if not stop.is_set():
+                log.warning("event stream ended: %s", exc)
+        finally:
+            with self._guard:
+                self._stream = None
+            stream.cancel()
+
+    def _cancel_timers(self) -> None:
+        """Cancel what is scheduled, wait for what is under way, and take back the
+        "restart pending" marks of the cancelled ones: no restart is due from here
+        (the next supervisor's reconcile schedules it again). Best effort."""
+        with self._guard:
+            self._closed = True
+            cancelled = list(self._timers)
+            threads = [*self._timers.values(), *self._running]
+            self._timers.clear()
+        for timer in threads:
+            if isinstance(timer, threading.Timer):
+                timer.cancel()
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join()
+        for container_id in cancelled:
+            with contextlib.suppress(CtrexecError):
+                containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: None})
+
+    def reconcile(self) -> None:
+        """Apply the policy to every stopped task, for exits missed while away, and to
+        every task a host restart took away (containerd keeps no task across one: its
+        run began before the boot and left no exit)."""
+        booted = datetime.fromtimestamp(self.boot_time(), UTC)
+        for info in self.executor.list(all_tasks=True):
+            if info.status is Status.STOPPED and info.exit is not None:
+                self._on_exit(info.id, info.exit, live=False)
+            elif (
+                info.status is Status.CREATED
+                and info.exit is None
+                and info.started_at is not None
+                and info.started_at < booted
+                and should_revive(info.labels)
+            ):
+                revive = lambda cid=info.id: self._revive(cid, booted)  # noqa: E731
+                if self._schedule(info.id, 0, "start after the host's restart", revive):
+                    log.info("%s: its task went with the host's restart; starting it", info.id)
+
+    def _revive(self, container_id: str, booted: datetime) -> None:
+        """Start it again unless someone did meanwhile (a start by hand clears the
+        "stopped by user" mark and the backoff, as dockerd's start at boot does)."""
+        info = self.executor.inspect(container_id, addresses=False)
+        if info.status is not Status.CREATED or not info.started_at or info.started_at >= booted:
+            return
+        self.executor.start(container_id)
+        with self._guard:
+            self._restarts += 1
+
+    def _on_exit(self, container_id: str, status: ExitStatus, *, live: bool) -> None:
+        """Act on one exit; ``live`` (seen as an event) logs it even when nothing is done.
+
+        The exit of a task that an action here has just restarted waits for that
+        action: its count and backoff are written once the restart's task started,
+        and the policy needs them. A restart is marked pending in the labels before
+        its timer is set, so ``ps`` says "Restarting" for as long as it is due.
+        """
+        with self._guard:
+            if container_id in self._acting:
+                self._deferred[container_id] = (status, live)
+                return
+        try:
+            record = containers.get(self.client, container_id)
+        except NotFound:
+            return
+        labels = dict(record.labels)
+        if labels.get(lbl.MANAGED) != "true" or _stale(labels, status):
+            return
+        what = f"{container_id} {describe(status)}"
+        if should_restart(labels, status.code):
+            delay = delay_for(
+                labels, status.exited_at, cap=self.max_backoff, reset_after=self.reset_after
+            )
+            if lbl.RESTART_PENDING not in labels:
+                containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: "true"})
+            restart = lambda: self._restart(container_id, delay, status)  # noqa: E731
+            if self._schedule(container_id, delay, "restart", restart):
+                log.info("%s; restarting in %gs", what, delay)
+            return
+        self._call_off(container_id, labels)
+        if labels.get(lbl.AUTO_REMOVE) == "true":
+            remove = lambda: self._remove(container_id, status)  # noqa: E731
+            if self._schedule(container_id, 0, "removal", remove):
+                log.info("%s; removing it (--rm)", what)
+        elif live:
+            log.info("%s", what)
+
+    def _schedule(
+        self, container_id: str, delay: float, what: str, action: Callable[[], None]
+    ) -> bool:
+        """Run ``action`` after ``delay`` unless one is pending for the container."""
+        with self._guard:
+            if container_id in self._timers or self._closed:
+                return False
+            timer = threading.Timer(delay, self._run_action, args=(container_id, what, action))
+            timer.daemon = True
+            self._timers[container_id] = timer
+            timer.start()
+            return True
+
+    def _run_action(self, container_id: str, what: str, action: Callable[[], None]) -> None:
+        # No longer pending once due: an exit seen while this runs (of the task it
+        # restarted) is kept and handled after it, and may schedule the next restart.
+        me = threading.current_thread()
+        with self._guard:
+            self._timers.pop(container_id, None)
+            self._running.add(me)
+            self._acting.add(container_id)
+        try:
+            self._act(container_id, what, action)
+        finally:
+            with self._guard:
+                self._acting.discard(container_id)
+                deferred = self._deferred.pop(container_id, None)
+            try:
+                if deferred is not None:
+                    self._act(
+                        container_id,
+                        "handling of an exit",
+                        lambda: self._on_exit(container_id, deferred[0], live=deferred[1]),
+                    )
+            finally:
+                with self._guard:
+                    self._running.discard(me)
+
+    def _act(self, container_id: str, what: str, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except CtrexecError as exc:
+            if not self._gone(container_id):  # removed meanwhile is no failure
+                log.warning("%s of %s failed: %s", what, container_id, exc)
+
+    def _gone(self, container_id: str) -> bool:
+        """Whether the record was removed, read again: a NotFound from a start can as
+        well mean that a namespace file or an image went."""
+        try:
+            containers.get(self.client, container_id)
+        except NotFound:
+            return True
+        except CtrexecError:
+            return False
+        return False
+
+    def _call_off(self, container_id: str, labels: Mapping[str, str]) -> None:
+        """No restart is due after all: take back the "restart pending" mark."""
+        if lbl.RESTART_PENDING in labels:
+            containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: None})
+
+    def _restart(self, container_id: str, delay: float, status: ExitStatus) -> None:
+        """Restart it if that still stands (:meth:`_still_due`). A start that fails is
+        logged, kept in the labels and tried again on the backoff; only a restart
+        that happened is counted."""
+        try:
+            labels = self._still_due(container_id, status)
+            if labels is None:
+                return
+            begun = datetime.now(UTC)  # before the start: the new run's exit comes after
+            self.executor.start(container_id, by_policy=True)
+        except CtrexecError as exc:
+            if not self._gone(container_id):
+                self._retry(container_id, delay, status, exc)
+            return
+        self._restarted(container_id, labels, delay, begun)
+
+    def _still_due(self, container_id: str, status: ExitStatus) -> dict[str, str] | None:
+        """The labels, read again now, when the restart stands: the task is still
+        stopped by this exit and the policy still says so (a ``stop`` since says no)."""
+        info = self.executor.inspect(container_id, addresses=False)
+        if info.status is not Status.STOPPED or info.exit is None:
+            return None  # started meanwhile, by hand or by another supervisor
+        if not _same_exit(info.exit, status):
+            return None  # another exit since: that one schedules its own restart
+        labels = dict(info.labels)
+        if should_restart(labels, info.exit.code):
+            return labels
+        if labels.get(lbl.STOPPED_BY_USER) == "true":
+            log.info("%s was stopped by hand; not restarting it", container_id)
+        self._call_off(container_id, labels)
+        return None
+
+    def _retry(self, container_id: str, delay: float, status: ExitStatus, exc: Exception) -> None:
+        """A restart that failed: say why, in the labels (for ``inspect``) and the log,
+        and try again after the next backoff. It stays pending; the count stays."""
+        wait = next_delay(delay, delay, 0.0, cap=self.max_backoff, reset_after=self.reset_after)
+        reason = str(exc).encode()[:MAX_ERROR_BYTES].decode(errors="ignore")
+        with contextlib.suppress(CtrexecError):  # the log line says it anyway
+            containers.update_labels(self.client, container_id, {lbl.RESTART_ERROR: reason})
+        log.warning("restart of %s failed: %s; retrying in %gs", container_id, exc, wait)
+        retry = lambda: self._restart(container_id, wait, status)  # noqa: E731
+        if not self._schedule(container_id, wait, "restart", retry) and self._is_closed():
+            with contextlib.suppress(CtrexecError):  # run() ended: no restart is due here
+                containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: None})
+
+    def _is_closed(self) -> bool:
+        with self._guard:
+            return self._closed
+
+    def _restarted(
+        self, container_id: str, labels: Mapping[str, str], delay: float, begun: datetime
+    ) -> None:
+        """Count the restart that happened. A ``stop`` that came while it started
+        left its mark in the labels this update answers with: stopped again, then."""
+        count = int(labels.get(lbl.RESTART_COUNT, "0") or 0) + 1
+        update: dict[str, str | None] = {
+            lbl.RESTART_COUNT: str(count),
+            lbl.RESTART_BACKOFF: f"{delay:g}",
+            lbl.RESTART_STARTED_AT: begun.isoformat(),
+            lbl.RESTART_PENDING: None,
+            lbl.RESTART_ERROR: None,
+        }
+        try:
+            record = containers.update_labels(self.client, container_id, update)
+        except CtrexecError as exc:
+            log.warning("restarted %s, but could not count it: %s", container_id, exc)
+            return
+        finally:  # after the labels: whoever reads this may read them
+            with self._guard:
+                self._restarts += 1
+        log.info("restarted %s (attempt %d)", container_id, count)
+        if record.labels.get(lbl.STOPPED_BY_USER) == "true":
+            log.info("%s was stopped by hand while it restarted; stopping it", container_id)
+            self.executor.stop(container_id)
+
+    def _remove(self, container_id: str, status: ExitStatus) -> None:
+        state = tasks.find(self.client, container_id)
+        if state is not None and state.status is not Status.STOPPED:
+            return  # started again meanwhile: its next exit decides
+        if state is not None and state.exit is not None and not _same_exit(state.exit, status):
+            return
+        self.executor.destroy(container_id)
+
+
+def describe(status: ExitStatus) -> str:
+    """An exit as the log says it: ``exited with code 137 (OOM killed)``."""
+    return f"exited with code {status.code}" + (" (OOM killed)" if status.oom_killed else "")
+
+
+def _stale(labels: Mapping[str, str], status: ExitStatus) -> bool:
+    """An exit from before the supervisor's last restart (a late event, or a reconcile
+    that raced the event): acting on it would restart, and back off, twice."""
+    started = _label_time(labels.get(lbl.RESTART_STARTED_AT))
+    return started is not None and status.exited_at is not None and status.exited_at < started
+
+
+def _same_exit(a: ExitStatus, b: ExitStatus) -> bool:
+    if a.exited_at is None or b.exited_at is None:
+        return a.code == b.code
+    return a.exited_at == b.exited_at
+
+
+def serve(executor: Executor, stop: threading.Event | None = None) -> None:
+    """Run a supervisor in this thread until ``stop`` (or forever)."""
+    Supervisor(executor).run(stop or threading.Event())

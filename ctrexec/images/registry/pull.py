@@ -1,0 +1,271 @@
+"""``pull``: an image from a registry into containerd's store, verified and unpacked.
+
+The manifest is resolved by tag or digest; an index (or docker manifest list) is
+narrowed to the platform as :func:`content.select_manifests` ranks it. Config and
+layers then come in parallel (``parallel`` at most), each streamed into the content
+store by :func:`imagestore.store_blob`, which skips blobs the store already has (in
+any namespace) and resumes partial ones. Manifests and indexes are stored after their
+children, with containerd's GC labels, and the image record last, so a failure at
+any point leaves no record; a digest mismatch also drops the lease, and GC takes the
+rest. Everything runs under a lease keyed by the reference: an interrupted pull
+leaves its partial downloads there, and the next pull of the reference resumes them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ctrexec import errors
+from ctrexec.containerd import content, images
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.content import Descriptor, Platform
+from ctrexec.images import store as imagestore
+from ctrexec.images.registry import auth, hosts
+from ctrexec.images.registry.auth import Credentials
+from ctrexec.images.registry.client import Repository
+
+DEFAULT_PARALLEL = 3
+#: Attempts per blob within one pull; each resumes where the last stopped.
+_ATTEMPTS = 3
+_MAX_DEPTH = 4
+PULL_POLICIES = ("missing", "always", "never")
+
+
+#: One step of a pull (the public name of what an import reports too).
+PullEvent = imagestore.ImageEvent
+Progress = Callable[[PullEvent], None]
+
+
+@attrs.frozen
+class _Doc:
+    """A manifest or index fetched on the way down, stored after its children."""
+
+    desc: Descriptor
+    data: bytes
+    kind: str
+    obj: dict[str, Any]
+
+
+def _resolve(
+    repo: Repository, top: Descriptor, data: bytes, want: Platform, depth: int = 0
+) -> list[_Doc] | None:
+    """The documents from the target down to ``want``'s manifest, top first."""
+    if depth > _MAX_DEPTH:
+        raise errors.InvalidArgument(f"image indexes nest deeper than {_MAX_DEPTH}")
+    obj = content.load_json(data, f"manifest {top.digest}")
+    kind = content.content_kind(top.media_type, obj)
+    doc = _Doc(top, data, kind, obj)
+    if kind == "manifest":
+        return [doc]
+    for child, unchecked in content.select_manifests(obj, want):
+        desc, body = repo.manifest(child.digest, resolve=False)
+        desc = Descriptor(child.media_type or desc.media_type, desc.digest, desc.size)
+        below = _resolve(repo, desc, body, want, depth + 1)
+        if below is None:
+            continue
+        if unchecked and not _config_fits(repo, below[-1], want):
+            continue
+        return [doc, *below]
+    return None
+
+
+def _config_fits(repo: Repository, manifest: _Doc, want: Platform) -> bool:
+    config, _ = content.parse_manifest(manifest.obj)
+    blob = images.parse_config_blob(repo.blob_bytes(config))
+    return blob.platform is None or blob.platform in content.compatible_platforms(want)
+
+
+def _until_stopped(chunks: Iterable[bytes], stop: threading.Event) -> Iterator[bytes]:
+    for chunk in chunks:
+        if stop.is_set():
+            raise errors.Canceled("pull interrupted")
+        yield chunk
+
+
+def _store_one(
+    client: Client,
+    repo: Repository,
+    desc: Descriptor,
+    *,
+    lease: str,
+    labels: Mapping[str, str],
+    emit: Callable[..., None],
+    stop: threading.Event,
+) -> None:
+    if stop.is_set():
+        raise errors.Canceled("pull interrupted")
+    if content.exists(client, desc.digest):
+        content.ensure_labels(client, desc.digest, labels)
+        emit("exists", desc)
+        return
+    started = False
+
+    def on_bytes(offset: int) -> None:
+        nonlocal started
+        emit("progress" if started else "start", desc, offset)
+        started = True
+
+    for attempt in range(_ATTEMPTS):
+        try:
+            imagestore.store_blob(
+                client,
+                desc,
+                lambda off: _until_stopped(repo.blob(desc, off), stop),
+                lease=lease,
+                labels=labels,
+                progress=on_bytes,
+            )
+            break
+        except errors.Unavailable:
+            if attempt == _ATTEMPTS - 1:
+                raise
+            started = False
+    emit("done", desc, desc.size)
+
+
+def _store_blobs(
+    client: Client,
+    repo: Repository,
+    blobs: list[Descriptor],
+    *,
+    lease: str,
+    labels: Mapping[str, str],
+    emit: Callable[..., None],
+    parallel: int,
+) -> None:
+    """Layers and config in parallel; the first failure cancels what has not begun and
+    is raised once the running ones have ended."""
+    stop = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        futures = [
+            pool.submit(
+                _store_one, client, repo, d, lease=lease, labels=labels, emit=emit, stop=stop
+            )
+            for d in blobs
+        ]
+        try:
+            for fut in concurrent.futures.as_completed(futures):
+                fut.result()
+        except BaseException:
+            stop.set()  # the running downloads end at their next chunk
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def _store_content(
+    client: Client,
+    repo: Repository,
+    docs: list[_Doc],
+    *,
+    lease: str,
+    emit: Callable[..., None],
+    parallel: int,
+) -> None:
+    """Config and layers first, then the manifest and indexes bottom up: a document is
+    stored only once what its GC labels name is."""
+    config, layers = content.parse_manifest(docs[-1].obj)
+    source = (repo.domain, repo.path)
+    _store_blobs(
+        client,
+        repo,
+        [*layers, config],
+        lease=lease,
+        labels=imagestore.distribution_source_label(*source),
+        emit=emit,
+        parallel=parallel,
+    )
+    for doc in reversed(docs):
+        labels = imagestore.manifest_labels(doc.kind, doc.obj, source=source)
+        imagestore.store_bytes(client, doc.desc, doc.data, lease=lease, labels=labels)
+
+
+def pull(
+    client: Client,
+    ref: str,
+    *,
+    platform: Platform | str | None = None,
+    snapshotter: str = images.DEFAULT_SNAPSHOTTER,
+    plain_http: bool = False,
+    hosts_dir: Path | None = None,
+    credentials: Credentials | None = None,
+    docker_config: Path | None = None,
+    parallel: int = DEFAULT_PARALLEL,
+    progress: Progress | None = None,
+) -> images.Image:
+    """Pull ``ref`` into the client's namespace for ``platform`` (the host's) and unpack
+    it. Credentials: ``credentials``, else docker's config (``docker_config`` or
+    ``$DOCKER_CONFIG``), else anonymous. Endpoints: ``hosts_dir``'s hosts.toml."""
+    parsed = images.parse_reference(ref)
+    want = content.as_platform(platform)
+    name = str(parsed)
+    if credentials is None:
+        credentials = auth.lookup(parsed.domain, docker_config)
+    endpoints = hosts.registry_hosts(parsed.domain, plain_http=plain_http, directory=hosts_dir)
+    repo = Repository(
+        parsed.domain, parsed.path, endpoints, credentials=credentials, parallel=parallel
+    )
+
+    def emit(action: str, desc: Descriptor | None = None, done: int = 0) -> None:
+        if progress is not None:
+            d = desc or Descriptor("", "", 0)
+            progress(PullEvent(action, name, d.digest, d.media_type, done, d.size))
+
+    try:
+        # resolved before the lease: a registry that cannot be reached or has no such
+        # image leaves nothing behind, not even a lease to resume
+        try:
+            top, data = repo.manifest(parsed.digest or parsed.tag, resolve=not parsed.digest)
+        except errors.Unavailable as exc:  # the client's words name the registry, not the image
+            raise errors.Unavailable(f"cannot pull {name}: {exc}") from exc
+        emit("resolved", top)
+        docs = _resolve(repo, top, data, want)
+        if docs is None:
+            raise errors.NotFound(f"image {ref!r} has no manifest for platform {want}")
+        with imagestore.lease(client, key=f"{name} {want}") as le:
+            _store_content(client, repo, docs, lease=le.id, emit=emit, parallel=parallel)
+            imagestore.record_image(client, name, top, lease=le.id)
+            emit("unpacking", top)
+            image = imagestore.unpack_image(
+                client, name, lease=le.id, platform=want, snapshotter=snapshotter
+            )
+            emit("pulled", top)
+            return image
+    finally:
+        repo.close()
+
+
+def ensure_pulled(
+    client: Client,
+    ref: str,
+    *,
+    policy: str = "missing",
+    platform: Platform | str | None = None,
+    snapshotter: str = images.DEFAULT_SNAPSHOTTER,
+    cache: images.ImageCache | None = None,
+    **pull_options: Any,
+) -> images.Image:
+    """The image ``ref`` ready to run, by docker's ``--pull`` policy: ``missing`` pulls
+    only when neither this namespace nor another has it, ``always`` pulls first,
+    ``never`` does not pull (NotFound names ``ctrexec pull``)."""
+    if policy not in PULL_POLICIES:
+        raise errors.InvalidArgument(f"--pull {policy!r}: use one of {', '.join(PULL_POLICIES)}")
+    if policy == "always":
+        pull(client, ref, platform=platform, snapshotter=snapshotter, **pull_options)
+    try:
+        return images.ensure_image(
+            client, ref, platform=platform, snapshotter=snapshotter, cache=cache
+        )
+    except errors.NotFound:
+        if policy == "never":
+            raise  # its message says how to get it (images.missing_image_hint)
+    progress = pull_options.get("progress")
+    if progress is not None:  # docker's "Unable to find image ... locally", before the pull
+        progress(PullEvent("missing", str(images.parse_reference(ref))))
+    return pull(client, ref, platform=platform, snapshotter=snapshotter, **pull_options)

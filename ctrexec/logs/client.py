@@ -1,0 +1,224 @@
+"""Talking to the shared log daemon (:mod:`ctrexec.logs.daemon`), and starting it.
+
+A task start asks the daemon to open two FIFOs next to the task's log before
+``Tasks.Create`` names them (one request on a unix socket, well under a millisecond);
+the first start on a host, or after the daemon went idle, starts it: ~30 ms, once.
+Requests are one JSON line each way. Nothing here imports grpc or attrs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import select
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ctrexec.defaults import DEFAULT_LOGD_DIR, LOGD_DIR_ENV
+from ctrexec.errors import DeadlineExceeded, FailedPrecondition
+from ctrexec.logs import daemon as logdaemon
+
+#: How long a client waits for a daemon it started to listen.
+START_TIMEOUT = 10.0
+#: How long one request may take (``wait`` has its own timeout).
+REQUEST_TIMEOUT = 10.0
+
+_BOOT = (
+    "import sys, types\n"
+    "pkg = types.ModuleType('ctrexec')\n"
+    "pkg.__path__ = [sys.argv[1]]\n"
+    "sys.modules['ctrexec'] = pkg\n"
+    "from ctrexec.logs.daemon import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
+
+
+def state_dir() -> Path:
+    """Where the daemon's socket and registrations live (``CTREXEC_LOGD_DIR``)."""
+    return Path(os.environ.get(LOGD_DIR_ENV) or DEFAULT_LOGD_DIR)
+
+
+def registrations(log_path: str | os.PathLike[str] | None = None) -> list[str]:
+    """The runs the daemon reads (those writing ``log_path``, or all), by token, sorted.
+
+    Read from its registration files, not asked of it: a killed daemon's runs still
+    count, as its successor adopts them. Tests and benchmarks audit with it.
+    """
+    where = state_dir() / logdaemon.STREAMS_DIR
+    found = []
+    for reg in where.glob("*.json") if where.is_dir() else []:
+        if log_path is None:
+            found.append(reg.stem)
+            continue
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            if json.loads(reg.read_text())["log"] == os.fspath(log_path):
+                found.append(reg.stem)
+    return sorted(found)
+
+
+def fifo_paths(log_path: str | os.PathLike[str]) -> tuple[str, str, str]:
+    """``(token, stdout FIFO, stderr FIFO)`` for a new run, next to its log file.
+
+    A token per run: the previous run's FIFOs may still be draining.
+    """
+    token = os.urandom(8).hex()
+    where = Path(log_path).parent
+    return token, str(where / f".stdout-{token}.fifo"), str(where / f".stderr-{token}.fifo")
+
+
+def register(
+    log_path: str | os.PathLike[str],
+    max_size: int,
+    max_files: int,
+    *,
+    where: Path | None = None,
+) -> tuple[str, str, str]:
+    """Have the daemon open a new run's FIFOs; ``(token, stdout, stderr)`` for Tasks.Create.
+
+    ``where``: the daemon's directory (default :func:`state_dir`).
+    """
+    token, out, err = fifo_paths(log_path)
+    message = {
+        "op": "add",
+        "token": token,
+        "log": os.fspath(log_path),
+        "max_size": max_size,
+        "max_files": max_files,
+        "streams": {"stdout": out, "stderr": err},
+        "created": time.time(),
+    }
+    request(message, where=where)
+    return token, out, err
+
+
+def drop(
+    *, token: str = "", log_path: str | os.PathLike[str] = "", where: Path | None = None
+) -> None:
+    """Forget one run (a start that failed) or every run of a log (the task is removed).
+
+    No daemon running means nothing to forget, so this never starts one.
+    """
+    request({"op": "drop", "token": token, "log": os.fspath(log_path)}, start=False, where=where)
+
+
+def wait_drained(
+    log_path: str | os.PathLike[str], timeout: float = 5.0, *, where: Path | None = None
+) -> None:
+    """Return once every run of this log has reached its end of stream and is written.
+
+    The shim closes a task's FIFOs when the task's output ends; after that the log is
+    whole. Raises DeadlineExceeded after ``timeout`` (the output is still open: a
+    process in the task kept stdout).
+    """
+    request({"op": "wait", "log": os.fspath(log_path)}, start=False, timeout=timeout, where=where)
+
+
+def ping() -> dict[str, Any] | None:
+    """The running daemon's pid and registration count, or None when none runs."""
+    return request({"op": "ping"}, start=False)
+
+
+def request(
+    message: dict[str, Any],
+    *,
+    start: bool = True,
+    timeout: float = REQUEST_TIMEOUT,
+    where: Path | None = None,
+) -> dict[str, Any] | None:
+    """Send one request; start the daemon first when none listens and ``start``.
+
+    Returns the reply, or None when no daemon runs and ``start`` is false.
+    """
+    where = state_dir() if where is None else where
+    for attempt in range(3):
+        try:
+            return _exchange(where / logdaemon.SOCKET, message, timeout)
+        except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, EOFError):
+            # No daemon, or one that was going idle as we came: start one and try again.
+            if not start:
+                return None
+            if attempt == 2:
+                break
+            spawn(where)
+    raise FailedPrecondition(f"the ctrexec log daemon in {where} does not answer")
+
+
+def _exchange(path: Path, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(os.fspath(path))
+        sock.sendall(json.dumps(message).encode() + b"\n")
+        data = b""
+        try:
+            while not data.endswith(b"\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise EOFError
+                data += chunk
+        except TimeoutError as exc:
+            raise DeadlineExceeded(
+                f"the ctrexec log daemon did not answer {message['op']} in {timeout:g} s"
+            ) from exc
+    reply: dict[str, Any] = json.loads(data)
+    if "error" in reply:
+        raise FailedPrecondition(f"log daemon: {reply['error']}")
+    return reply
+
+
+def spawn(where: Path) -> None:
+    """Start a daemon for ``where`` and wait until it listens (or another one does).
+
+    Serialised by a lock file, so concurrent first starts make one daemon. The daemon
+    forks once it listens, so the child waited for here exits at once.
+    """
+    where.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(where / "spawn.lock", "a") as lock:  # noqa: PTH123
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError, EOFError, FailedPrecondition):
+            _exchange(where / logdaemon.SOCKET, {"op": "ping"}, 1.0)
+            return  # another client started it meanwhile
+        _start(where)
+
+
+def _start(where: Path) -> None:
+    import subprocess  # only a start that finds no daemon pays for it
+
+    package = str(Path(logdaemon.__file__).absolute().parent.parent)
+    r, w = os.pipe2(os.O_CLOEXEC)
+    try:
+        with open(where / "logd.log", "ab") as errlog:  # noqa: PTH123
+            proc = subprocess.Popen(
+                [sys.executable, "-IS", "-c", _BOOT, package, logdaemon.NAME, str(where), str(w)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=errlog,
+                pass_fds=(w,),
+                start_new_session=True,
+                close_fds=True,
+                cwd="/",
+                env=_daemon_env(),
+            )
+        os.close(w)
+        w = -1
+        ready, _, _ = select.select([r], [], [], START_TIMEOUT)
+        answer = os.read(r, 1) if ready else b""
+        proc.wait(START_TIMEOUT)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    if answer not in (b"r", b"b"):
+        raise FailedPrecondition(f"the ctrexec log daemon did not start (see {where / 'logd.log'})")
+
+
+def _daemon_env() -> dict[str, str]:
+    """Nothing of the caller's environment but what the daemon reads."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    if logdaemon.IDLE_ENV in os.environ:
+        env[logdaemon.IDLE_ENV] = os.environ[logdaemon.IDLE_ENV]
+    return env

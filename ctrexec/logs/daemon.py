@@ -1,0 +1,512 @@
+"""The shared log daemon: one process drains the FIFOs of every ``json-file`` task.
+
+Why: a log process per task (:mod:`ctrexec.logs.driver`, run by the shim for a
+``binary://`` URI) costs each task start ~25 ms until the driver is ready, and each
+task ~3.5 MiB of memory, more than its share of a grouped shim. Here a task's stdout
+and stderr are plain FIFO paths in ``Tasks.Create``: the runc v2 shim opens them
+itself (after ``runc create``, both ends, so a reader may come and go) and copies
+the task's pipes into them. This daemon holds the read ends, cuts lines, and writes
+docker's json-file format with the same :class:`~ctrexec.logs.driver.LogWriter`
+(rotation, timestamps, the stream split) as the per-task driver.
+
+What it relies on (Linux ``fs/pipe.c``): a FIFO opened ``O_RDONLY|O_NONBLOCK`` before
+any writer reports no hang-up until a writer has come and gone, so a registration
+made before ``Tasks.Create`` waits quietly; the shim closes its ends when the task's
+output ends (at the exit), which ends the stream here. A FIFO opened while its writer
+is already gone would never report the hang-up: :meth:`_Daemon._probe` opens and
+closes a write end once, which turns "no writer" into an end of stream and does
+nothing while the shim still writes. Every registration is probed once
+:data:`PROBE_AFTER` after it was made (past the shim's 30 s FIFO open timeout), so a
+task whose create failed, or whose client died before ``drop``, is not kept for ever.
+
+Registrations are files under ``<state>/streams``, so a daemon that was killed and
+started again (by the next client that finds no socket) adopts the streams of tasks
+still running. While no daemon runs, a task's output waits in the FIFO (64 KiB) and
+then blocks the task's writes; nothing is lost unless the task exits meanwhile.
+
+It exits when it has had nothing to do for :data:`IDLE_EXIT` seconds (environment
+``CTREXEC_LOGD_IDLE``), after removing its socket, so a host with no ctrexec tasks
+runs no ctrexec process. Its imports are the standard library's cheap modules and
+:mod:`ctrexec.logs.driver`; the client half is :mod:`ctrexec.logs.client`.
+"""
+
+# The daemon is one process for every task, but its memory is still a share of each
+# task's cost: os.path over pathlib (re, fnmatch), try/except over contextlib.
+# ruff: noqa: PTH100, PTH101, PTH103, PTH105, PTH108, PTH117, PTH118, PTH120, PTH123, PTH208, SIM105
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import selectors
+import socket
+import stat
+import sys
+import time
+
+from ctrexec.logs import driver as logdriver
+
+TYPE_CHECKING = False  # typing costs the daemon's start ~8 ms; see logdriver
+if TYPE_CHECKING:
+    import signal
+    from collections.abc import Sequence
+else:
+    import _signal as signal
+
+#: The argument that marks the daemon's command line (``ps``, the benchmark's count).
+NAME = "ctrexec-logd"
+SOCKET = "logd.sock"
+LOCK = "logd.lock"
+PIDFILE = "logd.pid"
+STREAMS_DIR = "streams"
+#: Seconds with no registration and no client before the daemon exits.
+IDLE_EXIT = 30.0
+IDLE_ENV = "CTREXEC_LOGD_IDLE"
+#: A registration this old is probed for a writer once (the shim waits 30 s at most
+#: for a FIFO's reader; the daemon opened the reader before the task was created).
+PROBE_AFTER = 40.0
+READ_CHUNK = 64 * 1024
+#: Reads per ready stream per loop turn, so one chatty task cannot starve the others.
+READS_PER_TURN = 4
+MAX_REQUEST = 64 * 1024
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+class _Stream:
+    """The read end of one FIFO (a task's stdout or stderr) and its unfinished line."""
+
+    def __init__(self, fd: int, name: str, fifo: str) -> None:
+        self.fd = fd
+        self.name = name
+        self.fifo = fifo
+        self.splitter = logdriver.LineSplitter()
+        self.last_data = time.monotonic()
+        self.finished = False
+
+
+class _Registration:
+    """One run of one task: its FIFOs, the log they go to, and who waits for the end."""
+
+    def __init__(self, token: str, log: str, streams: list[_Stream], created: float) -> None:
+        self.token = token
+        self.log = log
+        self.streams = streams
+        self.created = created
+        self.probed = False
+
+    @property
+    def finished(self) -> bool:
+        return all(s.finished for s in self.streams)
+
+
+class _Conn:
+    """A client connection: bytes of its request line until the newline."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+        self.waiting_for: str | None = None  # a log path, for "wait"
+
+
+class _Daemon:
+    def __init__(self, state: str, idle_exit: float) -> None:
+        self.state = state
+        self.idle_exit = idle_exit
+        self.sel = selectors.DefaultSelector()
+        self.regs: dict[str, _Registration] = {}
+        self.writers: dict[str, tuple[logdriver.LogWriter, int]] = {}
+        self.conns: set[_Conn] = set()
+        self.idle_since = time.monotonic()
+        self.stopping = False
+        self.listener: socket.socket | None = None
+
+    # -- set-up
+
+    def listen(self) -> None:
+        path = os.path.join(self.state, SOCKET)
+        try:
+            os.unlink(path)  # a dead daemon's; the lock says none runs
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(path)
+        os.chmod(path, 0o600)
+        sock.listen(128)
+        sock.setblocking(False)
+        self.listener = sock
+        self.sel.register(sock, selectors.EVENT_READ, self._accept)
+
+    def adopt(self) -> None:
+        """Take over the registrations a previous daemon left (it died or was stopped)."""
+        where = os.path.join(self.state, STREAMS_DIR)
+        try:
+            names = sorted(os.listdir(where))
+        except FileNotFoundError:
+            return
+        for name in names:
+            path = os.path.join(where, name)
+            if not name.endswith(".json"):
+                continue
+            try:
+                with open(path, encoding="utf-8") as f:
+                    data = json.load(f)
+                self._add(data, persist=False)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                _log(f"dropping registration {name}: {exc}")
+                _unlink(path)
+
+    # -- requests
+
+    def _accept(self, _mask: int) -> None:
+        assert self.listener is not None
+        try:
+            sock, _ = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        sock.setblocking(False)
+        conn = _Conn(sock)
+        self.conns.add(conn)
+        self.sel.register(sock, selectors.EVENT_READ, lambda m: self._on_conn(conn))
+
+    def _on_conn(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(MAX_REQUEST)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data or len(conn.buf) + len(data) > MAX_REQUEST:
+            self._hang_up(conn)
+            return
+        conn.buf += data
+        if b"\n" not in conn.buf:
+            return
+        line = conn.buf.split(b"\n", 1)[0]
+        try:
+            request = json.loads(line)
+            reply = self._handle(request, conn)
+        except (ValueError, KeyError, TypeError) as exc:
+            reply = {"error": f"bad request: {exc}"}
+        except OSError as exc:
+            reply = {"error": str(exc)}
+        if reply is not None:
+            self._reply(conn, reply)
+
+    def _handle(self, request: dict[str, object], conn: _Conn) -> dict[str, object] | None:
+        op = request["op"]
+        if op == "add":
+            self._add(request, persist=True)
+            return {"ok": True}
+        if op == "drop":
+            self._drop(str(request.get("token") or ""), str(request.get("log") or ""))
+            return {"ok": True}
+        if op == "wait":
+            log = str(request["log"])
+            if any(r.log == log for r in self.regs.values()):
+                conn.waiting_for = log
+                return None
+            return {"ok": True}
+        if op == "ping":
+            return {"ok": True, "pid": os.getpid(), "registrations": len(self.regs)}
+        raise KeyError(f"unknown op {op!r}")
+
+    def _reply(self, conn: _Conn, reply: dict[str, object]) -> None:
+        try:
+            conn.sock.setblocking(True)
+            conn.sock.settimeout(1.0)
+            conn.sock.sendall(json.dumps(reply).encode() + b"\n")
+        except OSError:
+            pass
+        self._hang_up(conn)
+
+    def _hang_up(self, conn: _Conn) -> None:
+        if conn in self.conns:
+            self.conns.discard(conn)
+            try:
+                self.sel.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.sock.close()
+
+    # -- registrations
+
+    def _add(self, data: dict[str, object], *, persist: bool) -> None:
+        token = str(data["token"])
+        if not token.isalnum():
+            raise ValueError(f"bad token {token!r}")
+        log = str(data["log"])
+        max_size, max_files = int(str(data["max_size"])), int(str(data["max_files"]))
+        fifos = data["streams"]
+        assert isinstance(fifos, dict)
+        created = float(str(data.get("created") or time.time()))
+        record = {
+            "token": token,
+            "log": log,
+            "max_size": max_size,
+            "max_files": max_files,
+            "streams": fifos,
+            "created": created,
+        }
+        streams = [self._open_fifo(str(fifos[n]), n, make=persist) for n in logdriver.STREAMS]
+        if persist:
+            _write_json(self._reg_path(token), record)
+        reg = _Registration(token, log, streams, created)
+        self._writer_for(log, max_size, max_files)
+        self.regs[token] = reg
+        for s in streams:
+            self.sel.register(s.fd, selectors.EVENT_READ, lambda m, r=reg, s=s: self._drain(r, s))
+        if time.time() - created >= PROBE_AFTER:
+            self._probe(reg)  # adopted, old: its writers may be gone for good
+
+    def _open_fifo(self, path: str, name: str, *, make: bool) -> _Stream:
+        if not os.path.isabs(path):
+            raise ValueError(f"FIFO path must be absolute: {path!r}")
+        if make:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            try:
+                os.mkfifo(path, 0o600)
+            except FileExistsError:
+                pass
+        if not stat.S_ISFIFO(os.lstat(path).st_mode):
+            raise ValueError(f"not a FIFO: {path}")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return _Stream(fd, name, path)
+
+    def _writer_for(self, log: str, max_size: int, max_files: int) -> logdriver.LogWriter:
+        found = self.writers.get(log)
+        if found is not None:
+            self.writers[log] = (found[0], found[1] + 1)
+            return found[0]
+        writer = logdriver.LogWriter(log, max_size=max_size, max_files=max_files)
+        writer.open()
+        self.writers[log] = (writer, 1)
+        return writer
+
+    def _probe(self, reg: _Registration) -> None:
+        """Open and close a write end: with no other writer, the stream now ends."""
+        reg.probed = True
+        for s in reg.streams:
+            if s.finished:
+                continue
+            try:
+                fd = os.open(s.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                continue
+            _close(fd)
+
+    def _drain(self, reg: _Registration, stream: _Stream) -> None:
+        writer = self.writers[reg.log][0]
+        for _ in range(READS_PER_TURN):
+            try:
+                data = os.read(stream.fd, READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno != errno.EAGAIN:
+                    data = b""
+                else:
+                    return
+            if not data:
+                self._end_stream(reg, stream)
+                return
+            now = time.time_ns()
+            stream.last_data = time.monotonic()
+            for piece in stream.splitter.feed(data):
+                writer.write(stream.name, piece, now)
+
+    def _flush(self, reg: _Registration, stream: _Stream) -> None:
+        writer = self.writers[reg.log][0]
+        for piece in stream.splitter.flush():
+            writer.write(stream.name, piece, time.time_ns())
+
+    def _end_stream(self, reg: _Registration, stream: _Stream) -> None:
+        self._flush(reg, stream)
+        stream.finished = True
+        try:
+            self.sel.unregister(stream.fd)
+        except (KeyError, ValueError):
+            pass
+        _close(stream.fd)
+        _unlink(stream.fifo)
+        if reg.finished:
+            self._finish(reg)
+
+    def _finish(self, reg: _Registration) -> None:
+        self.regs.pop(reg.token, None)
+        _unlink(self._reg_path(reg.token))
+        writer, count = self.writers[reg.log]
+        if count > 1:
+            self.writers[reg.log] = (writer, count - 1)
+        else:
+            writer.close()
+            del self.writers[reg.log]
+        if not any(r.log == reg.log for r in self.regs.values()):
+            for conn in [c for c in self.conns if c.waiting_for == reg.log]:
+                self._reply(conn, {"ok": True})
+
+    def _drop(self, token: str, log: str) -> None:
+        """Forget registrations (one by token, or all of a log), keeping what was read."""
+        for reg in list(self.regs.values()):
+            if reg.token != token and (not log or reg.log != log):
+                continue
+            for s in reg.streams:
+                if not s.finished:
+                    self._drain(reg, s)
+                if not s.finished:
+                    self._end_stream(reg, s)
+
+    def _reg_path(self, token: str) -> str:
+        return os.path.join(self.state, STREAMS_DIR, token + ".json")
+
+    # -- the loop
+
+    def serve(self, wake_fd: int) -> None:
+        self.sel.register(wake_fd, selectors.EVENT_READ, lambda m: self._woken(wake_fd))
+        while not self.stopping:
+            for key, mask in self.sel.select(self._timeout()):
+                key.data(mask)
+            self._tick()
+        self._shutdown()
+
+    def _woken(self, fd: int) -> None:
+        try:
+            data = os.read(fd, 64)
+        except OSError:
+            return
+        if signal.SIGTERM in data or signal.SIGINT in data:
+            self.stopping = True
+
+    def _timeout(self) -> float:
+        now = time.monotonic()
+        waits = [self.idle_exit - (now - self.idle_since)]
+        for reg in self.regs.values():
+            if not reg.probed:
+                waits.append(reg.created + PROBE_AFTER - time.time())
+            waits.extend(
+                logdriver.PARTIAL_IDLE - (now - s.last_data)
+                for s in reg.streams
+                if not s.finished and s.splitter.pending
+            )
+        return max(0.01, min(waits))
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for reg in list(self.regs.values()):
+            for s in reg.streams:
+                quiet = now - s.last_data >= logdriver.PARTIAL_IDLE
+                if not s.finished and s.splitter.pending and quiet:
+                    self._flush(reg, s)  # a quiet pipe: the task may have exited mid-line
+            if not reg.probed and time.time() - reg.created >= PROBE_AFTER:
+                self._probe(reg)
+        if self.regs or self.conns:
+            self.idle_since = now
+        elif now - self.idle_since >= self.idle_exit:
+            self.stopping = True
+
+    def _shutdown(self) -> None:
+        """Go, leaving the registrations for the next daemon (unless none are left)."""
+        _unlink(os.path.join(self.state, SOCKET))
+        for reg in self.regs.values():
+            for s in reg.streams:
+                if not s.finished:
+                    self._flush(reg, s)
+        for writer, _ in self.writers.values():
+            writer.close()
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _write_json(path: str, data: dict[str, object]) -> None:
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def _log(message: str) -> None:
+    try:
+        sys.stderr.write(f"{NAME}[{os.getpid()}]: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """Installed so SIGTERM does not kill at once; the wake-up byte carries the news."""
+
+
+def _signals() -> int:
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGTERM, _ignore)
+    signal.signal(signal.SIGINT, _ignore)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    return r
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``ctrexec-logd STATE_DIR [READY_FD]``: serve until idle; one daemon per STATE_DIR.
+
+    READY_FD gets one byte once the socket listens: ``r`` (this daemon serves) or ``b``
+    (another one already does). The serving process forks first, so the process that
+    started it can wait for its direct child and leave no zombie.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == NAME:
+        args = args[1:]
+    state = os.path.abspath(args[0])
+    ready = int(args[1]) if len(args) > 1 else -1
+    os.makedirs(state, mode=0o700, exist_ok=True)
+    lock = os.open(os.path.join(state, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        _tell(ready, b"b")
+        return 0
+    idle = float(os.environ.get(IDLE_ENV) or IDLE_EXIT)
+    daemon = _Daemon(state, idle)
+    daemon.listen()
+    daemon.adopt()
+    if os.fork():
+        os._exit(0)
+    _write_pid(state)
+    wake = _signals()
+    _tell(ready, b"r")
+    daemon.serve(wake)
+    _unlink(os.path.join(state, PIDFILE))
+    return 0
+
+
+def _write_pid(state: str) -> None:
+    path = os.path.join(state, PIDFILE)
+    with open(path + ".tmp", "w", encoding="ascii") as f:
+        f.write(f"{os.getpid()}\n")
+    os.replace(path + ".tmp", path)
+
+
+def _tell(fd: int, byte: bytes) -> None:
+    if fd < 0:
+        return
+    try:
+        os.write(fd, byte)
+    except OSError:
+        pass
+    _close(fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""Tasks: one container and its runs, from a TaskConfig to an exit status.
+
+What it holds: the config and its fields (``config``, ``fields``), the OCI spec a config
+becomes (``spec``, ``users``, ``files``), each start's run numbers (``runs``), reading a
+task back (``info``, ``procs``), its I/O (``stdio``), waiting and events (``waiting``,
+``events``, ``aio``), what a killed ctrexec left (``stale``), the state-checked verbs
+(``control``), rename, stopping several at once (``teardown``) and the ``Executor`` that
+composes them.
+
+May import: ``containerd/``, ``net/``, ``oci/``, ``images/``, ``logs/``, ``_linux``,
+``labels``, ``ids``, ``defaults``, ``errors``. Never ``groups/``, ``views/`` or a front end:
+a group is made of tasks, not the other way round. Inside the package the order is
+enforced by ``tests/unit/test_layers.py``: a module imports only those listed before it.
+"""

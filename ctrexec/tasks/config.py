@@ -1,0 +1,468 @@
+"""The values schedulers exchange with the executor: config in, handle and info out.
+
+All of them are frozen attrs classes with ``to_json``/``from_json``, so a scheduler
+can persist a :class:`TaskHandle` and a later process can :meth:`Executor.recover`
+from it. Mounts, tmpfs and devices keep docker's string syntax (``SRC:DST:ro``), which
+is what users write and what round-trips through JSON without a schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ctrexec import labels as lbl
+from ctrexec.containerd.tasks import ExitStatus, Status
+from ctrexec.errors import InvalidArgument, InvalidField
+from ctrexec.ids import validate_id
+from ctrexec.logs import modes as logmodes
+from ctrexec.logs.driver import check_limits
+from ctrexec.oci import caps, namespaces, process, resources
+from ctrexec.oci.spec import with_annotations
+from ctrexec.oci.user import split_user_spec
+from ctrexec.tasks import fields
+
+if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
+    from ctrexec.net.cni import PortMapping
+    from ctrexec.net.netns import Address
+
+DEFAULT_STOP_TIMEOUT = 10.0
+DEFAULT_LOG_MAX_SIZE = 10 * 1024 * 1024
+DEFAULT_LOG_MAX_FILES = 3
+
+
+_RESTART_POLICIES = ("no", "on-failure", "always", "unless-stopped")
+
+
+def _policy(value: str) -> None:
+    if value not in _RESTART_POLICIES:
+        raise InvalidArgument(f"expected one of {', '.join(_RESTART_POLICIES)}")
+
+
+def _nameservers(servers: tuple[str, ...]) -> None:
+    """resolv.conf takes nameservers as IP addresses only."""
+    import ipaddress
+
+    for server in servers:
+        try:
+            ipaddress.ip_address(server)
+        except ValueError as exc:
+            raise InvalidArgument(f"nameserver {server!r} is not an IP address") from exc
+
+
+def _extra_hosts(entries: tuple[str, ...]) -> None:
+    from ctrexec.net.hostfiles import parse_extra_host  # only for a config that has some
+
+    for entry in entries:
+        parse_extra_host(entry)
+
+
+@attrs.frozen(kw_only=True)
+class RestartPolicy:
+    """When ``ctrexec supervise`` restarts a task: ``no``, ``on-failure`` or ``always``."""
+
+    policy: str = attrs.field(default="no", validator=fields.text(_policy))
+    max_attempts: int = attrs.field(default=0, validator=fields.integer(fields.non_negative))
+    delay: float = attrs.field(default=1.0, validator=fields.number(fields.non_negative))
+
+
+def _restart(value: Any) -> Any:
+    """A table (from JSON or TOML) becomes a RestartPolicy, its errors named ``restart.*``."""
+    if not isinstance(value, Mapping):
+        return value
+    known = [f.name for f in attrs.fields(RestartPolicy)]
+    unknown = sorted(str(k) for k in value if k not in known)
+    if unknown:
+        raise InvalidField(
+            "restart",
+            dict(value),
+            f"unknown key(s) {', '.join(unknown)}; expected {', '.join(known)}",
+        )
+    try:
+        return RestartPolicy(**value)
+    except InvalidField as exc:
+        raise InvalidField(f"restart.{exc.field}", exc.value, exc.reason) from exc
+
+
+def _non_empty(value: str) -> None:
+    if not value:
+        raise InvalidArgument("must not be empty")
+
+
+def _absolute(value: str) -> None:
+    if not value.startswith("/"):
+        raise InvalidArgument("must be an absolute path")
+
+
+def _signal_text(value: Any) -> Any:
+    """``stop_signal = 9`` in TOML means signal 9, kept as the text ``"9"``."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _env(env: Mapping[str, str]) -> None:
+    bad = [k for k in env if "=" in k]
+    if bad:
+        raise InvalidArgument(f"variable name {bad[0]!r} must not contain '='")
+    process.merge_env([], env)
+
+
+@attrs.frozen(kw_only=True)
+class TaskConfig:
+    """Everything needed to create and run one task.
+
+    ``netns`` is a name (``/run/netns/NAME``), an absolute path, ``host`` (explicit
+    host networking) or ``none`` (a fresh namespace with only loopback).
+
+    Making one checks every field's type and every range that needs only the value
+    (:mod:`ctrexec.tasks.fields`), so a bad value fails here with its field named, never
+    later as a TypeError. What needs the host or parses into mounts (the runtime,
+    volumes, tmpfs, devices, the stop signal) is checked by ``taskspec.check_config``.
+    """
+
+    name: str = attrs.field(validator=fields.text(lambda v: validate_id(v, kind="container name")))
+    image: str = attrs.field(validator=fields.text(_non_empty))
+    command: tuple[str, ...] | None = attrs.field(
+        default=None, converter=fields.to_opt_tuple, validator=fields.strings(optional=True)
+    )
+    entrypoint: tuple[str, ...] | None = attrs.field(
+        default=None, converter=fields.to_opt_tuple, validator=fields.strings(optional=True)
+    )
+    env: Mapping[str, str] = attrs.field(
+        factory=dict, converter=fields.to_string_map, validator=fields.string_map(_env)
+    )
+    workdir: str | None = attrs.field(
+        default=None, validator=fields.text(process.with_cwd, optional=True)
+    )
+    user: str | None = attrs.field(
+        default=None, validator=fields.text(split_user_spec, optional=True)
+    )
+    netns: str = attrs.field(default="none", validator=fields.text())
+    hostname: str | None = attrs.field(
+        default=None, validator=fields.text(namespaces.with_hostname, optional=True)
+    )
+    #: docker's --dns, --dns-search, --dns-option: the task's resolv.conf instead of the
+    #: host's (each task has its own, even in a namespace shared with others).
+    dns: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings(_nameservers)
+    )
+    dns_search: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings()
+    )
+    dns_options: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings()
+    )
+    #: docker's --add-host: ``NAME:IP`` lines added to the task's /etc/hosts.
+    extra_hosts: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings(_extra_hosts)
+    )
+    volumes: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings()
+    )
+    tmpfs: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings()
+    )
+    read_only: bool = attrs.field(default=False, validator=fields.boolean())
+    memory: str | int | None = attrs.field(
+        default=None,
+        validator=fields.field(
+            (str, int), "a size such as 512m", resources.check_memory_limit, optional=True
+        ),
+    )
+    #: docker's --memory-reservation: a soft limit, kept below ``memory``.
+    memory_reservation: str | int | None = attrs.field(
+        default=None,
+        validator=fields.field(
+            (str, int), "a size such as 256m", resources.parse_size, optional=True
+        ),
+    )
+    cpus: float | None = attrs.field(
+        default=None, validator=fields.number(resources.with_cpus, optional=True)
+    )
+    cpu_shares: int | None = attrs.field(
+        default=None, validator=fields.integer(resources.with_cpu_shares, optional=True)
+    )
+    cpuset_cpus: str | None = attrs.field(
+        default=None,
+        validator=fields.text(lambda v: resources.check_cpu_list(v, "cpuset cpus"), optional=True),
+    )
+    pids_limit: int | None = attrs.field(
+        default=None, validator=fields.integer(resources.with_pids_limit, optional=True)
+    )
+    cap_add: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings(caps.expand_capabilities)
+    )
+    cap_drop: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings(caps.expand_capabilities)
+    )
+    privileged: bool = attrs.field(default=False, validator=fields.boolean())
+    devices: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings()
+    )
+    sysctls: Mapping[str, str] = attrs.field(
+        factory=dict,
+        converter=fields.to_string_map,
+        validator=fields.string_map(namespaces.with_sysctls),
+    )
+    oom_score_adj: int | None = attrs.field(
+        default=None, validator=fields.integer(process.with_oom_score_adj, optional=True)
+    )
+    annotations: Mapping[str, str] = attrs.field(
+        factory=dict, converter=fields.to_string_map, validator=fields.string_map(with_annotations)
+    )
+    labels: Mapping[str, str] = attrs.field(
+        factory=dict,
+        converter=fields.to_string_map,
+        validator=fields.string_map(lbl.validate_user_labels),
+    )
+    #: docker's ``-t`` and ``-i``: a pseudo-terminal, an open stdin. Either makes the
+    #: task interactive: its stdio is FIFOs for ``attach``, not the log driver.
+    tty: bool = attrs.field(default=False, validator=fields.boolean())
+    stdin_open: bool = attrs.field(default=False, validator=fields.boolean())
+    group: str | None = attrs.field(
+        default=None,
+        validator=fields.text(lambda v: validate_id(v, kind="group name"), optional=True),
+    )
+    share_shim: bool = attrs.field(default=True, validator=fields.boolean())
+    runtime: str | None = attrs.field(default=None, validator=fields.text(optional=True))
+    stop_signal: str | None = attrs.field(
+        default=None,
+        converter=_signal_text,
+        validator=fields.text(optional=True),
+    )
+    stop_timeout: float = attrs.field(
+        default=DEFAULT_STOP_TIMEOUT, validator=fields.number(fields.non_negative)
+    )
+    log_driver: str = attrs.field(
+        default=logmodes.DEFAULT_DRIVER, validator=fields.text(logmodes.check_driver)
+    )
+    log_max_size: int = attrs.field(
+        default=DEFAULT_LOG_MAX_SIZE, validator=fields.integer(lambda v: check_limits(v, 1))
+    )
+    log_max_files: int = attrs.field(
+        default=DEFAULT_LOG_MAX_FILES, validator=fields.integer(lambda v: check_limits(1, v))
+    )
+    log_transport: str = attrs.field(
+        default=logmodes.DAEMON, validator=fields.text(logmodes.check_transport)
+    )
+    #: Where the task's stdout and stderr go instead of a log (a scheduler's FIFOs, or
+    #: files): the shim opens them itself, so output flows while the caller is away.
+    stdout_path: str | None = attrs.field(
+        default=None, validator=fields.text(logmodes.check_output_path, optional=True)
+    )
+    stderr_path: str | None = attrs.field(
+        default=None, validator=fields.text(logmodes.check_output_path, optional=True)
+    )
+    snapshotter: str = attrs.field(
+        default="overlayfs", validator=fields.text(lambda v: validate_id(v, kind="snapshotter"))
+    )
+    auto_remove: bool = attrs.field(default=False, validator=fields.boolean())
+    restart: RestartPolicy = attrs.field(
+        factory=RestartPolicy,
+        converter=_restart,
+        validator=fields.field((RestartPolicy,), "a table with policy, max_attempts, delay"),
+    )
+    #: Where this task's log goes instead of the executor's ``log_dir`` (a scheduler's
+    #: per-allocation directory): ``<log_dir>/<namespace>/<name>/task.log``, as there.
+    log_dir: str | None = attrs.field(default=None, validator=fields.text(_absolute, optional=True))
+
+    def __attrs_post_init__(self) -> None:
+        """Only ``json-file`` rotates: limits given to another driver would be ignored.
+
+        Output sent to the caller's paths has no log driver at all.
+        """
+        if self.stdout_path is not None or self.stderr_path is not None:
+            self._no_log_settings()
+            return
+        if "rotation" in logmodes.FEATURES[self.log_driver]:
+            return
+        for name, default in (
+            ("log_max_size", DEFAULT_LOG_MAX_SIZE),
+            ("log_max_files", DEFAULT_LOG_MAX_FILES),
+            ("log_transport", logmodes.DAEMON),
+        ):
+            if getattr(self, name) != default:
+                raise InvalidField(
+                    name, getattr(self, name), f"the {self.log_driver} log driver does not rotate"
+                )
+
+    def _no_log_settings(self) -> None:
+        for name, default in (
+            ("log_driver", logmodes.DEFAULT_DRIVER),
+            ("log_max_size", DEFAULT_LOG_MAX_SIZE),
+            ("log_max_files", DEFAULT_LOG_MAX_FILES),
+            ("log_transport", logmodes.DAEMON),
+        ):
+            if getattr(self, name) != default:
+                raise InvalidField(
+                    name, getattr(self, name), "a task with stdout_path or stderr_path keeps no log"
+                )
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self, value_serializer=_serialize)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TaskConfig:
+        known = {f.name for f in attrs.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidArgument(f"unknown task config keys: {', '.join(unknown)}")
+        try:
+            return cls(**data)
+        except TypeError as exc:  # a required key is missing
+            raise InvalidArgument(f"invalid task config: {exc}") from exc
+
+
+def _serialize(_inst: object, _field: object, value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class TaskHandle:
+    """What a scheduler keeps to find one run of a task again, even from another process.
+
+    ``run`` numbers the container's starts (1 for the first; each start by hand or by
+    the supervisor adds one), so a handle names a run, not just the container: after
+    a restart, :meth:`Executor.recover` reports the exit of the handle's run and
+    that a newer one exists. ``container_created_at`` is when containerd made the
+    record, which tells the handle's container from a later one of the same name.
+    A version 1 handle (no ``run``) is still read; its run is told by its pid.
+    """
+
+    id: str
+    namespace: str
+    address: str
+    pid: int
+    started_at: datetime
+    netns_path: str | None
+    log_path: str
+    run: int = 0
+    container_created_at: datetime | None = None
+    version: int = 2
+
+    def to_json(self) -> dict[str, Any]:
+        data = attrs.asdict(self)
+        data["started_at"] = self.started_at.isoformat()
+        data["container_created_at"] = (
+            self.container_created_at.isoformat() if self.container_created_at else None
+        )
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TaskHandle:
+        try:
+            values = dict(data)
+            values["started_at"] = datetime.fromisoformat(values["started_at"])
+            created = values.get("container_created_at")
+            if created is not None:
+                values["container_created_at"] = datetime.fromisoformat(created)
+            return cls(**values)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidArgument(f"invalid task handle: {exc}") from exc
+
+
+@attrs.frozen(kw_only=True)
+class TaskInfo:
+    """``inspect``: the record plus the state of one run (the latest, unless it came
+    from :meth:`Executor.recover` of an older handle: then ``newer_run`` is set).
+
+    ``addresses`` are the task's namespace's addresses, loopback left out; None when
+    they were not looked up (``list`` does not, unless asked: each costs a netlink
+    dump in the namespace) or cannot be (host networking: they are the host's; a
+    namespace that is gone). ``ports`` are the published ports of the task's group.
+    ``started_at`` is when ctrexec started the run (None for a run started before runs
+    were recorded), and ``restart_count`` the supervisor's restarts since the last
+    start by hand. ``restarting``: the task exited and the supervisor has a restart
+    of it scheduled (or retries one that failed: ``restart_error`` says why).
+    ``args``, ``env``, ``workdir`` and ``hostname`` are what the task runs with, from
+    its OCI spec: the image's defaults merged with the config's (docker's
+    ``Config.Cmd``, ``Env``, ``WorkingDir``, ``Hostname``).
+    """
+
+    id: str
+    image: str
+    status: Status
+    pid: int
+    exit: ExitStatus | None
+    netns_path: str | None
+    netns_mode: str
+    group: str | None
+    log_path: str
+    labels: Mapping[str, str]
+    created_at: datetime | None
+    config: TaskConfig | None
+    run: int = 0
+    started_at: datetime | None = None
+    restart_count: int = 0
+    restarting: bool = False
+    restart_error: str | None = None
+    ports: tuple[PortMapping, ...] = ()
+    addresses: tuple[Address, ...] | None = None
+    newer_run: int | None = None
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    workdir: str = ""
+    hostname: str = ""
+
+    @property
+    def oom_killed(self) -> bool:
+        """Docker's ``State.OOMKilled``: the last exit was the OOM killer's SIGKILL."""
+        return self.exit is not None and self.exit.oom_killed
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.exit.code if self.exit else None
+
+    @property
+    def finished_at(self) -> datetime | None:
+        return self.exit.exited_at if self.exit else None
+
+    @property
+    def superseded(self) -> bool:
+        """A newer run of the container exists: this info is about an older one."""
+        return self.newer_run is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "image": self.image,
+            "status": self.status.value,
+            "pid": self.pid,
+            "run": self.run,
+            "newer_run": self.newer_run,
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "exit": self.exit.to_json() if self.exit else None,
+            "exit_code": self.exit_code,
+            "oom_killed": self.oom_killed,
+            "restart_count": self.restart_count,
+            "restarting": self.restarting,
+            "restart_error": self.restart_error,
+            "netns_path": self.netns_path,
+            "netns_mode": self.netns_mode,
+            "addresses": None
+            if self.addresses is None
+            else [{"ifname": a.ifname, "address": a.cidr} for a in self.addresses],
+            "ports": [_port_text(p) for p in self.ports],
+            "group": self.group,
+            "log_path": self.log_path,
+            "labels": dict(self.labels),
+            "created_at": _iso(self.created_at),
+            "config": self.config.to_json() if self.config else None,
+        }
+
+
+def _port_text(port: PortMapping) -> str:
+    """``[IP:]HOST:CONTAINER/PROTO``, as a group file writes it."""
+    ip = f"[{port.host_ip}]" if ":" in port.host_ip else port.host_ip
+    return f"{ip + ':' if ip else ''}{port.host_port}:{port.container_port}/{port.protocol}"
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None

@@ -1,0 +1,367 @@
+"""An event stream for schedulers: ctrexec's task events, filtered, across containerd restarts.
+
+:class:`TaskEvents` is what :meth:`ctrexec.Executor.events` returns. It is live when it
+is returned (containerd has registered it), so a caller subscribes first and lists
+second, and misses nothing in between. When the stream breaks (containerd restarts,
+the socket goes away) it reconnects with a bounded backoff and then yields one
+:class:`~ctrexec.containerd.events.EventsMissed`: events of the outage are lost, so
+the caller lists again, exactly as at the start. containerd has no replay, so there
+is no ``since``.
+
+Only tasks of ctrexec's own containers are reported (the ``io.ctrexec.managed``
+label); the records' labels are listed once per connection and kept current from
+containerd's container events, so filtering by group or label costs no call per event.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Collection, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+
+import attrs
+
+from ctrexec import labels as lbl
+from ctrexec.containerd import containers, events, tasks
+from ctrexec.containerd.events import (
+    Event,
+    EventsMissed,
+    ExecExited,
+    RecordChanged,
+    Subscription,
+    TaskDeleted,
+    TaskEvent,
+    TaskExited,
+    TaskOOM,
+)
+from ctrexec.errors import Canceled, CtrexecError, InvalidArgument, NotFound, Unavailable
+
+if TYPE_CHECKING:
+    from ctrexec.tasks.executor import Executor
+
+#: The first wait before a reconnect, and the longest (it doubles in between).
+RECONNECT_DELAY = 0.1
+MAX_RECONNECT_DELAY = 2.0
+#: docker's event names, accepted as the same filter as ctrexec's own.
+DOCKER_ALIASES = {
+    "die": "exit",
+    "unpause": "resume",
+    "exec_start": "exec-start",
+    "exec_die": "exec-exit",
+    "destroy": "delete",
+}
+
+
+def parse_kinds(names: Collection[str]) -> frozenset[str]:
+    """Event kinds from user words (``exit``, docker's ``die``...); a bad one is refused."""
+    out = set()
+    for name in names:
+        kind = DOCKER_ALIASES.get(name, name)
+        if kind not in events.KINDS or kind == EventsMissed.kind:
+            known = ", ".join(k for k in events.KINDS if k != EventsMissed.kind)
+            raise InvalidArgument(f"unknown event type {name!r} (expected one of: {known})")
+        out.add(kind)
+    return frozenset(out)
+
+
+@attrs.frozen
+class EventFilter:
+    """Which task events a stream yields: every given criterion must hold (docker's
+    rule: values of one criterion are alternatives, labels must all match).
+
+    ``labels`` maps a key to the value it must have, or to None for "has the key".
+    EventsMissed is never filtered out: a caller must always hear of a break.
+    """
+
+    tasks: frozenset[str] | None = None
+    groups: frozenset[str] | None = None
+    labels: Mapping[str, str | None] = attrs.field(factory=dict)
+    kinds: frozenset[str] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        tasks: Collection[str] | None = None,
+        groups: Collection[str] | None = None,
+        labels: Mapping[str, str | None] | None = None,
+        types: Collection[str] | None = None,
+    ) -> EventFilter:
+        return cls(
+            tasks=frozenset(tasks) if tasks is not None else None,
+            groups=frozenset(groups) if groups is not None else None,
+            labels=dict(labels or {}),
+            kinds=parse_kinds(types) if types is not None else None,
+        )
+
+    def wants_task(self, task_id: str) -> bool:
+        """The check that needs no labels, made before any are looked up."""
+        return self.tasks is None or task_id in self.tasks
+
+    def matches(self, event: TaskEvent, record_labels: Mapping[str, str]) -> bool:
+        if record_labels.get(lbl.MANAGED) != "true" or not self.wants_task(event.task_id):
+            return False
+        if self.kinds is not None and event.kind not in self.kinds:
+            return False
+        if self.groups is not None and record_labels.get(lbl.GROUP) not in self.groups:
+            return False
+        return all(
+            key in record_labels and (want is None or record_labels[key] == want)
+            for key, want in self.labels.items()
+        )
+
+
+class ExitLedger:
+    """What a stream remembers between events: OOM events not yet followed by their
+    exit, and the last exit of each process, so no exit is yielded twice (a shim
+    whose report to a dying containerd went unanswered sends it again)."""
+
+    def __init__(self) -> None:
+        self._oom: set[str] = set()
+        self._exits: dict[str, dict[str, datetime | None]] = {}
+
+    def note_oom(self, task_id: str) -> None:
+        self._oom.add(task_id)
+
+    def take_oom(self, task_id: str) -> bool:
+        """Whether an OOM event came for the task since its last exit (and forget it)."""
+        seen = task_id in self._oom
+        self._oom.discard(task_id)
+        return seen
+
+    def first_time(self, task_id: str, exec_id: str, exited_at: datetime | None) -> bool:
+        """Record an exit; False when this very exit was recorded already."""
+        known = self._exits.setdefault(task_id, {})
+        if exited_at is not None and known.get(exec_id) == exited_at:
+            return False
+        known[exec_id] = exited_at
+        return True
+
+    def forget(self, task_id: str) -> None:
+        """The task was deleted: its processes' exits cannot come again."""
+        self._exits.pop(task_id, None)
+        self._oom.discard(task_id)
+
+
+class EventOptions(TypedDict, total=False):
+    """What :meth:`ctrexec.Executor.events` takes: the filter (see :class:`EventFilter`;
+    ``types`` are event kinds such as ``"exit"``) and the reconnect policy."""
+
+    tasks: Collection[str] | None
+    groups: Collection[str] | None
+    labels: Mapping[str, str | None] | None
+    types: Collection[str] | None
+    reconnect_delay: float
+    max_reconnect_delay: float
+    max_outage: float | None
+
+
+class TaskEvents(Iterator[Event]):
+    """Typed events of ctrexec's tasks in one namespace; iterate it, cancel it to stop.
+
+    Iterate from one thread; :meth:`cancel` (or leaving a ``with`` block) from any
+    thread ends the iteration, also during a reconnect. Raises only when the first
+    subscription fails, or when ``max_outage`` seconds pass without containerd.
+    """
+
+    def __init__(
+        self,
+        executor: Executor,
+        event_filter: EventFilter | None = None,
+        *,
+        reconnect_delay: float = RECONNECT_DELAY,
+        max_reconnect_delay: float = MAX_RECONNECT_DELAY,
+        max_outage: float | None = None,
+    ) -> None:
+        self._executor = executor
+        self._client = executor.client
+        self.filter = event_filter or EventFilter()
+        self._delays = (reconnect_delay, max(reconnect_delay, max_reconnect_delay))
+        self._max_outage = max_outage
+        self._cancelled = threading.Event()
+        self._guard = threading.Lock()
+        self._sub: Subscription | None = None
+        self._queue: deque[Event] = deque()
+        #: Labels of the records seen; None for records that are not ctrexec's.
+        self._records: dict[str, Mapping[str, str] | None] = {}
+        self._ledger = ExitLedger()
+        #: Set when the stream broke; yielded (with the time it is live again) after it.
+        self._missed: EventsMissed | None = None
+        self._connect()
+
+    @classmethod
+    def of(cls, executor: Executor, **options: Unpack[EventOptions]) -> TaskEvents:
+        """A stream with the filter and the reconnect policy given as keywords."""
+        which = EventFilter.of(
+            tasks=options.get("tasks"),
+            groups=options.get("groups"),
+            labels=options.get("labels"),
+            types=options.get("types"),
+        )
+        return cls(
+            executor,
+            which,
+            reconnect_delay=options.get("reconnect_delay", RECONNECT_DELAY),
+            max_reconnect_delay=options.get("max_reconnect_delay", MAX_RECONNECT_DELAY),
+            max_outage=options.get("max_outage"),
+        )
+
+    def __iter__(self) -> TaskEvents:
+        return self
+
+    def __enter__(self) -> TaskEvents:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+    def cancel(self) -> None:
+        """End the iteration (from any thread); what is queued is dropped."""
+        self._cancelled.set()
+        with self._guard:
+            sub = self._sub
+        if sub is not None:
+            sub.cancel()
+
+    close = cancel
+
+    def __next__(self) -> Event:
+        while True:
+            if self._cancelled.is_set():
+                raise StopIteration
+            if self._queue:
+                return self._queue.popleft()
+            with self._guard:
+                sub = self._sub
+            if sub is None:
+                self._reconnect()
+                continue
+            try:
+                event = self._accept(next(sub))
+            except StopIteration:
+                self._broken("containerd ended the event stream")
+            except CtrexecError as exc:
+                if isinstance(exc, Canceled) and self._cancelled.is_set():
+                    raise StopIteration from None
+                self._broken(str(exc))
+            else:
+                if event is not None:
+                    return event
+
+    # -- connection -------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        """Subscribe, wait until live, then list the records: the order that loses nothing."""
+        sub = Subscription(self._client, [*events.TASK_TOPICS, *events.CONTAINER_TOPICS])
+        with self._guard:
+            self._sub = sub
+        if self._cancelled.is_set():
+            sub.cancel()
+        try:
+            early = sub.sync()
+            self._records = {
+                r.id: r.labels
+                for r in containers.list_containers(
+                    self._client, containers.label_filter(lbl.MANAGED, "true")
+                )
+            }
+            heard = [e for e in map(self._accept, early) if e is not None]
+        except BaseException:
+            with self._guard:
+                self._sub = None
+            sub.cancel()
+            raise
+        if self._missed is not None:
+            self._queue.append(attrs.evolve(self._missed, at=datetime.now(UTC)))
+            self._missed = None
+        self._queue.extend(heard)
+
+    def _broken(self, reason: str) -> None:
+        with self._guard:
+            sub, self._sub = self._sub, None
+        if sub is not None:
+            sub.cancel()
+        now = datetime.now(UTC)
+        self._missed = EventsMissed(
+            namespace=self._client.namespace, since=now, at=now, reason=reason
+        )
+
+    def _reconnect(self) -> None:
+        """Subscribe again until it works, waiting a doubling, capped delay between tries."""
+        began = datetime.now(UTC)
+        delay = self._delays[0]
+        while not self._cancelled.is_set():
+            try:
+                self._connect()
+                return
+            except CtrexecError as exc:
+                if self._cancelled.is_set():
+                    return
+                if self._client.rpc.closed:
+                    raise
+                if (
+                    self._max_outage is not None
+                    and (datetime.now(UTC) - began).total_seconds() > self._max_outage
+                ):
+                    raise Unavailable(f"no event stream for {self._max_outage:g}s: {exc}") from exc
+            self._cancelled.wait(delay)
+            delay = min(delay * 2, self._delays[1])
+
+    # -- events -----------------------------------------------------------------------
+
+    def _accept(self, env: Any) -> TaskEvent | None:
+        """Decode one envelope: the event, if it is one of ours that passes the filter."""
+        decoded = events.decode(env)
+        if isinstance(decoded, RecordChanged):
+            self._record_changed(decoded)
+            return None
+        if decoded is None or not self.filter.wants_task(decoded.task_id):
+            return None
+        record_labels = self._labels_of(decoded.task_id)
+        if record_labels is None:
+            return None
+        event = self._enrich(decoded, record_labels)
+        if event is not None and self.filter.matches(event, record_labels):
+            return event
+        return None
+
+    def _record_changed(self, change: RecordChanged) -> None:
+        if change.deleted or change.labels is None:
+            self._records.pop(change.container_id, None)  # looked up again when needed
+        else:
+            managed = change.labels.get(lbl.MANAGED) == "true"
+            self._records[change.container_id] = change.labels if managed else None
+
+    def _labels_of(self, container_id: str) -> Mapping[str, str] | None:
+        if container_id not in self._records:
+            try:
+                labels = containers.get(self._client, container_id).labels
+            except NotFound:
+                labels = {}  # gone already: its labels, the proof it was ours, too
+            self._records[container_id] = labels if labels.get(lbl.MANAGED) == "true" else None
+        return self._records[container_id]
+
+    def _enrich(self, event: TaskEvent, record_labels: Mapping[str, str]) -> TaskEvent | None:
+        """Add the group and the OOM fact; None for an exit already yielded."""
+        event = attrs.evolve(event, group=record_labels.get(lbl.GROUP))
+        if isinstance(event, TaskOOM):
+            self._ledger.note_oom(event.task_id)
+        elif isinstance(event, TaskDeleted):
+            self._ledger.forget(event.task_id)
+        elif isinstance(event, ExecExited):
+            if not self._ledger.first_time(event.task_id, event.exec_id, event.exit.exited_at):
+                return None
+        elif isinstance(event, TaskExited):
+            if not self._ledger.first_time(event.task_id, "", event.exit.exited_at):
+                return None
+            oom = self._ledger.take_oom(event.task_id)
+            if event.exit.code == tasks.SIGKILL_EXIT_CODE:
+                status = (
+                    attrs.evolve(event.exit, oom_killed=True)
+                    if oom
+                    else self._executor.with_oom({event.task_id: event.exit})[event.task_id]
+                )
+                event = attrs.evolve(event, exit=status)
+        return event

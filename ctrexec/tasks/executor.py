@@ -1,0 +1,643 @@
+"""The scheduler-facing API: TaskConfig in, TaskHandle out, and the verbs on it.
+
+Every verb maps to one of Nomad's task-driver calls (start, wait, stop, destroy,
+inspect, signal, exec, stats, recover). State lives only in containerd: labels and
+the TaskConfig extension on the container record, plus the task itself, so any
+number of Executor instances, in any number of processes, agree on what exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import signal as signals
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Unpack
+
+from ctrexec import _linux, defaults, ids
+from ctrexec import labels as lbl
+from ctrexec.containerd import containers, images, snapshots, stats, tasks
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.execs import ExecResult, run_exec, start_exec
+from ctrexec.containerd.streams import Process, StreamOptions
+from ctrexec.containerd.tasks import ExitStatus, Status, Stdio
+from ctrexec.errors import (
+    AlreadyExists,
+    CtrexecError,
+    DeadlineExceeded,
+    FailedPrecondition,
+    NotFound,
+)
+from ctrexec.logs import client as logdaemon_client
+from ctrexec.logs import modes as logmodes
+from ctrexec.net import hostfiles, netns
+from ctrexec.oci.user import ResolvedUser
+from ctrexec.tasks import control as taskctl
+from ctrexec.tasks import files as taskfiles
+from ctrexec.tasks import info as taskinfo
+from ctrexec.tasks import runs, stale, waiting
+from ctrexec.tasks import spec as taskspec
+from ctrexec.tasks import stdio as taskio
+from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
+from ctrexec.tasks.users import ImageUsers
+
+if TYPE_CHECKING:
+    from ctrexec.tasks.events import EventOptions, TaskEvents
+
+DEFAULT_LOG_DIR = defaults.DEFAULT_LOG_DIR
+
+
+DEFAULT_KILL_GRACE = 10.0
+#: What a start by hand clears: the supervisor's state for the previous run.
+_SUPERVISOR_MARKS = (
+    lbl.STOPPED_BY_USER,
+    lbl.RESTART_COUNT,
+    lbl.RESTART_BACKOFF,
+    lbl.RESTART_STARTED_AT,
+    lbl.RESTART_PENDING,
+    lbl.RESTART_ERROR,
+)
+
+
+class Executor:
+    """Runs tasks in one containerd namespace. Thread-safe: it holds no mutable state
+    besides per-container locks that serialise start/stop/destroy of the same task,
+    and caches of what digests fix (image documents, resolved users)."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        log_dir: Path = DEFAULT_LOG_DIR,
+        files_dir: Path | None = None,
+        state_dir: Path | None = None,
+    ) -> None:
+        """``log_dir``: task logs (a TaskConfig's ``log_dir`` wins). ``state_dir``: the
+        rest of ctrexec's own files (the tasks' hosts files unless ``files_dir``
+        says, the log driver's launcher), instead of under /run/ctrexec."""
+        self.client = client
+        self.log_dir = Path(log_dir)
+        self.state_dir = None if state_dir is None else Path(state_dir)
+        if files_dir is None:
+            files_dir = (
+                hostfiles.DEFAULT_DIR if state_dir is None else Path(state_dir) / "netns-files"
+            )
+        self.files_dir = Path(files_dir)
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        #: Image documents and unpack state by digest; shared by every start.
+        self.images = images.ImageCache()
+        #: Users resolved through each image's passwd and group files.
+        self.users = ImageUsers()
+
+    def _lock(self, task_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(task_id, threading.Lock())
+
+    # -- create -------------------------------------------------------------------
+
+    def create(
+        self, config: TaskConfig, *, owner_labels: Mapping[str, str] | None = None
+    ) -> containers.Container:
+        """Create the container record and its rootfs snapshot; do not run anything.
+
+        All checks run first; a failure after the first side effect undoes it.
+        ``owner_labels`` are ctrexec's own keys set by a caller such as groups (user
+        labels may not use that prefix); they land in the same Create call.
+        """
+        return self._create(config, owner_labels or {})[0]
+
+    def _create(
+        self, config: TaskConfig, owner_labels: Mapping[str, str], *, first_run: bool = False
+    ) -> tuple[containers.Container, list[snapshots.RootfsMount]]:
+        """The record and its rootfs mounts (which start_task passes on to the task).
+
+        ``first_run``: the record is made to start at once, so it is labelled as its
+        first run (:func:`runs.first_run`): no label update after the start.
+        """
+        checked = taskspec.check_config(config, containerd_address=self.client.address)
+        netns_path, mode = self._resolve_netns(config.netns)
+        image = images.ensure_image(
+            self.client, config.image, snapshotter=config.snapshotter, cache=self.images
+        )
+        user = self._resolve_user(image, config.user or image.config.user, config.snapshotter)
+        log_root = Path(config.log_dir) if config.log_dir else self.log_dir
+        log_path = log_root / self.client.namespace / config.name / "task.log"
+        # The spec needs only the files' paths; they are written once the record exists
+        # (here, or by start()), so a crash in between leaves no orphan files behind.
+        files = taskfiles.for_task(self.files_dir, self.client.namespace, config)
+        spec = taskspec.build(
+            checked,
+            image_entrypoint=image.config.entrypoint,
+            image_cmd=image.config.cmd,
+            image_env=image.config.env,
+            image_workdir=image.config.working_dir,
+            user=user,
+            netns_path=netns_path,
+            host_network=mode == "host",
+            hostfiles=files,
+            namespace=self.client.namespace,
+            containerd_address=self.client.address,
+        )
+        if first_run:  # as late as can be: the run's start time
+            owner_labels = {**owner_labels, **runs.first_run(datetime.now(UTC))}
+        record_labels = taskspec.record_labels(
+            checked,
+            image_stop_signal=image.config.stop_signal,
+            image_entrypoint=image.config.entrypoint,
+            mode=mode,
+            netns_path=netns_path,
+            files=files,
+            log_path=log_path,
+            owner_labels=owner_labels,
+        )
+        record, mounts = self._create_record(checked, image, spec, record_labels)
+        taskfiles.write(record.id, record.labels, config, replace=True)
+        return record, mounts
+
+    def _create_record(
+        self,
+        checked: taskspec.CheckedConfig,
+        image: images.Image,
+        spec: dict[str, Any],
+        record_labels: Mapping[str, str],
+    ) -> tuple[containers.Container, list[snapshots.RootfsMount]]:
+        """The container record first, then its rootfs snapshot: no lease needed.
+
+        containerd's GC treats every container record as a root that holds the
+        snapshot its ``snapshot_key`` names, whether or not that snapshot exists yet
+        (metadata/gc.go; Containers.Create does not check it). So a snapshot
+        prepared after the record is held from its first instant, and the name's
+        uniqueness is checked by Create itself, before anything else exists. A crash
+        between the two leaves a complete record whose rootfs start() prepares.
+        """
+        config = checked.config
+        # A unique key, so a snapshot left by a crash can never block a later one.
+        snapshot_key = f"{config.name}-{secrets.token_hex(4)}"
+        try:
+            record = containers.create(
+                self.client,
+                config.name,
+                image=image.name,
+                spec=spec,
+                snapshotter=config.snapshotter,
+                snapshot_key=snapshot_key,
+                runtime=checked.runtime.to_runtime(),
+                labels=record_labels,
+                extensions={
+                    lbl.CONFIG_EXTENSION: containers.json_extension(
+                        lbl.CONFIG_TYPE_URL, config.to_json()
+                    )
+                },
+            )
+        except AlreadyExists as exc:
+            raise AlreadyExists(f"container name {config.name!r} is already in use") from exc
+        try:
+            return record, self._prepare_rootfs(record, image)
+        except BaseException:
+            with contextlib.suppress(CtrexecError):
+                containers.delete(self.client, config.name)
+            raise
+
+    def _prepare_rootfs(
+        self, record: containers.Container, image: images.Image
+    ) -> list[snapshots.RootfsMount]:
+        """Prepare the record's snapshot; when the image's layers went (removed and
+        collected since the cache saw them) unpack them again, once."""
+        key, snapshotter = record.snapshot_key, record.snapshotter
+        try:
+            return snapshots.prepare_rootfs(
+                self.client, key, image.top_chain_id, snapshotter=snapshotter, lease=None
+            )
+        except NotFound:
+            self.images.forget(self.client, image, snapshotter)
+            image = images.ensure_image(
+                self.client, image.name, snapshotter=snapshotter, cache=self.images
+            )
+        return snapshots.prepare_rootfs(
+            self.client, key, image.top_chain_id, snapshotter=snapshotter, lease=None
+        )
+
+    def _rootfs_mounts(self, record: containers.Container) -> list[snapshots.RootfsMount]:
+        """The rootfs mounts, prepared now for a record whose create was cut short."""
+        try:
+            return snapshots.snapshot_mounts(self.client, record.snapshot_key, record.snapshotter)
+        except NotFound:
+            image = images.ensure_image(
+                self.client, record.image, snapshotter=record.snapshotter, cache=self.images
+            )
+            return self._prepare_rootfs(record, image)
+
+    def _resolve_netns(self, value: str) -> tuple[str | None, str]:
+        if value == "host":
+            return None, "host"
+        if value in ("none", ""):
+            return None, "none"
+        path = netns.resolve(value)
+        netns.verify(path)
+        return path, "path"
+
+    def _resolve_user(self, image: images.Image, user: str, snapshotter: str) -> ResolvedUser:
+        return self.users.resolve(self.client, image, user, snapshotter)
+
+    # -- start ----------------------------------------------------------------------
+
+    def start(self, task_id: str, *, by_policy: bool = False) -> TaskHandle:
+        """Start (or start again) the task of an existing container.
+
+        A start by hand clears the "stopped by user" mark, the restart count and the
+        backoff, as docker does; the supervisor passes ``by_policy=True`` to keep them.
+        """
+        with self._lock(task_id):
+            before, record = self._clear_previous_run(task_id, by_policy=by_policy)
+            try:
+                if record.labels.get(lbl.IMPLICIT_GROUP):  # run -p: wired again after a reboot
+                    from ctrexec.groups import implicit as standalone
+
+                    record = standalone.rewire(self, record)
+                return self._launch(record, self._rootfs_mounts(record))
+            except BaseException:
+                taskinfo.undo_next_run(self.client, before)
+                raise
+
+    def _launch(
+        self,
+        record: containers.Container,
+        mounts: Sequence[snapshots.RootfsMount],
+        *,
+        fresh: bool = False,
+    ) -> TaskHandle:
+        """Create and start the record's task, the run its labels number (see
+        :mod:`ctrexec.tasks.runs`). ``fresh``: the record was just made, so no previous run
+        can be in the way unless Tasks.Create says so."""
+        task_id = record.id
+        log_path = record.labels.get(lbl.LOG_PATH, "")
+        cfg = self._config_of(record)
+        log_token: list[str] = []  # the log daemon's registration, if one was made
+
+        def logged() -> Stdio:
+            out, err, token = logmodes.stdio_for(cfg, log_path, state_dir=self.state_dir)
+            log_token.append(token)
+            return Stdio(stdout=out, stderr=err)
+
+        netns_path = record.labels.get(lbl.NETNS_PATH)
+        if netns_path:
+            # Verified again (it may have been removed since); `ip netns add` leaves lo down.
+            netns.ensure_loopback_up(netns_path)
+        taskfiles.write(task_id, record.labels, cfg, replace=False)  # the missing ones
+        try:
+            with taskio.task_stdio(record.labels, cfg, logged) as stdio:
+                try:
+                    pid = self._run_task(record, mounts, stdio)
+                except AlreadyExists:
+                    if not fresh:
+                        raise
+                    # A shim left by an earlier container of this name (containerd#6860).
+                    self._clear_previous_run(task_id, by_policy=True, next_run=False)
+                    pid = self._run_task(record, mounts, stdio)
+        except BaseException:
+            if log_token and log_token[0]:  # the shim never opened the FIFOs: the daemon
+                with contextlib.suppress(CtrexecError):  # would wait for them
+                    logdaemon_client.drop(
+                        token=log_token[0], where=logmodes.daemon_dir(self.state_dir)
+                    )
+            raise
+        run = runs.current(record.labels)
+        return TaskHandle(
+            id=task_id,
+            namespace=self.client.namespace,
+            address=self.client.address,
+            pid=pid,
+            started_at=run.started_at if run and run.started_at else datetime.now(UTC),
+            netns_path=netns_path,
+            log_path=log_path,
+            run=run.run if run else 0,
+            container_created_at=record.created_at,
+        )
+
+    def _clear_previous_run(
+        self, task_id: str, *, by_policy: bool, next_run: bool = True
+    ) -> tuple[containers.Container, containers.Container]:
+        """Refuse a task that runs; clear what a previous run left behind, in the
+        record's labels and in containerd, so the new run starts from nothing.
+
+        With ``next_run``, the same label update numbers the new run and keeps the
+        exit of the stopped task, before it is deleted: the only moment it can still
+        be read. The record before and after that update.
+        """
+        before = record = containers.get(self.client, task_id)
+        state = tasks.find(self.client, task_id)
+        if state is not None and state.status not in (Status.STOPPED, Status.CREATED):
+            raise FailedPrecondition(f"container {task_id} is already {state.status.value}")
+        marks = [] if by_policy else [k for k in _SUPERVISOR_MARKS if k in record.labels]
+        if next_run:
+            record = taskinfo.next_run(self.client, record, state, clear=marks)
+        elif marks:
+            record = containers.update_labels(self.client, task_id, dict.fromkeys(marks))
+        if state is not None and state.status is Status.CREATED:
+            # A start that died between Tasks.Create and Tasks.Start: begin again.
+            tasks.force_delete(self.client, task_id)
+        # Also with no task: this shuts down a shim left without one (see
+        # tasks.force_delete); a plain NotFound is ignored.
+        tasks.delete(self.client, task_id)
+        return before, record
+
+    def _run_task(
+        self,
+        record: containers.Container,
+        mounts: Sequence[snapshots.RootfsMount],
+        stdio: Stdio,
+    ) -> int:
+        """Create and start the task; its pid. A failed start leaves no task behind; what
+        a create cut short by a killed ctrexec left in the way is cleared (:mod:`stale`).
+
+        No Wait is armed here: nothing of this call reads the exit, and wait()
+        arms its own (containerd keeps a stopped task's exit until it is deleted).
+        """
+        task_id, rootfs = record.id, [m.to_proto() for m in mounts]
+        try:
+            stale.create_task(
+                self.client,
+                record,
+                lambda: tasks.create(self.client, task_id, rootfs=rootfs, stdio=stdio),
+            )
+        except AlreadyExists:
+            raise
+        except CtrexecError as exc:
+            raise tasks.command_error(exc) from exc
+        try:
+            return tasks.start(self.client, task_id)
+        except CtrexecError as exc:
+            tasks.force_delete(self.client, task_id)
+            raise tasks.command_error(exc) from exc
+
+    def start_task(
+        self, config: TaskConfig, *, owner_labels: Mapping[str, str] | None = None
+    ) -> TaskHandle:
+        """Create and start; a start that fails removes what create made.
+
+        The new record and its mounts go straight to the task: the record cannot
+        have a previous run to clear, so that costs no round trip unless
+        Tasks.Create finds one in the way. ``owner_labels`` as for :meth:`create`.
+        """
+        record, mounts = self._create(config, owner_labels or {}, first_run=True)
+        try:
+            with self._lock(config.name):
+                return self._launch(record, mounts, fresh=True)
+        except BaseException:
+            with contextlib.suppress(CtrexecError):
+                self.destroy(config.name, force=True)
+            raise
+
+    def start_attached(
+        self, task: TaskConfig | str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
+    ) -> tuple[TaskHandle, Process]:
+        """Start an interactive task (create it first, given a config), attached from
+        its first byte (``run -it``, ``start -ai``); see :mod:`ctrexec.tasks.stdio`."""
+        return taskio.start_attached(self, task, stdin=stdin, **streams)
+
+    def attach(
+        self, task_id: str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
+    ) -> Process:
+        """Stream the stdio of a running task started interactive (see :mod:`taskio`)."""
+        return taskio.attach(self, task_id, stdin=stdin, **streams)
+
+    # -- observe ----------------------------------------------------------------------
+
+    def reap(self, task_id: str) -> None:
+        """Delete a stopped task but keep its record (and with it the exit status is gone).
+
+        The shim holds a task's pipes until its task is deleted, so only then does a log
+        driver see the end of its streams; the shim waits for the driver to exit, and
+        the log daemon is waited for here, so the log is whole once this returns.
+        ``run --rm`` reads the rest of its log after it.
+        """
+        with self._lock(task_id):
+            state = tasks.find(self.client, task_id)
+            if state is None:
+                return
+            if state.status is not Status.STOPPED:
+                raise FailedPrecondition(f"container {task_id} is {state.status.value}")
+            tasks.delete(self.client, task_id)
+            record = containers.get(self.client, task_id)
+            if logmodes.uses_daemon(self._config_of(record)):
+                with contextlib.suppress(CtrexecError):  # a kept stdout: read what is there
+                    logdaemon_client.wait_drained(
+                        record.labels.get(lbl.LOG_PATH, ""),
+                        where=logmodes.daemon_dir(self.state_dir),
+                    )
+
+    def wait(self, task_id: str, timeout: float | None = None) -> ExitStatus:
+        """Block until the task exits (DeadlineExceeded after ``timeout`` seconds, the
+        task untouched); any number of threads may wait at once. See
+        :mod:`ctrexec.tasks.waiting`."""
+        return waiting.wait(self.client, task_id, timeout)
+
+    def wait_future(self, task_id: str, *, exec_id: str = "") -> Future[ExitStatus]:
+        """The exit as a future (cancel it to stop waiting); ``ctrexec.tasks.aio`` awaits it."""
+        return waiting.exit_future(self.client, task_id, exec_id)
+
+    def events(self, **options: Unpack[EventOptions]) -> TaskEvents:
+        """A live stream of this namespace's task events (see
+        :class:`ctrexec.tasks.events.TaskEvents`)."""
+        from ctrexec.tasks.events import TaskEvents
+
+        return TaskEvents.of(self, **options)
+
+    def inspect(self, task_id: str, *, addresses: bool = True) -> TaskInfo:
+        """The container and its latest run; ``addresses`` looks into its namespace."""
+        return taskinfo.inspect(self.client, task_id, addresses=addresses)
+
+    def lookup(self) -> containers.Lookup:
+        """Ids from the words a user typed (docker's unique-prefix rule), for front ends."""
+        return containers.Lookup(self.client)
+
+    def tasks_in_netns(self, path: str) -> list[TaskInfo]:
+        """Every task, stopped ones too, that names ``path`` as its namespace."""
+        return [i for i in self.list(all_tasks=True) if i.netns_path == path]
+
+    def remove_netns(self, spec: str, *, force: bool = False) -> None:
+        """``netns rm``: refuse while anything uses the namespace (a task, any process, a
+        mount elsewhere), naming it, unless forced: then its tasks are stopped first, and
+        what is not ctrexec's keeps the namespace alive without the name."""
+        path = netns.resolve(spec)
+        users = self.tasks_in_netns(path)
+        what = taskinfo.netns_users(path, users)
+        if what and not force:
+            raise FailedPrecondition(f"netns {spec} is in use by {', '.join(what)}; use --force")
+        for info in users:
+            if force:
+                with contextlib.suppress(CtrexecError):
+                    self.stop(info.id)
+        netns.remove(path)
+
+    def list(self, *, all_tasks: bool = False, addresses: bool = False) -> list[TaskInfo]:
+        """Running and paused tasks (all with ``all_tasks``); ``addresses`` costs a
+        netlink dump per task, so only when asked."""
+        return taskinfo.list_infos(self.client, all_tasks=all_tasks, addresses=addresses)
+
+    def with_oom(self, exits: Mapping[str, ExitStatus]) -> dict[str, ExitStatus]:
+        """The exits with ``oom_killed`` set where the task's cgroup saw an OOM kill."""
+        return taskinfo.with_oom(self.client, exits)
+
+    @staticmethod
+    def _config_of(record: containers.Container) -> TaskConfig | None:
+        return taskinfo.config_of(record)
+
+    def stats(self, task_id: str) -> stats.Stats:
+        data = tasks.metrics(self.client, task_id)
+        if data is None:
+            raise NotFound(f"no running task for container {task_id}")
+        return stats.decode(data)
+
+    def recover(self, handle: TaskHandle) -> TaskInfo:
+        """Re-attach to a task from a persisted handle; report an exit that happened meanwhile.
+
+        The task is not touched. When the container was started again since the
+        handle's run, the info is about the handle's run (``superseded``, its exit if
+        it was kept) and ``newer_run`` names the latest; see :func:`taskinfo.recover`.
+        """
+        return taskinfo.recover(self.client, handle)
+
+    # -- act ---------------------------------------------------------------------------
+
+    def signal(self, task_id: str, sig: int | str) -> None:
+        taskctl.signal(self.client, task_id, taskspec.parse_signal(sig))
+
+    def stop(
+        self, task_id: str, timeout: float | None = None, signal: int | str | None = None
+    ) -> ExitStatus | None:
+        """Send the stop signal, then SIGKILL when ``timeout`` passes; return the exit.
+
+        No fixed sleep: the armed Wait returns the moment the task exits. A task with
+        a restart policy is marked stopped by the user first, also when it has already
+        exited (docker's stop of a restarting container keeps it stopped): the
+        supervisor reads the mark before its restart is due, and again once it has
+        started one, so a restart that raced this stop is stopped in either order.
+        """
+        with self._lock(task_id):
+            record = containers.get(self.client, task_id)
+            if lbl.RESTART_POLICY in record.labels:
+                mark = {lbl.STOPPED_BY_USER: "true", lbl.RESTART_PENDING: None}
+                containers.update_labels(self.client, task_id, mark)
+            state = tasks.find(self.client, task_id)
+            if state is None:
+                return None
+            if state.status is Status.STOPPED:
+                return state.exit
+            sig = taskspec.parse_signal(signal or record.labels.get(lbl.STOP_SIGNAL, "SIGTERM"))
+            grace = (
+                float(record.labels.get(lbl.STOP_TIMEOUT, DEFAULT_KILL_GRACE))
+                if timeout is None
+                else timeout
+            )
+            if state.status is Status.PAUSED:
+                tasks.resume(self.client, task_id)
+            pending = tasks.arm_wait(self.client, task_id)
+            try:
+                tasks.kill(self.client, task_id, sig)
+                with contextlib.suppress(DeadlineExceeded):
+                    return tasks.collect(pending, grace)
+                tasks.kill(self.client, task_id, signals.SIGKILL, all_processes=True)
+                return tasks.collect(pending, DEFAULT_KILL_GRACE)
+            finally:
+                pending.cancel()
+
+    def pause(self, task_id: str) -> None:
+        taskctl.pause(self.client, task_id)
+
+    def resume(self, task_id: str) -> None:
+        taskctl.resume(self.client, task_id)
+
+    def destroy(self, task_id: str, *, force: bool = False) -> None:
+        """Remove task, container, snapshot, logs and host files.
+
+        The files and a ``run --network`` namespace go before the record, so a destroy
+        cut short leaves a record that the next one finishes; without a record, the
+        id's own host files are removed still (an older version left them so), and
+        NotFound is raised.
+        """
+        with self._lock(task_id):
+            try:
+                record = containers.get(self.client, task_id)
+            except NotFound:
+                ns = self.client.namespace
+                hostfiles.remove_dir(hostfiles.task_dir(self.files_dir, ns, task_id).directory)
+                raise
+            state = tasks.find(self.client, task_id)
+            if state is not None and state.status is not Status.STOPPED and not force:
+                raise FailedPrecondition(
+                    f"container {task_id} is {state.status.value}; stop it first or force"
+                )
+            tasks.force_delete(self.client, task_id)
+            taskfiles.remove(self.client, record, logd_dir=logmodes.daemon_dir(self.state_dir))
+            if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
+                from ctrexec.groups import implicit as standalone
+
+                standalone.release(self, record.labels)
+            containers.delete(self.client, task_id)
+            stale.after_delete(self.client, record)
+            snapshots.remove_snapshot(self.client, record.snapshot_key, record.snapshotter)
+            # The task's own cgroup can outlive Delete for a moment while the kernel
+            # finishes tearing down its processes; the parents go with the last task.
+            leaf = ids.task_cgroup(self.client.namespace, task_id).lstrip("/")
+            last = not containers.list_containers(self.client)
+            tasks.wait_until(lambda: _linux.remove_empty_cgroups(leaf, parents=last), timeout=2.0)
+        with self._locks_guard:
+            self._locks.pop(task_id, None)
+
+    def _exec_spec(
+        self,
+        task_id: str,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None,
+        workdir: str | None,
+        user: str | None,
+        tty: bool = False,
+    ) -> dict[str, Any]:
+        record = taskio.running_record(self.client, task_id, args)
+        resolved = None
+        if user:
+            cfg = self._config_of(record)
+            image = images.get_image(self.client, record.image)
+            resolved = self._resolve_user(image, user, cfg.snapshotter if cfg else "overlayfs")
+        return taskio.exec_spec(record.spec, args, env=env, workdir=workdir, user=resolved, tty=tty)
+
+    def exec_stream(
+        self,
+        task_id: str,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+        tty: bool = False,
+        stdin: bool = False,
+        size: tuple[int, int] | None = None,
+        **streams: Unpack[StreamOptions],
+    ) -> Process:
+        """Run a command in the task and stream its stdio (see :class:`ctrexec.Process`);
+        ``tty`` gives it a pseudo-terminal of ``size`` (columns, rows)."""
+        spec = self._exec_spec(task_id, args, env=env, workdir=workdir, user=user, tty=tty)
+        with taskio.command_errors():
+            return start_exec(self.client, task_id, spec, stdin=stdin, size=size, **streams)
+
+    def exec(
+        self,
+        task_id: str,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+    ) -> ExecResult:
+        """Run a command in the task and return its exit code and output."""
+        spec = self._exec_spec(task_id, args, env=env, workdir=workdir, user=user)
+        with taskio.command_errors():
+            return run_exec(self.client, task_id, spec, timeout=timeout)

@@ -1,0 +1,269 @@
+"""What the executor says about a task: inspect, list, recover, and the run labels.
+
+Kept apart from :mod:`ctrexec.tasks.executor`, which only delegates here: a scheduler's
+questions (which run is this, how did it end, where can it be reached) read labels,
+task state, cgroup counters and the namespace, and write nothing but the run labels
+at each start (:func:`record_start`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+
+from ctrexec import labels as lbl
+from ctrexec.containerd import containers, stats, tasks
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import ExitStatus, Status
+from ctrexec.errors import CtrexecError, HandleMismatch, InvalidArgument, NotFound
+from ctrexec.net import netns, nsrefs
+from ctrexec.net.cni import PortMapping
+from ctrexec.net.netns import Address
+from ctrexec.tasks import runs
+from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
+
+
+def config_of(record: containers.Container) -> TaskConfig | None:
+    """The TaskConfig the record was made from; None for a record ctrexec cannot read."""
+    data = record.extension_json(lbl.CONFIG_EXTENSION)
+    if data is None:
+        return None
+    try:
+        return TaskConfig.from_json(data)
+    except InvalidArgument:
+        return None
+
+
+def with_oom(client: Client, exits: Mapping[str, ExitStatus]) -> dict[str, ExitStatus]:
+    """The exits with ``oom_killed`` set where the task's cgroup saw an OOM kill.
+
+    containerd forgets OOM events, but a stopped task keeps its cgroup (and so the
+    kernel's oom_kill counter) until it is deleted, which is exactly as long as its
+    exit status lives: no supervisor is needed, and nothing is written. Only a
+    SIGKILL exit can be an OOM kill, so others cost no Metrics call.
+    """
+    out = dict(exits)
+    killed = [cid for cid, e in exits.items() if e.code == tasks.SIGKILL_EXIT_CODE]
+    try:
+        metrics = tasks.metrics_of(client, killed)
+    except CtrexecError:
+        return out  # best effort: an exit without the OOM fact beats no answer
+    for cid, data in metrics.items():
+        with contextlib.suppress(CtrexecError):
+            if stats.oom_kills(data) > 0:
+                out[cid] = attrs.evolve(out[cid], oom_killed=True)
+    return out
+
+
+def group_ports(labels: Mapping[str, str]) -> tuple[PortMapping, ...]:
+    from ctrexec.net.ports import parse_port
+
+    out = []
+    for text in filter(None, labels.get(lbl.GROUP_PORTS, "").split(",")):
+        with contextlib.suppress(InvalidArgument):
+            out.append(parse_port(text))
+    return tuple(out)
+
+
+def addresses_of(record: containers.Container, pid: int) -> tuple[Address, ...] | None:
+    """The task's namespace's addresses but loopback's; None when there is no
+    namespace of its own to look in (host networking, a stopped ``none`` task) or it
+    is gone. A netlink dump, in a thread that enters the namespace (no fork)."""
+    mode = record.labels.get(lbl.NETNS_MODE, "none")
+    path = record.labels.get(lbl.NETNS_PATH) if mode == "path" else None
+    if mode == "none" and pid > 0:
+        path = f"/proc/{pid}/ns/net"  # a fresh namespace, alive as long as its task
+    if not path:
+        return None
+    try:
+        found = netns.inspect(path)
+    except CtrexecError:
+        return None
+    return tuple(a for a in found.addresses if a.ifname != "lo")
+
+
+def build(
+    record: containers.Container,
+    state: tasks.ProcessState | None,
+    last_exit: ExitStatus | None = None,
+    *,
+    addresses: bool = False,
+) -> TaskInfo:
+    """The latest run's info from the record and its task (``last_exit``: the task's
+    exit with the OOM fact added)."""
+    labels = record.labels
+    now = runs.current(labels)
+    exit_status = last_exit or (state.exit if state else None)
+    status = state.status if state else Status.CREATED
+    if state is None:
+        # The run's task was deleted with its exit kept (a start that failed after
+        # deleting it, a rename): it exited, as ps and docker's inspect say.
+        exit_status = runs.kept_exit(labels)
+        status = Status.STOPPED if exit_status is not None else Status.CREATED
+    pid = state.pid if state else 0
+    return TaskInfo(
+        id=record.id,
+        image=labels.get(lbl.IMAGE_REF, record.image),
+        status=status,
+        pid=pid,
+        exit=exit_status,
+        netns_path=labels.get(lbl.NETNS_PATH),
+        netns_mode=labels.get(lbl.NETNS_MODE, "none"),
+        group=labels.get(lbl.GROUP),
+        log_path=labels.get(lbl.LOG_PATH, ""),
+        labels=labels,
+        created_at=record.created_at,
+        config=config_of(record),
+        run=now.run if now else 0,
+        started_at=now.started_at if now else None,
+        restart_count=_count(labels.get(lbl.RESTART_COUNT)),
+        # A live task is not restarting, whatever a supervisor that died left behind.
+        restarting=lbl.RESTART_PENDING in labels and status not in (Status.RUNNING, Status.PAUSED),
+        restart_error=labels.get(lbl.RESTART_ERROR),
+        ports=group_ports(labels),
+        addresses=addresses_of(record, _live_pid(state)) if addresses else None,
+        **_process_facts(record.spec),
+    )
+
+
+def _process_facts(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What the task runs with, as its spec says (a record made elsewhere may lack it)."""
+    proc = spec.get("process")
+    proc = proc if isinstance(proc, dict) else {}
+    return {
+        "args": tuple(str(a) for a in proc.get("args") or ()),
+        "env": tuple(str(e) for e in proc.get("env") or ()),
+        "workdir": str(proc.get("cwd") or ""),
+        "hostname": str(spec.get("hostname") or ""),
+    }
+
+
+def _live_pid(state: tasks.ProcessState | None) -> int:
+    """The pid while it is the task's: a stopped task's pid may be another process's."""
+    live = state is not None and state.status in (Status.RUNNING, Status.PAUSED)
+    return state.pid if live and state is not None else 0
+
+
+def _count(value: str | None) -> int:
+    try:
+        return int(value) if value else 0
+    except ValueError:
+        return 0
+
+
+def inspect(client: Client, task_id: str, *, addresses: bool = True) -> TaskInfo:
+    record = containers.get(client, task_id)
+    state = tasks.find(client, task_id)
+    exits = with_oom(client, {task_id: state.exit} if state and state.exit else {})
+    return build(record, state, exits.get(task_id), addresses=addresses)
+
+
+def list_infos(client: Client, *, all_tasks: bool, addresses: bool = False) -> list[TaskInfo]:
+    """Every managed container's info, sorted by id; only running and paused ones
+    unless ``all_tasks``. Three calls whatever the count, plus a Metrics call for
+    SIGKILLed tasks and, if ``addresses``, a netlink dump per task."""
+    records = containers.list_containers(client, containers.label_filter(lbl.MANAGED, "true"))
+    states = {t.container_id: t for t in tasks.list_tasks(client)}
+    if not all_tasks:
+        records = [
+            r
+            for r in records
+            if r.id in states and states[r.id].status in (Status.RUNNING, Status.PAUSED)
+        ]
+    exits = with_oom(client, {r.id: s.exit for r in records if (s := states.get(r.id)) and s.exit})
+    infos = [build(r, states.get(r.id), exits.get(r.id), addresses=addresses) for r in records]
+    return sorted(infos, key=lambda i: i.id)
+
+
+def recover(client: Client, handle: TaskHandle, *, addresses: bool = True) -> TaskInfo:
+    """The state of the handle's run: the latest one's, or, when the container was
+    started again since, the handle's own exit (if it was kept) with ``newer_run``.
+
+    HandleMismatch when the handle is for another address or namespace, or names a
+    container of that name made after the handle's; NotFound when it is gone.
+    """
+    if handle.namespace != client.namespace:
+        raise HandleMismatch(
+            f"handle is for namespace {handle.namespace}, executor uses {client.namespace}"
+        )
+    if not runs.same_address(handle.address, client.address):
+        raise HandleMismatch(
+            f"handle is for containerd at {handle.address}, executor uses {client.address}"
+        )
+    try:
+        record = containers.get(client, handle.id)
+    except NotFound as exc:
+        raise NotFound(f"container {handle.id} of the handle no longer exists") from exc
+    made = handle.container_created_at
+    if made is not None and record.created_at is not None and made != record.created_at:
+        raise HandleMismatch(
+            f"container {handle.id} was removed and made again since the handle was made"
+        )
+    state = tasks.find(client, handle.id)
+    match = runs.locate(handle.run, handle.pid, record.labels, state.pid if state else None)
+    exits = with_oom(client, {handle.id: state.exit} if state and state.exit else {})
+    info = build(record, state, exits.get(handle.id), addresses=addresses)
+    if match.newer is None or match.run is None:
+        return info
+    old = match.run
+    return attrs.evolve(
+        info,
+        status=Status.STOPPED,
+        pid=old.pid or handle.pid,
+        exit=old.exit,
+        run=old.run or handle.run,
+        started_at=old.started_at or handle.started_at,
+        newer_run=match.newer,
+        # A pinned namespace is the old run's too; a ``none`` task's own is the new one's.
+        addresses=info.addresses if info.netns_mode == "path" else None,
+    )
+
+
+def next_run(
+    client: Client,
+    record: containers.Container,
+    state: tasks.ProcessState | None,
+    clear: Sequence[str] = (),
+) -> containers.Container:
+    """Number the run about to start and keep the exit of the stopped task it
+    replaces (with its OOM fact, which goes with the task's cgroup), in one label
+    update before that task is deleted; also remove the ``clear`` labels."""
+    stopped = state if state is not None and state.status is Status.STOPPED else None
+    replaced = None
+    if stopped is not None and stopped.exit is not None:
+        replaced = with_oom(client, {record.id: stopped.exit})[record.id]
+    update = dict.fromkeys(clear) | runs.next_run(
+        record.labels,
+        started_at=datetime.now(UTC),
+        replaced_pid=stopped.pid if stopped else 0,
+        replaced_exit=replaced,
+    )
+    return containers.update_labels(client, record.id, update)
+
+
+def undo_next_run(client: Client, before: containers.Container) -> None:
+    """A start that failed: the run number back as ``before`` had it. Best effort:
+    the failure being reported matters more."""
+    with contextlib.suppress(CtrexecError):
+        containers.update_labels(client, before.id, runs.undo_next_run(before.labels))
+
+
+def shim_shared(client: Client, group: str | None) -> bool:
+    """Whether containers of this group remain, whose tasks its shared shim serves."""
+    if not group:
+        return False
+    return bool(containers.list_containers(client, containers.label_filter(lbl.GROUP, group)))
+
+
+def netns_users(path: str, infos: Sequence[TaskInfo]) -> list[str]:
+    """What holds the namespace at ``path``, in a user's words: the live tasks of
+    ``infos`` and every process or mount :func:`nsrefs.users_of` finds; a task whose
+    processes were found is named once, under its container."""
+    running = [i.id for i in infos if i.status in (Status.RUNNING, Status.PAUSED)]
+    others = nsrefs.users_of(path)
+    named = {u.container for u in others}
+    return [*(f"container {t}" for t in running if t not in named), *map(str, others)]

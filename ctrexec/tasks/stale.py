@@ -1,0 +1,77 @@
+"""What a ctrexec killed inside Tasks.Create leaves in the way of the next one.
+
+containerd cancels such a call halfway (see :mod:`ctrexec.containerd.bundles`): no
+task is listed, but the bundle stays, often with its shim and a ``runc init`` under
+it, and every later Tasks.Create of that id fails with ``mkdir <bundle>: file
+exists``. Every start goes through :func:`create_task` (``run``, ``start``, ``group
+up``, the supervisor), so each of them completes such a container: the container
+half made under the shim is deleted, the shim is stopped when it serves nothing
+else (as destroy stops an orphaned shim), and once containerd's own cleanup of that
+shim has had its time, whatever is left of the bundle is removed; then the create is
+sent again. The happy path costs nothing: only that error is acted on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ctrexec import labels as lbl
+from ctrexec.containerd import bundles, containers, runtimes, tasks
+from ctrexec.containerd.client import Client
+from ctrexec.errors import CtrexecError
+from ctrexec.logs import reader as logstore
+from ctrexec.tasks import info as taskinfo
+
+#: A bundle, then its work directory, can each be in the way once.
+_ATTEMPTS = 3
+#: How long containerd's cleanup of a stopped shim may take to remove the bundle.
+CLEANUP_WAIT = 10.0
+
+
+def create_task(client: Client, record: containers.Container, create: Callable[[], int]) -> int:
+    """``create()`` (a Tasks.Create of ``record``), cleared of a cancelled create's
+    leftovers and sent again when that is what stops it."""
+    for _ in range(_ATTEMPTS - 1):
+        try:
+            return create()
+        except CtrexecError as exc:
+            path = bundles.left_by(exc, client.namespace, record.id)
+            if path is None:
+                raise
+            clear(client, record, path)
+    return create()
+
+
+def clear(client: Client, record: containers.Container, path: Path) -> None:
+    """Delete the half-made container in ``path``, stop its shim if it serves nothing
+    else, and remove the directory containerd no longer knows."""
+    bundles.delete_container(
+        path,
+        shim_binary=runtimes.shim_binary(record.runtime.name),
+        address=client.address,
+        namespace=client.namespace,
+        container_id=record.id,
+    )
+    log_path = record.labels.get(lbl.LOG_PATH, "")
+    stopped = logstore.stop_orphaned_drivers(log_path, client.namespace, record.id)
+    # containerd still watches a shim it cancelled a create on: once that shim is gone,
+    # its cleanup runs the shim's delete and removes the bundle. Let it finish first,
+    # or it could remove the bundle of the create sent next.
+    if stopped:
+        tasks.wait_until(lambda: not path.exists(), timeout=CLEANUP_WAIT)
+    bundles.remove(path)
+
+
+def after_delete(client: Client, record: containers.Container) -> None:
+    """What a create sent by a ctrexec that died mid-call can still do once ``record``
+    is deleted: the Create can land after the task's first delete (containerd does not
+    refuse it for a deleted container), and a Create that containerd cancelled can leave
+    a shim serving nothing, with our log driver, that containerd no longer knows
+    (containerd 1.6). With the log daemon's FIFOs such a shim has no child at all, as
+    has the shim of a group whose other tasks have all stopped: that one is not looked
+    at."""
+    tasks.force_delete(client, record.id)
+    shared = taskinfo.shim_shared(client, record.labels.get(lbl.GROUP))
+    if record.labels.get(lbl.LOG_PATH) and not shared:
+        logstore.stop_orphaned_drivers(record.labels[lbl.LOG_PATH], client.namespace, record.id)

@@ -1,0 +1,214 @@
+"""Interactive I/O: a task started with ``tty``/``stdin_open``, streaming exec, attach.
+
+An interactive task's stdio is a FIFO set in a per-task directory, beside its log
+path (so ``destroy`` removes it with the rest), as containerd's ``ctr`` keeps one: the
+shim holds both ends of every FIFO, so clients can come and go (``attach``, detach,
+``attach`` again) while the task runs. Such a task's output does not go to the log
+driver: one reader consumes a FIFO, and the attached client is that reader. Without a
+client, output waits in the pipe (64 KiB), then the task blocks on its next write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Unpack
+
+from ctrexec import labels as lbl
+from ctrexec.containerd import containers, tasks
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.fifos import ClientEnds, FifoPaths
+from ctrexec.containerd.streams import Process, StreamOptions
+from ctrexec.containerd.tasks import Status, Stdio
+from ctrexec.errors import CtrexecError, FailedPrecondition, InvalidArgument, TaskError
+from ctrexec.oci.process import merge_env
+from ctrexec.oci.user import ResolvedUser
+from ctrexec.tasks.config import TaskConfig, TaskHandle
+
+if TYPE_CHECKING:
+    from ctrexec.tasks.executor import Executor
+
+#: The per-task FIFO directory's name, beside the task's log.
+FIFO_DIR = "fifo"
+
+
+def is_interactive(config: TaskConfig | None) -> bool:
+    return config is not None and (config.tty or config.stdin_open)
+
+
+def not_logged(task_id: str, config: TaskConfig | None) -> str | None:
+    """Why ``logs`` has nothing for this task, or None when it has a log."""
+    if not is_interactive(config):
+        return None
+    return (
+        f"container {task_id} was started with -i/-t: its output goes to "
+        f"`ctrexec attach {task_id}`, not to a log"
+    )
+
+
+def task_fifos(labels: Mapping[str, str], config: TaskConfig) -> FifoPaths:
+    """Where an interactive task's FIFOs are (they may not exist yet)."""
+    log_path = labels.get(lbl.LOG_PATH)
+    if not log_path:
+        raise FailedPrecondition("the container has no task directory for its FIFOs")
+    return FifoPaths.existing(
+        Path(log_path).parent / FIFO_DIR, stdin=config.stdin_open, stderr=not config.tty
+    )
+
+
+@contextlib.contextmanager
+def task_stdio(
+    labels: Mapping[str, str], config: TaskConfig | None, logged: Callable[[], Stdio]
+) -> Iterator[Stdio]:
+    """The Stdio for Tasks.Create: ``logged()``'s (the log's), or an interactive task's
+    FIFOs.
+
+    For the FIFOs, our ends are held across the block (the shim's opens need a peer)
+    and closed after it: from then on the shim holds both ends of each.
+    """
+    if config is None or not is_interactive(config):
+        yield logged()
+        return
+    paths = _make_fifos(labels, config)
+    with contextlib.closing(ClientEnds(paths, hold=True)):
+        yield Stdio(
+            stdin=paths.stdin, stdout=paths.stdout, stderr=paths.stderr, terminal=config.tty
+        )
+
+
+def _make_fifos(labels: Mapping[str, str], config: TaskConfig) -> FifoPaths:
+    wanted = task_fifos(labels, config)
+    return FifoPaths.make(wanted.directory, stdin=config.stdin_open, stderr=not config.tty)
+
+
+def start_attached(
+    ex: Executor, task: TaskConfig | str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
+) -> tuple[TaskHandle, Process]:
+    """Start the task with our own FIFO ends open across its start, then stream over
+    them: what it writes before any attach is ours, even if it exits at once.
+
+    Given a config, the container is created first, and removed if the start fails.
+    """
+    created = isinstance(task, TaskConfig)
+    if isinstance(task, TaskConfig):
+        if not is_interactive(task):
+            raise InvalidArgument("start_attached needs a config with tty or stdin_open")
+        ex.create(task)
+        task_id = task.name
+    else:
+        task_id = task
+    try:
+        info = ex.inspect(task_id)
+        config = _interactive_config(task_id, info.config)
+        paths = _make_fifos(info.labels, config)
+        if not (stdin and config.stdin_open):
+            paths = FifoPaths.existing(paths.directory, stdin=False, stderr=bool(paths.stderr))
+        ends = ClientEnds(paths, hold=True)
+        try:
+            handle = ex.start(task_id)
+        except BaseException:
+            ends.close()
+            raise
+    except BaseException:
+        if created:
+            with contextlib.suppress(CtrexecError):
+                ex.destroy(task_id, force=True)
+        raise
+    return handle, _process(ex.client, task_id, handle.pid, config, ends, **streams)
+
+
+def _interactive_config(task_id: str, config: TaskConfig | None) -> TaskConfig:
+    if config is None or not is_interactive(config):
+        raise FailedPrecondition(
+            f"container {task_id} was not started with -i or -t; its output is in its log"
+        )
+    return config
+
+
+def _process(
+    client: Client,
+    task_id: str,
+    pid: int,
+    config: TaskConfig,
+    ends: ClientEnds,
+    **streams: Unpack[StreamOptions],
+) -> Process:
+    """A Process for the task's init process, over these ends."""
+    try:
+        pending = tasks.arm_wait(client, task_id)
+    except BaseException:
+        ends.close()
+        raise
+    return Process(
+        client, task_id, "", pid=pid, tty=config.tty, ends=ends, pending=pending, **streams
+    )
+
+
+def attach(
+    ex: Executor, task_id: str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
+) -> Process:
+    """Join the FIFOs of a running interactive task (stdin only if it has one open)."""
+    info = ex.inspect(task_id)
+    config = _interactive_config(task_id, info.config)
+    if info.status not in (Status.RUNNING, Status.PAUSED):
+        raise FailedPrecondition(
+            f"You cannot attach to a stopped container {task_id}, start it first"
+        )
+    paths = task_fifos(info.labels, config)
+    if not stdin:
+        paths = FifoPaths.existing(paths.directory, stdin=False, stderr=bool(paths.stderr))
+    ends = ClientEnds(paths, hold=False)
+    return _process(ex.client, task_id, info.pid, config, ends, **streams)
+
+
+def running_record(client: Client, task_id: str, args: Sequence[str]) -> containers.Container:
+    """The record of a task that runs, for an exec of ``args`` (refused first if empty)."""
+    if not args:
+        raise InvalidArgument("exec needs a command")
+    record = containers.get(client, task_id)
+    state = tasks.find(client, task_id)
+    if state is None or state.status is not Status.RUNNING:
+        raise FailedPrecondition(f"container {task_id} is not running")
+    return record
+
+
+def exec_spec(
+    task_spec: Mapping[str, Any],
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None,
+    workdir: str | None,
+    user: ResolvedUser | None,
+    tty: bool,
+) -> dict[str, Any]:
+    """The exec'd process: the task's own process spec with these changes."""
+    proc = dict(task_spec.get("process", {}))
+    proc["args"] = list(args)
+    proc["terminal"] = tty
+    proc.pop("consoleSize", None)
+    base = proc.get("env", [])
+    if tty:
+        base = ["TERM=xterm", *base]  # docker's, unless the task or the caller set one
+    if env or tty:
+        proc["env"] = merge_env(base, env or {})
+    if workdir:
+        proc["cwd"] = workdir
+    if user is not None:
+        proc["user"] = {
+            "uid": user.uid,
+            "gid": user.gid,
+            "additionalGids": list(user.additional_gids),
+        }
+    return proc
+
+
+@contextlib.contextmanager
+def command_errors() -> Iterator[None]:
+    """runc's 'not found' and 'permission denied' as docker's 127 and 126."""
+    try:
+        yield
+    except TaskError:
+        raise
+    except CtrexecError as exc:
+        raise tasks.command_error(exc) from exc

@@ -1,0 +1,60 @@
+"""Stopping several tasks at once, so a teardown takes the longest stop timeout, not the sum.
+
+``group down`` of a task with a 5 s and one with a 10 s stop timeout, each ignoring its
+stop signal, took 15 s when the stops ran one after the other; stopped together it
+takes 10. Each stop runs in its own thread (an Executor may be used from several
+threads; its per-task locks order what touches one task). Results come back in the
+order of the ids given, so callers report them as if they had run in turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from ctrexec.errors import CtrexecError
+
+if TYPE_CHECKING:
+    from ctrexec.tasks.executor import Executor
+
+#: Enough for a large group; each thread mostly waits for an exit.
+MAX_THREADS = 32
+
+
+def each_at_once(
+    ids: Sequence[str], act: Callable[[str], object]
+) -> list[tuple[str, CtrexecError | None]]:
+    """Run ``act`` on every id concurrently; each id with the CtrexecError it raised, if any."""
+
+    def run(task_id: str) -> CtrexecError | None:
+        try:
+            act(task_id)
+        except CtrexecError as exc:
+            return exc
+        return None
+
+    if len(ids) <= 1:
+        return [(task_id, run(task_id)) for task_id in ids]
+    with ThreadPoolExecutor(max_workers=min(len(ids), MAX_THREADS)) as pool:
+        return list(zip(ids, pool.map(run, ids), strict=True))
+
+
+def stop_and_destroy(ex: Executor, ids: Sequence[str], *, timeout: float | None = None) -> None:
+    """Stop all the tasks together (a stop that fails still destroys), then remove them
+    one by one: the tasks of a group share a shim, whose end one removal may decide."""
+
+    def stop(task_id: str) -> None:
+        with contextlib.suppress(CtrexecError):
+            ex.stop(task_id, timeout=timeout)
+
+    each_at_once(ids, stop)
+    errors = []
+    for task_id in ids:
+        try:
+            ex.destroy(task_id, force=True)
+        except CtrexecError as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]

@@ -1,0 +1,152 @@
+"""Waiting for an exit, as futures: many waiters, no thread per waiter, outages survived.
+
+Each waiter is one ``Tasks.Wait`` call in flight. Its answer completes a
+:class:`concurrent.futures.Future` from gRPC's own completion thread, so a thousand
+waiters cost a thousand calls and no thread; :meth:`ctrexec.Executor.wait` blocks on
+one, and :mod:`ctrexec.tasks.aio` awaits one (``asyncio.wrap_future``). One implementation,
+two faces.
+
+A wait ends only with what containerd answered: the exit, or an error. When containerd
+goes away the call fails with Unavailable; that is not an exit, so the wait is sent
+again, queued by gRPC until containerd is back (``wait_for_ready``); containerd keeps a
+stopped task's exit, so an exit during the outage is what the new call answers.
+Cancelling the future (or a timeout in :func:`wait`) cancels the call; it never
+becomes an exit.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import threading
+import time
+from typing import Any
+
+import attrs
+
+from ctrexec import _rpc
+from ctrexec.containerd import stats, tasks
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import ExitStatus
+from ctrexec.errors import CtrexecError, DeadlineExceeded, Unavailable
+
+#: A Wait that fails with Unavailable this soon after it was sent, this many times in a
+#: row, is not an outage that waiting can outlast: the wait fails with that error.
+QUICK_FAILURE = 0.5
+MAX_QUICK_FAILURES = 20
+
+
+def exit_future(
+    client: Client, task_id: str, exec_id: str = ""
+) -> concurrent.futures.Future[ExitStatus]:
+    """A future of the process's exit (the task's, or an exec's with ``exec_id``).
+
+    Arm it before acting when the exit may come at once. ``oom_killed`` is set for a
+    task's SIGKILL exit whose cgroup saw an OOM kill, as :meth:`Executor.with_oom`.
+    Callbacks added to it run on gRPC's thread: they must not block.
+    """
+    return _ExitWaiter(client, task_id, exec_id).future
+
+
+def wait(
+    client: Client, task_id: str, timeout: float | None = None, exec_id: str = ""
+) -> ExitStatus:
+    """Block for the exit; DeadlineExceeded after ``timeout`` seconds (the task runs on)."""
+    future = exit_future(client, task_id, exec_id)
+    try:
+        return future.result(timeout)
+    except concurrent.futures.TimeoutError as exc:
+        what = f"{task_id} exec {exec_id}" if exec_id else task_id
+        raise DeadlineExceeded(f"{what} did not exit within {timeout:g}s") from exc
+    finally:
+        future.cancel()
+
+
+class _ExitWaiter:
+    """Drives one future through Wait calls (and a Metrics call for an OOM check)."""
+
+    def __init__(self, client: Client, task_id: str, exec_id: str) -> None:
+        self._client = client
+        self._task_id = task_id
+        self._exec_id = exec_id
+        self._lock = threading.Lock()
+        self._call: _rpc.Pending[Any] | None = None
+        self._sent_at = 0.0
+        self._quick_failures = 0
+        self.future: concurrent.futures.Future[ExitStatus] = concurrent.futures.Future()
+        self.future.add_done_callback(self._on_future_done)
+        self._arm()
+
+    def _arm(self) -> None:
+        try:
+            call = tasks.arm_wait(self._client, self._task_id, self._exec_id, wait_for_ready=True)
+        except CtrexecError as exc:  # the connection is closed
+            self._settle(error=exc)
+            return
+        self._track(call)
+        call.add_done_callback(self._on_wait)
+
+    def _track(self, call: _rpc.Pending[Any]) -> None:
+        """Make ``call`` the one a cancel stops; cancel it now if the future is done."""
+        with self._lock:
+            late = self.future.done()
+            if not late:
+                self._call = call
+                self._sent_at = time.monotonic()
+        if late:
+            call.cancel()
+
+    def _on_future_done(self, future: concurrent.futures.Future[ExitStatus]) -> None:
+        if future.cancelled():
+            with self._lock:
+                call, self._call = self._call, None
+            if call is not None:
+                call.cancel()
+
+    def _on_wait(self, call: _rpc.Pending[Any]) -> None:
+        if self.future.done():
+            return
+        try:
+            status = tasks.collect(call)
+        except Unavailable as exc:
+            if self._outlasts(exc):
+                self._arm()
+            return
+        except CtrexecError as exc:
+            self._settle(error=exc)
+            return
+        if self._exec_id or status.code != tasks.SIGKILL_EXIT_CODE:
+            self._settle(status)
+            return
+        try:  # only a SIGKILL can be the OOM killer's: ask the cgroup, without blocking
+            metrics = tasks.metrics_future(self._client, self._task_id)
+        except CtrexecError:
+            self._settle(status)
+            return
+        self._track(metrics)
+        metrics.add_done_callback(lambda m: self._on_metrics(m, status))
+
+    def _outlasts(self, exc: Unavailable) -> bool:
+        """Whether to send the wait again; else settle with ``exc``."""
+        quick = time.monotonic() - self._sent_at < QUICK_FAILURE
+        self._quick_failures = self._quick_failures + 1 if quick else 0
+        if self._quick_failures >= MAX_QUICK_FAILURES:
+            self._settle(error=exc)
+            return False
+        return True
+
+    def _on_metrics(self, call: _rpc.Pending[Any], status: ExitStatus) -> None:
+        with contextlib.suppress(CtrexecError):  # best effort, as Executor.with_oom
+            data = tasks.metrics_from(call, self._task_id)
+            if data is not None and stats.oom_kills(data) > 0:
+                status = attrs.evolve(status, oom_killed=True)
+        self._settle(status)
+
+    def _settle(self, status: ExitStatus | None = None, error: CtrexecError | None = None) -> None:
+        with self._lock:
+            self._call = None
+        with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled
+            if error is not None:
+                self.future.set_exception(error)
+            elif status is not None:
+                self.future.set_result(status)

@@ -1,0 +1,10 @@
+"""Views: what docker's CLI prints, built from ctrexec's values; no I/O of their own.
+
+What it holds: ``gotemplate`` and ``gofuncs`` (Go's text/template, the one engine of
+``--format``; standard library and ``errors`` only, so a template is parsed before the
+CLI connects), ``ps`` (columns, filters, states), ``images`` (the ``images`` table) and
+``inspect`` (inspect's document in docker's shape).
+
+May import: ``tasks/`` value types, ``containerd/`` value types, ``oci/``, ``labels``,
+``errors``. Never a front end.
+"""

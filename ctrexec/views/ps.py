@@ -1,0 +1,226 @@
+"""``ps`` as docker prints it: its columns, durations, filters and Go templates.
+
+Templates are Go's (:mod:`ctrexec.views.gotemplate`, the one engine ``inspect -f`` uses
+too); ``table`` in front prints a header and aligns the columns, which a tab (``\\t``,
+typed literally) separates. A row has the fields of :data:`PS_FIELDS` and docker's
+``.Label "KEY"``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+
+from ctrexec.containerd.tasks import Status
+from ctrexec.errors import InvalidArgument
+from ctrexec.tasks.config import TaskInfo
+from ctrexec.views import gotemplate
+
+_LIVE = (Status.RUNNING, Status.PAUSED)
+
+
+def human_duration(seconds: float) -> str:
+    """docker's (go-units') wording of an age: ``About a minute``, ``3 hours``."""
+    s = int(seconds)
+    steps = [
+        (1, "Less than a second", None),
+        (2, "1 second", None),
+        (60, None, (1, "seconds")),
+        (120, "About a minute", None),
+        (3600, None, (60, "minutes")),
+        (7200, "About an hour", None),
+        (48 * 3600, None, (3600, "hours")),
+        (14 * 86400, None, (86400, "days")),
+        (90 * 86400, None, (7 * 86400, "weeks")),
+        (2 * 365 * 86400, None, (30 * 86400, "months")),
+    ]
+    for limit, fixed, unit in steps:
+        if s < limit:
+            return fixed if fixed else f"{s // unit[0]} {unit[1]}"  # type: ignore[index]
+    return f"{s // (365 * 86400)} years"
+
+
+def _ago(when: datetime | None, now: datetime) -> str:
+    return f"{human_duration((now - when).total_seconds())} ago" if when else ""
+
+
+def status_text(info: TaskInfo, now: datetime) -> str:
+    """``Up 3 minutes``, ``Up 2 hours (Paused)``, ``Exited (0) 2 minutes ago``, ``Created``,
+    and docker's ``Restarting (1) 5 seconds ago`` while the supervisor has a restart due."""
+    if info.status in _LIVE:
+        since = info.started_at or info.created_at
+        up = f"Up {human_duration((now - since).total_seconds())}" if since else "Up"
+        return f"{up} (Paused)" if info.status is Status.PAUSED else up
+    if info.restarting and info.exit is not None:
+        return f"Restarting ({info.exit.code}) {_ago(info.finished_at, now)}".rstrip()
+    if info.exit is not None:
+        oom = ", OOM killed" if info.oom_killed else ""
+        return f"Exited ({info.exit.code}{oom}) {_ago(info.finished_at, now)}".rstrip()
+    return "Created"
+
+
+def state(info: TaskInfo) -> str:
+    """docker's one-word state: created, running, paused, restarting or exited
+    (``State.Status``, and what ``ps --filter status=`` matches)."""
+    if info.status is Status.RUNNING:
+        return "running"
+    if info.status in (Status.PAUSED, Status.PAUSING):
+        return "paused"
+    if info.restarting and info.exit is not None:
+        return "restarting"
+    return "exited" if info.exit is not None else "created"
+
+
+def _command(info: TaskInfo, *, trunc: bool = True) -> str:
+    cfg = info.config
+    argv = [*(cfg.entrypoint or ()), *(cfg.command or ())] if cfg else []
+    text = shlex.join(argv)
+    return f'"{text[:19]}…"' if trunc and len(text) > 20 else f'"{text}"'
+
+
+def _labels(info: TaskInfo) -> str:
+    labels = info.config.labels if info.config else {}
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def _ports(info: TaskInfo) -> str:
+    return ", ".join(
+        f"{p.host_ip or '0.0.0.0'}:{p.host_port}->{p.container_port}/{p.protocol}"  # noqa: S104
+        for p in info.ports
+    )
+
+
+#: ``ps --format`` fields, with the header ``table`` prints for each.
+PS_FIELDS: dict[str, tuple[str, Callable[[TaskInfo, datetime], object]]] = {
+    "ID": ("CONTAINER ID", lambda i, _: i.id[:12]),
+    "Image": ("IMAGE", lambda i, _: i.image),
+    "Command": ("COMMAND", lambda i, _: _command(i)),
+    "CreatedAt": ("CREATED AT", lambda i, _: _iso(i.created_at)),
+    "RunningFor": ("CREATED", lambda i, now: _ago(i.created_at, now)),
+    "Status": ("STATUS", status_text),
+    "State": ("STATE", lambda i, _: state(i)),
+    "Ports": ("PORTS", lambda i, _: _ports(i)),
+    "Names": ("NAMES", lambda i, _: i.id),
+    "Netns": ("NETNS", lambda i, _: i.netns_path or i.netns_mode),
+    "Group": ("GROUP", lambda i, _: i.group or ""),
+    "Pid": ("PID", lambda i, _: i.pid if i.status in _LIVE else ""),
+    "Labels": ("LABELS", lambda i, _: _labels(i)),
+}
+#: What ``ps --no-trunc`` shows instead: whole ids (a name any verb takes) and commands.
+PS_UNTRUNCATED: dict[str, Callable[[TaskInfo, datetime], object]] = {
+    "ID": lambda i, _: i.id,
+    "Command": lambda i, _: _command(i, trunc=False),
+}
+PS_DEFAULT = (
+    "table {{.ID}}\t{{.Image}}\t{{.Command}}\t{{.RunningFor}}\t{{.Status}}\t{{.Ports}}"
+    "\t{{.Names}}\t{{.Netns}}\t{{.Group}}"
+)
+
+
+def _iso(value: datetime | None) -> str:
+    return value.isoformat() if value else ""
+
+
+def _row(info: TaskInfo, now: datetime, *, trunc: bool = True) -> dict[str, object]:
+    """One ``ps`` row as a template sees it: every field, and docker's ``.Label "k"``."""
+    fields = {n: get for n, (_, get) in PS_FIELDS.items()}
+    if not trunc:
+        fields.update(PS_UNTRUNCATED)
+    row: dict[str, object] = {name: get(info, now) for name, get in fields.items()}
+    labels = info.config.labels if info.config else {}
+    row["Label"] = lambda key: labels.get(key, "")
+    return row
+
+
+def _header() -> dict[str, object]:
+    row: dict[str, object] = {name: header for name, (header, _) in PS_FIELDS.items()}
+    row["Label"] = lambda _key: "LABEL"
+    return row
+
+
+def ps_template(template: str) -> tuple[bool, gotemplate.Template]:
+    """Whether ``template`` is a ``table`` one, and its body parsed; unknown fields are
+    refused here, before anything is listed (docker's errors, or ``unknown field``)."""
+    if template.strip() == "json":  # docker's shorthand: each row as one JSON line
+        template = "{{json .}}"
+    template = template.replace("\\t", "\t").replace("\\n", "\n")
+    table = template.startswith("table")
+    body = template.removeprefix("table").strip() if table else template
+    parsed = parse_template(body)
+    known = {*PS_FIELDS, "Label"}
+    for name in sorted(parsed.root_fields() - known):
+        names = ", ".join(f".{f}" for f in PS_FIELDS)
+        raise InvalidArgument(f"ps --format: unknown field .{name} (known: {names})")
+    return table, parsed
+
+
+def parse_template(text: str) -> gotemplate.Template:
+    """A ``--format`` template, refused as docker says: ``template parsing error: ...``."""
+    try:
+        return gotemplate.parse(text)
+    except gotemplate.TemplateError as exc:
+        raise gotemplate.TemplateError(f"template parsing error: {exc}") from None
+
+
+def execute(template: gotemplate.Template, data: object) -> str:
+    """Run a template on one row or document, its errors worded as docker's."""
+    try:
+        return template.execute(data)
+    except gotemplate.TemplateError as exc:
+        raise gotemplate.TemplateError(f"template parsing error: {exc}") from None
+
+
+def ps_lines(
+    infos: Sequence[TaskInfo], template: str, now: datetime | None = None, *, trunc: bool = True
+) -> list[str]:
+    """The ``ps`` output lines for ``template``; a ``table`` one aligned under a header.
+
+    ``trunc`` cuts ids to 12 characters and commands to 20, as docker's ``ps`` does
+    (any verb takes a unique prefix of a name, so a cut id still names its container).
+    """
+    now = now or datetime.now(UTC)
+    table, parsed = ps_template(template)
+    rows = [execute(parsed, _row(i, now, trunc=trunc)) for i in infos]
+    if not table:
+        return rows
+    cells = [c.split("\t") for c in [execute(parsed, _header()), *rows]]
+    widths = [max(len(r[i]) if i < len(r) else 0 for r in cells) for i in range(len(cells[0]))]
+    return ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in cells]
+
+
+#: The keys ``ps --filter`` understands.
+FILTER_KEYS = ("status", "label", "group", "netns", "name", "id")
+
+
+def parse_filters(items: Sequence[str]) -> dict[str, list[str]]:
+    """``key=value`` items; several of one key match any of them, as in docker."""
+    out: dict[str, list[str]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in FILTER_KEYS:
+            raise InvalidArgument(
+                f"invalid filter {item!r} (expected KEY=VALUE, KEY one of {', '.join(FILTER_KEYS)})"
+            )
+        out.setdefault(key, []).append(value)
+    return out
+
+
+def matches(info: TaskInfo, filters: Mapping[str, Sequence[str]]) -> bool:
+    """Every key must match (docker ANDs keys, ORs the values of one key)."""
+    tests: dict[str, Callable[[str], bool]] = {
+        "status": lambda v: state(info) == v,
+        "label": lambda v: _label_matches(info.labels, v),
+        "group": lambda v: info.group == v,
+        "netns": lambda v: (
+            v in (info.netns_mode, info.netns_path) or (info.netns_path or "").endswith(f"/{v}")
+        ),
+        "name": lambda v: v in info.id,
+        "id": info.id.startswith,
+    }
+    return all(any(tests[k](v) for v in values) for k, values in filters.items())
+
+
+def _label_matches(labels: Mapping[str, str], want: str) -> bool:
+    key, sep, value = want.partition("=")
+    return key in labels and (not sep or labels[key] == value)
