@@ -81,8 +81,9 @@ if TYPE_CHECKING:
     from ctrexec.containerd.stats import Stats
     from ctrexec.containerd.streams import OutputCallback, Process, StreamOptions
     from ctrexec.containerd.tasks import ExitStatus, Status
+    from ctrexec.groups.spec import GroupSpec, load_group_file, parse_group
     from ctrexec.groups.supervisor import Supervisor, is_supervised
-    from ctrexec.groups.updown import Groups, GroupSpec, load_group_file, parse_group
+    from ctrexec.groups.updown import Groups
     from ctrexec.images.exporter import export_archive
     from ctrexec.images.importer import ImportedImage, import_archive
     from ctrexec.images.prune import PruneReport, image_usage, prune_images
@@ -155,7 +156,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "Status",
     ),
     "ctrexec.tasks.executor": ("Executor",),
-    "ctrexec.groups.updown": ("GroupSpec", "Groups", "load_group_file", "parse_group"),
+    "ctrexec.groups.spec": ("GroupSpec", "load_group_file", "parse_group"),
+    "ctrexec.groups.updown": ("Groups",),
     "ctrexec.logs.modes": ("read_task_logs",),
     "ctrexec.logs.reader": ("LogEntry", "read_logs"),
     "ctrexec.net.cni": ("PortMapping",),

@@ -25,3 +25,6 @@ LOGD_DIR_ENV = "CTREXEC_LOGD_DIR"
 #: (:mod:`ctrexec.net.settings` reads the other network variables).
 DEFAULT_SUBNET = "10.89.0.0/24"
 SUBNET_ENV = "CTREXEC_SUBNET"
+#: How long ``stop`` waits after the stop signal before SIGKILL, unless a task or the
+#: caller says otherwise (docker's 10 s).
+DEFAULT_STOP_TIMEOUT = 10.0

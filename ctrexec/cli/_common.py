@@ -18,11 +18,18 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ctrexec.defaults import ADDRESS_ENV, DEFAULT_ADDRESS, DEFAULT_NAMESPACE, NAMESPACE_ENV
+from ctrexec.defaults import (
+    ADDRESS_ENV,
+    DEFAULT_ADDRESS,
+    DEFAULT_LOG_DIR,
+    DEFAULT_NAMESPACE,
+    NAMESPACE_ENV,
+)
 from ctrexec.errors import CtrexecError, InvalidArgument, UnknownCommand
 
 if TYPE_CHECKING:
     from ctrexec.containerd.client import Client
+    from ctrexec.tasks.executor import Executor
 
 EXIT_ERROR = 125
 
@@ -152,6 +159,21 @@ def connect(args: argparse.Namespace) -> Client:
         print(f"ctrexec: starting embedded containerd at {daemon.address}", file=sys.stderr)
     daemon.start()
     return Client.connect(daemon.address, namespace=namespace)
+
+
+def executor(args: argparse.Namespace, client: Client | None = None) -> Executor:
+    """The Executor of every command, on ``client`` or a new connection (:func:`connect`).
+
+    One log-dir policy: the command's ``--log-dir`` where it has that flag (the verbs
+    that create tasks, ``group``, ``supervise``), else the default. It only says where
+    a new task's log goes; every record keeps its own log path, so a command without
+    the flag still reads and removes the logs of a task made with it.
+    Imported here, not at the top: parsing and ``--help`` load none of the library.
+    """
+    from ctrexec.tasks.executor import Executor
+
+    log_dir = Path(getattr(args, "log_dir", None) or DEFAULT_LOG_DIR)
+    return Executor(connect(args) if client is None else client, log_dir=log_dir)
 
 
 def print_json(value: Any, *, sort_keys: bool = True) -> None:

@@ -9,11 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ctrexec.cli._common import ArgumentParser, connect, connection_flags
-from ctrexec.defaults import DEFAULT_LOG_DIR
+from ctrexec.cli._common import ArgumentParser, connection_flags, executor
 
 if TYPE_CHECKING:
     from ctrexec.containerd.streams import Process, StreamOptions
@@ -151,10 +149,9 @@ def start_attached(ex: Executor, task_id: str, tty: bool, args: argparse.Namespa
 
 def cmd_attach(args: argparse.Namespace) -> int:
     from ctrexec.cli import terminal
-    from ctrexec.tasks.executor import Executor
 
     keys = terminal.parse_detach_keys(args.detach_keys)
-    ex = Executor(connect(args), log_dir=Path(DEFAULT_LOG_DIR))
+    ex = executor(args)
     proc = ex.attach(ex.lookup()(args.id), stdin=not args.no_stdin, **_outputs())
     stdin = proc.stdin is not None
     try:

@@ -55,11 +55,10 @@ def cmd_events(args: argparse.Namespace) -> int:
     and its end (the stream failed, or stdout closed) ends the wait as well.
     """
     from ctrexec.tasks.events import TaskEvents, parse_kinds
-    from ctrexec.tasks.executor import Executor
 
     options = parse_filters(args.filter or [])
     parse_kinds(options.get("types", []))  # refused before connecting, as bad flags are
-    stream = TaskEvents.of(Executor(connect(args)), **options)
+    stream = TaskEvents.of(connect(args), **options)
     failure: list[BaseException] = []
     printer = threading.Thread(
         target=_print_events, args=(stream, failure), name="ctrexec-events-print"

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctrexec.cli import publish
 from ctrexec.cli._common import (
     ArgumentParser,
-    connect,
     connection_flags,
+    executor,
     json_flag,
     print_json,
     signal_pipe,
@@ -37,10 +36,8 @@ def _networks(args: argparse.Namespace) -> Networks:
 
 def _groups(args: argparse.Namespace) -> Groups:
     from ctrexec.groups.updown import Groups
-    from ctrexec.tasks.executor import Executor
 
-    ex = Executor(connect(args), log_dir=Path(args.log_dir or DEFAULT_LOG_DIR))
-    return Groups(ex, _networks(args))
+    return Groups(executor(args), _networks(args))
 
 
 def _print(infos: list[TaskInfo], as_json: bool) -> None:
@@ -57,7 +54,7 @@ def _print(infos: list[TaskInfo], as_json: bool) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from ctrexec.groups.updown import load_group_file
+    from ctrexec.groups.spec import load_group_file
 
     spec = load_group_file(args.file)
     groups = _groups(args)
@@ -104,10 +101,9 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     import logging
 
     from ctrexec.groups.supervisor import Supervisor
-    from ctrexec.tasks.executor import Executor
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    ex = Executor(connect(args), log_dir=Path(args.log_dir or DEFAULT_LOG_DIR))
+    ex = executor(args)
     stop = threading.Event()
     failed: list[BaseException] = []
 

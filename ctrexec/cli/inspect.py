@@ -6,18 +6,17 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
+from ctrexec.cli._common import (
+    ArgumentParser,
+    connection_flags,
+    executor,
+    json_flag,
+    print_json,
+)
 from ctrexec.cli.verbs import each
 
 if TYPE_CHECKING:
     from ctrexec.tasks.config import TaskInfo
-    from ctrexec.tasks.executor import Executor
-
-
-def _executor(args: argparse.Namespace) -> Executor:
-    from ctrexec.tasks.executor import Executor
-
-    return Executor(connect(args))
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
@@ -28,7 +27,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
     if args.format:
         psformat.ps_template(args.format)  # bad templates and fields are refused with no row
     last = 1 if args.latest else args.last
-    infos = _executor(args).list(all_tasks=args.all or last is not None)
+    infos = executor(args).list(all_tasks=args.all or last is not None)
     infos = [i for i in infos if psformat.matches(i, filters)]
     infos.sort(key=_created, reverse=True)  # newest first, as docker lists
     if last is not None:
@@ -54,7 +53,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from ctrexec.views import ps as psformat
 
     template = psformat.parse_template(args.format) if args.format else None  # before connecting
-    ex = _executor(args)
+    ex = executor(args)
     docs: list[dict[str, Any]] = []  # docker prints those it found, then exits 1
 
     def add(task_id: str) -> bool:

@@ -8,6 +8,7 @@ from ctrexec.cli._common import (
     ArgumentParser,
     connect,
     connection_flags,
+    executor,
     json_flag,
     print_json,
     print_table,
@@ -55,12 +56,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     import attrs
 
     from ctrexec.net import netns, nsmarks, nsrefs
-    from ctrexec.tasks.executor import Executor
 
     path = netns.resolve(args.name)
     info = attrs.asdict(netns.inspect(path))
     with connect(args) as client:
-        users = Executor(client).tasks_in_netns(path)
+        users = executor(args, client).tasks_in_netns(path)
     info["tasks"] = [{"id": i.id, "status": i.status.value, "pid": i.pid} for i in users]
     info["ctrexec"] = nsmarks.made_by_ctrexec(path)
     info["users"] = [attrs.asdict(u) for u in nsrefs.users_of(path)]
@@ -69,10 +69,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from ctrexec.tasks.executor import Executor
-
     with connect(args) as client:
-        ex = Executor(client)
+        ex = executor(args, client)
         for name in args.names:
             ex.remove_netns(name, force=args.force)
             print(name)

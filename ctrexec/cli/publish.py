@@ -141,7 +141,7 @@ def own_network(
     """The config (joined to a namespace of its own, if asked) and its owner labels.
 
     If the block fails, the namespace and its address go again; once the record exists,
-    removing the container does that (:func:`ctrexec.groups.implicit.release`).
+    removing the container does that (:func:`ctrexec.tasks.implicitnet.release`).
     """
     if wired is None:
         yield config, {}
@@ -150,12 +150,13 @@ def own_network(
     from ctrexec.groups import implicit as standalone
     from ctrexec.net import settings
 
-    joined, owned = standalone.attach(ex, settings.from_env(), config, wired)
+    joined, owned = standalone.attach(ex.client, settings.from_env(), config, wired)
     try:
         yield joined, owned
     except BaseException:
         with contextlib.suppress(CtrexecError):
-            standalone.release_unless_created(ex, {**owned, lbl.GROUP: config.name})
+            labels = {**owned, lbl.GROUP: config.name}
+            standalone.release_unless_created(ex.client, ex.files_dir, labels)
         raise
 
 

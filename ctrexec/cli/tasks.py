@@ -10,16 +10,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctrexec import labels as lbl
 from ctrexec.cli import attach, publish
-from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
+from ctrexec.cli._common import (
+    ArgumentParser,
+    connection_flags,
+    executor,
+    json_flag,
+    print_json,
+)
 from ctrexec.cli._time import point_in_time
 from ctrexec.cli.registry import add_pull_policy, ensure_images
 from ctrexec.cli.verbs import each, until
-from ctrexec.defaults import DEFAULT_LOG_DIR
+from ctrexec.defaults import DEFAULT_LOG_DIR, DEFAULT_STOP_TIMEOUT
 from ctrexec.errors import (
     CtrexecError,
     FailedPrecondition,
@@ -36,12 +41,6 @@ if TYPE_CHECKING:
     from ctrexec.logs import reader as logstore
     from ctrexec.tasks.config import TaskConfig
     from ctrexec.tasks.executor import Executor
-
-
-def _executor(args: argparse.Namespace) -> Executor:
-    from ctrexec.tasks.executor import Executor
-
-    return Executor(connect(args), log_dir=Path(getattr(args, "log_dir", None) or DEFAULT_LOG_DIR))
 
 
 def _env(items: list[str]) -> dict[str, str]:
@@ -293,7 +292,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _by_flag():
         config = _config(args)  # before connecting: bad flags start no daemon
         wired = publish.wiring(args)
-        ex = _executor(args)
+        ex = executor(args)
         config = imageuse.resolved_config(ex.client, config)  # an image ID names the image
         ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
         if args.publish_all:
@@ -349,7 +348,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     with _by_flag():
         config = _config(args)
         wired = publish.wiring(args)
-        ex = _executor(args)
+        ex = executor(args)
         config = imageuse.resolved_config(ex.client, config)  # an image ID names the image
         ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
         if args.publish_all:
@@ -364,7 +363,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 def cmd_start(args: argparse.Namespace) -> int:
     from ctrexec.tasks.stdio import is_interactive
 
-    ex = _executor(args)
+    ex = executor(args)
     lookup = ex.lookup()
     if args.attach or args.interactive:  # docker attaches to one container only
         task_id = lookup(args.ids[0])
@@ -393,7 +392,7 @@ def _start_one(ex: Executor, task_id: str, as_json: bool) -> bool:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    ex = _executor(args)
+    ex = executor(args)
 
     def stop(task_id: str) -> None:
         auto_remove = ex.inspect(task_id, addresses=False).labels.get(lbl.AUTO_REMOVE) == "true"
@@ -405,14 +404,14 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_kill(args: argparse.Namespace) -> int:
-    ex = _executor(args)
+    ex = executor(args)
     return each(args.ids, lambda task_id: ex.signal(task_id, args.signal), ex.lookup())
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
     from ctrexec.tasks import teardown
 
-    ex = _executor(args)
+    ex = executor(args)
     lookup = ex.lookup()
     if args.force and len(args.ids) > 1:  # all killed at once; each removal then is quick
         killed = lookup.known(args.ids)
@@ -424,7 +423,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from ctrexec.containerd.tasks import Status
     from ctrexec.logs import reader as logstore
 
-    ex = _executor(args)
+    ex = executor(args)
     task_id = ex.lookup()(args.id)
     info = ex.inspect(task_id, addresses=False)
     stop = None
@@ -463,8 +462,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         if args.timeout is not None:
             raise InvalidArgument("exec: --timeout cannot be used with -i or -t")
         keys = attach.prepare(args)
-        return attach.exec_attached(_executor(args), args, _env(args.env), keys)
-    ex = _executor(args)
+        return attach.exec_attached(executor(args), args, _env(args.env), keys)
+    ex = executor(args)
     result = ex.exec(
         ex.lookup()(args.id),
         args.command,
@@ -481,7 +480,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    ex = _executor(args)
+    ex = executor(args)
     return each(args.ids, ex.pause if args.command_name == "pause" else ex.resume, ex.lookup())
 
 
@@ -518,7 +517,9 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("--dns-option", action="append", default=[], metavar="OPTION")
     p.add_argument("--entrypoint")
     p.add_argument("--stop-signal")
-    p.add_argument("--stop-timeout", type=float, default=10.0, help="(default: %(default)s)")
+    p.add_argument(
+        "--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT, help="(default: %(default)s)"
+    )
     p.add_argument("--rm", action="store_true", help="remove the container when it exits")
     p.add_argument("--log-dir", help=f"where task logs go (default {DEFAULT_LOG_DIR})")
     p.add_argument(

@@ -15,20 +15,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctrexec.cli._common import (
     ArgumentParser,
-    connect,
     connection_flags,
+    executor,
     fail,
     json_flag,
     print_json,
     print_table,
     signal_pipe,
 )
-from ctrexec.defaults import DEFAULT_LOG_DIR
 from ctrexec.errors import CtrexecError, FailedPrecondition, NotFound
 
 if TYPE_CHECKING:
@@ -70,19 +68,13 @@ def until(entries: Iterable[LogEntry], when: datetime, tail: int | None) -> Iter
     return iter(kept if tail is None else kept[len(kept) - tail :] if tail else [])
 
 
-def _executor(args: argparse.Namespace) -> Executor:
-    from ctrexec.tasks.executor import Executor
-
-    return Executor(connect(args), log_dir=Path(DEFAULT_LOG_DIR))
-
-
 def cmd_wait(args: argparse.Namespace) -> int:
     """docker's ``wait``: each container's exit code, one per line, once it has one.
 
     A container never started is waited for as docker does: until a ``start`` from
     elsewhere runs it and it exits.
     """
-    ex = _executor(args)
+    ex = executor(args)
 
     def wait(task_id: str) -> bool:
         print(_exit_code(ex, task_id), flush=True)
@@ -140,13 +132,13 @@ def cmd_rename(args: argparse.Namespace) -> int:
     """docker's ``rename``, for a container whose task is not running (see ctrexec.tasks.rename)."""
     from ctrexec.tasks.rename import rename
 
-    ex = _executor(args)
+    ex = executor(args)
     rename(ex, ex.lookup()(args.old), args.new)
     return 0
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
-    ex = _executor(args)
+    ex = executor(args)
 
     def restart(task_id: str) -> None:
         ex.stop(task_id, timeout=args.time, signal=args.signal)
@@ -158,7 +150,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 def cmd_port(args: argparse.Namespace) -> int:
     """docker's ``port``: ``80/tcp -> 0.0.0.0:8080`` for each published port; given a
     port, only its host addresses (``0.0.0.0:8080``), and an error when it has none."""
-    ex = _executor(args)
+    ex = executor(args)
     found = 0
     for m in ex.inspect(ex.lookup()(args.id), addresses=False).ports:
         if args.port in (None, str(m.container_port), f"{m.container_port}/{m.protocol}"):
@@ -176,7 +168,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     from ctrexec.containerd.tasks import Status
     from ctrexec.tasks import procs
 
-    ex = _executor(args)
+    ex = executor(args)
     info = ex.inspect(ex.lookup()(args.id), addresses=False)
     if info.status not in (Status.RUNNING, Status.PAUSED) or not info.pid:
         raise FailedPrecondition(f"container {args.id} is not running")
@@ -195,7 +187,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     between them (100 % is one CPU's worth), so the first table comes one interval
     after the first reading, and ``--no-stream`` reads twice, as docker does.
     """
-    ex = _executor(args)
+    ex = executor(args)
     lookup = ex.lookup()
     ids = list(dict.fromkeys(lookup(word) for word in args.ids))  # "No such container" first
     with signal_pipe((signal.SIGINT, signal.SIGTERM)) as wake:

@@ -7,7 +7,9 @@ group of one: the namespace ``cx-NAME`` wired by the same :class:`Networks` as
 Its record carries :data:`labels.IMPLICIT_GROUP` with the network settings it was wired
 with, so removing the container, by whichever process (``rm``, ``run --rm``, the
 supervisor, a library user), also runs CNI DEL and removes the namespace.
-``group down NAME`` removes it as well: it is a group like any other.
+``group down NAME`` removes it as well: it is a group like any other. What the
+executor does with such a record (wire it again after a reboot, release it on removal)
+reads only its labels, so it is :mod:`ctrexec.tasks.implicitnet`'s, below this package.
 """
 
 from __future__ import annotations
@@ -20,16 +22,14 @@ import attrs
 
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
-from ctrexec.errors import AlreadyExists, CtrexecError, InvalidArgument, NotFound
-from ctrexec.groups.updown import NETNS_PREFIX, teardown_network
+from ctrexec.containerd.client import Client
+from ctrexec.errors import AlreadyExists, InvalidArgument, NotFound
 from ctrexec.ids import validate_id
-from ctrexec.net import netns, settings
-from ctrexec.net.networks import Attachment, NetworkMode, Networks, parse_mode, parse_port
+from ctrexec.net import groupns, settings
+from ctrexec.net.networks import NetworkMode, Networks, parse_mode, parse_port
 from ctrexec.net.ports import expand_publish
-from ctrexec.tasks import files as taskfiles
-from ctrexec.tasks import info as taskinfo
+from ctrexec.tasks import implicitnet
 from ctrexec.tasks.config import TaskConfig
-from ctrexec.tasks.executor import Executor
 
 
 @attrs.frozen
@@ -64,7 +64,7 @@ def requested(network: str | None, ports: Sequence[str], netns_flag: str) -> Wir
 
 
 def attach(
-    ex: Executor, networks: Networks, config: TaskConfig, wiring: Wiring
+    client: Client, networks: Networks, config: TaskConfig, wiring: Wiring
 ) -> tuple[TaskConfig, dict[str, str]]:
     """Make and wire the container's namespace; the config joined to it and the owner
     labels its record needs. Nothing is made when the name or namespace is taken, and a
@@ -73,13 +73,13 @@ def attach(
     if config.group is not None:
         raise InvalidArgument("--group cannot be used with --network or --publish")
     validate_id(name, kind="container name")
-    ns_name = netns.validate_name(NETNS_PREFIX + name)
+    ns_name = groupns.netns_name(name)
     with contextlib.suppress(NotFound):
-        containers.get(ex.client, name)
+        containers.get(client, name)
         raise AlreadyExists(f"container name {name!r} is already in use")
-    if Path(netns.resolve(ns_name)).exists():
+    if Path(groupns.netns_path(name)).exists():
         raise AlreadyExists(f"network namespace {ns_name} already exists (a group named {name}?)")
-    path, attachment = _wire(networks, name, str(wiring.mode), wiring.ports)
+    path, attachment = groupns.wire(networks, name, str(wiring.mode), wiring.ports)
     owned = {
         lbl.IMPLICIT_GROUP: settings.to_label(networks),
         lbl.NETWORK_MODE: str(wiring.mode),
@@ -90,52 +90,11 @@ def attach(
     return attrs.evolve(config, netns=path, group=name), owned
 
 
-def rewire(ex: Executor, record: containers.Container) -> containers.Container:
-    """The record, its namespace made and wired again if it is gone (a reboot empties
-    /run): the same name and ports, from its labels, as docker's ``start`` after a
-    reboot. The address may differ; its label and the task's hosts file follow it."""
-    labels = record.labels
-    path, name = labels.get(lbl.NETNS_PATH), labels.get(lbl.GROUP)
-    if not path or not name or Path(path).exists():
-        return record
-    networks = settings.from_label(labels[lbl.IMPLICIT_GROUP])
-    ports = [p for p in labels.get(lbl.GROUP_PORTS, "").split(",") if p]
-    _, attachment = _wire(networks, name, labels.get(lbl.NETWORK_MODE, "bridge"), ports)
-    addresses = ",".join(attachment.addresses())
-    if addresses == labels.get(lbl.ADDRESSES):
-        return record
-    record = containers.update_labels(ex.client, record.id, {lbl.ADDRESSES: addresses})
-    taskfiles.write(record.id, record.labels, taskinfo.config_of(record), replace=True)
-    return record
-
-
-def _wire(networks: Networks, name: str, mode: str, ports: Sequence[str]) -> tuple[str, Attachment]:
-    """Make ``cx-NAME`` and attach it; a failed attach removes the namespace again."""
-    mappings = [parse_port(p) for p in ports]
-    ns = netns.create(NETNS_PREFIX + name)
+def release_unless_created(client: Client, files_dir: Path, labels: Mapping[str, str]) -> None:
+    """Release the network :func:`attach` made after a failed ``run``, unless the
+    container exists: then it is its removal that releases (a created container keeps
+    its network, as docker's), through :func:`ctrexec.tasks.implicitnet.release`."""
     try:
-        return ns.path, networks.setup(name, ns.path, mode, mappings)
-    except BaseException:
-        with contextlib.suppress(CtrexecError):
-            netns.remove(ns.path)
-        raise
-
-
-def release(ex: Executor, labels: Mapping[str, str]) -> None:
-    """Undo :func:`attach` for a record with these labels (a no-op for any other)."""
-    text = labels.get(lbl.IMPLICIT_GROUP)
-    name = labels.get(lbl.GROUP)
-    if not text or not name:
-        return
-    path = netns.resolve(NETNS_PREFIX + name)
-    mode = labels.get(lbl.NETWORK_MODE, "bridge")
-    teardown_network(settings.from_label(text), ex.files_dir, name, path, mode)
-
-
-def release_unless_created(ex: Executor, labels: Mapping[str, str]) -> None:
-    """:func:`release` after a failed ``run``, unless the container exists: then it is
-    its removal that releases (a created container keeps its network, as docker's)."""
-    try:
-        containers.get(ex.client, labels[lbl.GROUP])
+        containers.get(client, labels[lbl.GROUP])
     except NotFound:
-        release(ex, labels)
+        implicitnet.release(files_dir, labels)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ctrexec import defaults
 from ctrexec import labels as lbl
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import InvalidArgument, InvalidField
@@ -29,7 +30,6 @@ if TYPE_CHECKING:  # the network modules cost a CLI command that only reads conf
     from ctrexec.net.cni import PortMapping
     from ctrexec.net.netns import Address
 
-DEFAULT_STOP_TIMEOUT = 10.0
 DEFAULT_LOG_MAX_SIZE = 10 * 1024 * 1024
 DEFAULT_LOG_MAX_FILES = 3
 
@@ -233,7 +233,7 @@ class TaskConfig:
         validator=fields.text(optional=True),
     )
     stop_timeout: float = attrs.field(
-        default=DEFAULT_STOP_TIMEOUT, validator=fields.number(fields.non_negative)
+        default=defaults.DEFAULT_STOP_TIMEOUT, validator=fields.number(fields.non_negative)
     )
     log_driver: str = attrs.field(
         default=logmodes.DEFAULT_DRIVER, validator=fields.text(logmodes.check_driver)

@@ -1,4 +1,4 @@
-"""Pause, resume and signal a task, refused in the user's words when its state forbids it.
+"""Pause, resume, signal and stop a task, refused in the user's words when its state forbids it.
 
 runc answers a pause of a paused container with ``cannot pause a paused container:
 unknown``, and containerd a signal to a stopped task with nothing at all. A user who
@@ -10,12 +10,21 @@ which must look first: containerd would accept it for a task that already exited
 
 from __future__ import annotations
 
+import contextlib
+import signal as signals
+
+from ctrexec import defaults
+from ctrexec import labels as lbl
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
-from ctrexec.containerd.tasks import Status
-from ctrexec.errors import CtrexecError, FailedPrecondition
+from ctrexec.containerd.tasks import ExitStatus, Status
+from ctrexec.errors import CtrexecError, DeadlineExceeded, FailedPrecondition
+from ctrexec.tasks import spec as taskspec
 
 _LIVE = (Status.RUNNING, Status.PAUSED)
+#: How long a SIGKILLed task may take to be reported gone: the kernel's teardown of a
+#: large cgroup is not instant, but it never waits for the task's own code.
+KILL_WAIT = 10.0
 
 
 def pause(client: Client, task_id: str) -> None:
@@ -44,6 +53,43 @@ def signal(client: Client, task_id: str, signum: int) -> None:
     if _status(client, task_id) not in _LIVE:
         raise FailedPrecondition(f"container {task_id} is not running")
     tasks.kill(client, task_id, signum)  # an exit meanwhile is not an error
+
+
+def stop(
+    client: Client, task_id: str, timeout: float | None, signal: int | str | None
+) -> ExitStatus | None:
+    """Send the stop signal, then SIGKILL when ``timeout`` passes; the exit (None
+    without a task). The caller holds the task's lock.
+
+    No fixed sleep: the armed Wait returns the moment the task exits. A task with a
+    restart policy is marked stopped by the user first, also when it has already
+    exited (docker's stop of a restarting container keeps it stopped): the supervisor
+    reads the mark before its restart is due, and again once it has started one, so a
+    restart that raced this stop is stopped in either order.
+    """
+    record = containers.get(client, task_id)
+    if lbl.RESTART_POLICY in record.labels:
+        mark = {lbl.STOPPED_BY_USER: "true", lbl.RESTART_PENDING: None}
+        containers.update_labels(client, task_id, mark)
+    state = tasks.find(client, task_id)
+    if state is None:
+        return None
+    if state.status is Status.STOPPED:
+        return state.exit
+    sig = taskspec.parse_signal(signal or record.labels.get(lbl.STOP_SIGNAL, "SIGTERM"))
+    if timeout is None:
+        timeout = float(record.labels.get(lbl.STOP_TIMEOUT, defaults.DEFAULT_STOP_TIMEOUT))
+    if state.status is Status.PAUSED:
+        tasks.resume(client, task_id)
+    pending = tasks.arm_wait(client, task_id)
+    try:
+        tasks.kill(client, task_id, sig)
+        with contextlib.suppress(DeadlineExceeded):
+            return tasks.collect(pending, timeout)
+        tasks.kill(client, task_id, signals.SIGKILL, all_processes=True)
+        return tasks.collect(pending, KILL_WAIT)
+    finally:
+        pending.cancel()
 
 
 def _status(client: Client, task_id: str) -> Status | None:

@@ -19,12 +19,13 @@ import threading
 from collections import deque
 from collections.abc import Collection, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 import attrs
 
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, events, tasks
+from ctrexec.containerd.client import Client
 from ctrexec.containerd.events import (
     Event,
     EventsMissed,
@@ -37,9 +38,7 @@ from ctrexec.containerd.events import (
     TaskOOM,
 )
 from ctrexec.errors import Canceled, CtrexecError, InvalidArgument, NotFound, Unavailable
-
-if TYPE_CHECKING:
-    from ctrexec.tasks.executor import Executor
+from ctrexec.tasks import info as taskinfo
 
 #: The first wait before a reconnect, and the longest (it doubles in between).
 RECONNECT_DELAY = 0.1
@@ -168,15 +167,14 @@ class TaskEvents(Iterator[Event]):
 
     def __init__(
         self,
-        executor: Executor,
+        client: Client,
         event_filter: EventFilter | None = None,
         *,
         reconnect_delay: float = RECONNECT_DELAY,
         max_reconnect_delay: float = MAX_RECONNECT_DELAY,
         max_outage: float | None = None,
     ) -> None:
-        self._executor = executor
-        self._client = executor.client
+        self._client = client
         self.filter = event_filter or EventFilter()
         self._delays = (reconnect_delay, max(reconnect_delay, max_reconnect_delay))
         self._max_outage = max_outage
@@ -192,7 +190,7 @@ class TaskEvents(Iterator[Event]):
         self._connect()
 
     @classmethod
-    def of(cls, executor: Executor, **options: Unpack[EventOptions]) -> TaskEvents:
+    def of(cls, client: Client, **options: Unpack[EventOptions]) -> TaskEvents:
         """A stream with the filter and the reconnect policy given as keywords."""
         which = EventFilter.of(
             tasks=options.get("tasks"),
@@ -201,7 +199,7 @@ class TaskEvents(Iterator[Event]):
             types=options.get("types"),
         )
         return cls(
-            executor,
+            client,
             which,
             reconnect_delay=options.get("reconnect_delay", RECONNECT_DELAY),
             max_reconnect_delay=options.get("max_reconnect_delay", MAX_RECONNECT_DELAY),
@@ -361,7 +359,7 @@ class TaskEvents(Iterator[Event]):
                 status = (
                     attrs.evolve(event.exit, oom_killed=True)
                     if oom
-                    else self._executor.with_oom({event.task_id: event.exit})[event.task_id]
+                    else taskinfo.with_oom(self._client, {event.task_id: event.exit})[event.task_id]
                 )
                 event = attrs.evolve(event, exit=status)
         return event

@@ -9,10 +9,8 @@ number of Executor instances, in any number of processes, agree on what exists.
 from __future__ import annotations
 
 import contextlib
-import secrets
-import signal as signals
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,8 +26,8 @@ from ctrexec.containerd.tasks import ExitStatus, Status, Stdio
 from ctrexec.errors import (
     AlreadyExists,
     CtrexecError,
-    DeadlineExceeded,
     FailedPrecondition,
+    InvalidArgument,
     NotFound,
 )
 from ctrexec.logs import client as logdaemon_client
@@ -38,8 +36,8 @@ from ctrexec.net import hostfiles, netns
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import control as taskctl
 from ctrexec.tasks import files as taskfiles
+from ctrexec.tasks import implicitnet, records, runs, stale, waiting
 from ctrexec.tasks import info as taskinfo
-from ctrexec.tasks import runs, stale, waiting
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks import stdio as taskio
 from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
@@ -50,8 +48,6 @@ if TYPE_CHECKING:
 
 DEFAULT_LOG_DIR = defaults.DEFAULT_LOG_DIR
 
-
-DEFAULT_KILL_GRACE = 10.0
 #: What a start by hand clears: the supervisor's state for the previous run.
 _SUPERVISOR_MARKS = (
     lbl.STOPPED_BY_USER,
@@ -155,82 +151,11 @@ class Executor:
             log_path=log_path,
             owner_labels=owner_labels,
         )
-        record, mounts = self._create_record(checked, image, spec, record_labels)
+        record, mounts = records.create(
+            self.client, checked, image, spec=spec, record_labels=record_labels, cache=self.images
+        )
         taskfiles.write(record.id, record.labels, config, replace=True)
         return record, mounts
-
-    def _create_record(
-        self,
-        checked: taskspec.CheckedConfig,
-        image: images.Image,
-        spec: dict[str, Any],
-        record_labels: Mapping[str, str],
-    ) -> tuple[containers.Container, list[snapshots.RootfsMount]]:
-        """The container record first, then its rootfs snapshot: no lease needed.
-
-        containerd's GC treats every container record as a root that holds the
-        snapshot its ``snapshot_key`` names, whether or not that snapshot exists yet
-        (metadata/gc.go; Containers.Create does not check it). So a snapshot
-        prepared after the record is held from its first instant, and the name's
-        uniqueness is checked by Create itself, before anything else exists. A crash
-        between the two leaves a complete record whose rootfs start() prepares.
-        """
-        config = checked.config
-        # A unique key, so a snapshot left by a crash can never block a later one.
-        snapshot_key = f"{config.name}-{secrets.token_hex(4)}"
-        try:
-            record = containers.create(
-                self.client,
-                config.name,
-                image=image.name,
-                spec=spec,
-                snapshotter=config.snapshotter,
-                snapshot_key=snapshot_key,
-                runtime=checked.runtime.to_runtime(),
-                labels=record_labels,
-                extensions={
-                    lbl.CONFIG_EXTENSION: containers.json_extension(
-                        lbl.CONFIG_TYPE_URL, config.to_json()
-                    )
-                },
-            )
-        except AlreadyExists as exc:
-            raise AlreadyExists(f"container name {config.name!r} is already in use") from exc
-        try:
-            return record, self._prepare_rootfs(record, image)
-        except BaseException:
-            with contextlib.suppress(CtrexecError):
-                containers.delete(self.client, config.name)
-            raise
-
-    def _prepare_rootfs(
-        self, record: containers.Container, image: images.Image
-    ) -> list[snapshots.RootfsMount]:
-        """Prepare the record's snapshot; when the image's layers went (removed and
-        collected since the cache saw them) unpack them again, once."""
-        key, snapshotter = record.snapshot_key, record.snapshotter
-        try:
-            return snapshots.prepare_rootfs(
-                self.client, key, image.top_chain_id, snapshotter=snapshotter, lease=None
-            )
-        except NotFound:
-            self.images.forget(self.client, image, snapshotter)
-            image = images.ensure_image(
-                self.client, image.name, snapshotter=snapshotter, cache=self.images
-            )
-        return snapshots.prepare_rootfs(
-            self.client, key, image.top_chain_id, snapshotter=snapshotter, lease=None
-        )
-
-    def _rootfs_mounts(self, record: containers.Container) -> list[snapshots.RootfsMount]:
-        """The rootfs mounts, prepared now for a record whose create was cut short."""
-        try:
-            return snapshots.snapshot_mounts(self.client, record.snapshot_key, record.snapshotter)
-        except NotFound:
-            image = images.ensure_image(
-                self.client, record.image, snapshotter=record.snapshotter, cache=self.images
-            )
-            return self._prepare_rootfs(record, image)
 
     def _resolve_netns(self, value: str) -> tuple[str | None, str]:
         if value == "host":
@@ -256,10 +181,8 @@ class Executor:
             before, record = self._clear_previous_run(task_id, by_policy=by_policy)
             try:
                 if record.labels.get(lbl.IMPLICIT_GROUP):  # run -p: wired again after a reboot
-                    from ctrexec.groups import implicit as standalone
-
-                    record = standalone.rewire(self, record)
-                return self._launch(record, self._rootfs_mounts(record))
+                    record = implicitnet.rewire(self.client, record)
+                return self._launch(record, records.rootfs_mounts(self.client, record, self.images))
             except BaseException:
                 taskinfo.undo_next_run(self.client, before)
                 raise
@@ -385,12 +308,17 @@ class Executor:
         Tasks.Create finds one in the way. ``owner_labels`` as for :meth:`create`.
         """
         record, mounts = self._create(config, owner_labels or {}, first_run=True)
+        with self._removed_on_failure(config.name), self._lock(config.name):
+            return self._launch(record, mounts, fresh=True)
+
+    @contextlib.contextmanager
+    def _removed_on_failure(self, task_id: str) -> Iterator[None]:
+        """A container made for a start that fails goes again, as if never made."""
         try:
-            with self._lock(config.name):
-                return self._launch(record, mounts, fresh=True)
+            yield
         except BaseException:
             with contextlib.suppress(CtrexecError):
-                self.destroy(config.name, force=True)
+                self.destroy(task_id, force=True)
             raise
 
     def start_attached(
@@ -398,13 +326,19 @@ class Executor:
     ) -> tuple[TaskHandle, Process]:
         """Start an interactive task (create it first, given a config), attached from
         its first byte (``run -it``, ``start -ai``); see :mod:`ctrexec.tasks.stdio`."""
-        return taskio.start_attached(self, task, stdin=stdin, **streams)
+        if isinstance(task, str):
+            return taskio.start_attached(self.client, task, self.start, stdin=stdin, **streams)
+        if not taskio.is_interactive(task):
+            raise InvalidArgument("start_attached needs a config with tty or stdin_open")
+        self.create(task)
+        with self._removed_on_failure(task.name):
+            return taskio.start_attached(self.client, task.name, self.start, stdin=stdin, **streams)
 
     def attach(
         self, task_id: str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
     ) -> Process:
         """Stream the stdio of a running task started interactive (see :mod:`taskio`)."""
-        return taskio.attach(self, task_id, stdin=stdin, **streams)
+        return taskio.attach(self.client, task_id, stdin=stdin, **streams)
 
     # -- observe ----------------------------------------------------------------------
 
@@ -444,9 +378,10 @@ class Executor:
     def events(self, **options: Unpack[EventOptions]) -> TaskEvents:
         """A live stream of this namespace's task events (see
         :class:`ctrexec.tasks.events.TaskEvents`)."""
+        # Imported here for start-up cost: the event stubs load only for a stream.
         from ctrexec.tasks.events import TaskEvents
 
-        return TaskEvents.of(self, **options)
+        return TaskEvents.of(self.client, **options)
 
     def inspect(self, task_id: str, *, addresses: bool = True) -> TaskInfo:
         """The container and its latest run; ``addresses`` looks into its namespace."""
@@ -511,41 +446,10 @@ class Executor:
     def stop(
         self, task_id: str, timeout: float | None = None, signal: int | str | None = None
     ) -> ExitStatus | None:
-        """Send the stop signal, then SIGKILL when ``timeout`` passes; return the exit.
-
-        No fixed sleep: the armed Wait returns the moment the task exits. A task with
-        a restart policy is marked stopped by the user first, also when it has already
-        exited (docker's stop of a restarting container keeps it stopped): the
-        supervisor reads the mark before its restart is due, and again once it has
-        started one, so a restart that raced this stop is stopped in either order.
-        """
+        """Send the stop signal, then SIGKILL when ``timeout`` passes (the record's stop
+        timeout when None); return the exit. See :func:`ctrexec.tasks.control.stop`."""
         with self._lock(task_id):
-            record = containers.get(self.client, task_id)
-            if lbl.RESTART_POLICY in record.labels:
-                mark = {lbl.STOPPED_BY_USER: "true", lbl.RESTART_PENDING: None}
-                containers.update_labels(self.client, task_id, mark)
-            state = tasks.find(self.client, task_id)
-            if state is None:
-                return None
-            if state.status is Status.STOPPED:
-                return state.exit
-            sig = taskspec.parse_signal(signal or record.labels.get(lbl.STOP_SIGNAL, "SIGTERM"))
-            grace = (
-                float(record.labels.get(lbl.STOP_TIMEOUT, DEFAULT_KILL_GRACE))
-                if timeout is None
-                else timeout
-            )
-            if state.status is Status.PAUSED:
-                tasks.resume(self.client, task_id)
-            pending = tasks.arm_wait(self.client, task_id)
-            try:
-                tasks.kill(self.client, task_id, sig)
-                with contextlib.suppress(DeadlineExceeded):
-                    return tasks.collect(pending, grace)
-                tasks.kill(self.client, task_id, signals.SIGKILL, all_processes=True)
-                return tasks.collect(pending, DEFAULT_KILL_GRACE)
-            finally:
-                pending.cancel()
+            return taskctl.stop(self.client, task_id, timeout, signal)
 
     def pause(self, task_id: str) -> None:
         taskctl.pause(self.client, task_id)
@@ -576,9 +480,7 @@ class Executor:
             tasks.force_delete(self.client, task_id)
             taskfiles.remove(self.client, record, logd_dir=logmodes.daemon_dir(self.state_dir))
             if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
-                from ctrexec.groups import implicit as standalone
-
-                standalone.release(self, record.labels)
+                implicitnet.release(self.files_dir, record.labels)
             containers.delete(self.client, task_id)
             stale.after_delete(self.client, record)
             snapshots.remove_snapshot(self.client, record.snapshot_key, record.snapshotter)

@@ -4,7 +4,7 @@ containerd keys a container, its task and its task's cgroup by the container's i
 Containers.Update cannot change an id. So a rename makes a second record under the new
 id, a copy of the first (spec, labels, TaskConfig extension, runtime, image) naming the
 *same* snapshot key, and then deletes the old record: containerd's GC holds a snapshot
-for every record that names it (see ``Executor._create_record``), so the rootfs is held
+for every record that names it (see :mod:`ctrexec.tasks.records`), so the rootfs is held
 throughout and never copied.
 
 The steps are ordered so that whatever stops them, one of the two records is whole:
@@ -20,7 +20,7 @@ old id. Members of a group and tasks of the Nomad driver are refused too: their 
 derived from the group's or allocation's name, and their owners find them by it. A
 ``run -p`` container's implicit group is named after it, so it moves: the copy names
 ``cx-NEW``, the old namespace is released, and the next start wires the new one with
-the same ports (:func:`ctrexec.groups.implicit.rewire`). The host files' directory is the
+the same ports (:func:`ctrexec.tasks.implicitnet.rewire`). The host files' directory is the
 new id's, written afresh by that start.
 """
 
@@ -46,9 +46,9 @@ from ctrexec.errors import (
     NotFound,
 )
 from ctrexec.ids import task_cgroup, validate_id
-from ctrexec.net import hostfiles
+from ctrexec.net import groupns, hostfiles
+from ctrexec.tasks import implicitnet, runs
 from ctrexec.tasks import info as taskinfo
-from ctrexec.tasks import runs
 
 if TYPE_CHECKING:
     from ctrexec.tasks.executor import Executor
@@ -69,10 +69,9 @@ def rename(executor: Executor, old: str, new: str) -> containers.Container:
         raise InvalidArgument(f"container {old} already has the name {new}")
     if _exists(executor, new):
         raise AlreadyExists(f"container name {new!r} is already in use")
-    if lbl.IMPLICIT_GROUP in record.labels and Path(_implicit_netns(new)).exists():
+    if lbl.IMPLICIT_GROUP in record.labels and Path(groupns.netns_path(new)).exists():
         raise AlreadyExists(
-            f"network namespace {Path(_implicit_netns(new)).name} already exists "
-            f"(a group named {new}?)"
+            f"network namespace {groupns.netns_name(new)} already exists (a group named {new}?)"
         )
     record = _drop_stopped_task(executor, record)
     created = _copy_record(executor, record, new)
@@ -87,9 +86,7 @@ def rename(executor: Executor, old: str, new: str) -> containers.Container:
     tasks.wait_until(lambda: _linux.remove_empty_cgroups(leaf, parents=False), timeout=2.0)
     _drop_old_files(record.labels, created.labels)
     if lbl.IMPLICIT_GROUP in record.labels:
-        from ctrexec.groups import implicit as standalone
-
-        standalone.release(executor, record.labels)  # the next start wires the new one
+        implicitnet.release(executor.files_dir, record.labels)  # the next start wires the new one
     return created
 
 
@@ -189,7 +186,7 @@ def _copy_record(
         hostname = config.hostname or taskspec.default_hostname(config)
         renamed = attrs.evolve(config, name=new, hostname=hostname)
         if implicit:  # run -p: its namespace and group are named after it
-            renamed = attrs.evolve(renamed, group=new, netns=_implicit_netns(new))
+            renamed = attrs.evolve(renamed, group=new, netns=groupns.netns_path(new))
         extensions[lbl.CONFIG_EXTENSION] = containers.json_extension(
             lbl.CONFIG_TYPE_URL, renamed.to_json()
         )
@@ -222,7 +219,7 @@ def _renamed_spec(spec: Mapping[str, Any], old: str, new: str, implicit: bool) -
         linux["cgroupsPath"] = f"{path.rsplit('/', 1)[0]}/{new}"
     if implicit:
         linux["namespaces"] = [
-            {**ns, "path": _implicit_netns(new)} if ns.get("type") == "network" else ns
+            {**ns, "path": groupns.netns_path(new)} if ns.get("type") == "network" else ns
             for ns in linux.get("namespaces") or []
         ]
         annotations = dict(out.get("annotations") or {})
@@ -247,13 +244,6 @@ def _moved_mounts(spec: dict[str, Any], old: str | None, new: str | None) -> dic
     return {**spec, "mounts": [moved(m) for m in spec.get("mounts") or []]}
 
 
-def _implicit_netns(name: str) -> str:
-    from ctrexec.groups.updown import NETNS_PREFIX
-    from ctrexec.net import netns
-
-    return netns.resolve(NETNS_PREFIX + name)
-
-
 def _renamed_labels(
     labels: Mapping[str, str], old: str, new: str, namespace: str
 ) -> dict[str, str]:
@@ -268,7 +258,7 @@ def _renamed_labels(
         out[lbl.HOSTFILES_DIR] = str(Path(files).parent / f"{namespace}+{new}")
     if lbl.IMPLICIT_GROUP in out:
         out[lbl.GROUP] = new
-        out[lbl.NETNS_PATH] = _implicit_netns(new)
+        out[lbl.NETNS_PATH] = groupns.netns_path(new)
         out.pop(lbl.ADDRESSES, None)
     return out
 

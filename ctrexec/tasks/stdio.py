@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import Any, Unpack
 
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, tasks
@@ -24,10 +24,8 @@ from ctrexec.containerd.tasks import Status, Stdio
 from ctrexec.errors import CtrexecError, FailedPrecondition, InvalidArgument, TaskError
 from ctrexec.oci.process import merge_env
 from ctrexec.oci.user import ResolvedUser
+from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks.config import TaskConfig, TaskHandle
-
-if TYPE_CHECKING:
-    from ctrexec.tasks.executor import Executor
 
 #: The per-task FIFO directory's name, beside the task's log.
 FIFO_DIR = "fifo"
@@ -83,39 +81,28 @@ def _make_fifos(labels: Mapping[str, str], config: TaskConfig) -> FifoPaths:
 
 
 def start_attached(
-    ex: Executor, task: TaskConfig | str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
+    client: Client,
+    task_id: str,
+    start: Callable[[str], TaskHandle],
+    *,
+    stdin: bool = True,
+    **streams: Unpack[StreamOptions],
 ) -> tuple[TaskHandle, Process]:
-    """Start the task with our own FIFO ends open across its start, then stream over
-    them: what it writes before any attach is ours, even if it exits at once.
-
-    Given a config, the container is created first, and removed if the start fails.
-    """
-    created = isinstance(task, TaskConfig)
-    if isinstance(task, TaskConfig):
-        if not is_interactive(task):
-            raise InvalidArgument("start_attached needs a config with tty or stdin_open")
-        ex.create(task)
-        task_id = task.name
-    else:
-        task_id = task
+    """``start`` the task with our own FIFO ends open across it, then stream over them:
+    what it writes before any attach is ours, even if it exits at once. A failed start
+    closes them again; removing a container made for this run is the caller's."""
+    record = containers.get(client, task_id)
+    config = _interactive_config(task_id, taskinfo.config_of(record))
+    paths = _make_fifos(record.labels, config)
+    if not (stdin and config.stdin_open):
+        paths = FifoPaths.existing(paths.directory, stdin=False, stderr=bool(paths.stderr))
+    ends = ClientEnds(paths, hold=True)
     try:
-        info = ex.inspect(task_id)
-        config = _interactive_config(task_id, info.config)
-        paths = _make_fifos(info.labels, config)
-        if not (stdin and config.stdin_open):
-            paths = FifoPaths.existing(paths.directory, stdin=False, stderr=bool(paths.stderr))
-        ends = ClientEnds(paths, hold=True)
-        try:
-            handle = ex.start(task_id)
-        except BaseException:
-            ends.close()
-            raise
+        handle = start(task_id)
     except BaseException:
-        if created:
-            with contextlib.suppress(CtrexecError):
-                ex.destroy(task_id, force=True)
+        ends.close()
         raise
-    return handle, _process(ex.client, task_id, handle.pid, config, ends, **streams)
+    return handle, _process(client, task_id, handle.pid, config, ends, **streams)
 
 
 def _interactive_config(task_id: str, config: TaskConfig | None) -> TaskConfig:
@@ -146,10 +133,10 @@ def _process(
 
 
 def attach(
-    ex: Executor, task_id: str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
+    client: Client, task_id: str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
 ) -> Process:
     """Join the FIFOs of a running interactive task (stdin only if it has one open)."""
-    info = ex.inspect(task_id)
+    info = taskinfo.inspect(client, task_id, addresses=False)
     config = _interactive_config(task_id, info.config)
     if info.status not in (Status.RUNNING, Status.PAUSED):
         raise FailedPrecondition(
@@ -159,7 +146,7 @@ def attach(
     if not stdin:
         paths = FifoPaths.existing(paths.directory, stdin=False, stderr=bool(paths.stderr))
     ends = ClientEnds(paths, hold=False)
-    return _process(ex.client, task_id, info.pid, config, ends, **streams)
+    return _process(client, task_id, info.pid, config, ends, **streams)
 
 
 def running_record(client: Client, task_id: str, args: Sequence[str]) -> containers.Container:

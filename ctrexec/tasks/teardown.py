@@ -9,15 +9,10 @@ order of the ids given, so callers report them as if they had run in turn.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 from ctrexec.errors import CtrexecError
-
-if TYPE_CHECKING:
-    from ctrexec.tasks.executor import Executor
 
 #: Enough for a large group; each thread mostly waits for an exit.
 MAX_THREADS = 32
@@ -41,19 +36,17 @@ def each_at_once(
         return list(zip(ids, pool.map(run, ids), strict=True))
 
 
-def stop_and_destroy(ex: Executor, ids: Sequence[str], *, timeout: float | None = None) -> None:
-    """Stop all the tasks together (a stop that fails still destroys), then remove them
-    one by one: the tasks of a group share a shim, whose end one removal may decide."""
-
-    def stop(task_id: str) -> None:
-        with contextlib.suppress(CtrexecError):
-            ex.stop(task_id, timeout=timeout)
-
-    each_at_once(ids, stop)
+def stop_and_destroy(
+    ids: Sequence[str], *, stop: Callable[[str], object], destroy: Callable[[str], object]
+) -> None:
+    """``stop`` all the tasks together (a stop that fails still destroys), then
+    ``destroy`` them one by one: the tasks of a group share a shim, whose end one
+    removal may decide. The first error of a destroy is raised once all were tried."""
+    each_at_once(ids, stop)  # each one's error is dropped: the destroy reports
     errors = []
     for task_id in ids:
         try:
-            ex.destroy(task_id, force=True)
+            destroy(task_id)
         except CtrexecError as exc:
             errors.append(exc)
     if errors:

@@ -16,7 +16,8 @@ from _cli import Cli
 from _nethelpers import free_port
 
 from ctrexec.containerd.client import Client
-from ctrexec.groups.updown import Groups, parse_group
+from ctrexec.groups.spec import parse_group
+from ctrexec.groups.updown import Groups
 from ctrexec.net.networks import Networks
 from ctrexec.tasks.executor import Executor
 from ctrexec.testing import wait_for

@@ -15,7 +15,8 @@ from ctrexec import errors
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, snapshots
 from ctrexec.containerd.client import Client
-from ctrexec.groups.updown import Groups, parse_group
+from ctrexec.groups.spec import parse_group
+from ctrexec.groups.updown import Groups
 from ctrexec.net.networks import Networks
 from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.executor import Executor

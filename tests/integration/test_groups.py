@@ -19,7 +19,8 @@ from ctrexec import errors
 from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.groups.updown import Groups, GroupSpec, load_group_file, parse_group
+from ctrexec.groups.spec import GroupSpec, load_group_file, parse_group
+from ctrexec.groups.updown import Groups
 from ctrexec.net import netns
 from ctrexec.net.networks import Networks
 from ctrexec.tasks.executor import Executor

@@ -17,7 +17,8 @@ from ctrexec import errors
 from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.groups.updown import Groups, parse_group
+from ctrexec.groups.spec import parse_group
+from ctrexec.groups.updown import Groups
 from ctrexec.net import netns
 from ctrexec.net.networks import Networks
 from ctrexec.tasks.config import RestartPolicy, TaskConfig, TaskHandle

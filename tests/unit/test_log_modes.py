@@ -9,7 +9,7 @@ import pytest
 from ctrexec.cli.main import build_parser, main
 from ctrexec.cli.tasks import _config
 from ctrexec.errors import FailedPrecondition, InvalidArgument, InvalidField
-from ctrexec.groups.updown import parse_group
+from ctrexec.groups.spec import parse_group
 from ctrexec.logs import modes as logmodes
 from ctrexec.logs import reader as logs
 from ctrexec.tasks.config import TaskConfig
@@ -161,6 +161,6 @@ def test_logs_timestamps_refused_for_the_file_driver(
         def lookup(self) -> object:
             return lambda word: word
 
-    monkeypatch.setattr(cli_tasks, "_executor", lambda _args: _Ex())
+    monkeypatch.setattr(cli_tasks, "executor", lambda _args: _Ex())
     assert main(["logs", "-t", "t"]) == 125
     assert capsys.readouterr().err.strip() == "ctrexec: the file log driver keeps no timestamps"

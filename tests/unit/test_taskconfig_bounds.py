@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 from ctrexec.errors import InvalidArgument, InvalidField
-from ctrexec.groups import updown as groups
+from ctrexec.groups import spec as groups
 from ctrexec.oci import resources
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks.config import RestartPolicy, TaskConfig

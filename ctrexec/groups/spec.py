@@ -1,0 +1,170 @@
+"""Group files: the TOML that describes a group, checked whole before any side effect.
+
+A file names the group, its network, hostname and published ports, and one ``[[task]]``
+table per task (a TaskConfig's keys). :func:`parse_group` checks all of it, the tasks'
+configs included, so ``group up`` of a bad file makes nothing and says which file,
+task, key and value are wrong. Bringing a group up and down is :mod:`ctrexec.groups.updown`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ctrexec.errors import InvalidArgument, InvalidField
+from ctrexec.ids import validate_id
+from ctrexec.net import groupns
+from ctrexec.net.networks import parse_mode, parse_port
+from ctrexec.oci.namespaces import with_hostname
+from ctrexec.tasks import fields
+from ctrexec.tasks import spec as taskspec
+from ctrexec.tasks.config import TaskConfig
+
+_GROUP_KEYS = {"name", "network", "hostname", "ports", "task"}
+_TASK_KEYS = {
+    "name", "image", "command", "entrypoint", "env", "workdir", "user", "volumes", "tmpfs",
+    "read_only", "memory", "cpus", "cpu_shares", "pids_limit", "cap_add", "cap_drop",
+    "stop_signal", "stop_timeout", "restart", "labels", "sysctls", "runtime",
+    "log_driver", "log_max_size", "log_max_files", "log_transport", "hostname",
+    "extra_hosts", "dns", "dns_search", "dns_options",
+}  # fmt: skip
+
+
+@attrs.frozen(kw_only=True)
+class GroupSpec:
+    """A parsed group file."""
+
+    name: str
+    network: str = "bridge"
+    hostname: str | None = None
+    ports: tuple[str, ...] = ()
+    tasks: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def netns_name(self) -> str:
+        return groupns.netns_name(self.name)
+
+    @property
+    def netns_path(self) -> str:
+        return groupns.netns_path(self.name)
+
+    def digest(self) -> str:
+        """A stable hash of the definition, to tell a restart from a second group."""
+        data = json.dumps(attrs.asdict(self), sort_keys=True, default=list)
+        return hashlib.sha256(data.encode()).hexdigest()[:16]
+
+    def task_id(self, task_name: str) -> str:
+        return f"{self.name}-{task_name}"
+
+    def task_configs(self) -> list[TaskConfig]:
+        """One TaskConfig per task, joined to the group's namespace and shim."""
+        return [self.task_config(t) for t in self.tasks]
+
+    def task_config(self, task: Mapping[str, Any]) -> TaskConfig:
+        values = {"hostname": self.hostname or self.name, **task}  # a task's own wins
+        return TaskConfig(
+            name=self.task_id(values.pop("name")),
+            netns=self.netns_path,
+            group=self.name,
+            **values,
+        )
+
+
+def _unknown(keys: set[str], allowed: set[str]) -> None:
+    extra = sorted(keys - allowed)
+    if extra:
+        raise InvalidArgument(
+            f"unknown key(s) {', '.join(extra)}; expected {', '.join(sorted(allowed))}"
+        )
+
+
+def parse_group(data: Mapping[str, Any], *, source: str = "group") -> GroupSpec:
+    """Validate a group definition before any side effect.
+
+    An error is one line that names ``source`` (the file), the task, the key, the
+    value and what was expected: ``group file g.toml: task web: cpus = '2': expected
+    a number``.
+    """
+    try:
+        return _parse_group(data)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{source}: {exc}") from exc
+
+
+def _parse_group(data: Mapping[str, Any]) -> GroupSpec:
+    _unknown(set(data), _GROUP_KEYS)
+    if "name" not in data:
+        raise InvalidArgument("'name' is required")
+    name = data["name"]
+    fields.check("name", name, (str,), "a string", _group_name)
+    network = data.get("network", "bridge")
+    fields.check("network", network, (str,), "a string", parse_mode)
+    hostname = data.get("hostname")
+    if hostname is not None:
+        fields.check("hostname", hostname, (str,), "a string", with_hostname)
+    ports = fields.to_tuple(data.get("ports", ()))
+    fields.check("ports", ports, (tuple,), "a list of strings", _ports)
+    if ports and parse_mode(network).kind in ("none", "host"):
+        raise InvalidField("ports", ports, "ports need network 'bridge' or 'cni:NAME'")
+    raw_tasks = data.get("task")
+    if not isinstance(raw_tasks, list) or not raw_tasks:
+        raise InvalidArgument("at least one [[task]] table is required")
+    spec = GroupSpec(
+        name=name, network=network, hostname=hostname, ports=ports, tasks=tuple(raw_tasks)
+    )
+    seen: set[str] = set()
+    for i, task in enumerate(raw_tasks):
+        label = task.get("name") if isinstance(task, dict) else None
+        where = f"task {label if isinstance(label, str) else i + 1}"
+        try:
+            _check_task(spec, task, seen)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{where}: {exc}") from exc
+    return spec
+
+
+def _group_name(name: str) -> None:
+    validate_id(name, kind="group name")
+    groupns.netns_name(name)  # its namespace's name must be valid too
+
+
+def _ports(ports: tuple[Any, ...]) -> None:
+    for p in ports:
+        parse_port(p)
+
+
+def _check_task(spec: GroupSpec, task: Any, seen: set[str]) -> None:
+    """Every check a task can have without a daemon, the TaskConfig's included."""
+    if not isinstance(task, dict):
+        raise InvalidArgument("expected a [[task]] table")
+    _unknown(set(task), _TASK_KEYS)
+    for key in ("name", "image"):
+        if key not in task:
+            raise InvalidArgument(f"'{key}' is required")
+    fields.check("name", task["name"], (str,), "a string", _task_name)
+    if task["name"] in seen:
+        raise InvalidField("name", task["name"], "another task of the group has this name")
+    seen.add(task["name"])
+    taskspec.check_config(spec.task_config(task))
+
+
+def _task_name(name: str) -> None:
+    validate_id(name, kind="task name")
+
+
+def load_group_file(path: str | Path) -> GroupSpec:
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise InvalidArgument(f"group file {path} does not exist") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"cannot read group file {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidArgument(f"group file {path} is not valid TOML: {exc}") from exc
+    return parse_group(data, source=f"group file {path}")

@@ -1,0 +1,54 @@
+"""A group's network namespace: its name, its path, wiring it and releasing its network.
+
+A group (``group up``'s, or the implicit one-task group that ``run -p`` makes) lives in
+the pinned namespace ``cx-NAME``. The executor releases a ``run -p`` container's
+namespace when the container goes, and ``ctrexec.groups`` makes and removes the
+namespaces of both kinds; the name scheme and the release live here, below both, so
+neither has to import the other. Only plain values cross: names, modes, paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from pathlib import Path
+
+from ctrexec.errors import CtrexecError
+from ctrexec.net import hostfiles, netns
+from ctrexec.net.networks import Attachment, Networks, parse_mode, parse_port
+
+#: What a group's name becomes as its namespace's name: ``cx-web``.
+NETNS_PREFIX = "cx-"
+
+
+def netns_name(group: str) -> str:
+    """The namespace's name, checked as ``ip netns`` names are."""
+    return netns.validate_name(NETNS_PREFIX + group)
+
+
+def netns_path(group: str) -> str:
+    """Where the group's namespace is pinned (it may not exist)."""
+    return netns.resolve(netns_name(group))
+
+
+def wire(networks: Networks, group: str, mode: str, ports: Sequence[str]) -> tuple[str, Attachment]:
+    """Make the group's namespace and attach it; a failed attach removes the namespace
+    again. Its path and what the attach gave it."""
+    mappings = [parse_port(p) for p in ports]
+    ns = netns.create(netns_name(group))
+    try:
+        return ns.path, networks.setup(group, ns.path, mode, mappings)
+    except BaseException:
+        with contextlib.suppress(CtrexecError):
+            netns.remove(ns.path)
+        raise
+
+
+def release(networks: Networks, files_dir: Path, group: str, mode: str) -> None:
+    """Release the group's network: CNI DEL first (it needs the namespace to remove the
+    masquerade rules), then the namespace itself. Fine once either is gone."""
+    path = netns_path(group)
+    networks.teardown(group, path if Path(path).exists() else None, parse_mode(mode))
+    hostfiles.remove_legacy(path, base=files_dir)  # from before per-task files
+    with contextlib.suppress(CtrexecError):
+        netns.remove(path)
