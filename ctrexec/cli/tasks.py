@@ -23,7 +23,7 @@ from ctrexec.cli._common import (
 )
 from ctrexec.cli._time import point_in_time
 from ctrexec.cli.registry import add_pull_policy, ensure_images
-from ctrexec.cli.verbs import each, until
+from ctrexec.cli.verbs import each, stop_flags, until
 from ctrexec.defaults import DEFAULT_LOG_DIR, DEFAULT_STOP_TIMEOUT
 from ctrexec.errors import (
     CtrexecError,
@@ -38,6 +38,7 @@ from ctrexec.logs import modes as logmodes
 # The library (grpc, stubs, attrs) is imported inside the commands: building the
 # parser, --help and bad flags must not load it.
 if TYPE_CHECKING:
+    from ctrexec.groups.implicit import Wiring
     from ctrexec.logs import reader as logstore
     from ctrexec.tasks.config import TaskConfig
     from ctrexec.tasks.executor import Executor
@@ -284,19 +285,27 @@ def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
     return stop
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, Wiring | None]:
+    """What ``run`` and ``create`` do before the container: the config from the flags
+    (checked before connecting: bad flags start no daemon), its image by ID or name and
+    pulled as ``--pull`` says, and the network asked for (``-P`` needs the image)."""
     from ctrexec.images import usage as imageuse
 
+    config = _config(args)
+    wired = publish.wiring(args)
+    ex = executor(args)
+    config = imageuse.resolved_config(ex.client, config)  # an image ID names the image
+    ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
+    if args.publish_all:
+        wired = publish.with_exposed(ex, config, args, wired)
+    return ex, config, wired
+
+
+def cmd_run(args: argparse.Namespace) -> int:
     attached = (args.interactive or args.tty) and not args.detach
     keys = attach.prepare(args) if attached else b""
     with _by_flag():
-        config = _config(args)  # before connecting: bad flags start no daemon
-        wired = publish.wiring(args)
-        ex = executor(args)
-        config = imageuse.resolved_config(ex.client, config)  # an image ID names the image
-        ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
-        if args.publish_all:
-            wired = publish.with_exposed(ex, config, args, wired)
+        ex, config, wired = _prepared(args)
         with publish.own_network(ex, config, wired) as (config, owned):
             if attached:
                 if owned:  # the record needs its owner labels before the attached start
@@ -343,16 +352,8 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    from ctrexec.images import usage as imageuse
-
     with _by_flag():
-        config = _config(args)
-        wired = publish.wiring(args)
-        ex = executor(args)
-        config = imageuse.resolved_config(ex.client, config)  # an image ID names the image
-        ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
-        if args.publish_all:
-            wired = publish.with_exposed(ex, config, args, wired)
+        ex, config, wired = _prepared(args)
         with publish.own_network(ex, config, wired) as (config, owned):
             record = ex.create(config, owner_labels=owned)
     publish.warn_unsupervised(ex.client, [config])
@@ -568,9 +569,7 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("ids", nargs="+")
     p.set_defaults(func=cmd_start)
     p = sub.add_parser("stop", parents=[conn], help="stop tasks: stop signal, then SIGKILL")
-    p.add_argument("-t", "--time", type=float, help="seconds before SIGKILL")
-    p.add_argument("-s", "--signal")
-    p.add_argument("ids", nargs="+")
+    stop_flags(p)
     p.set_defaults(func=cmd_stop)
     p = sub.add_parser("kill", parents=[conn], help="send a signal")
     p.add_argument("-s", "--signal", default="SIGKILL")

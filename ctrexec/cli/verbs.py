@@ -246,6 +246,13 @@ def _stats_table(results: dict[str, Stats], cpu: dict[str, float]) -> None:
     print_table(["NAME", "CPU %", "MEM USAGE / LIMIT", "MEM %", "PIDS"], rows)
 
 
+def stop_flags(p: ArgumentParser) -> None:
+    """``stop``'s and ``restart``'s flags and ids, as docker's: the two stop alike."""
+    p.add_argument("-t", "--time", type=float, help="seconds before SIGKILL")
+    p.add_argument("-s", "--signal")
+    p.add_argument("ids", nargs="+")
+
+
 def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     conn = connection_flags()
     p = sub.add_parser("wait", parents=[conn], help="block until tasks exit, print exit codes")
@@ -256,9 +263,7 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("new", metavar="NEW_NAME")
     p.set_defaults(func=cmd_rename)
     p = sub.add_parser("restart", parents=[conn], help="stop, then start tasks again")
-    p.add_argument("-t", "--time", type=float, help="seconds before SIGKILL")
-    p.add_argument("-s", "--signal")
-    p.add_argument("ids", nargs="+")
+    stop_flags(p)
     p.set_defaults(func=cmd_restart)
     p = sub.add_parser("port", parents=[conn], help="a task's published ports")
     p.add_argument("id")

@@ -128,10 +128,7 @@ class Executor:
         files = taskfiles.for_task(self.files_dir, self.client.namespace, config)
         spec = taskspec.build(
             checked,
-            image_entrypoint=image.config.entrypoint,
-            image_cmd=image.config.cmd,
-            image_env=image.config.env,
-            image_workdir=image.config.working_dir,
+            image=image.config,
             user=user,
             netns_path=netns_path,
             host_network=mode == "host",

@@ -12,7 +12,7 @@ import os
 import signal as signals
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -27,6 +27,9 @@ from ctrexec.oci import caps, mounts, namespaces, process, resources
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import fields
 from ctrexec.tasks.config import TaskConfig
+
+if TYPE_CHECKING:  # the type only: checking a config loads no image stubs
+    from ctrexec.containerd.images import ImageConfig
 
 
 @attrs.frozen
@@ -122,10 +125,7 @@ def check_config(config: TaskConfig, *, containerd_address: str | None = None) -
 def build(
     checked: CheckedConfig,
     *,
-    image_entrypoint: Sequence[str] | None,
-    image_cmd: Sequence[str] | None,
-    image_env: Sequence[str],
-    image_workdir: str,
+    image: ImageConfig,
     user: ResolvedUser,
     netns_path: str | None,
     host_network: bool,
@@ -133,17 +133,10 @@ def build(
     namespace: str,
     containerd_address: str | None = None,
 ) -> dict[str, Any]:
-    """The OCI spec for one task."""
+    """The OCI spec for one task; ``image``: the defaults its image carries."""
     cfg = checked.config
     return oci.build_spec(
-        *_process_opts(
-            cfg,
-            image_entrypoint=image_entrypoint,
-            image_cmd=image_cmd,
-            image_env=image_env,
-            image_workdir=image_workdir,
-            user=user,
-        ),
+        *_process_opts(cfg, image, user),
         *_network_opts(cfg, netns_path, host_network=host_network),
         *_filesystem_opts(checked, hostfiles, containerd_address),
         *_resource_opts(checked, namespace),
@@ -152,24 +145,16 @@ def build(
     )
 
 
-def _process_opts(
-    cfg: TaskConfig,
-    *,
-    image_entrypoint: Sequence[str] | None,
-    image_cmd: Sequence[str] | None,
-    image_env: Sequence[str],
-    image_workdir: str,
-    user: ResolvedUser,
-) -> list[oci.SpecOpt]:
+def _process_opts(cfg: TaskConfig, image: ImageConfig, user: ResolvedUser) -> list[oci.SpecOpt]:
     """What runs and as whom: the config's values over the image's defaults."""
-    args = process.resolve_args(image_entrypoint, image_cmd, cfg.entrypoint, cfg.command)
+    args = process.resolve_args(image.entrypoint, image.cmd, cfg.entrypoint, cfg.command)
     opts = [
         process.with_args(args),
         # docker's default for a terminal, which the image and the user may override
         process.with_env(
-            process.merge_env(["TERM=xterm"] * cfg.tty + list(image_env), dict(cfg.env))
+            process.merge_env(["TERM=xterm"] * cfg.tty + list(image.env), dict(cfg.env))
         ),
-        process.with_cwd(cfg.workdir or image_workdir or "/"),
+        process.with_cwd(cfg.workdir or image.working_dir or "/"),
         process.with_user_ids(user.uid, user.gid, user.additional_gids),
         process.with_tty(cfg.tty),
     ]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from ctrexec.containerd.images import ImageConfig
 from ctrexec.containerd.runtimes import RUNC_V2, RuntimeChoice
 from ctrexec.oci.caps import ALL_CAPABILITIES, DEFAULT_CAPABILITIES
 from ctrexec.oci.user import ResolvedUser
@@ -29,10 +30,7 @@ def _spec(**kw: Any) -> dict[str, Any]:
     )
     return taskspec.build(
         checked,
-        image_entrypoint=None,
-        image_cmd=["sh"],
-        image_env=[],
-        image_workdir="/",
+        image=ImageConfig(cmd=("sh",), working_dir="/"),
         user=ResolvedUser(0, 0),
         netns_path=None,
         host_network=False,
