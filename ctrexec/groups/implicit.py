@@ -79,7 +79,8 @@ def attach(
         raise AlreadyExists(f"container name {name!r} is already in use")
     if Path(groupns.netns_path(name)).exists():
         raise AlreadyExists(f"network namespace {ns_name} already exists (a group named {name}?)")
-    path, attachment = groupns.wire(networks, name, str(wiring.mode), wiring.ports)
+    mappings = [parse_port(p) for p in wiring.ports]
+    path, attachment = groupns.wire(networks, name, str(wiring.mode), mappings)
     owned = {
         lbl.IMPLICIT_GROUP: settings.to_label(networks),
         lbl.NETWORK_MODE: str(wiring.mode),

@@ -12,10 +12,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ctrexec.errors import CtrexecError
 from ctrexec.net import hostfiles, netns
-from ctrexec.net.networks import Attachment, Networks, parse_mode, parse_port
+
+if TYPE_CHECKING:  # types only: the executor imports this, and a task without a
+    # network of its own must not pay for loading the CNI side at start-up
+    from ctrexec.net.networks import Attachment, Networks
+    from ctrexec.net.ports import PortMapping
 
 #: What a group's name becomes as its namespace's name: ``cx-web``.
 NETNS_PREFIX = "cx-"
@@ -31,13 +36,14 @@ def netns_path(group: str) -> str:
     return netns.resolve(netns_name(group))
 
 
-def wire(networks: Networks, group: str, mode: str, ports: Sequence[str]) -> tuple[str, Attachment]:
+def wire(
+    networks: Networks, group: str, mode: str, ports: Sequence[PortMapping]
+) -> tuple[str, Attachment]:
     """Make the group's namespace and attach it; a failed attach removes the namespace
     again. Its path and what the attach gave it."""
-    mappings = [parse_port(p) for p in ports]
     ns = netns.create(netns_name(group))
     try:
-        return ns.path, networks.setup(group, ns.path, mode, mappings)
+        return ns.path, networks.setup(group, ns.path, mode, ports)
     except BaseException:
         with contextlib.suppress(CtrexecError):
             netns.remove(ns.path)
@@ -48,7 +54,7 @@ def release(networks: Networks, files_dir: Path, group: str, mode: str) -> None:
     """Release the group's network: CNI DEL first (it needs the namespace to remove the
     masquerade rules), then the namespace itself. Fine once either is gone."""
     path = netns_path(group)
-    networks.teardown(group, path if Path(path).exists() else None, parse_mode(mode))
+    networks.teardown(group, path if Path(path).exists() else None, mode)
     hostfiles.remove_legacy(path, base=files_dir)  # from before per-task files
     with contextlib.suppress(CtrexecError):
         netns.remove(path)

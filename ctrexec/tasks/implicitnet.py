@@ -15,7 +15,7 @@ from pathlib import Path
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
-from ctrexec.net import groupns, settings
+from ctrexec.net import groupns
 from ctrexec.tasks import files as taskfiles
 from ctrexec.tasks import info as taskinfo
 
@@ -28,8 +28,12 @@ def rewire(client: Client, record: containers.Container) -> containers.Container
     path, name = labels.get(lbl.NETNS_PATH), labels.get(lbl.GROUP)
     if not path or not name or Path(path).exists():
         return record
+    # Here, not at the top, for start-up cost: only such a record loads the CNI side.
+    from ctrexec.net import settings
+    from ctrexec.net.ports import parse_port
+
     networks = settings.from_label(labels[lbl.IMPLICIT_GROUP])
-    ports = [p for p in labels.get(lbl.GROUP_PORTS, "").split(",") if p]
+    ports = [parse_port(p) for p in labels.get(lbl.GROUP_PORTS, "").split(",") if p]
     mode = labels.get(lbl.NETWORK_MODE, "bridge")
     _, attachment = groupns.wire(networks, name, mode, ports)
     addresses = ",".join(attachment.addresses())
@@ -47,5 +51,7 @@ def release(files_dir: Path, labels: Mapping[str, str]) -> None:
     name = labels.get(lbl.GROUP)
     if not text or not name:
         return
+    from ctrexec.net import settings  # here, for start-up cost, as in rewire()
+
     mode = labels.get(lbl.NETWORK_MODE, "bridge")
     groupns.release(settings.from_label(text), files_dir, name, mode)
