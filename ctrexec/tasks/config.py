@@ -27,7 +27,7 @@ from ctrexec.tasks import fields
 
 if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
     from ctrexec.net.cni import PortMapping
-    from ctrexec.net.netns import Address
+    from ctrexec.net.nsinfo import Address
 
 DEFAULT_STOP_TIMEOUT = 10.0
 DEFAULT_LOG_MAX_SIZE = 10 * 1024 * 1024
