@@ -337,3 +337,56 @@ def test_the_graph_counts_function_and_type_checking_imports() -> None:
         "ctrexec.groups.implicit",
         "ctrexec.net.netns",
     }
+
+
+def _function_imports(source: str) -> list[int]:
+    """Lines of import statements inside functions that no comment explains: a comment on
+    a line of their run of consecutive imports, or on the line just above the run."""
+    lines = source.splitlines()
+    bare = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        spans = [
+            (node.lineno, node.end_lineno or node.lineno)
+            for node in ast.walk(fn)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+        ]
+        covered = {line for start, end in spans for line in range(start, end + 1)}
+        for start, end in spans:
+            above, below = start - 1, end + 1
+            while above >= 1 and (above in covered or not lines[above - 1].strip()):
+                above -= 1
+            while below <= len(lines) and (below in covered or not lines[below - 1].strip()):
+                below += 1
+            if not any("#" in line for line in lines[max(above - 1, 0) : below - 1]):
+                bare.append(start)
+    return sorted(set(bare))
+
+
+def test_imports_inside_functions_say_why() -> None:
+    """An import inside a function defers a start-up cost, and its comment says which.
+    ``cli/`` is exempt as a whole: its package docstring states the one reason for all."""
+    offenders = [
+        f"{p.relative_to(PKG)}:{line}"
+        for name, p in _graph.hand_written().items()
+        if not name.startswith("ctrexec.cli")
+        for line in _function_imports(p.read_text())
+    ]
+    assert offenders == []
+
+
+def test_the_import_comment_rule_sees_bare_imports() -> None:
+    sample = (
+        "def f():\n"
+        "    import json\n"
+        "    return json\n"
+        "def g():\n"
+        "    # grpc only when connected\n"
+        "    import grpc\n"
+        "    import attrs\n"
+        "    return grpc, attrs\n"
+        "def h():\n"
+        "    import os  # cheap\n"
+    )
+    assert _function_imports(sample) == [2]
