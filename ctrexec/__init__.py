@@ -91,12 +91,13 @@ if TYPE_CHECKING:
     from ctrexec.logs.modes import read_task_logs
     from ctrexec.logs.reader import LogEntry, read_logs
     from ctrexec.net.cni import PortMapping
-    from ctrexec.net.netns import Address, Interface, NetNS, NetNSInfo, Route
+    from ctrexec.net.netns import NetNS
     from ctrexec.net.netns import create as create_netns
-    from ctrexec.net.netns import inspect as inspect_netns
     from ctrexec.net.netns import list_namespaces as list_netns
     from ctrexec.net.netns import remove as remove_netns
     from ctrexec.net.networks import Attachment, Networks
+    from ctrexec.net.nsinfo import Address, Interface, NetNSInfo, Route
+    from ctrexec.net.nsinfo import inspect as inspect_netns
     from ctrexec.tasks.aio import AsyncExecutor
     from ctrexec.tasks.config import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
     from ctrexec.tasks.events import EventFilter, TaskEvents
@@ -161,13 +162,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.logs.modes": ("read_task_logs",),
     "ctrexec.logs.reader": ("LogEntry", "read_logs"),
     "ctrexec.net.cni": ("PortMapping",),
-    "ctrexec.net.netns": (
-        "Address",
-        "Interface",
-        "NetNS",
-        "NetNSInfo",
-        "Route",
-    ),
+    "ctrexec.net.netns": ("NetNS",),
+    "ctrexec.net.nsinfo": ("Address", "Interface", "NetNSInfo", "Route"),
     "ctrexec.net.networks": ("Attachment", "Networks"),
     "ctrexec.tasks.rename": ("rename",),
     "ctrexec.groups.supervisor": ("Supervisor", "is_supervised"),
@@ -192,7 +188,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
 #: at the top level.
 _ALIASES: dict[str, tuple[str, str]] = {
     "create_netns": ("ctrexec.net.netns", "create"),
-    "inspect_netns": ("ctrexec.net.netns", "inspect"),
+    "inspect_netns": ("ctrexec.net.nsinfo", "inspect"),
     "list_netns": ("ctrexec.net.netns", "list_namespaces"),
     "remove_netns": ("ctrexec.net.netns", "remove"),
 }

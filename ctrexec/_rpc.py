@@ -310,12 +310,8 @@ class Connection:
         timeout: Timeout = None,
     ) -> Stream[M]:
         """Open a server-streaming call; iterate the result, cancel it to stop."""
-        rpc = self._method("unary_stream", service, method, response_type)
-        self._observe(service, method, 0.0)
-        call = rpc(
-            request, metadata=self.metadata(namespace, lease), timeout=self._timeout(timeout)
-        )
-        return Stream(call, call, f"{_short(service)}.{method}")
+        return self._stream("unary_stream", service, method, request, response_type,
+                            namespace=namespace, lease=lease, timeout=timeout)  # fmt: skip
 
     def bidi_stream(
         self,
@@ -329,11 +325,25 @@ class Connection:
         timeout: Timeout = None,
     ) -> Stream[M]:
         """Open a bidirectional stream fed by ``requests`` (used by Content.Write)."""
-        rpc = self._method("stream_stream", service, method, response_type)
+        return self._stream("stream_stream", service, method, iter(requests), response_type,
+                            namespace=namespace, lease=lease, timeout=timeout)  # fmt: skip
+
+    def _stream(
+        self,
+        kind: str,
+        service: str,
+        method: str,
+        request: Message | Iterator[Message],
+        response_type: type[M],
+        *,
+        namespace: str | None,
+        lease: str | None,
+        timeout: Timeout,
+    ) -> Stream[M]:
+        rpc = self._method(kind, service, method, response_type)
         self._observe(service, method, 0.0)
-        call = rpc(
-            iter(requests), metadata=self.metadata(namespace, lease), timeout=self._timeout(timeout)
-        )
+        metadata = self.metadata(namespace, lease)
+        call = rpc(request, metadata=metadata, timeout=self._timeout(timeout))
         return Stream(call, call, f"{_short(service)}.{method}")
 
     def close(self) -> None:

@@ -2,7 +2,7 @@
 
 The CLI builds its parser (help texts, flag defaults) from these before it knows which
 command runs, so they must not live in modules that load grpc, the stubs or pyroute2.
-This is their one definition; the library modules re-export them under the old names.
+This is their one definition; the library modules import them from here.
 """
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ ADDRESS_ENV = "CONTAINERD_ADDRESS"
 #: The containerd namespace ctrexec works in unless told otherwise.
 DEFAULT_NAMESPACE = "ctrexec"
 NAMESPACE_ENV = "CTREXEC_NAMESPACE"
+#: ctrexec's own state on the host that lives as long as the boot: /run is a tmpfs, so a
+#: reboot empties it (namespace pins, CNI results and IPAM leases, host files, markers).
+RUN_DIR = Path("/run/ctrexec")
 #: Where task logs go: ``<dir>/<namespace>/<id>/task.log``.
 DEFAULT_LOG_DIR = Path("/var/log/ctrexec")
 #: The shared log daemon's socket and registrations (:mod:`ctrexec.logs.daemon`).
-DEFAULT_LOGD_DIR = Path("/run/ctrexec/logd")
+DEFAULT_LOGD_DIR = RUN_DIR / "logd"
 LOGD_DIR_ENV = "CTREXEC_LOGD_DIR"
 #: ctrexec's bridge network's subnet, and the variable that moves it for the CLI
 #: (:mod:`ctrexec.net.settings` reads the other network variables).

@@ -26,6 +26,7 @@ from ctrexec._linux import mount_points, mounts_under, unix_socket_listening
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
+from ctrexec.net.netns import NETNS_RUN_DIR
 
 TEST_ADDRESS_ENV = "CTREXEC_TEST_ADDRESS"
 #: Snapshot kinds from containerd's snapshots API.
@@ -173,7 +174,7 @@ def host_audit(prefix: str, *, settle: float = NETNS_RELEASE_TIMEOUT) -> list[st
     up to ``settle`` seconds for those to vanish before listing what is left.
     """
     leftovers: list[str] = []
-    netns_dir = Path("/run/netns")
+    netns_dir = Path(NETNS_RUN_DIR)
     if netns_dir.is_dir():
         leftovers += [f"netns {p.name}" for p in netns_dir.iterdir() if p.name.startswith(prefix)]
     leftovers += [f"mount {p}" for p in mount_points() if Path(p).name.startswith(prefix)]

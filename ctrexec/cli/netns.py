@@ -55,10 +55,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     import attrs
 
-    from ctrexec.net import netns, nsmarks, nsrefs
+    from ctrexec.net import netns, nsinfo, nsmarks, nsrefs
 
     path = netns.resolve(args.name)
-    info = attrs.asdict(netns.inspect(path))
+    info = attrs.asdict(nsinfo.inspect(path))
     with connect(args) as client:
         users = executor(args, client).tasks_in_netns(path)
     info["tasks"] = [{"id": i.id, "status": i.status.value, "pid": i.pid} for i in users]

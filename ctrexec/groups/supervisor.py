@@ -31,6 +31,7 @@ from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.events import EventsMissed, TaskExited, TaskOOM
 from ctrexec.containerd.tasks import ExitStatus, Status
+from ctrexec.defaults import RUN_DIR
 from ctrexec.errors import CtrexecError, NotFound
 from ctrexec.tasks.events import MAX_RECONNECT_DELAY, TaskEvents
 from ctrexec.tasks.executor import Executor
@@ -48,7 +49,7 @@ MIN_DELAY = 0.1
 #: How much of a failed restart's error the label keeps (labels are limited to 4 KiB).
 MAX_ERROR_BYTES = 1024
 #: Where running supervisors hold their presence locks (cleared by a reboot).
-DEFAULT_LOCK_DIR = Path("/run/ctrexec/supervise")
+DEFAULT_LOCK_DIR = RUN_DIR / "supervise"
 
 
 def _lock_path(client: Client, lock_dir: Path) -> Path:

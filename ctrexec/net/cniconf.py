@@ -35,13 +35,14 @@ from typing import Any
 
 import attrs
 
+from ctrexec.defaults import RUN_DIR
 from ctrexec.errors import CNIError, InvalidArgument, NetworkError, NotFound
 from ctrexec.net import netns as _netns
 
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0")
 #: host-local's state; under /run so a reboot (which also drops every namespace)
 #: cannot leave addresses allocated to containers that no longer exist.
-DEFAULT_IPAM_DIR = "/run/ctrexec/cni/ipam"
+DEFAULT_IPAM_DIR = str(RUN_DIR / "cni" / "ipam")
 
 #: Well-known error codes from the spec; 100+ are plugin-specific.
 ERROR_CODES = {

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import attrs
 
+from ctrexec.defaults import RUN_DIR
 from ctrexec.errors import InvalidArgument
+from ctrexec.net.netns import NETNS_RUN_DIR
 
-DEFAULT_DIR = Path("/run/ctrexec/netns-files")
+DEFAULT_DIR = RUN_DIR / "netns-files"
 HOST_RESOLV = Path("/etc/resolv.conf")
 HOST_HOSTS = Path("/etc/hosts")
 _NAMES = ("hosts", "resolv.conf", "hostname")
@@ -232,8 +234,9 @@ def remove_dir(directory: Path) -> None:
 def legacy_key(netns_path: str) -> str:
     """The per-namespace directory of versions before per-task files: its ip-netns name,
     else its inode."""
-    if netns_path.startswith("/run/netns/") and "/" not in netns_path[len("/run/netns/") :]:
-        return "name-" + netns_path[len("/run/netns/") :]
+    parent, _, name = netns_path.rpartition("/")
+    if parent == NETNS_RUN_DIR:
+        return "name-" + name
     st = Path(netns_path).stat()
     return f"ino-{st.st_dev}-{st.st_ino}"
 

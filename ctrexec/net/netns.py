@@ -27,16 +27,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import ipaddress
 import logging
 import os
 import re
 import socket
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -53,6 +52,7 @@ from ctrexec.errors import (
 from ctrexec.net import _pyroute2, nsmarks
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Where ``ip netns`` keeps its names; shared with iproute2 on purpose.
 NETNS_RUN_DIR = "/run/netns"
@@ -65,8 +65,6 @@ IFNAME_MAX_LEN = 15
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _IFNAME_BAD = re.compile(r"[/:\s]")
 
-_RT_TABLE_MAIN = 254
-_IFF_UP = 0x1
 
 # Serialises create/remove within this process so that ``create(exist_ok=True)``
 # never observes another thread's half-made namespace (file there, not mounted yet).
@@ -79,60 +77,6 @@ class NetNS:
 
     name: str
     path: str
-
-
-@attrs.frozen
-class Interface:
-    """One link inside a namespace, as netlink reports it."""
-
-    index: int
-    name: str
-    kind: str | None
-    mac: str | None
-    mtu: int
-    up: bool
-    oper_state: str
-
-
-@attrs.frozen
-class Address:
-    """One address on a link inside a namespace."""
-
-    ifname: str
-    family: int
-    address: str
-    prefixlen: int
-
-    @property
-    def cidr(self) -> str:
-        return f"{self.address}/{self.prefixlen}"
-
-
-@attrs.frozen
-class Route:
-    """One route of the main table; ``dst`` is ``default`` or a CIDR."""
-
-    family: int
-    dst: str
-    gateway: str | None
-    ifname: str | None
-
-
-@attrs.frozen
-class NetNSInfo:
-    """A snapshot of a namespace: its inode identity, links, addresses, routes."""
-
-    path: str
-    inode: int
-    interfaces: tuple[Interface, ...]
-    addresses: tuple[Address, ...]
-    routes: tuple[Route, ...]
-
-    def interface(self, name: str) -> Interface | None:
-        return next((i for i in self.interfaces if i.name == name), None)
-
-    def addresses_of(self, ifname: str) -> tuple[Address, ...]:
-        return tuple(a for a in self.addresses if a.ifname == ifname)
 
 
 # --------------------------------------------------------------------- validation
@@ -189,9 +133,7 @@ def resolve(spec: str | os.PathLike[str]) -> str:
     if not text or "\0" in text:
         raise InvalidArgument("empty or malformed netns reference")
     if "/" in text:
-        if not Path(text).is_absolute():
-            raise InvalidArgument(f"netns path {text!r} must be absolute")
-        return os.path.normpath(text)
+        return os.path.normpath(_absolute(text))
     return str(Path(NETNS_RUN_DIR) / validate_name(text))
 
 
@@ -236,27 +178,50 @@ def _verify_fd(fd: int, path: str, *, allow_host: bool) -> os.stat_result:
     return st
 
 
+def _absolute(path: str | os.PathLike[str]) -> str:
+    text = os.fspath(path)
+    if not Path(text).is_absolute():
+        raise InvalidArgument(f"netns path {text!r} must be absolute")
+    return text
+
+
+def _open_error(path: str, doing: str, exc: OSError) -> CtrexecError:
+    if isinstance(exc, FileNotFoundError):
+        return NotFound(f"network namespace {path} does not exist")
+    if isinstance(exc, PermissionError):
+        return PermissionDenied(f"cannot {doing} {path}: {exc.strerror}")
+    return NetworkError(f"cannot {doing} {path}: {exc.strerror}")
+
+
 def _open_ns(path: str) -> int:
     """Open a candidate namespace file without side effects (checked before open)."""
     try:
         st = Path(path).stat()
-    except FileNotFoundError as exc:
-        raise NotFound(f"network namespace {path} does not exist") from exc
-    except PermissionError as exc:
-        raise PermissionDenied(f"cannot stat {path}: {exc.strerror}") from exc
     except OSError as exc:
-        raise NetworkError(f"cannot stat {path}: {exc.strerror}") from exc
+        raise _open_error(path, "stat", exc) from exc
     if not stat.S_ISREG(st.st_mode):
         # Opening a FIFO blocks and opening a device can have effects: refuse first.
         raise InvalidArgument(f"{path} is not a network namespace (not a regular file)")
     try:
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
-    except FileNotFoundError as exc:
-        raise NotFound(f"network namespace {path} does not exist") from exc
-    except PermissionError as exc:
-        raise PermissionDenied(f"cannot open {path}: {exc.strerror}") from exc
     except OSError as exc:
-        raise NetworkError(f"cannot open {path}: {exc.strerror}") from exc
+        raise _open_error(path, "open", exc) from exc
+
+
+def _in_verified(
+    path: str | os.PathLike[str], action: Callable[[int], T], *, allow_host: bool, doing: str
+) -> T:
+    """Open ``path``, check it is a network namespace, then ``action(fd)``: the checked
+    file and the one acted on are the same open file, whatever is renamed meanwhile."""
+    text = _absolute(path)
+    fd = _open_ns(text)
+    try:
+        _verify_fd(fd, text, allow_host=allow_host)
+        return action(fd)
+    except OSError as exc:
+        raise os_error(f"cannot {doing} {text}", exc) from exc
+    finally:
+        os.close(fd)
 
 
 def verify(path: str | os.PathLike[str], *, allow_host: bool = False) -> None:
@@ -266,16 +231,7 @@ def verify(path: str | os.PathLike[str], *, allow_host: bool = False) -> None:
     removed), a mount or pid namespace, or the host's own namespace is refused:
     NotFound when nothing is there, InvalidArgument for everything else.
     """
-    text = os.fspath(path)
-    if not Path(text).is_absolute():
-        raise InvalidArgument(f"netns path {text!r} must be absolute")
-    fd = _open_ns(text)
-    try:
-        _verify_fd(fd, text, allow_host=allow_host)
-    except OSError as exc:
-        raise NetworkError(f"cannot inspect {text}: {exc.strerror}") from exc
-    finally:
-        os.close(fd)
+    _in_verified(path, lambda fd: None, allow_host=allow_host, doing="inspect")
 
 
 def ensure_loopback_up(path: str | os.PathLike[str]) -> None:
@@ -286,17 +242,11 @@ def ensure_loopback_up(path: str | os.PathLike[str]) -> None:
     docker's shared namespaces. Only IFF_UP of ``lo`` is touched; idempotent.
     Fork-free: the ioctl runs on a fresh thread that setns()es into the namespace.
     """
-    text = os.fspath(path)
-    if not Path(text).is_absolute():
-        raise InvalidArgument(f"netns path {text!r} must be absolute")
-    fd = _open_ns(text)
-    try:
-        _verify_fd(fd, text, allow_host=False)
+
+    def lo_up(fd: int) -> None:
         _linux.run_in_fresh_thread(lambda: _linux.in_netns(fd, lambda: _linux.set_link_up("lo")))
-    except OSError as exc:
-        raise _os_error(f"cannot bring up lo in {text}", exc) from exc
-    finally:
-        os.close(fd)
+
+    _in_verified(path, lo_up, allow_host=False, doing="bring up lo in")
 
 
 def is_mounted(path: str | os.PathLike[str]) -> bool:
@@ -361,7 +311,8 @@ def _discard(path: str) -> None:
     Path(path).unlink(missing_ok=True)
 
 
-def _os_error(what: str, exc: OSError) -> CtrexecError:
+def os_error(what: str, exc: OSError) -> CtrexecError:
+    """An OSError of a namespace operation, as the error it means to the user."""
     if exc.errno in (errno.EPERM, errno.EACCES):
         return PermissionDenied(f"{what}: {exc.strerror} (needs root / CAP_SYS_ADMIN)")
     return NetworkError(f"{what}: {exc.strerror or exc}")
@@ -396,7 +347,7 @@ def create(name: str, *, exist_ok: bool = False) -> NetNS:
                 ) from bad
             return NetNS(name=name, path=path)
         except OSError as exc:
-            raise _os_error(f"cannot create {path}", exc) from exc
+            raise os_error(f"cannot create {path}", exc) from exc
         os.close(fd)
         _pin(name, path)
     return NetNS(name=name, path=path)
@@ -421,7 +372,7 @@ def _pin(name: str, path: str) -> None:
         except OSError:
             log.exception("could not clean up %s after a failed create", path)
         if isinstance(exc, OSError):
-            raise _os_error(f"cannot create network namespace {name!r}", exc) from exc
+            raise os_error(f"cannot create network namespace {name!r}", exc) from exc
         raise
 
 
@@ -445,7 +396,7 @@ def remove(name_or_path: str | os.PathLike[str]) -> None:
                 nsmarks.unmark(path)
             raise NotFound(f"network namespace {path} does not exist") from exc
         except OSError as exc:
-            raise _os_error(f"cannot stat {path}", exc) from exc
+            raise os_error(f"cannot stat {path}", exc) from exc
         if not stat.S_ISREG(st.st_mode):
             raise InvalidArgument(f"{path} is not a network namespace file")
         if is_mounted(path):
@@ -463,7 +414,7 @@ def remove(name_or_path: str | os.PathLike[str]) -> None:
         try:
             _discard(path)
         except OSError as exc:
-            raise _os_error(f"cannot remove {path}", exc) from exc
+            raise os_error(f"cannot remove {path}", exc) from exc
         with contextlib.suppress(OSError):  # a stale marker is ignored (nsmarks) anyway
             if str(Path(path).parent) == NETNS_RUN_DIR:
                 nsmarks.unmark(path)
@@ -476,7 +427,7 @@ def list_namespaces() -> list[NetNS]:
     except FileNotFoundError:
         return []
     except OSError as exc:
-        raise _os_error(f"cannot list {NETNS_RUN_DIR}", exc) from exc
+        raise os_error(f"cannot list {NETNS_RUN_DIR}", exc) from exc
     out = []
     for entry in entries:
         if _NAME_RE.match(entry.name) and len(entry.name) <= NAME_MAX_LEN:
@@ -526,17 +477,12 @@ def netlink(path: str | os.PathLike[str], *, allow_host: bool = False) -> Iterat
     ctrexec errors (EEXIST -> AlreadyExists, ENODEV/ENOENT -> NotFound, ...).
     """
     ip_route, netlink_error = _pyroute2.load()  # only here: most callers need no netlink
-    text = os.fspath(path)
-    if not Path(text).is_absolute():
-        raise InvalidArgument(f"netns path {text!r} must be absolute")
-    fd = _open_ns(text)
-    try:
-        _verify_fd(fd, text, allow_host=allow_host)
-        sock = _linux.run_in_fresh_thread(lambda: _linux.in_netns(fd, _open_rtnl_socket))
-    except OSError as exc:
-        raise _os_error(f"cannot open netlink in {text}", exc) from exc
-    finally:
-        os.close(fd)
+    sock = _in_verified(
+        path,
+        lambda fd: _linux.run_in_fresh_thread(lambda: _linux.in_netns(fd, _open_rtnl_socket)),
+        allow_host=allow_host,
+        doing="open netlink in",
+    )
     try:
         ipr = ip_route(use_socket=sock)
     except BaseException:
@@ -551,96 +497,16 @@ def netlink(path: str | os.PathLike[str], *, allow_host: bool = False) -> Iterat
         sock.close()
 
 
-def _attr(msg: Any, name: str) -> Any:
-    return msg.get_attr(name)
-
-
-def _link_kind(msg: Any) -> str | None:
-    info = _attr(msg, "IFLA_LINKINFO")
-    return None if info is None else info.get_attr("IFLA_INFO_KIND")
-
-
-def inspect(path: str | os.PathLike[str], *, allow_host: bool = False) -> NetNSInfo:
-    """Links (mac, mtu, state), addresses and main-table routes of a namespace."""
-    text = os.fspath(path)
-    with netlink(text, allow_host=allow_host) as ipr:
-        try:
-            links = list(ipr.link("dump"))
-            addrs = list(ipr.addr("dump"))
-            routes = list(ipr.route("dump"))
-        except OSError as exc:
-            raise _os_error(f"netlink dump in {text} failed", exc) from exc
-    interfaces = tuple(_interface(msg) for msg in links)
-    names = {i.index: i.name for i in interfaces}
-    try:
-        inode = Path(text).stat().st_ino
-    except OSError as exc:
-        raise _os_error(f"cannot stat {text}", exc) from exc
-    return NetNSInfo(
-        path=text,
-        inode=inode,
-        interfaces=interfaces,
-        addresses=tuple(a for msg in addrs if (a := _address(msg, names)) is not None),
-        routes=tuple(r for msg in routes if (r := _route(msg, names)) is not None),
-    )
-
-
-def _interface(msg: Any) -> Interface:
-    return Interface(
-        index=msg["index"],
-        name=_attr(msg, "IFLA_IFNAME") or f"if{msg['index']}",
-        kind=_link_kind(msg),
-        mac=_attr(msg, "IFLA_ADDRESS"),
-        mtu=_attr(msg, "IFLA_MTU") or 0,
-        up=bool(msg["flags"] & _IFF_UP),
-        oper_state=_attr(msg, "IFLA_OPERSTATE") or "UNKNOWN",
-    )
-
-
-def _address(msg: Any, names: dict[int, str]) -> Address | None:
-    """IFA_LOCAL is the interface's own address; on point-to-point links IFA_ADDRESS
-    is the peer's, so it is only the fallback."""
-    address = _attr(msg, "IFA_LOCAL") or _attr(msg, "IFA_ADDRESS")
-    if address is None:
-        return None
-    return Address(
-        ifname=names.get(msg["index"], f"if{msg['index']}"),
-        family=ipaddress.ip_address(address).version,
-        address=address,
-        prefixlen=msg["prefixlen"],
-    )
-
-
-def _route(msg: Any, names: dict[int, str]) -> Route | None:
-    """Main-table IPv4/IPv6 routes only: local and broadcast entries are the
-    kernel's bookkeeping, not what a user set up."""
-    table = _attr(msg, "RTA_TABLE") or msg["table"]
-    if table != _RT_TABLE_MAIN or msg["family"] not in (socket.AF_INET, socket.AF_INET6):
-        return None
-    dst = _attr(msg, "RTA_DST")
-    oif = _attr(msg, "RTA_OIF")
-    return Route(
-        family=4 if msg["family"] == socket.AF_INET else 6,
-        dst="default" if dst is None else f"{dst}/{msg['dst_len']}",
-        gateway=_attr(msg, "RTA_GATEWAY"),
-        ifname=names.get(oif) if oif is not None else None,
-    )
-
-
 __all__ = [
     "HOST_NETNS",
     "NETNS_RUN_DIR",
-    "Address",
-    "Interface",
     "NetNS",
-    "NetNSInfo",
-    "Route",
     "create",
     "ensure_loopback_up",
-    "inspect",
     "is_mounted",
     "list_namespaces",
     "netlink",
+    "os_error",
     "remove",
     "resolve",
     "validate_ifname",

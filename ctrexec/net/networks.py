@@ -48,6 +48,7 @@ from ctrexec.errors import (
 )
 from ctrexec.net import cni as _cni
 from ctrexec.net import netns as _netns
+from ctrexec.net import nsinfo as _nsinfo
 from ctrexec.net import nsrefs as _nsrefs
 from ctrexec.net import ports as _ports
 from ctrexec.net.cni import CNI, NetworkConfigList, PortMapping
@@ -416,7 +417,7 @@ class Networks:
         if not want:
             return False
         try:
-            info = _netns.inspect(cached.netns)
+            info = _nsinfo.inspect(cached.netns)
         except CtrexecError as exc:
             log.info("attachment of %s is stale: %s", cached.container_id, exc)
             return False

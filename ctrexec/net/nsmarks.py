@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ctrexec.defaults import RUN_DIR
+
 #: One file per namespace name ctrexec created, holding ``<st_dev>:<st_ino>:<st_ctime_ns>``.
-MARK_DIR = Path("/run/ctrexec/netns-made")
+MARK_DIR = RUN_DIR / "netns-made"
 
 
 def _identity(path: str) -> str:

@@ -28,7 +28,7 @@ from ctrexec.tasks import fields
 
 if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
     from ctrexec.net.cni import PortMapping
-    from ctrexec.net.netns import Address
+    from ctrexec.net.nsinfo import Address
 
 DEFAULT_LOG_MAX_SIZE = 10 * 1024 * 1024
 DEFAULT_LOG_MAX_FILES = 3
@@ -44,7 +44,7 @@ def _policy(value: str) -> None:
 
 def _nameservers(servers: tuple[str, ...]) -> None:
     """resolv.conf takes nameservers as IP addresses only."""
-    import ipaddress
+    import ipaddress  # here, for start-up cost: only a config that names servers loads it
 
     for server in servers:
         try:

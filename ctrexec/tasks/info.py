@@ -20,9 +20,9 @@ from ctrexec.containerd import containers, stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, HandleMismatch, InvalidArgument, NotFound
-from ctrexec.net import netns, nsrefs
+from ctrexec.net import nsinfo, nsrefs
 from ctrexec.net.cni import PortMapping
-from ctrexec.net.netns import Address
+from ctrexec.net.nsinfo import Address
 from ctrexec.tasks import runs
 from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
 
@@ -60,6 +60,7 @@ def with_oom(client: Client, exits: Mapping[str, ExitStatus]) -> dict[str, ExitS
 
 
 def group_ports(labels: Mapping[str, str]) -> tuple[PortMapping, ...]:
+    # Here, for start-up cost: only a task that publishes ports loads the port parser.
     from ctrexec.net.ports import parse_port
 
     out = []
@@ -80,7 +81,7 @@ def addresses_of(record: containers.Container, pid: int) -> tuple[Address, ...] 
     if not path:
         return None
     try:
-        found = netns.inspect(path)
+        found = nsinfo.inspect(path)
     except CtrexecError:
         return None
     return tuple(a for a in found.addresses if a.ifname != "lo")

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import attrs
 
+from ctrexec._linux import CGROUP_ROOT
 from ctrexec.errors import FailedPrecondition
 
 PROC = Path("/proc")
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 @attrs.frozen

@@ -49,6 +49,7 @@ from ctrexec.ids import task_cgroup, validate_id
 from ctrexec.net import groupns, hostfiles
 from ctrexec.tasks import implicitnet, runs
 from ctrexec.tasks import info as taskinfo
+from ctrexec.tasks import spec as taskspec
 
 if TYPE_CHECKING:
     from ctrexec.tasks.executor import Executor
@@ -180,8 +181,6 @@ def _copy_record(
     implicit = lbl.IMPLICIT_GROUP in record.labels
     config = taskinfo.config_of(record)
     if config is not None:
-        from ctrexec.tasks import spec as taskspec
-
         # The hostname stays what it was, as docker's rename keeps it.
         hostname = config.hostname or taskspec.default_hostname(config)
         renamed = attrs.evolve(config, name=new, hostname=hostname)

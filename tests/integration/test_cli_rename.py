@@ -149,7 +149,7 @@ def test_a_failed_move_leaves_the_old_container_whole(
     the new name goes again, and the old container, exit and logs included, stays."""
     from _support import scratch_executor
 
-    from ctrexec.tasks import rename
+    from ctrexec.tasks.rename import rename
 
     with scratch_executor(client, tmp_path, "rn-lib") as ex:
         ex.start_task(TaskConfig(name="rn-lib-a", image=test_image, command=("echo", "kept")))

@@ -70,6 +70,16 @@ def _get(port: int) -> bytes:
         return body
 
 
+def _answered(body: list[bytes], port: int) -> bool:
+    """One GET into ``body``; False while nothing answers yet (the server in the container
+    starts after ``run`` returns, and a published port's rules may land a moment later)."""
+    try:
+        body.append(_get(port))
+    except OSError:  # URLError, refused, reset
+        return False
+    return True
+
+
 def test_run_publish_serves_on_localhost_and_rm_removes_the_network(
     cli: Cli, bridge: str, test_image: str, client: Client, made: list[str]
 ) -> None:
@@ -78,7 +88,7 @@ def test_run_publish_serves_on_localhost_and_rm_removes_the_network(
     out = cli("run", "-d", "-p", f"{port}:8080", "--name", "pub-web", test_image, *HTTPD)
     assert (out.returncode, out.stdout, out.stderr) == (0, "pub-web\n", ""), out.stderr
     body: list[bytes] = []
-    until(lambda: body.append(_get(port)) or True, "the published port to answer")
+    until(lambda: _answered(body, port), "the published port to answer")
     assert b"hello from ctrexec" in body[0]
     info = json.loads(cli("inspect", "pub-web", check=True).stdout)[0]["Ctrexec"]
     assert len(info["ports"]) == 1 and str(port) in info["ports"][0], info
@@ -114,10 +124,10 @@ def test_publish_without_a_host_port_picks_one_and_keeps_it_across_a_restart(
     assert host.startswith("127.0.0.1:"), line
     port = int(host.rsplit(":", 1)[1])
     body: list[bytes] = []
-    until(lambda: body.append(_get(port)) or True, "the picked port to answer")
+    until(lambda: _answered(body, port), "the picked port to answer")
     assert cli("restart", "-t", "1", "pub-pick").returncode == 0
     assert cli("port", "pub-pick", "8080", check=True).stdout == line
-    until(lambda: body.append(_get(port)) or True, "the same port to answer after the restart")
+    until(lambda: _answered(body, port), "the same port to answer after the restart")
 
 
 def test_run_network_bridge_without_ports_and_run_rm_cleans_up(
@@ -190,7 +200,7 @@ def test_a_taken_name_leaves_the_existing_container_and_its_network_alone(
     assert again.returncode == 125
     assert again.stderr == "ctrexec: container name 'pub-keep' is already in use\n"
     body: list[bytes] = []
-    until(lambda: body.append(_get(port)) or True, "the first container still to answer")
+    until(lambda: _answered(body, port), "the first container still to answer")
     assert Path(netns.resolve("cx-pub-keep")).exists()
 
 
@@ -203,7 +213,7 @@ def test_create_with_network_then_start_and_group_down_removes_it(
     assert (created.returncode, created.stdout) == (0, "pub-made\n"), created.stderr
     assert cli("start", "pub-made").returncode == 0
     body: list[bytes] = []
-    until(lambda: body.append(_get(port)) or True, "the created container to answer")
+    until(lambda: _answered(body, port), "the created container to answer")
     down = cli("group down", "pub-made")
     assert down.returncode == 0, down.stderr
     assert gone(client, "pub-made")
@@ -318,7 +328,7 @@ def test_publish_all_publishes_what_the_image_exposes(
     assert lines[0] == f"8080/tcp -> 0.0.0.0:{given}", lines  # -p wins over -P for 8080
     assert len(lines) == 2 and lines[1].startswith("9000/udp -> 0.0.0.0:"), lines
     body: list[bytes] = []
-    until(lambda: body.append(_get(given)) or True, "the given port to answer")
+    until(lambda: _answered(body, given), "the given port to answer")
 
 
 def test_publish_all_without_exposed_ports_still_gets_the_bridge(
@@ -380,7 +390,7 @@ def test_start_after_a_reboot_wires_the_namespace_again(
     start = cli("start", "pub-boot")
     assert (start.returncode, start.stdout) == (0, "pub-boot\n"), start.stderr
     body: list[bytes] = []
-    until(lambda: body.append(_get(port)) or True, "the port to answer after the reboot")
+    until(lambda: _answered(body, port), "the port to answer after the reboot")
     info = json.loads(cli("inspect", "pub-boot", check=True).stdout)[0]["Ctrexec"]
     address = info["addresses"][0]["address"].split("/")[0]
     hosts = cli("exec", "pub-boot", "cat", "/etc/hosts", check=True).stdout
@@ -407,7 +417,7 @@ def test_rename_moves_the_network_with_the_container(
     assert gone_netns("cx-pub-ren")
     assert cli("start", "pub-ren2").returncode == 0
     body: list[bytes] = []
-    until(lambda: body.append(_get(port)) or True, "the renamed container's port to answer")
+    until(lambda: _answered(body, port), "the renamed container's port to answer")
     ps = cli("ps", "--format", "{{.Names}} {{.Group}} {{.Netns}}", check=True).stdout
     assert "pub-ren2 pub-ren2 /run/netns/cx-pub-ren2" in ps.splitlines(), ps
     assert cli("rm", "-f", "pub-ren2").returncode == 0

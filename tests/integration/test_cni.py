@@ -27,7 +27,7 @@ from _nethelpers import (
 )
 
 from ctrexec.errors import AlreadyExists, CNIError, InvalidArgument
-from ctrexec.net import cni, netns
+from ctrexec.net import cni, netns, nsinfo
 from ctrexec.testing import NETNS_RELEASE_TIMEOUT, wait_for
 
 pytestmark = NET_MARKS
@@ -88,7 +88,7 @@ def test_bridge_add_check_del(env: Env) -> None:
     assert ipc.gateway == str(next(env.subnet.hosts()))
     assert env.ipam_files() == [ipc.ip]
 
-    info = netns.inspect(ns.path)
+    info = nsinfo.inspect(ns.path)
     eth0 = info.interface("eth0")
     assert eth0 is not None
     assert eth0.up
@@ -102,7 +102,7 @@ def test_bridge_add_check_del(env: Env) -> None:
     assert cached is not None
     assert cached.result == result
     env.runtime.delete(env.network, ns.name)
-    assert netns.inspect(ns.path).interface("eth0") is None
+    assert nsinfo.inspect(ns.path).interface("eth0") is None
     assert env.ipam_files() == []
     for veth in env.host_veths:  # DEL removed it from inside the live namespace: at once
         assert not link_exists(veth)
@@ -189,7 +189,7 @@ def test_failed_add_is_rolled_back(env: Env) -> None:
     with pytest.raises(CNIError):
         env.add(conf, ns)
     assert env.ipam_files() == []
-    assert netns.inspect(ns.path).interface("eth0") is None
+    assert nsinfo.inspect(ns.path).interface("eth0") is None
     assert env.runtime.attachment(env.network, ns.name) is None
 
 

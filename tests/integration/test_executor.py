@@ -16,7 +16,7 @@ from ctrexec import errors
 from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.net import netns
+from ctrexec.net import netns, nsinfo
 from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.executor import Executor
 
@@ -67,7 +67,7 @@ def test_two_tasks_share_netns_and_restart(ex: Executor, ns: str, test_image: st
         _cfg("srv", test_image, "httpd", "-f", "-p", "127.0.0.1:8080", "-h", "/var/www", netns=ns)
     )
     client_task = ex.start_task(_cfg("cli", test_image, "sleep", "1000", netns=ns))
-    addrs_before = netns.inspect(server.netns_path or "").addresses
+    addrs_before = nsinfo.inspect(server.netns_path or "").addresses
 
     def fetch() -> bool:
         r = ex.exec("cli", ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/"])
@@ -85,7 +85,7 @@ def test_two_tasks_share_netns_and_restart(ex: Executor, ns: str, test_image: st
     info = ex.inspect("cli")
     assert info.status is Status.RUNNING
     assert info.pid == client_task.pid
-    assert netns.inspect(server.netns_path or "").addresses == addrs_before
+    assert nsinfo.inspect(server.netns_path or "").addresses == addrs_before
     # Each has its own hosts file, naming itself.
     for task in ("srv", "cli"):
         hosts = ex.exec(task, ["cat", "/etc/hosts"]).stdout

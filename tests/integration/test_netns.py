@@ -27,7 +27,7 @@ from ctrexec.errors import (
     NotFound,
     PermissionDenied,
 )
-from ctrexec.net import netns, nsmarks
+from ctrexec.net import netns, nsinfo, nsmarks
 from ctrexec.testing import NETNS_RELEASE_TIMEOUT, namespace_id, netns_references, wait_for
 
 pytestmark = [
@@ -97,7 +97,7 @@ def test_create_inspect_remove(names: Callable[..., str]) -> None:
         ).stdout
     )  # iproute2 sees ctrexec's namespaces and vice versa
 
-    info = netns.inspect(ns.path)
+    info = nsinfo.inspect(ns.path)
     assert [i.name for i in info.interfaces] == ["lo"]
     lo = info.interface("lo")
     assert lo is not None
@@ -186,7 +186,7 @@ def test_host_namespace_is_refused(names: Callable[..., str]) -> None:
     with pytest.raises(InvalidArgument, match="host"):
         netns.verify(host_pin)
     with pytest.raises(InvalidArgument, match="host"):
-        netns.inspect(host_pin)
+        nsinfo.inspect(host_pin)
     netns.verify(host_pin, allow_host=True)
     netns.remove(host_pin)
     assert not os.path.lexists(host_pin)
@@ -222,7 +222,7 @@ def test_netlink_acts_inside_the_namespace(names: Callable[..., str]) -> None:
     ns = netns.create(names())
     with netns.netlink(ns.path) as ipr:
         ipr.link("add", ifname="cxtv0", kind="veth", peer="cxtv1")
-    info = netns.inspect(ns.path)
+    info = nsinfo.inspect(ns.path)
     assert {"cxtv0", "cxtv1"} <= {i.name for i in info.interfaces}
     veth = info.interface("cxtv0")
     assert veth is not None
@@ -287,12 +287,12 @@ def test_ensure_loopback_up(names: Callable[..., str]) -> None:
     name = names()
     subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
     path = f"/run/netns/{name}"
-    lo = netns.inspect(path).interface("lo")
+    lo = nsinfo.inspect(path).interface("lo")
     assert lo is not None
     assert not lo.up  # how iproute2 leaves it
     netns.ensure_loopback_up(path)
     netns.ensure_loopback_up(path)  # idempotent
-    info = netns.inspect(path)
+    info = nsinfo.inspect(path)
     assert [(i.name, i.up) for i in info.interfaces] == [("lo", True)]
     assert "127.0.0.1/8" in [a.cidr for a in info.addresses_of("lo")]
     assert threads_in_host_netns()
@@ -331,7 +331,7 @@ def test_removed_namespace_is_not_kept_alive_by_ctrexec(
         # Everything that enters the namespace runs first, so a leak would show.
         with netns.netlink(ns.path) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="eth0")[0], state="up")
-        assert netns.inspect(ns.path).interface("eth0") is not None
+        assert nsinfo.inspect(ns.path).interface("eth0") is not None
         # The check sees what it must: an nsfs fd, and a socket opened inside.
         fd = os.open(ns.path, os.O_RDONLY | os.O_CLOEXEC)
         try:

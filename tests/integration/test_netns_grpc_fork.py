@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from ctrexec.net import cni, netns
+from ctrexec.net import cni, netns, nsinfo
 
 pytestmark = [
     pytest.mark.integration,
@@ -116,11 +116,11 @@ def test_netns_cycles_beside_live_grpc(
             try:
                 ns = netns.create(name)
                 try:
-                    info = netns.inspect(ns.path)
+                    info = nsinfo.inspect(ns.path)
                     assert info.interface("lo") is not None
                     with netns.netlink(ns.path) as ipr:
                         ipr.link("add", ifname="cxtv0", kind="veth", peer="cxtv1")
-                    assert netns.inspect(ns.path).interface("cxtv1") is not None
+                    assert nsinfo.inspect(ns.path).interface("cxtv1") is not None
                     if plugins and n % 5 == 0:  # vfork+exec of a CNI plugin
                         runtime = cni.CNI(plugin_dirs=["/usr/lib/cni"])
                         assert "1.0.0" in runtime.plugin_versions("bridge")

@@ -21,7 +21,7 @@ from ctrexec import labels as lbl
 from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.net import netns
+from ctrexec.net import nsinfo
 from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.executor import Executor
 from ctrexec.testing import host_audit, wait_for
@@ -135,7 +135,7 @@ def test_loopback_of_an_ip_netns_add_namespace_is_brought_up(
     except AssertionError as exc:
         raise AssertionError(f"{exc}; wget said {fetched[-1:]!r}") from exc
     assert b"hello from ctrexec" in fetched[-1]
-    info = netns.inspect(f"/run/netns/{ns}")
+    info = nsinfo.inspect(f"/run/netns/{ns}")
     assert [i.name for i in info.interfaces] == ["lo"]  # lo up is all that was touched
     for task in ("srv", "cli"):
         ex.destroy(f"{TAG}-{task}", force=True)

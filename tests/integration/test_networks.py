@@ -33,7 +33,7 @@ from _nethelpers import (
 )
 
 from ctrexec.errors import AlreadyExists, FailedPrecondition, InvalidArgument
-from ctrexec.net import cni, netns
+from ctrexec.net import cni, netns, nsinfo
 from ctrexec.net.cni import PortMapping
 from ctrexec.net.networks import Attachment, Networks
 from ctrexec.testing import NETNS_RELEASE_TIMEOUT, wait_for
@@ -134,7 +134,7 @@ def test_bridge_setup_and_teardown(env: Env) -> None:
     assert att.netns_path == ns.path
     assert env.ipam_files() == att.addresses()
 
-    info = netns.inspect(ns.path)
+    info = nsinfo.inspect(ns.path)
     assert cidr in [a.cidr for a in info.addresses_of("eth0")]
     assert any(r.dst == "default" and r.gateway == env.gateway for r in info.routes)
     assert len(env.bridge_ports()) == 1
@@ -142,7 +142,7 @@ def test_bridge_setup_and_teardown(env: Env) -> None:
     assert env.nets.attachments() == [att]
 
     env.nets.teardown(env.owner(), ns.path, "bridge")
-    assert netns.inspect(ns.path).interface("eth0") is None
+    assert nsinfo.inspect(ns.path).interface("eth0") is None
     assert env.bridge_ports() == []
     assert env.ipam_files() == []
     assert env.rules() == []
@@ -184,7 +184,7 @@ def test_published_port_and_conflicts(env: Env) -> None:
         with pytest.raises(AlreadyExists, match=f"^port {busy_port}/tcp is in use on the host$"):
             env.nets.setup(env.owner(1), b.path, "bridge", [PortMapping(busy_port, 80)])
     assert adds == []
-    assert netns.inspect(b.path).interface("eth0") is None
+    assert nsinfo.inspect(b.path).interface("eth0") is None
     assert len(env.ipam_files()) == 1
     # Another protocol on the same host port is a different mapping.
     env.nets.setup(env.owner(1), b.path, "bridge", [PortMapping(host_port, 80, "udp")])
@@ -242,7 +242,7 @@ def test_stale_attachment_is_replaced(env: Env) -> None:
     # The interface is lost (someone deleted it): DEL the stale record, then ADD.
     assert sh("ip", "-n", ns.name, "link", "del", "eth0").returncode == 0
     second = env.nets.setup(env.owner(), ns.path)
-    assert netns.inspect(ns.path).interface("eth0") is not None
+    assert nsinfo.inspect(ns.path).interface("eth0") is not None
     assert env.ipam_files() == second.addresses()
     # The namespace is removed and re-created under the same name (a reboot, a
     # half-done group down): its old address and masquerade rule are released.
@@ -284,7 +284,7 @@ def test_subnet_overlapping_a_host_route(env: Env) -> None:
     assert sh("ip", "link", "show", env.bridge).returncode != 0  # nothing was made
     assert not env.ipam_dir.exists()
     assert env.nets.attachments() == []
-    assert netns.inspect(ns.path).interface("eth0") is None
+    assert nsinfo.inspect(ns.path).interface("eth0") is None
     sh("ip", "link", "del", clash)
 
 
@@ -339,7 +339,7 @@ def test_none_mode_keeps_loopback_only(env: Env) -> None:
     ns = env.new_netns()
     att = env.nets.setup(env.owner(), ns.path, "none")
     assert att.ips == ()
-    assert [i.name for i in netns.inspect(ns.path).interfaces] == ["lo"]
+    assert [i.name for i in nsinfo.inspect(ns.path).interfaces] == ["lo"]
     with pytest.raises(InvalidArgument, match="host"):
         env.nets.setup(env.owner(), "/proc/self/ns/net", "none")
     env.nets.teardown(env.owner(), ns.path, "none")

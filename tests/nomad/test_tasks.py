@@ -24,7 +24,7 @@ from google.protobuf import duration_pb2
 
 from ctrexec._api.nomad.drivers import driver_pb2 as dpb
 from ctrexec.containerd import containers
-from ctrexec.net import cni, hostfiles, netns
+from ctrexec.net import cni, hostfiles, netns, nsinfo
 from ctrexec.nomad.taskmap import container_id
 from ctrexec.testing import wait_for
 
@@ -153,7 +153,7 @@ def test_killed_task_restarts_into_the_same_namespace(
         node, alloc, "probe", fetch_cmd(f"http://{group.ip}:8080/"), netns_path=group.path
     )
     assert node.wait(probe.config.id).exit_code == 0
-    assert netns.inspect(group.ns.path).addresses_of("eth0")[0].cidr.startswith(group.ip + "/")
+    assert nsinfo.inspect(group.ns.path).addresses_of("eth0")[0].cidr.startswith(group.ip + "/")
     # No pause container: only the two tasks exist in the plugin's namespace.
     ids = {c.id for c in containers.list_containers(nomad_client)}
     assert len(ids) == 2

@@ -214,3 +214,11 @@ def test_concurrent_writers_of_missing_files_agree_on_one(tmp_path: Path) -> Non
             "hosts",
             "resolv.conf",
         ]
+
+
+def test_the_legacy_key_of_an_ip_netns_name_is_the_name(tmp_path: Path) -> None:
+    assert hostfiles.legacy_key("/run/netns/web") == "name-web"
+    pin = tmp_path / "web"
+    pin.write_text("")
+    st = pin.stat()
+    assert hostfiles.legacy_key(str(pin)) == f"ino-{st.st_dev}-{st.st_ino}"

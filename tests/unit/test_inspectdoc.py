@@ -11,7 +11,7 @@ import attrs
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS
 from ctrexec.net.cniconf import PortMapping
-from ctrexec.net.netns import Address
+from ctrexec.net.nsinfo import Address
 from ctrexec.tasks.config import RestartPolicy, TaskConfig, TaskInfo
 from ctrexec.views.inspect import ZERO_TIME, document, rfc3339
 from ctrexec.views.ps import execute, parse_template

@@ -6,6 +6,8 @@ import ast
 import importlib.util
 from pathlib import Path
 
+import _graph
+
 import ctrexec
 
 PKG = Path(ctrexec.__file__).parent
@@ -171,25 +173,94 @@ def test_the_file_read_rule_sees_reads() -> None:
     assert _file_reads(sample, "s") == ["s:1 open()", "s:2 fdopen()", "s:3 read_text()"]
 
 
-PRODUCT = ("tasks", "groups", "images", "views", "logs", "cli", "nomad")
+#: The layers, low to high. A module imports only from lower layers, or from its own
+#: package; two packages of one layer never import each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("ctrexec._version", "ctrexec.defaults", "ctrexec.errors"),
+    ("ctrexec.ids", "ctrexec.labels", "ctrexec._linux"),
+    ("ctrexec._rpc", "ctrexec.oci"),
+    ("ctrexec.containerd", "ctrexec.net"),
+    ("ctrexec.logs", "ctrexec.images"),
+    ("ctrexec.tasks",),
+    ("ctrexec.groups", "ctrexec.views"),
+    ("ctrexec.cli", "ctrexec.nomad", "ctrexec.testing"),
+)
+
+#: Inside these packages, a module imports only the modules listed before it.
+ORDER: dict[str, tuple[str, ...]] = {
+    "ctrexec.tasks": (
+        "fields",
+        "config",
+        "runs",
+        "users",
+        "spec",
+        "files",
+        "records",
+        "info",
+        "procs",
+        "implicitnet",
+        "stdio",
+        "waiting",
+        "events",
+        "stale",
+        "control",
+        "teardown",
+        "executor",
+        "aio",
+        "rename",
+    ),
+    "ctrexec.groups": ("spec", "implicit", "updown", "supervisor"),
+}
 
 
-def _layer_offenders(layer: str, forbidden: tuple[str, ...]) -> list[str]:
-    prefixes = tuple(f"ctrexec.{name}" for name in forbidden)
-    return [
-        f"{p.relative_to(PKG)}: {m}"
-        for p in (PKG / layer).rglob("*.py")
-        for m in sorted(_imports(p))
-        if m in prefixes or m.startswith(tuple(f"{x}." for x in prefixes))
-    ]
+def _place(module: str) -> tuple[int, str] | None:
+    for rank, layer in enumerate(LAYERS):
+        for member in layer:
+            if module == member or module.startswith(f"{member}."):
+                return rank, member
+    return None
 
 
-def test_containerd_imports_neither_net_nor_product() -> None:
-    assert _layer_offenders("containerd", ("net", *PRODUCT)) == []
+def test_every_module_has_a_layer() -> None:
+    assert [m for m in _graph.hand_written() if m != "ctrexec" and _place(m) is None] == []
 
 
-def test_net_imports_neither_containerd_nor_product() -> None:
-    assert _layer_offenders("net", ("containerd", *PRODUCT)) == []
+def test_imports_go_down_the_layers() -> None:
+    upward = []
+    for module, deps in _graph.graph().items():
+        here = _place(module)
+        for dep in sorted(deps):
+            there = _place(dep)
+            if (
+                here
+                and there
+                and (there[0] > here[0] or (there[0] == here[0] and there[1] != here[1]))
+            ):
+                upward.append(f"{module} -> {dep}")
+    assert sorted(upward) == []
+
+
+def test_no_import_cycles() -> None:
+    """Counting imports inside functions and under TYPE_CHECKING (see ``_graph``)."""
+    assert _graph.cycles(_graph.graph()) == []
+
+
+def test_ordered_packages_list_every_module() -> None:
+    for package, order in ORDER.items():
+        inside = {m for m in _graph.hand_written() if m.startswith(f"{package}.")}
+        assert sorted(order) == sorted(m.rpartition(".")[2] for m in inside), package
+
+
+def test_ordered_packages_import_only_earlier_modules() -> None:
+    late = []
+    edges = _graph.graph()
+    for package, order in ORDER.items():
+        rank = {f"{package}.{name}": i for i, name in enumerate(order)}
+        for module, mine in rank.items():
+            late += [
+                f"{module} -> {d}" for d in sorted(edges.get(module, ())) if rank.get(d, -1) > mine
+            ]
+    assert late == []
 
 
 def _is_module(name: str) -> bool:
@@ -269,3 +340,77 @@ def test_the_template_engine_is_a_leaf() -> None:
         and not m.startswith(("ctrexec.views.gofuncs.", "ctrexec.errors."))
     ]
     assert offenders == []
+
+
+def test_the_cycle_check_sees_cycles() -> None:
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert _graph.cycles(edges) == [["a", "b", "c"]]
+
+
+def test_the_graph_counts_function_and_type_checking_imports() -> None:
+    sample = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from ctrexec.tasks.executor import Executor\n"
+        "def f():\n"
+        "    from ctrexec.groups import implicit\n"
+        "    import ctrexec.net.netns\n"
+    )
+    assert _graph.imported(sample) == {
+        "ctrexec.tasks.executor.Executor",
+        "ctrexec.groups.implicit",
+        "ctrexec.net.netns",
+    }
+
+
+def _function_imports(source: str) -> list[int]:
+    """Lines of import statements inside functions that no comment explains: a comment on
+    a line of their run of consecutive imports, or on the line just above the run."""
+    lines = source.splitlines()
+    bare = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        spans = [
+            (node.lineno, node.end_lineno or node.lineno)
+            for node in ast.walk(fn)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+        ]
+        covered = {line for start, end in spans for line in range(start, end + 1)}
+        for start, end in spans:
+            above, below = start - 1, end + 1
+            while above >= 1 and (above in covered or not lines[above - 1].strip()):
+                above -= 1
+            while below <= len(lines) and (below in covered or not lines[below - 1].strip()):
+                below += 1
+            if not any("#" in line for line in lines[max(above - 1, 0) : below - 1]):
+                bare.append(start)
+    return sorted(set(bare))
+
+
+def test_imports_inside_functions_say_why() -> None:
+    """An import inside a function defers a start-up cost, and its comment says which.
+    ``cli/`` is exempt as a whole: its package docstring states the one reason for all."""
+    offenders = [
+        f"{p.relative_to(PKG)}:{line}"
+        for name, p in _graph.hand_written().items()
+        if not name.startswith("ctrexec.cli")
+        for line in _function_imports(p.read_text())
+    ]
+    assert offenders == []
+
+
+def test_the_import_comment_rule_sees_bare_imports() -> None:
+    sample = (
+        "def f():\n"
+        "    import json\n"
+        "    return json\n"
+        "def g():\n"
+        "    # grpc only when connected\n"
+        "    import grpc\n"
+        "    import attrs\n"
+        "    return grpc, attrs\n"
+        "def h():\n"
+        "    import os  # cheap\n"
+    )
+    assert _function_imports(sample) == [2]
