@@ -49,6 +49,7 @@ import select
 import sys
 import time
 
+from ctrexec import defaults
 from ctrexec.errors import InvalidArgument
 
 try:  # the C helper json.dumps itself uses; importing json would also pull in re
@@ -67,10 +68,9 @@ else:
     # The C module: signal.py wraps it in enums, and enum costs each driver ~0.8 MiB.
     import _signal as signal
 
-#: Rotate the current file before it would grow past this many bytes (docker: max-size).
-DEFAULT_MAX_SIZE = 10 * 1024 * 1024
-#: Files kept in total, the current one included (docker: max-file).
-DEFAULT_MAX_FILES = 3
+#: A log's rotation, under the writer's names (:mod:`ctrexec.defaults` holds them).
+DEFAULT_MAX_SIZE = defaults.DEFAULT_LOG_MAX_SIZE
+DEFAULT_MAX_FILES = defaults.DEFAULT_LOG_MAX_FILES
 #: Longest text of one entry, in bytes; longer lines are split (docker uses 16 KiB).
 MAX_LINE = 16 * 1024
 STDOUT = "stdout"

@@ -48,7 +48,7 @@ from ctrexec.tasks.users import ImageUsers
 if TYPE_CHECKING:
     from ctrexec.tasks.events import EventOptions, TaskEvents
 
-DEFAULT_LOG_DIR = defaults.DEFAULT_LOG_DIR
+DEFAULT_LOG_DIR = Path(defaults.DEFAULT_LOG_DIR)
 
 
 DEFAULT_KILL_GRACE = 10.0
