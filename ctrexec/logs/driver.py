@@ -31,10 +31,10 @@ This module also holds the writing half of the log format (:class:`LogWriter`,
 :class:`LineSplitter`, :func:`encode_entry`); :mod:`ctrexec.logs.reader` re-exports them
 and adds the reader and the URI builder. The split is about start-up cost, paid by
 every task: this module imports only cheap standard modules (no ``json``, ``re``,
-``pathlib``, ``typing``, ``hashlib``, ``urllib``, attrs) and :mod:`ctrexec.errors`,
-which is why it uses ``os.path`` rather than pathlib. Run through the launcher from
-:func:`ctrexec.logs.reader.write_launcher` (which also skips ``ctrexec/__init__``), it is
-ready in about 25 ms with about 10 MB RSS.
+``pathlib``, ``typing``, ``hashlib``, ``urllib``, attrs), :mod:`ctrexec.defaults` and
+:mod:`ctrexec.errors`, which is why it uses ``os.path`` rather than pathlib. Run through
+the launcher from :func:`ctrexec.logs.launcher.write_launcher` (which also skips
+``ctrexec/__init__``), it is ready in about 25 ms with about 10 MB RSS.
 """
 
 # pathlib would import re and fnmatch: ~8 ms more per task start, so os.path it is.
