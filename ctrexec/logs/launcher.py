@@ -5,8 +5,9 @@ of each task's), so they start with ``python -IS`` (no ``PYTHON*`` variables, no
 site, no ``site``, and so no editable-install finder) and load the standard library's
 cheap modules only. Importing ``ctrexec.logs.driver`` the usual way would run
 ``ctrexec/__init__.py`` first: it loads no grpc (its names are lazy, PEP 562), but
-``typing`` and ``importlib`` (which bring ``re``), the ~8 ms per task start the driver
-is written to avoid (see :mod:`ctrexec.logs.driver`). The stand-in is an empty module registered as
+``typing``, with ``re``, ``enum``, ``collections`` and ``contextlib``, which the driver
+is written to avoid (see :mod:`ctrexec.logs.driver`): about 20 ms per task start
+(``python -IS -X importtime``, here). The stand-in is an empty module registered as
 ``ctrexec`` whose ``__path__`` is this tree's package directory, so the submodules load
 from the same files and ``ctrexec/__init__.py`` never runs.
 
