@@ -87,8 +87,7 @@ if TYPE_CHECKING:
     from ctrexec.images.importer import ImportedImage, import_archive
     from ctrexec.images.prune import PruneReport, image_usage, prune_images
     from ctrexec.images.registry.pull import PullEvent, ensure_pulled, pull
-    from ctrexec.logs.modes import read_task_logs
-    from ctrexec.logs.reader import LogEntry, read_logs
+    from ctrexec.logs.reader import LogEntry, read_logs, read_task_logs
     from ctrexec.net.cni import PortMapping
     from ctrexec.net.netns import NetNS
     from ctrexec.net.netns import create as create_netns
@@ -157,8 +156,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
     "ctrexec.tasks.executor": ("Executor",),
     "ctrexec.groups.updown": ("GroupSpec", "Groups", "load_group_file", "parse_group"),
-    "ctrexec.logs.modes": ("read_task_logs",),
-    "ctrexec.logs.reader": ("LogEntry", "read_logs"),
+    "ctrexec.logs.reader": ("LogEntry", "read_logs", "read_task_logs"),
     "ctrexec.net.cni": ("PortMapping",),
     "ctrexec.net.netns": ("NetNS",),
     "ctrexec.net.nsinfo": ("Address", "Interface", "NetNSInfo", "Route"),

@@ -2,8 +2,9 @@
 
 What it holds: the config and its fields (``config``, ``fields``), the OCI spec a config
 becomes (``spec``, ``users``, ``files``), each start's run numbers (``runs``), reading a
-task back (``info``, ``procs``), its I/O (``stdio``), waiting and events (``waiting``,
-``events``, ``aio``), what a killed ctrexec left (``stale``), the state-checked verbs
+task back (``info``, ``procs``), where its output goes (``output``: the log driver's
+stdio, the caller's paths) and its interactive I/O (``stdio``), waiting and events
+(``waiting``, ``events``, ``aio``), what a killed ctrexec left (``stale``), the state-checked verbs
 (``control``), rename, stopping several at once (``teardown``) and the ``Executor`` that
 composes them.
 

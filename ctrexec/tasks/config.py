@@ -16,6 +16,7 @@ import attrs
 
 from ctrexec import labels as lbl
 from ctrexec.containerd.tasks import ExitStatus, Status
+from ctrexec.defaults import DEFAULT_LOG_MAX_FILES, DEFAULT_LOG_MAX_SIZE
 from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.ids import validate_id
 from ctrexec.logs import modes as logmodes
@@ -30,8 +31,6 @@ if TYPE_CHECKING:  # the network modules cost a CLI command that only reads conf
     from ctrexec.net.nsinfo import Address
 
 DEFAULT_STOP_TIMEOUT = 10.0
-DEFAULT_LOG_MAX_SIZE = 10 * 1024 * 1024
-DEFAULT_LOG_MAX_FILES = 3
 
 
 _RESTART_POLICIES = ("no", "on-failure", "always", "unless-stopped")

@@ -39,6 +39,7 @@ from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import control as taskctl
 from ctrexec.tasks import files as taskfiles
 from ctrexec.tasks import info as taskinfo
+from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks import runs, stale, waiting
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks import stdio as taskio
@@ -48,7 +49,7 @@ from ctrexec.tasks.users import ImageUsers
 if TYPE_CHECKING:
     from ctrexec.tasks.events import EventOptions, TaskEvents
 
-DEFAULT_LOG_DIR = defaults.DEFAULT_LOG_DIR
+DEFAULT_LOG_DIR = Path(defaults.DEFAULT_LOG_DIR)
 
 
 DEFAULT_KILL_GRACE = 10.0
@@ -280,7 +281,7 @@ class Executor:
         log_token: list[str] = []  # the log daemon's registration, if one was made
 
         def logged() -> Stdio:
-            out, err, token = logmodes.stdio_for(cfg, log_path, state_dir=self.state_dir)
+            out, err, token = taskoutput.stdio_for(cfg, log_path, state_dir=self.state_dir)
             log_token.append(token)
             return Stdio(stdout=out, stderr=err)
 
@@ -300,11 +301,8 @@ class Executor:
                     self._clear_previous_run(task_id, by_policy=True, next_run=False)
                     pid = self._run_task(record, mounts, stdio)
         except BaseException:
-            if log_token and log_token[0]:  # the shim never opened the FIFOs: the daemon
-                with contextlib.suppress(CtrexecError):  # would wait for them
-                    logdaemon_client.drop(
-                        token=log_token[0], where=logmodes.daemon_dir(self.state_dir)
-                    )
+            if log_token:  # the shim never opened the FIFOs: the daemon would wait for them
+                taskoutput.forget(self.state_dir, token=log_token[0])
             raise
         run = runs.current(record.labels)
         return TaskHandle(
@@ -424,7 +422,7 @@ class Executor:
                 raise FailedPrecondition(f"container {task_id} is {state.status.value}")
             tasks.delete(self.client, task_id)
             record = containers.get(self.client, task_id)
-            if logmodes.uses_daemon(self._config_of(record)):
+            if taskoutput.uses_daemon(self._config_of(record)):
                 with contextlib.suppress(CtrexecError):  # a kept stdout: read what is there
                     logdaemon_client.wait_drained(
                         record.labels.get(lbl.LOG_PATH, ""),
@@ -574,7 +572,7 @@ class Executor:
                     f"container {task_id} is {state.status.value}; stop it first or force"
                 )
             tasks.force_delete(self.client, task_id)
-            taskfiles.remove(self.client, record, logd_dir=logmodes.daemon_dir(self.state_dir))
+            taskfiles.remove(self.client, record, state_dir=self.state_dir)
             if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
                 from ctrexec.groups import implicit as standalone
 
