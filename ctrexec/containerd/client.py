@@ -194,15 +194,6 @@ class Client:
         )
         return sorted(ns.name for ns in resp.namespaces)
 
-    def ensure_namespace(self, labels: Mapping[str, str] | None = None) -> None:
-        """Create this client's namespace if missing (containerd also creates it lazily)."""
-        req = namespace_pb2.CreateNamespaceRequest(
-            namespace=namespace_pb2.Namespace(name=self.namespace, labels=dict(labels or {}))
-        )
-        # containerd publishes an event for the create, which needs the namespace header.
-        with contextlib.suppress(errors.AlreadyExists):
-            self.call(_rpc.NAMESPACES, "Create", req, namespace_pb2.CreateNamespaceResponse)
-
     def delete_namespace(self) -> None:
         """Remove this client's namespace. containerd refuses (FailedPrecondition) while
         it holds images, content, snapshots or containers, and answers NotFound when

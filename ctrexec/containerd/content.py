@@ -38,6 +38,7 @@ from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._api.containerd.types import descriptor_pb2
 from ctrexec.containerd._proto import from_timestamp
 from ctrexec.containerd.client import Client
+from ctrexec.ids import validate_digest
 
 # -- media types ---------------------------------------------------------------------
 
@@ -87,10 +88,6 @@ def is_config(media_type: str) -> bool:
     return media_type in CONFIG_TYPES
 
 
-def is_layer(media_type: str) -> bool:
-    return media_type in LAYER_TYPES
-
-
 def layer_compression(media_type: str) -> str:
     """``""`` (plain tar), ``"gzip"`` or ``"zstd"``; InvalidArgument for anything else."""
     try:
@@ -120,18 +117,11 @@ def portable_labels(labels: Mapping[str, str]) -> dict[str, str]:
 
 # -- digests and descriptors -----------------------------------------------------------
 
-_DIGEST_RE = re.compile(r"^(sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128})$")
 #: Manifests, indexes and configs are small; a bigger one is refused, not buffered.
 MAX_METADATA_BYTES = 32 * 1024 * 1024
 #: Deadline for calls that move or unpack layer data.
 DATA_TIMEOUT = 3600.0
 _CHUNK = 1024 * 1024
-
-
-def validate_digest(digest: str) -> str:
-    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
-        raise errors.InvalidArgument(f"invalid digest {digest!r}")
-    return digest
 
 
 def digest_of(data: bytes, algorithm: str = "sha256") -> str:
@@ -540,37 +530,6 @@ def _commit(
     )
     if resp.digest and resp.digest != desc.digest:
         raise errors.Internal(f"content {desc.digest}: committed as {resp.digest}")
-
-
-def write_blob(
-    client: Client,
-    data: bytes,
-    *,
-    media_type: str,
-    labels: Mapping[str, str] | None = None,
-    lease: str | None = None,
-) -> Descriptor:
-    """Store ``data`` in the client's namespace (under ``lease``); already there is fine."""
-    desc = Descriptor(media_type, digest_of(data), len(data))
-    session = _WriteSession(client, _ref("write", desc.digest), lease)
-    try:
-        try:
-            st = session.send(action=content_pb2.STAT, total=desc.size, expected=desc.digest)
-        except errors.AlreadyExists:
-            session.abort()
-            if labels:
-                ensure_labels(client, desc.digest, labels)
-            return desc
-        start = st.offset if 0 < st.offset <= desc.size else 0
-        offset = start
-        if start < desc.size:
-            offset = _write_chunks(session, start, iter([data[start:]]), desc)
-        _commit(session, desc, offset, labels or {})
-        session.finish()
-    except BaseException:
-        session.abort()
-        raise
-    return desc
 
 
 def adopt_blob(

@@ -21,10 +21,10 @@ from typing import Any
 
 import attrs
 
-from ctrexec import errors
+from ctrexec import errors, ids
 from ctrexec.containerd import content
 from ctrexec.containerd.content import Descriptor
-from ctrexec.containerd.images import normalize_reference, parse_reference
+from ctrexec.images.reference import normalize_reference, parse_reference
 
 OCI_LAYOUT_FILE = "oci-layout"
 OCI_LAYOUT_VERSION = "1.0.0"
@@ -61,7 +61,7 @@ def blob_digest(path: str) -> str | None:
         return None
     digest = f"{parts[1]}:{parts[2]}"
     try:
-        return content.validate_digest(digest)
+        return ids.validate_digest(digest)
     except errors.InvalidArgument:
         return None
 
@@ -246,7 +246,7 @@ def resolve_member(
 
 
 def blob_path(digest: str) -> str:
-    algorithm, hexpart = content.validate_digest(digest).split(":", 1)
+    algorithm, hexpart = ids.validate_digest(digest).split(":", 1)
     return f"blobs/{algorithm}/{hexpart}"
 
 

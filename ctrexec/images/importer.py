@@ -40,6 +40,7 @@ from ctrexec.containerd.content import Descriptor, Platform
 from ctrexec.images import archives
 from ctrexec.images import store as imagestore
 from ctrexec.images.archives import ArchiveImage
+from ctrexec.images.reference import parse_reference
 
 _CHUNK = 1024 * 1024
 _HEAD = 16
@@ -397,7 +398,7 @@ def import_archive(
     that does not match) raises InvalidArgument or DigestMismatch and leaves nothing."""
     opts = _Options(content.as_platform(platform), all_platforms, base_name, unpack, snapshotter)
     if base_name:
-        images.parse_reference(base_name)
+        parse_reference(base_name)
     if not isinstance(source, str | Path):
         return _import(client, source, opts, progress)
     try:

@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 from google.protobuf import field_mask_pb2
 
-from ctrexec import _rpc, errors
+from ctrexec import _rpc, errors, ids
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._api.containerd.services.images.v1 import images_pb2
 from ctrexec.containerd import content, images
@@ -87,7 +87,7 @@ class ImageEvent:
 def ingest_ref(digest: str) -> str:
     """The content-store ingest ref of a blob: the same in every attempt, so a retry
     resumes where the last one stopped (and two writers of one blob serialize)."""
-    return f"ctrexec-ingest-{content.validate_digest(digest)}"
+    return f"ctrexec-ingest-{ids.validate_digest(digest)}"
 
 
 def _lease_id(key: str) -> str:
@@ -150,11 +150,6 @@ def manifest_labels(
 # -- blobs -----------------------------------------------------------------------------
 
 
-def has_blob(client: Client, digest: str) -> bool:
-    """True when the client's namespace already has the blob (nothing to fetch)."""
-    return content.exists(client, digest)
-
-
 def store_bytes(
     client: Client,
     desc: Descriptor,
@@ -190,7 +185,7 @@ def store_blob(
     namespace: committed with no data. A partial ingest of an earlier attempt: resumed
     from its offset (``source`` is called with it). A digest or size mismatch raises
     DigestMismatch and drops the ingest; any other failure keeps it for a retry."""
-    content.validate_digest(desc.digest)
+    ids.validate_digest(desc.digest)
     deadline = time.monotonic() + _LOCKED_WAIT
     while True:
         try:

@@ -16,6 +16,7 @@ from ctrexec import _linux, _rpc, errors
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec.containerd import content, snapshots
 from ctrexec.containerd.content import Descriptor
+from ctrexec.images import store as imagestore
 
 
 class FakeStore:
@@ -165,10 +166,11 @@ def test_adopt_blob_already_visible_only_adds_labels() -> None:
     assert store.aborted  # the write session was abandoned cleanly
 
 
-def test_write_blob_and_read_back() -> None:
+def test_store_bytes_and_read_back() -> None:
     _, _, dst = _clients(shared=True)
     data = os.urandom(3000)
-    desc = content.write_blob(dst, data, media_type="application/octet-stream", lease="l")
+    desc = Descriptor("application/octet-stream", content.digest_of(data), len(data))
+    imagestore.store_bytes(dst, desc, data, lease="l")
     assert content.read_blob(dst, desc) == data
 
 
