@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 import attrs
-from google.protobuf import empty_pb2
+from google.protobuf import empty_pb2, field_mask_pb2
 
 from ctrexec import _linux, _rpc, errors
 from ctrexec._api.containerd.services.images.v1 import images_pb2
@@ -85,11 +85,7 @@ def _named(name: str | ImageName) -> ImageName:
 
 
 def _strs(value: Any, field: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise errors.InvalidArgument(f"image config {field} must be a list of strings")
-    return tuple(value)
+    return content.json_strings(value, f"image config {field}")
 
 
 def _str_map(value: Any, field: str) -> dict[str, str]:
@@ -338,16 +334,16 @@ def _not_found(wanted: ImageName, where: str = "") -> errors.NotFound:
 
 def _get_record(client: Client, wanted: ImageName) -> images_pb2.Image:
     """The record ``wanted`` names; with a digest, also one of its repository by target."""
-    try:
-        return client.call(
-            _rpc.IMAGES,
-            "Get",
-            images_pb2.GetImageRequest(name=wanted.name),
-            images_pb2.GetImageResponse,
-        ).image
-    except errors.NotFound:
-        if not wanted.digest:
-            raise _not_found(wanted) from None
+    found = client.call_or_none(
+        _rpc.IMAGES,
+        "Get",
+        images_pb2.GetImageRequest(name=wanted.name),
+        images_pb2.GetImageResponse,
+    )
+    if found is not None:
+        return found.image
+    if not wanted.digest:
+        raise _not_found(wanted)
     resp = client.call(
         _rpc.IMAGES,
         "List",
@@ -402,6 +398,50 @@ def remove_image(client: Client, name: str | ImageName, *, sync: bool = False) -
         raise _not_found(wanted) from None
 
 
+def _create_record(client: Client, image: images_pb2.Image, lease: str) -> None:
+    client.call(
+        _rpc.IMAGES,
+        "Create",
+        images_pb2.CreateImageRequest(image=image),
+        images_pb2.CreateImageResponse,
+        lease=lease,
+    )
+
+
+def record_image(
+    client: Client,
+    name: str,
+    target: Descriptor,
+    *,
+    lease: str,
+    labels: Mapping[str, str] | None = None,
+) -> None:
+    """Create the image record ``name`` -> ``target``, or move an existing one to it.
+    Call it last: a record only ever points at content that is fully stored."""
+    image = images_pb2.Image(name=name, labels=dict(labels or {}), target=target.to_proto())
+    try:
+        _create_record(client, image, lease)
+    except errors.AlreadyExists:
+        paths = ["target"] + [f"labels.{k}" for k in (labels or {})]
+        client.call(
+            _rpc.IMAGES,
+            "Update",
+            images_pb2.UpdateImageRequest(
+                image=image, update_mask=field_mask_pb2.FieldMask(paths=paths)
+            ),
+            images_pb2.UpdateImageResponse,
+            lease=lease,
+        )
+
+
+def recorded_target(client: Client, name: str) -> str | None:
+    """The target digest the record ``name`` has now; None when there is none."""
+    resp = client.call_or_none(
+        _rpc.IMAGES, "Get", images_pb2.GetImageRequest(name=name), images_pb2.GetImageResponse
+    )
+    return None if resp is None else str(resp.image.target.digest)
+
+
 # -- adoption from other namespaces ---------------------------------------------------------
 
 
@@ -448,13 +488,7 @@ def _adopt(
         content.adopt_blob(source, client, desc, lease=lease, labels=labels)
     image = images_pb2.Image(name=record.name, labels=dict(record.labels), target=record.target)
     with contextlib.suppress(errors.AlreadyExists):
-        client.call(
-            _rpc.IMAGES,
-            "Create",
-            images_pb2.CreateImageRequest(image=image),
-            images_pb2.CreateImageResponse,
-            lease=lease,
-        )
+        _create_record(client, image, lease)
 
 
 def _find_elsewhere(

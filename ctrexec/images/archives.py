@@ -169,14 +169,6 @@ class DockerEntry:
     repo_tags: tuple[str, ...]
 
 
-def _paths(value: Any, what: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise errors.InvalidArgument(f"manifest.json {what} must be a list of strings")
-    return tuple(value)
-
-
 def docker_entries(manifest_json: bytes) -> list[DockerEntry]:
     try:
         obj = json.loads(manifest_json)
@@ -191,8 +183,11 @@ def docker_entries(manifest_json: bytes) -> list[DockerEntry]:
         out.append(
             DockerEntry(
                 member_path(item["Config"]),
-                tuple(member_path(p) for p in _paths(item.get("Layers"), "Layers")),
-                _paths(item.get("RepoTags"), "RepoTags"),
+                tuple(
+                    member_path(p)
+                    for p in content.json_strings(item.get("Layers"), "manifest.json Layers")
+                ),
+                content.json_strings(item.get("RepoTags"), "manifest.json RepoTags"),
             )
         )
     return out

@@ -81,7 +81,7 @@ class _BlobReader(io.RawIOBase):
 
     def __init__(self, client: Client, desc: Descriptor) -> None:
         self._desc = desc
-        self._chunks = content._read_stream(client, desc.digest)
+        self._chunks = content.read_stream(client, desc.digest)
         self._buffer = b""
         self._hash = hashlib.new(desc.digest.split(":", 1)[0])
         self._seen = 0

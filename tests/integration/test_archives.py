@@ -31,7 +31,6 @@ from ctrexec.containerd import containers, content, images, snapshots
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Platform
 from ctrexec.images import lookup
-from ctrexec.images import store as imagestore
 from ctrexec.testing import content_digests
 
 SNAPSHOTTER = "overlayfs"
@@ -473,7 +472,7 @@ def test_prune_and_usage(cli: Cli, ns: Client, test_image_archive: Path, tmp_pat
     plain = lookup.get_image(ns, test_name)
     dangling = f"docker.io/library/cx-none-{marker}@{plain.target.digest}"
     with ns.lease() as le:
-        imagestore.record_image(ns, dangling, plain.target, lease=le.id)
+        images.record_image(ns, dangling, plain.target, lease=le.id)
     cid = _container(ns, used)
     try:
         listed = json.loads(cli("images", "--json", namespace=ns.namespace, check=True).stdout)
@@ -672,7 +671,7 @@ def test_run_create_and_rmi_take_an_image_id_prefix(
 
     other = "docker.io/library/cx-idp-other:v1"
     with ns.lease() as le:  # a third name, in another repository
-        imagestore.record_image(ns, other, lookup.get_image(ns, names[0]).target, lease=le.id)
+        images.record_image(ns, other, lookup.get_image(ns, names[0]).target, lease=le.id)
     out = run("rmi", short)
     assert (out.returncode, out.stderr) == (
         1,

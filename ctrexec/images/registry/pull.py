@@ -232,7 +232,7 @@ def pull(
             raise errors.NotFound(f"image {ref!r} has no manifest for platform {want}")
         with imagestore.lease(client, key=f"{name} {want}") as le:
             _store_content(client, repo, docs, lease=le.id, emit=emit, parallel=parallel)
-            imagestore.record_image(client, name, top, lease=le.id)
+            images.record_image(client, name, top, lease=le.id)
             emit("unpacking", top)
             image = imagestore.unpack_image(
                 client, name, lease=le.id, platform=want, snapshotter=snapshotter
