@@ -24,13 +24,14 @@ import pytest
 from _cli import Cli
 from _support import create_namespace, until
 
-from ctrexec import _rpc
+from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec.containerd import containers, content, images, snapshots
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Platform
 from ctrexec.images import lookup
+from ctrexec.images.prune import prune_images
 from ctrexec.testing import content_digests
 
 SNAPSHOTTER = "overlayfs"
@@ -460,6 +461,25 @@ def _container(ns: Client, image: str) -> str:
         labels={},
     )
     return cid
+
+
+def test_a_record_named_outside_the_grammar(cli: Cli, ns: Client, test_image_archive: Path) -> None:
+    """containerd/images takes a stored name as it is: a record another client named
+    outside docker's grammar is read by that name, is dangling, and prune deletes it
+    (when every name was parsed first, prune stopped at it with InvalidArgument)."""
+    assert _import(cli, ns, "-q", str(test_image_archive)).returncode == 0
+    test_name = "docker.io/library/ctrexec-test:latest"
+    plain = lookup.get_image(ns, test_name)
+    odd = f"CX Raw {secrets.token_hex(4)}"
+    with ns.lease() as le:
+        images.record_image(ns, odd, plain.target, lease=le.id)
+    assert images.get_image(ns, odd).config_digest == plain.config_digest
+    with pytest.raises(errors.InvalidArgument, match="invalid reference format"):
+        lookup.get_image(ns, odd)  # not a reference a user may type
+    report = prune_images(ns)
+    assert report.deleted == (odd,)
+    assert report.reclaimed == 0  # the tag still holds the content
+    assert {i.name for i in images.list_images(ns)} == {test_name}
 
 
 def test_prune_and_usage(cli: Cli, ns: Client, test_image_archive: Path, tmp_path: Path) -> None:
