@@ -463,6 +463,12 @@ def _container(ns: Client, image: str) -> str:
     return cid
 
 
+def _name_again(ns: Client, name: str, image: images.Image) -> None:
+    """Another record for the image's target, as ``docker tag`` makes one."""
+    with ns.lease() as le:
+        images.record_image(ns, name, image.target, lease=le.id)
+
+
 def test_a_record_named_outside_the_grammar(cli: Cli, ns: Client, test_image_archive: Path) -> None:
     """containerd/images takes a stored name as it is: a record another client named
     outside docker's grammar is read by that name, is dangling, and prune deletes it
@@ -471,8 +477,7 @@ def test_a_record_named_outside_the_grammar(cli: Cli, ns: Client, test_image_arc
     test_name = "docker.io/library/ctrexec-test:latest"
     plain = lookup.get_image(ns, test_name)
     odd = f"CX Raw {secrets.token_hex(4)}"
-    with ns.lease() as le:
-        images.record_image(ns, odd, plain.target, lease=le.id)
+    _name_again(ns, odd, plain)
     assert images.get_image(ns, odd).config_digest == plain.config_digest
     with pytest.raises(errors.InvalidArgument, match="invalid reference format"):
         lookup.get_image(ns, odd)  # not a reference a user may type
@@ -491,8 +496,7 @@ def test_prune_and_usage(cli: Cli, ns: Client, test_image_archive: Path, tmp_pat
     test_name = "docker.io/library/ctrexec-test:latest"
     plain = lookup.get_image(ns, test_name)
     dangling = f"docker.io/library/cx-none-{marker}@{plain.target.digest}"
-    with ns.lease() as le:
-        images.record_image(ns, dangling, plain.target, lease=le.id)
+    _name_again(ns, dangling, plain)
     cid = _container(ns, used)
     try:
         listed = json.loads(cli("images", "--json", namespace=ns.namespace, check=True).stdout)
@@ -690,8 +694,7 @@ def test_run_create_and_rmi_take_an_image_id_prefix(
         assert (out.returncode, out.stderr) == (code, refusal), argv
 
     other = "docker.io/library/cx-idp-other:v1"
-    with ns.lease() as le:  # a third name, in another repository
-        images.record_image(ns, other, lookup.get_image(ns, names[0]).target, lease=le.id)
+    _name_again(ns, other, lookup.get_image(ns, names[0]))  # a third, in another repository
     out = run("rmi", short)
     assert (out.returncode, out.stderr) == (
         1,
