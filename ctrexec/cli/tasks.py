@@ -288,6 +288,8 @@ def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import attrs
+
     from ctrexec.images import usage as imageuse
 
     attached = (args.interactive or args.tty) and not args.detach
@@ -296,7 +298,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = _config(args)  # before connecting: bad flags start no daemon
         wired = publish.wiring(args)
         ex = _executor(args)
-        config = imageuse.resolved_config(ex.client, config)  # an image ID names the image
+        # an image ID names the image
+        config = attrs.evolve(config, image=imageuse.resolve(ex.client, config.image))
         ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
         if args.publish_all:
             wired = publish.with_exposed(ex, config, args, wired)
@@ -346,13 +349,16 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    import attrs
+
     from ctrexec.images import usage as imageuse
 
     with _by_flag():
         config = _config(args)
         wired = publish.wiring(args)
         ex = _executor(args)
-        config = imageuse.resolved_config(ex.client, config)  # an image ID names the image
+        # an image ID names the image
+        config = attrs.evolve(config, image=imageuse.resolve(ex.client, config.image))
         ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
         if args.publish_all:
             wired = publish.with_exposed(ex, config, args, wired)

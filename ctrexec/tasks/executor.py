@@ -32,6 +32,7 @@ from ctrexec.errors import (
     FailedPrecondition,
     NotFound,
 )
+from ctrexec.images import lookup
 from ctrexec.logs import client as logdaemon_client
 from ctrexec.logs import modes as logmodes
 from ctrexec.net import hostfiles, netns
@@ -122,7 +123,7 @@ class Executor:
         """
         checked = taskspec.check_config(config, containerd_address=self.client.address)
         netns_path, mode = self._resolve_netns(config.netns)
-        image = images.ensure_image(
+        image = lookup.ensure_image(
             self.client, config.image, snapshotter=config.snapshotter, cache=self.images
         )
         user = self._resolve_user(image, config.user or image.config.user, config.snapshotter)
