@@ -68,16 +68,7 @@ if TYPE_CHECKING:
         TaskStarted,
     )
     from ctrexec.containerd.execs import ExecResult
-    from ctrexec.containerd.images import (
-        Image,
-        ImageConfig,
-        ImageSummary,
-        ensure_image,
-        get_image,
-        list_images,
-        normalize_reference,
-        remove_image,
-    )
+    from ctrexec.containerd.images import Image, ImageConfig, ImageSummary, list_images
     from ctrexec.containerd.stats import Stats
     from ctrexec.containerd.streams import OutputCallback, Process, StreamOptions
     from ctrexec.containerd.tasks import ExitStatus, Status
@@ -86,10 +77,12 @@ if TYPE_CHECKING:
     from ctrexec.groups.updown import Groups
     from ctrexec.images.exporter import export_archive
     from ctrexec.images.importer import ImportedImage, import_archive
-    from ctrexec.images.prune import PruneReport, image_usage, prune_images
+    from ctrexec.images.lookup import ensure_image, get_image, remove_image
+    from ctrexec.images.prune import PruneReport, prune_images
+    from ctrexec.images.reference import normalize_reference
     from ctrexec.images.registry.pull import PullEvent, ensure_pulled, pull
-    from ctrexec.logs.modes import read_task_logs
-    from ctrexec.logs.reader import LogEntry, read_logs
+    from ctrexec.images.usage import image_usage
+    from ctrexec.logs.reader import LogEntry, read_logs, read_task_logs
     from ctrexec.net.cni import PortMapping
     from ctrexec.net.netns import NetNS
     from ctrexec.net.netns import create as create_netns
@@ -133,19 +126,13 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "TaskStarted",
     ),
     "ctrexec.containerd.execs": ("ExecResult",),
-    "ctrexec.containerd.images": (
-        "Image",
-        "ImageConfig",
-        "ImageSummary",
-        "ensure_image",
-        "get_image",
-        "list_images",
-        "normalize_reference",
-        "remove_image",
-    ),
+    "ctrexec.containerd.images": ("Image", "ImageConfig", "ImageSummary", "list_images"),
     "ctrexec.images.exporter": ("export_archive",),
     "ctrexec.images.importer": ("ImportedImage", "import_archive"),
-    "ctrexec.images.prune": ("PruneReport", "image_usage", "prune_images"),
+    "ctrexec.images.lookup": ("ensure_image", "get_image", "remove_image"),
+    "ctrexec.images.prune": ("PruneReport", "prune_images"),
+    "ctrexec.images.reference": ("normalize_reference",),
+    "ctrexec.images.usage": ("image_usage",),
     "ctrexec.containerd.stats": ("Stats",),
     "ctrexec.containerd.streams": (
         "OutputCallback",
@@ -159,8 +146,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.tasks.executor": ("Executor",),
     "ctrexec.groups.spec": ("GroupSpec", "load_group_file", "parse_group"),
     "ctrexec.groups.updown": ("Groups",),
-    "ctrexec.logs.modes": ("read_task_logs",),
-    "ctrexec.logs.reader": ("LogEntry", "read_logs"),
+    "ctrexec.logs.reader": ("LogEntry", "read_logs", "read_task_logs"),
     "ctrexec.net.cni": ("PortMapping",),
     "ctrexec.net.netns": ("NetNS",),
     "ctrexec.net.nsinfo": ("Address", "Interface", "NetNSInfo", "Route"),

@@ -38,6 +38,18 @@ def is_valid_id(value: str) -> bool:
     return isinstance(value, str) and len(value) <= MAX_ID_LENGTH and bool(_ID_RE.fullmatch(value))
 
 
+#: The digests containerd and registries accept (OCI's registered algorithms).
+_DIGEST_RE = re.compile(r"^(sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128})$")
+
+
+def validate_digest(digest: str) -> str:
+    """Return ``digest`` when it is ``algorithm:hex`` of a supported algorithm, else
+    raise InvalidArgument; the one definition the reference grammar and content share."""
+    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
+        raise InvalidArgument(f"invalid digest {digest!r}")
+    return digest
+
+
 def by_prefix(given: str, known: Iterable[str]) -> str | None:
     """The one of ``known`` that ``given`` names, by docker's rule for IDs: itself when
     it is one of them (an exact name wins over being the start of others), else the

@@ -14,11 +14,12 @@ def cmd_images(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from ctrexec.containerd import images
-    from ctrexec.images.prune import image_usage
+    from ctrexec.images.reference import parse_reference
+    from ctrexec.images.usage import image_usage
     from ctrexec.views import images as imagetable
 
     if args.repository is not None:
-        images.parse_reference(args.repository)  # a typo starts no daemon
+        parse_reference(args.repository)  # a typo starts no daemon
     with connect(args) as client:
         found = imagetable.matching(images.list_images(client), args.repository)
         usage = {} if args.quiet else image_usage(client)
@@ -60,10 +61,10 @@ def cmd_rmi(args: argparse.Namespace) -> int:
 
 def cmd_ensure(args: argparse.Namespace) -> int:
     """Make an image usable here: adopt it from another namespace and unpack it."""
-    from ctrexec.containerd import images
+    from ctrexec.images.lookup import ensure_image
 
     with connect(args) as client:
-        image = images.ensure_image(client, args.ref)
+        image = ensure_image(client, args.ref)
     print(f"{image.name} {image.digest}")
     return 0
 

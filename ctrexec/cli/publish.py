@@ -120,8 +120,8 @@ def with_exposed(
     comes after it; the ``-p`` ports keep the host ports already picked for them."""
     if wired is None and args.network in ("none", "host"):
         return wired
-    from ctrexec.containerd.images import get_image
     from ctrexec.groups.implicit import requested
+    from ctrexec.images.lookup import get_image
     from ctrexec.net.ports import parse_port
 
     taken = {(m.container_port, m.protocol) for m in map(parse_port, wired.ports if wired else ())}

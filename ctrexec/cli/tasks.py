@@ -190,8 +190,10 @@ def _attached_entries(
 ) -> Iterator[logstore.LogEntry]:
     """What an attached run prints: the log as it grows; with no log, nothing until stop."""
     if driver != logmodes.NONE:
-        yield from logmodes.read_task_logs(
-            driver, log_path, follow=True, stop=stop, poll_interval=0.01
+        from ctrexec.logs import reader as logstore
+
+        yield from logstore.read_logs(
+            log_path, driver=driver, follow=True, stop=stop, poll_interval=0.01
         )
         return
     while not stop():
@@ -289,12 +291,15 @@ def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, Wiring | 
     """What ``run`` and ``create`` do before the container: the config from the flags
     (checked before connecting: bad flags start no daemon), its image by ID or name and
     pulled as ``--pull`` says, and the network asked for (``-P`` needs the image)."""
+    import attrs
+
     from ctrexec.images import usage as imageuse
 
     config = _config(args)
     wired = publish.wiring(args)
     ex = executor(args)
-    config = imageuse.resolved_config(ex.client, config)  # an image ID names the image
+    # an image ID names the image
+    config = attrs.evolve(config, image=imageuse.resolve(ex.client, config.image))
     ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
     if args.publish_all:
         wired = publish.with_exposed(ex, config, args, wired)
@@ -362,7 +367,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from ctrexec.tasks.stdio import is_interactive
+    from ctrexec.tasks.output import is_interactive
 
     ex = executor(args)
     lookup = ex.lookup()
@@ -436,17 +441,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
         stop = _stop_after_exit(exited)
 
-    logmodes.check_logged(info.config, task_id)
-    from ctrexec.tasks.stdio import not_logged
+    from ctrexec.tasks import output as taskoutput
 
-    reason = not_logged(task_id, info.config)
+    taskoutput.check_logged(info.config, task_id)
+    reason = taskoutput.not_logged(task_id, info.config)
     if reason is not None:
         raise FailedPrecondition(reason)
     driver = _driver_of(info.config)
     if args.timestamps and "timestamps" not in logmodes.FEATURES[driver]:
         raise InvalidArgument(f"the {driver} log driver keeps no timestamps")
-    entries = logmodes.read_task_logs(
-        driver, info.log_path, follow=args.follow, since=args.since, stop=stop,
+    entries = logstore.read_logs(
+        info.log_path, driver=driver, follow=args.follow, since=args.since, stop=stop,
         tail=args.tail if args.until is None else None,
     )  # fmt: skip
     for entry in entries if args.until is None else until(entries, args.until, args.tail):
@@ -533,7 +538,7 @@ def _run_flags(p: ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="K=V",
-        help="max-size=10m, max-file=3, transport=daemon|process",
+        help=logmodes.log_opts_help(),
     )
     add_pull_policy(p)
     p.add_argument("image")

@@ -14,7 +14,7 @@ import secrets
 import shutil
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Self, TypeVar
+from typing import Self, TypedDict, TypeVar, Unpack
 
 import attrs
 from google.protobuf import empty_pb2
@@ -37,6 +37,14 @@ NAMESPACE_ENV = defaults.NAMESPACE_ENV
 #: lease left by a crashed ctrexec does not pin content forever.
 LEASE_EXPIRE_LABEL = "containerd.io/gc.expire"
 DEFAULT_LEASE_TTL = timedelta(hours=1)
+
+
+class CallOptions(TypedDict, total=False):
+    """The keyword options of :meth:`Client.call`."""
+
+    lease: str | None
+    timeout: _rpc.Timeout
+
 
 #: Shim binaries that ``info`` reports as usable runtimes when found on PATH.
 KNOWN_RUNTIMES = {
@@ -163,6 +171,21 @@ class Client:
             timeout=timeout,
         )
 
+    def call_or_none(
+        self,
+        service: str,
+        method: str,
+        request: Message,
+        response_type: type[M],
+        **options: Unpack[CallOptions],
+    ) -> M | None:
+        """:meth:`call`, with None for containerd's NotFound: for the calls whose
+        "there is no such thing" is an answer, not a failure."""
+        try:
+            return self.call(service, method, request, response_type, **options)
+        except errors.NotFound:
+            return None
+
     def with_namespace(self, namespace: str) -> Client:
         """A client for another namespace sharing this one's channel."""
         return Client(self._conn, namespace=namespace, owns_connection=False)
@@ -193,15 +216,6 @@ class Client:
             namespace_pb2.ListNamespacesResponse,
         )
         return sorted(ns.name for ns in resp.namespaces)
-
-    def ensure_namespace(self, labels: Mapping[str, str] | None = None) -> None:
-        """Create this client's namespace if missing (containerd also creates it lazily)."""
-        req = namespace_pb2.CreateNamespaceRequest(
-            namespace=namespace_pb2.Namespace(name=self.namespace, labels=dict(labels or {}))
-        )
-        # containerd publishes an event for the create, which needs the namespace header.
-        with contextlib.suppress(errors.AlreadyExists):
-            self.call(_rpc.NAMESPACES, "Create", req, namespace_pb2.CreateNamespaceResponse)
 
     def delete_namespace(self) -> None:
         """Remove this client's namespace. containerd refuses (FailedPrecondition) while

@@ -25,7 +25,7 @@ import platform as _host
 import queue
 import re
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +38,7 @@ from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._api.containerd.types import descriptor_pb2
 from ctrexec.containerd._proto import from_timestamp
 from ctrexec.containerd.client import Client
+from ctrexec.ids import validate_digest
 
 # -- media types ---------------------------------------------------------------------
 
@@ -87,10 +88,6 @@ def is_config(media_type: str) -> bool:
     return media_type in CONFIG_TYPES
 
 
-def is_layer(media_type: str) -> bool:
-    return media_type in LAYER_TYPES
-
-
 def layer_compression(media_type: str) -> str:
     """``""`` (plain tar), ``"gzip"`` or ``"zstd"``; InvalidArgument for anything else."""
     try:
@@ -120,18 +117,11 @@ def portable_labels(labels: Mapping[str, str]) -> dict[str, str]:
 
 # -- digests and descriptors -----------------------------------------------------------
 
-_DIGEST_RE = re.compile(r"^(sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128})$")
 #: Manifests, indexes and configs are small; a bigger one is refused, not buffered.
 MAX_METADATA_BYTES = 32 * 1024 * 1024
 #: Deadline for calls that move or unpack layer data.
 DATA_TIMEOUT = 3600.0
 _CHUNK = 1024 * 1024
-
-
-def validate_digest(digest: str) -> str:
-    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
-        raise errors.InvalidArgument(f"invalid digest {digest!r}")
-    return digest
 
 
 def digest_of(data: bytes, algorithm: str = "sha256") -> str:
@@ -310,6 +300,16 @@ def load_json(data: bytes, what: str) -> dict[str, Any]:
     return obj
 
 
+def json_strings(value: Any, what: str) -> tuple[str, ...]:
+    """A JSON field that is a list of strings (absent: empty), in image configs and
+    archive manifests alike; InvalidArgument naming ``what`` for anything else."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise errors.InvalidArgument(f"{what} must be a list of strings")
+    return tuple(value)
+
+
 def parse_manifest(obj: Mapping[str, Any]) -> tuple[Descriptor, tuple[Descriptor, ...]]:
     """A manifest's config descriptor and layer descriptors."""
     config = Descriptor.from_json(obj.get("config"), "manifest config")
@@ -380,12 +380,13 @@ def exists(client: Client, digest: str) -> bool:
     return True
 
 
-def _read_stream(client: Client, digest: str, offset: int = 0) -> Iterator[bytes]:
-    """Yield the blob's bytes from ``offset`` on, checking the stream is contiguous."""
+def read_stream(client: Client, digest: str, offset: int = 0, size: int = 0) -> Iterator[bytes]:
+    """Yield the blob's bytes from ``offset`` on (``size`` of them; 0: to the end),
+    checking the stream is contiguous."""
     stream = client.rpc.server_stream(
         _rpc.CONTENT,
         "Read",
-        content_pb2.ReadContentRequest(digest=digest, offset=offset),
+        content_pb2.ReadContentRequest(digest=digest, offset=offset, size=size),
         content_pb2.ReadContentResponse,
         namespace=client.namespace,
         timeout=DATA_TIMEOUT,
@@ -410,7 +411,7 @@ def read_blob(client: Client, desc: Descriptor, *, max_size: int = MAX_METADATA_
     validate_digest(desc.digest)
     parts: list[bytes] = []
     total = 0
-    for data in _read_stream(client, desc.digest):
+    for data in read_stream(client, desc.digest):
         total += len(data)
         if total > desc.size:
             break
@@ -451,12 +452,13 @@ def ensure_labels(client: Client, digest: str, labels: Mapping[str, str]) -> boo
 # -- writing -------------------------------------------------------------------------------
 
 
-class _WriteSession:
-    """One Content.Write bidi stream driven request by request."""
+class WriteSession:
+    """One Content.Write bidi stream driven request by request: the one writer of
+    content, for adoption here and for pulls and imports above."""
 
     def __init__(self, client: Client, ref: str, lease: str | None) -> None:
         self.ref = ref
-        self._client = client
+        self.client = client
         self._queue: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
         self._stream = client.rpc.bidi_stream(
             _rpc.CONTENT,
@@ -473,12 +475,45 @@ class _WriteSession:
         while (item := self._queue.get()) is not None:
             yield item
 
-    def send(self, **fields: Any) -> content_pb2.WriteContentResponse:
+    def _send(self, **fields: Any) -> content_pb2.WriteContentResponse:
         self._queue.put(content_pb2.WriteContentRequest(ref=self.ref, **fields))
         try:
             return next(self._stream)
         except StopIteration:
             raise errors.Internal(f"content write {self.ref}: stream ended early") from None
+
+    def stat(self, total: int, expected: str = "") -> int:
+        """Open the ingest; the offset an earlier attempt reached. AlreadyExists when
+        the namespace has ``expected`` already."""
+        return int(self._send(action=content_pb2.STAT, total=total, expected=expected).offset)
+
+    def write(self, start: int, chunks: Iterable[bytes], desc: Descriptor) -> int:
+        """Send ``chunks`` from ``start`` on; the offset reached."""
+        offset = start
+        for data in chunks:
+            for i in range(0, len(data), _CHUNK):
+                piece = data[i : i + _CHUNK]
+                resp = self._send(action=content_pb2.WRITE, offset=offset, data=piece)
+                offset += len(piece)
+                if resp.offset != offset:
+                    raise errors.Internal(f"content {desc.digest}: write reached {resp.offset}")
+                if offset > desc.size:
+                    raise errors.Internal(f"content {desc.digest}: more than {desc.size} bytes")
+        return offset
+
+    def commit(self, desc: Descriptor, offset: int, labels: Mapping[str, str]) -> None:
+        """containerd checks the digest and size: FailedPrecondition when they differ."""
+        if offset != desc.size:
+            raise errors.Internal(f"content {desc.digest}: {offset} of {desc.size} bytes written")
+        resp = self._send(
+            action=content_pb2.COMMIT,
+            offset=offset,  # offset 0 would ask containerd to truncate the ingest
+            total=desc.size,
+            expected=desc.digest,
+            labels=dict(labels),
+        )
+        if resp.digest and resp.digest != desc.digest:
+            raise errors.Internal(f"content {desc.digest}: committed as {resp.digest}")
 
     def finish(self) -> None:
         """Half-close and read what is left (containerd echoes the last status)."""
@@ -496,81 +531,29 @@ class _WriteSession:
 
     def abort(self) -> None:
         """Stop the stream and drop the partial ingest; safe after finish()."""
-        if self._open:
-            self._queue.put(None)
-            self._open = False
-            self._stream.cancel()
+        self.close()
         with contextlib.suppress(errors.CtrexecError):
-            self._client.call(
+            self.client.call(
                 _rpc.CONTENT, "Abort", content_pb2.AbortRequest(ref=self.ref), empty_pb2.Empty
             )
 
 
+def begin_write(session: WriteSession, desc: Descriptor, labels: Mapping[str, str]) -> int | None:
+    """Where to write ``desc`` from (an earlier attempt's offset, else 0); None when the
+    namespace has the blob already: the session is then dropped and only the missing
+    ``labels`` set. Any other failure is the caller's: whether to keep the ingest."""
+    try:
+        offset = session.stat(desc.size, desc.digest)
+    except errors.AlreadyExists:
+        session.abort()  # nothing was ingested; Abort of an unknown ref is harmless
+        if labels:
+            ensure_labels(session.client, desc.digest, labels)
+        return None
+    return offset if 0 <= offset <= desc.size else 0
+
+
 def _ref(kind: str, digest: str) -> str:
     return f"ctrexec-{kind}-{digest.split(':', 1)[-1][:16]}-{secrets.token_hex(4)}"
-
-
-def _write_chunks(
-    session: _WriteSession, start: int, chunks: Iterator[bytes], desc: Descriptor
-) -> int:
-    offset = start
-    for data in chunks:
-        for i in range(0, len(data), _CHUNK):
-            piece = data[i : i + _CHUNK]
-            resp = session.send(action=content_pb2.WRITE, offset=offset, data=piece)
-            offset += len(piece)
-            if resp.offset != offset:
-                raise errors.Internal(f"content {desc.digest}: write reached {resp.offset}")
-            if offset > desc.size:
-                raise errors.Internal(f"content {desc.digest}: more than {desc.size} bytes")
-    return offset
-
-
-def _commit(
-    session: _WriteSession, desc: Descriptor, offset: int, labels: Mapping[str, str]
-) -> None:
-    if offset != desc.size:
-        raise errors.Internal(f"content {desc.digest}: {offset} of {desc.size} bytes written")
-    resp = session.send(
-        action=content_pb2.COMMIT,
-        offset=offset,  # offset 0 would ask containerd to truncate the ingest
-        total=desc.size,
-        expected=desc.digest,
-        labels=dict(labels),
-    )
-    if resp.digest and resp.digest != desc.digest:
-        raise errors.Internal(f"content {desc.digest}: committed as {resp.digest}")
-
-
-def write_blob(
-    client: Client,
-    data: bytes,
-    *,
-    media_type: str,
-    labels: Mapping[str, str] | None = None,
-    lease: str | None = None,
-) -> Descriptor:
-    """Store ``data`` in the client's namespace (under ``lease``); already there is fine."""
-    desc = Descriptor(media_type, digest_of(data), len(data))
-    session = _WriteSession(client, _ref("write", desc.digest), lease)
-    try:
-        try:
-            st = session.send(action=content_pb2.STAT, total=desc.size, expected=desc.digest)
-        except errors.AlreadyExists:
-            session.abort()
-            if labels:
-                ensure_labels(client, desc.digest, labels)
-            return desc
-        start = st.offset if 0 < st.offset <= desc.size else 0
-        offset = start
-        if start < desc.size:
-            offset = _write_chunks(session, start, iter([data[start:]]), desc)
-        _commit(session, desc, offset, labels or {})
-        session.finish()
-    except BaseException:
-        session.abort()
-        raise
-    return desc
 
 
 def adopt_blob(
@@ -589,21 +572,16 @@ def adopt_blob(
     has only gets the missing ``labels``. Returns True when data had to be copied.
     """
     validate_digest(desc.digest)
-    session = _WriteSession(dest, _ref("adopt", desc.digest), lease)
+    session = WriteSession(dest, _ref("adopt", desc.digest), lease)
     copied = False
     try:
-        try:
-            st = session.send(action=content_pb2.STAT, total=desc.size, expected=desc.digest)
-        except errors.AlreadyExists:
-            session.abort()
-            if labels:
-                ensure_labels(dest, desc.digest, labels)
+        offset = begin_write(session, desc, labels or {})
+        if offset is None:
             return False
-        offset = st.offset if 0 <= st.offset <= desc.size else 0
         if offset < desc.size:
             copied = True
-            offset = _write_chunks(session, offset, _read_stream(source, desc.digest, offset), desc)
-        _commit(session, desc, offset, labels or {})
+            offset = session.write(offset, read_stream(source, desc.digest, offset), desc)
+        session.commit(desc, offset, labels or {})
         session.finish()
     except BaseException:
         session.abort()

@@ -24,7 +24,7 @@ from ctrexec.containerd import tasks
 from ctrexec.containerd.client import Client
 from ctrexec.defaults import RUN_DIR
 
-DEFAULT_STATE_DIR = RUN_DIR / "containerd"
+DEFAULT_STATE_DIR = Path(RUN_DIR, "containerd")
 DEFAULT_ROOT_DIR = Path("/var/lib/ctrexec/containerd")
 
 #: Plugins the embedded daemon never needs. Leaving CRI out saves memory and time;

@@ -1,7 +1,9 @@
-"""Images from containerd's store: names, platforms, configs, adoption, unpack.
+"""Images from containerd's store: records, platforms, configs, adoption, unpack.
 
 An image is a record (name -> target descriptor) plus content: an optional index
-(or docker manifest list), one manifest per platform, a config and layers.
+(or docker manifest list), one manifest per platform, a config and layers. Names are
+the ones containerd stores (:class:`ImageName`); a user's reference is normalised
+above this layer, in :mod:`ctrexec.images.reference` and :mod:`ctrexec.images.lookup`.
 :func:`get_image` reads them for one platform; :func:`ensure_image` also finds an
 image that another containerd namespace holds, adopts its content without copying
 data, and unpacks its layers into snapshots. The namespaces searched are
@@ -19,13 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import attrs
-from google.protobuf import empty_pb2
+from google.protobuf import empty_pb2, field_mask_pb2
 
 from ctrexec import _linux, _rpc, errors
 from ctrexec._api.containerd.services.images.v1 import images_pb2
@@ -40,7 +41,7 @@ from ctrexec.containerd.content import (
     select_manifests,
 )
 from ctrexec.containerd.memo import Memo
-from ctrexec.ids import validate_id
+from ctrexec.ids import validate_digest, validate_id
 
 DEFAULT_SNAPSHOTTER = snapshots.DEFAULT_SNAPSHOTTER
 #: Namespaces searched first for an image this namespace lacks; then every other one
@@ -52,111 +53,39 @@ OPT_IN_NAMESPACES = ("moby",)
 IMAGE_NAMESPACES_ENV = "CTREXEC_IMAGE_NAMESPACES"
 _MAX_DEPTH = 4
 
-# -- references (docker's distribution/reference grammar) ------------------------------
-
-DEFAULT_DOMAIN = "docker.io"
-_LEGACY_DOMAIN = "index.docker.io"
-_OFFICIAL_PREFIX = "library/"
-_NAME_MAX = 255
-_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
-_REFERENCE_RE = re.compile(
-    rf"^(?P<domain>{_DOMAIN})/(?P<path>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
-    r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
-    r"(?:@(?P<digest>[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}))?$"
-)
-_IMAGE_ID_RE = re.compile(r"^[a-f0-9]{64}$")
+# -- which record ------------------------------------------------------------------------
 
 
 @attrs.frozen
-class Reference:
-    """A parsed, normalized image reference: ``domain/path[:tag][@digest]``."""
+class ImageName:
+    """Which image record a caller means, in containerd's terms: this layer never
+    parses a reference (:mod:`ctrexec.images.reference` normalises the user's words).
 
-    domain: str
-    path: str
-    tag: str = ""
+    ``name``: the record's name as containerd stores it. With ``digest``, a record of
+    ``repository`` whose target is that digest matches too, as in docker's lookup
+    (``busybox@sha256:...`` finds ``busybox:1.36``). ``given``: the caller's own word
+    for it, for messages (the stored name when empty).
+    """
+
+    name: str
+    repository: str = ""
     digest: str = ""
+    given: str = ""
 
     @property
-    def name(self) -> str:
-        return f"{self.domain}/{self.path}"
-
-    @property
-    def familiar(self) -> str:
-        """The short form docker prints: ``busybox:latest``, ``user/app:v1``."""
-        name = self.path if self.domain == DEFAULT_DOMAIN else self.name
-        name = name.removeprefix(_OFFICIAL_PREFIX) if self.domain == DEFAULT_DOMAIN else name
-        return (
-            name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
-        )
-
-    def __str__(self) -> str:
-        return (
-            self.name
-            + (f":{self.tag}" if self.tag else "")
-            + (f"@{self.digest}" if self.digest else "")
-        )
+    def shown(self) -> str:
+        return self.given or self.name
 
 
-def _bad_ref(ref: str, why: str = "") -> errors.InvalidArgument:
-    shown = ref.encode("unicode_escape").decode("ascii")
-    return errors.InvalidArgument(
-        f"invalid reference format {shown!r}" + (f": {why}" if why else "")
-    )
-
-
-def parse_reference(ref: str) -> Reference:
-    """Parse like docker's ParseNormalizedNamed and add ``:latest`` when there is no tag
-    or digest. InvalidArgument (one line) for anything docker would refuse."""
-    if not isinstance(ref, str) or not ref:
-        raise errors.InvalidArgument("image reference must not be empty")
-    if _IMAGE_ID_RE.fullmatch(ref):
-        raise _bad_ref(ref, "cannot specify a 64-byte hexadecimal string as a name")
-    slash = ref.find("/")
-    first = ref[:slash]
-    if slash == -1 or (
-        not any(c in first for c in ".:") and first != "localhost" and first.lower() == first
-    ):
-        domain, rest = DEFAULT_DOMAIN, ref
-    else:
-        domain, rest = first, ref[slash + 1 :]
-    if domain == _LEGACY_DOMAIN:
-        domain = DEFAULT_DOMAIN
-    if domain == DEFAULT_DOMAIN and "/" not in rest:
-        rest = _OFFICIAL_PREFIX + rest
-    remote = rest.split("@", 1)[0].split(":", 1)[0]
-    if remote.lower() != remote:
-        raise _bad_ref(ref, "repository name must be lowercase")
-    m = _REFERENCE_RE.fullmatch(f"{domain}/{rest}")
-    if m is None:
-        raise _bad_ref(ref)
-    if len(m["domain"]) + 1 + len(m["path"]) > _NAME_MAX:
-        raise _bad_ref(ref, f"repository name longer than {_NAME_MAX} characters")
-    digest = m["digest"] or ""
-    if digest:
-        try:
-            content.validate_digest(digest)
-        except errors.InvalidArgument:
-            raise _bad_ref(ref, "invalid or unsupported digest") from None
-    tag = m["tag"] or ("" if digest else "latest")
-    return Reference(m["domain"], m["path"], tag, digest)
-
-
-def normalize_reference(ref: str) -> str:
-    """``busybox`` -> ``docker.io/library/busybox:latest``, the name containerd stores."""
-    return str(parse_reference(ref))
+def _named(name: str | ImageName) -> ImageName:
+    return name if isinstance(name, ImageName) else ImageName(name)
 
 
 # -- image configs -------------------------------------------------------------------------
 
 
 def _strs(value: Any, field: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise errors.InvalidArgument(f"image config {field} must be a list of strings")
-    return tuple(value)
+    return content.json_strings(value, f"image config {field}")
 
 
 def _str_map(value: Any, field: str) -> dict[str, str]:
@@ -233,7 +162,7 @@ def parse_config_blob(data: bytes) -> ConfigBlob:
     rootfs = obj.get("rootfs") or {}
     diff_ids = _strs(rootfs.get("diff_ids") if isinstance(rootfs, dict) else None, "diff_ids")
     for d in diff_ids:
-        content.validate_digest(d)
+        validate_digest(d)
     plat = Platform.from_json(obj) if obj.get("architecture") and obj.get("os") else None
     created = None
     if isinstance(obj.get("created"), str):
@@ -266,10 +195,6 @@ class Image:
     @property
     def digest(self) -> str:
         return self.target.digest
-
-    @property
-    def manifest_digest(self) -> str:
-        return self.manifest.digest
 
     @property
     def config_digest(self) -> str:
@@ -398,40 +323,45 @@ def _find(
     return image, found
 
 
-def _not_found(ref: str, name: str, where: str = "") -> errors.NotFound:
+def _not_found(wanted: ImageName, where: str = "") -> errors.NotFound:
     """``image 'busybox' not found (docker.io/library/busybox:latest)``: one line."""
+    ref, name = wanted.shown, wanted.name
     shown = ref.encode("unicode_escape").decode("ascii")
     return errors.NotFound(
         f"image {shown!r} not found{where}" + (f" ({name})" if name != ref else "")
     )
 
 
-def _get_record(client: Client, ref: str, parsed: Reference) -> images_pb2.Image:
-    """The image record for ``ref``; a digest reference also matches by target digest."""
-    name = str(parsed)
-    try:
-        return client.call(
-            _rpc.IMAGES, "Get", images_pb2.GetImageRequest(name=name), images_pb2.GetImageResponse
-        ).image
-    except errors.NotFound:
-        if not parsed.digest:
-            raise _not_found(ref, name) from None
+def _get_record(client: Client, wanted: ImageName) -> images_pb2.Image:
+    """The record ``wanted`` names; with a digest, also one of its repository by target."""
+    found = client.call_or_none(
+        _rpc.IMAGES,
+        "Get",
+        images_pb2.GetImageRequest(name=wanted.name),
+        images_pb2.GetImageResponse,
+    )
+    if found is not None:
+        return found.image
+    if not wanted.digest:
+        raise _not_found(wanted)
     resp = client.call(
         _rpc.IMAGES,
         "List",
-        images_pb2.ListImagesRequest(filters=[f"target.digest=={parsed.digest}"]),
+        images_pb2.ListImagesRequest(filters=[f"target.digest=={wanted.digest}"]),
         images_pb2.ListImagesResponse,
     )
     for rec in sorted(resp.images, key=lambda r: r.name):
-        if rec.name.startswith((parsed.name + ":", parsed.name + "@")):
+        if rec.name.startswith((wanted.repository + ":", wanted.repository + "@")):
             return rec
-    raise _not_found(ref, name)
+    raise _not_found(wanted)
 
 
-def get_image(client: Client, ref: str, *, platform: Platform | str | None = None) -> Image:
-    """The image ``ref`` of the client's namespace, resolved for ``platform`` (host's)."""
-    parsed = parse_reference(ref)
-    return _find(client, _get_record(client, ref, parsed), as_platform(platform))[0]
+def get_image(
+    client: Client, name: str | ImageName, *, platform: Platform | str | None = None
+) -> Image:
+    """The image record ``name`` of the client's namespace, resolved for ``platform``
+    (the host's). A user's reference goes through :func:`ctrexec.images.lookup.get_image`."""
+    return _find(client, _get_record(client, _named(name)), as_platform(platform))[0]
 
 
 def list_images(client: Client, *, platform: Platform | str | None = None) -> list[ImageSummary]:
@@ -453,20 +383,63 @@ def list_images(client: Client, *, platform: Platform | str | None = None) -> li
     return sorted(out, key=lambda s: s.name)
 
 
-def remove_image(client: Client, ref: str, *, sync: bool = False) -> None:
+def remove_image(client: Client, name: str | ImageName, *, sync: bool = False) -> None:
     """Delete the image record; containerd's GC then frees unreferenced content and
     snapshots (before returning when ``sync``)."""
-    parsed = parse_reference(ref)
-    name = str(parsed)
+    wanted = _named(name)
     try:
         client.call(
             _rpc.IMAGES,
             "Delete",
-            images_pb2.DeleteImageRequest(name=name, sync=sync),
+            images_pb2.DeleteImageRequest(name=wanted.name, sync=sync),
             empty_pb2.Empty,
         )
     except errors.NotFound:
-        raise _not_found(ref, name) from None
+        raise _not_found(wanted) from None
+
+
+def _create_record(client: Client, image: images_pb2.Image, lease: str) -> None:
+    client.call(
+        _rpc.IMAGES,
+        "Create",
+        images_pb2.CreateImageRequest(image=image),
+        images_pb2.CreateImageResponse,
+        lease=lease,
+    )
+
+
+def record_image(
+    client: Client,
+    name: str,
+    target: Descriptor,
+    *,
+    lease: str,
+    labels: Mapping[str, str] | None = None,
+) -> None:
+    """Create the image record ``name`` -> ``target``, or move an existing one to it.
+    Call it last: a record only ever points at content that is fully stored."""
+    image = images_pb2.Image(name=name, labels=dict(labels or {}), target=target.to_proto())
+    try:
+        _create_record(client, image, lease)
+    except errors.AlreadyExists:
+        paths = ["target"] + [f"labels.{k}" for k in (labels or {})]
+        client.call(
+            _rpc.IMAGES,
+            "Update",
+            images_pb2.UpdateImageRequest(
+                image=image, update_mask=field_mask_pb2.FieldMask(paths=paths)
+            ),
+            images_pb2.UpdateImageResponse,
+            lease=lease,
+        )
+
+
+def recorded_target(client: Client, name: str) -> str | None:
+    """The target digest the record ``name`` has now; None when there is none."""
+    resp = client.call_or_none(
+        _rpc.IMAGES, "Get", images_pb2.GetImageRequest(name=name), images_pb2.GetImageResponse
+    )
+    return None if resp is None else str(resp.image.target.digest)
 
 
 # -- adoption from other namespaces ---------------------------------------------------------
@@ -515,29 +488,23 @@ def _adopt(
         content.adopt_blob(source, client, desc, lease=lease, labels=labels)
     image = images_pb2.Image(name=record.name, labels=dict(record.labels), target=record.target)
     with contextlib.suppress(errors.AlreadyExists):
-        client.call(
-            _rpc.IMAGES,
-            "Create",
-            images_pb2.CreateImageRequest(image=image),
-            images_pb2.CreateImageResponse,
-            lease=lease,
-        )
+        _create_record(client, image, lease)
 
 
 def _find_elsewhere(
-    client: Client, ref: str, parsed: Reference, want: Platform, namespaces: Iterable[str] | None
+    client: Client, wanted: ImageName, want: Platform, namespaces: Iterable[str] | None
 ) -> tuple[Client, images_pb2.Image, _Walk]:
     order = _source_order(client, namespaces)
     for ns in order:
         source = client.with_namespace(ns)
         try:
-            record = _get_record(source, ref, parsed)
+            record = _get_record(source, wanted)
             return source, record, _find(source, record, want)[1]
         except errors.NotFound:
             continue
     where = ", ".join([client.namespace, *order])
-    found = _not_found(ref, str(parsed), f" in namespace{'s' if order else ''} {where}")
-    raise errors.NotFound(f"{found}; {missing_image_hint(ref)}")
+    found = _not_found(wanted, f" in namespace{'s' if order else ''} {where}")
+    raise errors.NotFound(f"{found}; {missing_image_hint(wanted.shown)}")
 
 
 # -- unpack --------------------------------------------------------------------------------
@@ -581,25 +548,26 @@ def unpack(
 
 def ensure_image(
     client: Client,
-    ref: str,
+    name: str | ImageName,
     *,
     platform: Platform | str | None = None,
     snapshotter: str = DEFAULT_SNAPSHOTTER,
     source_namespaces: Sequence[str] | None = None,
     cache: ImageCache | None = None,
 ) -> Image:
-    """The image ``ref``, ready to run: found here or adopted from another namespace
-    (no data copied when the blobs are on disk), then unpacked. A no-op when it is.
+    """The image record ``name``, ready to run: found here or adopted from another
+    namespace (no data copied when the blobs are on disk), then unpacked. A no-op when
+    it is. A user's reference goes through :func:`ctrexec.images.lookup.ensure_image`.
 
     The image record is always read (a tag can move); with ``cache``, what its
     digests fix is not read again (see :class:`ImageCache`)."""
-    parsed = parse_reference(ref)
+    wanted = _named(name)
     want = as_platform(platform)
     validate_id(snapshotter, kind="snapshotter")
     try:
-        record = _get_record(client, ref, parsed)
+        record = _get_record(client, wanted)
     except errors.NotFound:
-        source, record, found = _find_elsewhere(client, ref, parsed, want, source_namespaces)
+        source, record, found = _find_elsewhere(client, wanted, want, source_namespaces)
         with client.lease() as lease:
             _adopt(client, source, record, found, lease.id)
             image = _find(client, record, want)[0]

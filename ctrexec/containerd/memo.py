@@ -69,12 +69,6 @@ class Memo(Generic[K, V]):
         with self._lock:
             self._data.pop(key, None)
 
-    def forget_where(self, match: Callable[[K], bool]) -> None:
-        """Drop every entry whose key matches (e.g. all of one image's digests)."""
-        with self._lock:
-            for key in [k for k in self._data if match(k)]:
-                del self._data[key]
-
     def __len__(self) -> int:
         with self._lock:
             return len(self._data)

@@ -92,14 +92,13 @@ def _mounts(msgs: Iterable[mount_pb2.Mount]) -> list[RootfsMount]:
 
 def stat_snapshot(client: Client, key: str, snapshotter: str) -> SnapshotInfo | None:
     """The snapshot named ``key``, or None when there is none."""
-    try:
-        resp = client.call(
-            _rpc.SNAPSHOTS,
-            "Stat",
-            snapshots_pb2.StatSnapshotRequest(snapshotter=snapshotter, key=key),
-            snapshots_pb2.StatSnapshotResponse,
-        )
-    except errors.NotFound:
+    resp = client.call_or_none(
+        _rpc.SNAPSHOTS,
+        "Stat",
+        snapshots_pb2.StatSnapshotRequest(snapshotter=snapshotter, key=key),
+        snapshots_pb2.StatSnapshotResponse,
+    )
+    if resp is None:
         return None
     i = resp.info
     return SnapshotInfo(

@@ -45,6 +45,8 @@ class Stats:
 def oom_kills(data: any_pb2.Any) -> int:
     """How many processes the OOM killer killed in the cgroup (v1 ``memory.oom_control``,
     v2 ``memory.events``): the fact that survives the exit, until the task is deleted."""
+    # the cgroup metrics stubs load when metrics are read, not with every command
+    # that imports this module (the executor does, for each start)
     from ctrexec._api.cgroups.v1 import metrics_pb2 as v1
     from ctrexec._api.cgroups.v2 import metrics_pb2 as v2
 
@@ -62,6 +64,8 @@ def _type_name(data: any_pb2.Any) -> str:
 
 def decode(data: any_pb2.Any) -> Stats:
     """Decode a Metrics Any from containerd, either cgroup version."""
+    # the cgroup metrics stubs load when metrics are read, not with every command
+    # that imports this module (the executor does, for each start)
     from ctrexec._api.cgroups.v1 import metrics_pb2 as v1
     from ctrexec._api.cgroups.v2 import metrics_pb2 as v2
 

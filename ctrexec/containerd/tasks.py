@@ -232,17 +232,14 @@ def kill(
 
 def delete(client: Client, container_id: str) -> ExitStatus | None:
     """Delete a stopped task and return its exit; None when there was no task."""
-    try:
-        resp = client.call(
-            _rpc.TASKS,
-            "Delete",
-            tasks_pb2.DeleteTaskRequest(container_id=container_id),
-            tasks_pb2.DeleteResponse,
-            timeout=60.0,
-        )
-    except errors.NotFound:
-        return None
-    return _exit(resp.exit_status, resp.exited_at)
+    resp = client.call_or_none(
+        _rpc.TASKS,
+        "Delete",
+        tasks_pb2.DeleteTaskRequest(container_id=container_id),
+        tasks_pb2.DeleteResponse,
+        timeout=60.0,
+    )
+    return None if resp is None else _exit(resp.exit_status, resp.exited_at)
 
 
 def force_delete(client: Client, container_id: str, *, timeout: float = 10.0) -> ExitStatus | None:
@@ -295,16 +292,13 @@ def exec_process(
 
 
 def delete_process(client: Client, container_id: str, exec_id: str) -> ExitStatus | None:
-    try:
-        resp = client.call(
-            _rpc.TASKS,
-            "DeleteProcess",
-            tasks_pb2.DeleteProcessRequest(container_id=container_id, exec_id=exec_id),
-            tasks_pb2.DeleteResponse,
-        )
-    except errors.NotFound:
-        return None
-    return _exit(resp.exit_status, resp.exited_at)
+    resp = client.call_or_none(
+        _rpc.TASKS,
+        "DeleteProcess",
+        tasks_pb2.DeleteProcessRequest(container_id=container_id, exec_id=exec_id),
+        tasks_pb2.DeleteResponse,
+    )
+    return None if resp is None else _exit(resp.exit_status, resp.exited_at)
 
 
 def pause(client: Client, container_id: str) -> None:

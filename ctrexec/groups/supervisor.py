@@ -49,7 +49,7 @@ MIN_DELAY = 0.1
 #: How much of a failed restart's error the label keeps (labels are limited to 4 KiB).
 MAX_ERROR_BYTES = 1024
 #: Where running supervisors hold their presence locks (cleared by a reboot).
-DEFAULT_LOCK_DIR = RUN_DIR / "supervise"
+DEFAULT_LOCK_DIR = Path(RUN_DIR, "supervise")
 
 
 def _lock_path(client: Client, lock_dir: Path) -> Path:

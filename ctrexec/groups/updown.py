@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ctrexec import labels as lbl
-from ctrexec.containerd import containers, images
+from ctrexec.containerd import containers
 from ctrexec.containerd.tasks import Status
 from ctrexec.errors import AlreadyExists, CtrexecError, FailedPrecondition
 from ctrexec.groups.spec import GroupSpec
 from ctrexec.ids import validate_id
+from ctrexec.images import lookup
 from ctrexec.net import groupns, hostfiles, netns
 from ctrexec.net.networks import Networks, parse_mode, parse_port
 from ctrexec.tasks import teardown
@@ -73,7 +74,7 @@ class Groups:
         ports = [parse_port(p) for p in spec.ports]
         configs = spec.task_configs()
         for cfg in configs:  # images first: a missing one stops everything, untouched
-            images.ensure_image(self.executor.client, cfg.image, snapshotter=cfg.snapshotter)
+            lookup.ensure_image(self.executor.client, cfg.image, snapshotter=cfg.snapshotter)
         fresh = not existing and not Path(spec.netns_path).exists()
         made: list[str] = []
         try:

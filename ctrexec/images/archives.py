@@ -21,10 +21,10 @@ from typing import Any
 
 import attrs
 
-from ctrexec import errors
+from ctrexec import errors, ids
 from ctrexec.containerd import content
 from ctrexec.containerd.content import Descriptor
-from ctrexec.containerd.images import normalize_reference, parse_reference
+from ctrexec.images.reference import normalize_reference, parse_reference
 
 OCI_LAYOUT_FILE = "oci-layout"
 OCI_LAYOUT_VERSION = "1.0.0"
@@ -61,7 +61,7 @@ def blob_digest(path: str) -> str | None:
         return None
     digest = f"{parts[1]}:{parts[2]}"
     try:
-        return content.validate_digest(digest)
+        return ids.validate_digest(digest)
     except errors.InvalidArgument:
         return None
 
@@ -169,14 +169,6 @@ class DockerEntry:
     repo_tags: tuple[str, ...]
 
 
-def _paths(value: Any, what: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise errors.InvalidArgument(f"manifest.json {what} must be a list of strings")
-    return tuple(value)
-
-
 def docker_entries(manifest_json: bytes) -> list[DockerEntry]:
     try:
         obj = json.loads(manifest_json)
@@ -191,8 +183,11 @@ def docker_entries(manifest_json: bytes) -> list[DockerEntry]:
         out.append(
             DockerEntry(
                 member_path(item["Config"]),
-                tuple(member_path(p) for p in _paths(item.get("Layers"), "Layers")),
-                _paths(item.get("RepoTags"), "RepoTags"),
+                tuple(
+                    member_path(p)
+                    for p in content.json_strings(item.get("Layers"), "manifest.json Layers")
+                ),
+                content.json_strings(item.get("RepoTags"), "manifest.json RepoTags"),
             )
         )
     return out
@@ -246,7 +241,7 @@ def resolve_member(
 
 
 def blob_path(digest: str) -> str:
-    algorithm, hexpart = content.validate_digest(digest).split(":", 1)
+    algorithm, hexpart = ids.validate_digest(digest).split(":", 1)
     return f"blobs/{algorithm}/{hexpart}"
 
 

@@ -26,10 +26,10 @@ from typing import IO, Any
 import attrs
 
 from ctrexec import errors
-from ctrexec.containerd import content, images
+from ctrexec.containerd import content
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Descriptor, Platform
-from ctrexec.images import archives
+from ctrexec.images import archives, lookup
 
 _MAX_DEPTH = 4
 
@@ -63,7 +63,7 @@ def _tree(client: Client, desc: Descriptor, depth: int = 0) -> Iterator[Descript
 
 
 def _resolve(client: Client, ref: str, platform: Platform, all_platforms: bool) -> _Export:
-    image = images.get_image(client, ref, platform=platform)
+    image = lookup.get_image(client, ref, platform=platform)
     if all_platforms:
         blobs = tuple(_tree(client, image.target))
     else:
@@ -81,7 +81,7 @@ class _BlobReader(io.RawIOBase):
 
     def __init__(self, client: Client, desc: Descriptor) -> None:
         self._desc = desc
-        self._chunks = content._read_stream(client, desc.digest)
+        self._chunks = content.read_stream(client, desc.digest)
         self._buffer = b""
         self._hash = hashlib.new(desc.digest.split(":", 1)[0])
         self._seen = 0

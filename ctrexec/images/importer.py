@@ -31,15 +31,14 @@ from typing import IO, Any
 
 import attrs
 
-from ctrexec import _rpc, errors
-from ctrexec._api.containerd.services.content.v1 import content_pb2
-from ctrexec._api.containerd.services.images.v1 import images_pb2
+from ctrexec import errors
 from ctrexec.containerd import content, images
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Descriptor, Platform
 from ctrexec.images import archives
 from ctrexec.images import store as imagestore
 from ctrexec.images.archives import ArchiveImage
+from ctrexec.images.reference import parse_reference
 
 _CHUNK = 1024 * 1024
 _HEAD = 16
@@ -129,7 +128,7 @@ def _store_unnamed(
 ) -> Descriptor:
     """Stream a member whose digest nobody names yet; commit it under the digest of
     its bytes. (imagestore.store_blob needs the digest before the first byte.)"""
-    session = content._WriteSession(client, f"ctrexec-import-{secrets.token_hex(8)}", lease)
+    session = content.WriteSession(client, f"ctrexec-import-{secrets.token_hex(8)}", lease)
     hasher = hashlib.sha256()
 
     def hashed() -> Iterator[bytes]:
@@ -143,11 +142,11 @@ def _store_unnamed(
 
     provisional = Descriptor("", "sha256:" + "0" * 64, size)
     try:
-        session.send(action=content_pb2.STAT, total=size)
-        offset = content._write_chunks(session, 0, hashed(), provisional)
+        session.stat(size)
+        offset = session.write(0, hashed(), provisional)
         desc = Descriptor("", f"sha256:{hasher.hexdigest()}", offset)
         try:
-            content._commit(session, attrs.evolve(desc, size=size), offset, {})
+            session.commit(attrs.evolve(desc, size=size), offset, {})
         except errors.AlreadyExists:
             session.abort()
             return desc
@@ -228,17 +227,7 @@ def _take(
 
 
 def _head(client: Client, digest: str) -> bytes:
-    stream = client.rpc.server_stream(
-        _rpc.CONTENT,
-        "Read",
-        content_pb2.ReadContentRequest(digest=digest, offset=0, size=_HEAD),
-        content_pb2.ReadContentResponse,
-        namespace=client.namespace,
-    )
-    try:
-        return b"".join(chunk.data for chunk in stream)[:_HEAD]
-    finally:
-        stream.cancel()
+    return b"".join(content.read_stream(client, digest, size=_HEAD))[:_HEAD]
 
 
 def _docker_images(client: Client, scan: _Scan, lease: str) -> list[ArchiveImage]:
@@ -307,17 +296,6 @@ def _label_tree(
     return desc if desc.media_type else attrs.evolve(desc, media_type=content.MT_OCI_INDEX)
 
 
-def _recorded_target(client: Client, name: str) -> str | None:
-    """The target digest the record ``name`` has now; None when there is none."""
-    try:
-        resp = client.call(
-            _rpc.IMAGES, "Get", images_pb2.GetImageRequest(name=name), images_pb2.GetImageResponse
-        )
-    except errors.NotFound:
-        return None
-    return str(resp.image.target.digest)
-
-
 def _image_id(client: Client, name: str, target: str) -> str:
     """What ``images`` shows as the ID of the image ``name`` names (before it moves)."""
     try:
@@ -357,12 +335,12 @@ def _finish(
     for target, names in targets:
         replaced: dict[str, str] = {}
         for name in names:
-            before = _recorded_target(client, name)
+            before = images.recorded_target(client, name)
             if before is None:
                 created.append(name)
             elif before != target.digest:
                 replaced[name] = _image_id(client, name, before)
-            imagestore.record_image(client, name, target, lease=lease)
+            images.record_image(client, name, target, lease=lease)
         if opts.unpack:
             if progress is not None:
                 progress(ImportEvent("unpacking", ref=names[0], digest=target.digest))
@@ -397,7 +375,7 @@ def import_archive(
     that does not match) raises InvalidArgument or DigestMismatch and leaves nothing."""
     opts = _Options(content.as_platform(platform), all_platforms, base_name, unpack, snapshotter)
     if base_name:
-        images.parse_reference(base_name)
+        parse_reference(base_name)
     if not isinstance(source, str | Path):
         return _import(client, source, opts, progress)
     try:

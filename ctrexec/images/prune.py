@@ -12,14 +12,15 @@ chain image -> index -> manifest -> config -> snapshot), before prune returns.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 
 import attrs
 
 from ctrexec import errors
-from ctrexec.containerd import containers, content, images
+from ctrexec.containerd import content, images
 from ctrexec.containerd.client import Client
+from ctrexec.images.reference import is_dangling
+from ctrexec.images.usage import image_usage
 
 
 @attrs.frozen
@@ -28,19 +29,6 @@ class PruneReport:
 
     deleted: tuple[str, ...]
     reclaimed: int
-
-
-def image_usage(client: Client) -> dict[str, int]:
-    """How many containers of the namespace use each image name."""
-    return dict(Counter(c.image for c in containers.list_containers(client) if c.image))
-
-
-def is_dangling(name: str) -> bool:
-    """True for an image name without a tag (docker's ``<none>``)."""
-    try:
-        return not images.parse_reference(name).tag
-    except errors.InvalidArgument:
-        return True
 
 
 def _blobs(client: Client, name: str) -> dict[str, int]:

@@ -13,7 +13,7 @@ API (stable; the registry and archive code build on it)::
         store_blob(client, layer_desc, source, lease=le.id)            # streamed, resumable
         store_bytes(client, manifest_desc, data, lease=le.id,
                     labels=manifest_labels(obj, source=("docker.io", "library/busybox")))
-        record_image(client, name, target_desc, lease=le.id)
+        images.record_image(client, name, target_desc, lease=le.id)  # containerd/images
         image = unpack_image(client, name, lease=le.id, platform=None)
 
 Resumption: a blob's ingest is named after its digest (:func:`ingest_ref`), and a lease
@@ -34,11 +34,8 @@ from datetime import timedelta
 from typing import Any
 
 import attrs
-from google.protobuf import field_mask_pb2
 
-from ctrexec import _rpc, errors
-from ctrexec._api.containerd.services.content.v1 import content_pb2
-from ctrexec._api.containerd.services.images.v1 import images_pb2
+from ctrexec import errors, ids
 from ctrexec.containerd import content, images
 from ctrexec.containerd.client import Client, Lease
 from ctrexec.containerd.content import Descriptor, Platform
@@ -87,7 +84,7 @@ class ImageEvent:
 def ingest_ref(digest: str) -> str:
     """The content-store ingest ref of a blob: the same in every attempt, so a retry
     resumes where the last one stopped (and two writers of one blob serialize)."""
-    return f"ctrexec-ingest-{content.validate_digest(digest)}"
+    return f"ctrexec-ingest-{ids.validate_digest(digest)}"
 
 
 def _lease_id(key: str) -> str:
@@ -150,11 +147,6 @@ def manifest_labels(
 # -- blobs -----------------------------------------------------------------------------
 
 
-def has_blob(client: Client, digest: str) -> bool:
-    """True when the client's namespace already has the blob (nothing to fetch)."""
-    return content.exists(client, digest)
-
-
 def store_bytes(
     client: Client,
     desc: Descriptor,
@@ -190,7 +182,7 @@ def store_blob(
     namespace: committed with no data. A partial ingest of an earlier attempt: resumed
     from its offset (``source`` is called with it). A digest or size mismatch raises
     DigestMismatch and drops the ingest; any other failure keeps it for a retry."""
-    content.validate_digest(desc.digest)
+    ids.validate_digest(desc.digest)
     deadline = time.monotonic() + _LOCKED_WAIT
     while True:
         try:
@@ -213,23 +205,18 @@ def _store_once(
     labels: Mapping[str, str],
     progress: ByteProgress | None,
 ) -> bool:
-    session = content._WriteSession(client, ingest_ref(desc.digest), lease)
+    session = content.WriteSession(client, ingest_ref(desc.digest), lease)
     try:
-        try:
-            st = session.send(action=content_pb2.STAT, total=desc.size, expected=desc.digest)
-        except errors.AlreadyExists:
-            session.abort()  # nothing was ingested; Abort of an unknown ref is harmless
-            if labels:
-                content.ensure_labels(client, desc.digest, labels)
+        offset = content.begin_write(session, desc, labels)
+        if offset is None:
             return False
-        offset = st.offset if 0 <= st.offset <= desc.size else 0
         if progress is not None:
             progress(offset)
         sent = offset < desc.size
         if sent:
             offset = _write(session, desc, offset, source(offset), progress)
         try:
-            content._commit(session, desc, offset, labels)
+            session.commit(desc, offset, labels)
         except errors.FailedPrecondition as exc:
             raise errors.DigestMismatch(f"content {desc.digest}: {exc}") from exc
         session.finish()
@@ -243,7 +230,7 @@ def _store_once(
 
 
 def _write(
-    session: content._WriteSession,
+    session: content.WriteSession,
     desc: Descriptor,
     offset: int,
     chunks: Iterable[bytes],
@@ -261,45 +248,13 @@ def _write(
             if progress is not None:
                 progress(pos)
 
-    end = content._write_chunks(session, offset, counted(), desc)
+    end = session.write(offset, counted(), desc)
     if end != desc.size:
         raise errors.Unavailable(f"content {desc.digest}: source ended at {end} of {desc.size}")
     return end
 
 
-# -- image records -----------------------------------------------------------------------
-
-
-def record_image(
-    client: Client,
-    name: str,
-    target: Descriptor,
-    *,
-    lease: str,
-    labels: Mapping[str, str] | None = None,
-) -> None:
-    """Create the image record ``name`` -> ``target``, or move an existing one to it.
-    Call it last: a record only ever points at content that is fully stored."""
-    image = images_pb2.Image(name=name, labels=dict(labels or {}), target=target.to_proto())
-    try:
-        client.call(
-            _rpc.IMAGES,
-            "Create",
-            images_pb2.CreateImageRequest(image=image),
-            images_pb2.CreateImageResponse,
-            lease=lease,
-        )
-    except errors.AlreadyExists:
-        paths = ["target"] + [f"labels.{k}" for k in (labels or {})]
-        client.call(
-            _rpc.IMAGES,
-            "Update",
-            images_pb2.UpdateImageRequest(
-                image=image, update_mask=field_mask_pb2.FieldMask(paths=paths)
-            ),
-            images_pb2.UpdateImageResponse,
-            lease=lease,
-        )
+# -- unpacking ---------------------------------------------------------------------------
 
 
 def unpack_image(

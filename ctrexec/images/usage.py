@@ -1,5 +1,7 @@
 """Images as a user names them (a name, or docker's image ID or a prefix of it), and
-which containers use them, so ``rmi`` can refuse to pull one out from under them.
+which containers use them: the one owner of that question, which ``rmi`` asks so it can
+refuse to pull an image out from under a container, and ``image prune`` and ``images``
+ask for every image at once.
 
 An image ID is the config digest of the image for this host's platform, as docker's
 (``images`` shows 12 of its hex digits). docker's order of lookup: a whole ID, then an
@@ -15,29 +17,34 @@ from __future__ import annotations
 
 import re
 
-import attrs
-
 from ctrexec import ids
 from ctrexec.containerd import containers, images
 from ctrexec.containerd.client import Client
 from ctrexec.errors import AmbiguousPrefix, Conflict, CtrexecError, NotFound
-from ctrexec.images import prune
-from ctrexec.tasks.config import TaskConfig
+from ctrexec.images import lookup
+from ctrexec.images.reference import is_dangling, parse_reference
 
 _HEX = re.compile(r"[0-9a-f]{1,64}")
 _ID_PREFIX = "sha256:"
 
 
-def users(client: Client, ref: str) -> list[str]:
-    """The ids of this namespace's containers whose image is ``ref``."""
-    name = images.normalize_reference(ref)
-    return sorted(c.id for c in containers.list_containers(client) if c.image == name)
+def containers_by_image(client: Client) -> dict[str, list[str]]:
+    """Each image name the containers of the namespace name -> their ids, sorted."""
+    out: dict[str, list[str]] = {}
+    for c in sorted(containers.list_containers(client), key=lambda c: c.id):
+        if c.image:
+            out.setdefault(c.image, []).append(c.id)
+    return out
+
+
+def image_usage(client: Client) -> dict[str, int]:
+    """How many containers of the namespace use each image name."""
+    return {name: len(using) for name, using in containers_by_image(client).items()}
 
 
 def _is_name(client: Client, word: str) -> bool:
     try:
-        images.normalize_reference(word)
-        images.get_image(client, word)
+        lookup.get_image(client, word)
     except CtrexecError:
         return False
     return True
@@ -60,7 +67,7 @@ def names_of(client: Client, word: str) -> list[str] | None:
     if match is None:
         return None
     named = [s.name for s in found if s.config_digest == _ID_PREFIX + match]
-    return sorted(named, key=lambda n: (prune.is_dangling(n), n))
+    return sorted(named, key=lambda n: (is_dangling(n), n))
 
 
 def resolve(client: Client, word: str) -> str:
@@ -70,21 +77,15 @@ def resolve(client: Client, word: str) -> str:
     return named[0] if named else word
 
 
-def resolved_config(client: Client, config: TaskConfig) -> TaskConfig:
-    """``config`` with an image given by ID naming one of that image's names."""
-    name = resolve(client, config.image)
-    return config if name == config.image else attrs.evolve(config, image=name)
-
-
 def remove(client: Client, ref: str, *, force: bool = False) -> None:
     """Remove the image (every name of it, given its ID); refused (Conflict) while a
     container uses it, unless ``force``, and, as docker's, for an ID that several
     repositories name unless ``force``."""
     named = names_of(client, ref)
     if named is None:
-        _remove_name(client, ref, ref, force=force)
+        _remove_name(client, lookup.image_name(ref), force=force)
         return
-    repos = {images.parse_reference(n).name for n in named if not prune.is_dangling(n)}
+    repos = {parse_reference(n).name for n in named if not is_dangling(n)}
     if len(repos) > 1 and not force:
         shown = ref.removeprefix(_ID_PREFIX)[:12]
         raise Conflict(
@@ -92,19 +93,22 @@ def remove(client: Client, ref: str, *, force: bool = False) -> None:
             "image is referenced in multiple repositories"
         )
     for name in named:
-        _remove_name(client, name, ref, force=force)
+        _remove_name(client, images.ImageName(name, given=ref), force=force, by_id=True)
 
 
-def _remove_name(client: Client, name: str, given: str, *, force: bool) -> None:
+def _remove_name(
+    client: Client, name: images.ImageName, *, force: bool, by_id: bool = False
+) -> None:
+    """``by_id``: one of the names an ID stands for, which may be gone meanwhile."""
     if not force:
-        using = users(client, name)
+        using = containers_by_image(client).get(name.name, [])
         if using:
             raise Conflict(
-                f"image {given} is in use by container {', '.join(using)} "
+                f"image {name.shown} is in use by container {', '.join(using)} "
                 "(remove the container first, or force with rmi -f)"
             )
     try:
         images.remove_image(client, name)
     except NotFound:
-        if name == given:
+        if not by_id:
             raise

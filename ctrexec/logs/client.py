@@ -22,20 +22,12 @@ from typing import Any
 from ctrexec.defaults import DEFAULT_LOGD_DIR, LOGD_DIR_ENV
 from ctrexec.errors import DeadlineExceeded, FailedPrecondition
 from ctrexec.logs import daemon as logdaemon
+from ctrexec.logs.launcher import boot_source
 
 #: How long a client waits for a daemon it started to listen.
 START_TIMEOUT = 10.0
 #: How long one request may take (``wait`` has its own timeout).
 REQUEST_TIMEOUT = 10.0
-
-_BOOT = (
-    "import sys, types\n"
-    "pkg = types.ModuleType('ctrexec')\n"
-    "pkg.__path__ = [sys.argv[1]]\n"
-    "sys.modules['ctrexec'] = pkg\n"
-    "from ctrexec.logs.daemon import main\n"
-    "sys.exit(main(sys.argv[2:]))\n"
-)
 
 
 def state_dir() -> Path:
@@ -188,12 +180,12 @@ def spawn(where: Path) -> None:
 def _start(where: Path) -> None:
     import subprocess  # only a start that finds no daemon pays for it
 
-    package = str(Path(logdaemon.__file__).absolute().parent.parent)
+    boot = boot_source(logdaemon.__name__)
     r, w = os.pipe2(os.O_CLOEXEC)
     try:
         with open(where / "logd.log", "ab") as errlog:  # noqa: PTH123
             proc = subprocess.Popen(
-                [sys.executable, "-IS", "-c", _BOOT, package, logdaemon.NAME, str(where), str(w)],
+                [sys.executable, "-IS", "-c", boot, logdaemon.NAME, str(where), str(w)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=errlog,

@@ -73,13 +73,6 @@ READS_PER_TURN = 4
 MAX_REQUEST = 64 * 1024
 
 
-def _close(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
-
-
 class _Stream:
     """The read end of one FIFO (a task's stdout or stderr) and its unfinished line."""
 
@@ -300,7 +293,7 @@ class _Daemon:
                 fd = os.open(s.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError:
                 continue
-            _close(fd)
+            logdriver.close_quietly(fd)
 
     def _drain(self, reg: _Registration, stream: _Stream) -> None:
         writer = self.writers[reg.log][0]
@@ -334,7 +327,7 @@ class _Daemon:
             self.sel.unregister(stream.fd)
         except (KeyError, ValueError):
             pass
-        _close(stream.fd)
+        logdriver.close_quietly(stream.fd)
         _unlink(stream.fifo)
         if reg.finished:
             self._finish(reg)
@@ -445,19 +438,6 @@ def _log(message: str) -> None:
         pass
 
 
-def _ignore(signum: int, frame: object) -> None:
-    """Installed so SIGTERM does not kill at once; the wake-up byte carries the news."""
-
-
-def _signals() -> int:
-    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-    signal.signal(signal.SIGTERM, _ignore)
-    signal.signal(signal.SIGINT, _ignore)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    return r
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``ctrexec-logd STATE_DIR [READY_FD]``: serve until idle; one daemon per STATE_DIR.
 
@@ -484,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.fork():
         os._exit(0)
     _write_pid(state)
-    wake = _signals()
+    wake, _ = logdriver.wakeup_pipe(signal.SIGTERM, signal.SIGINT)
     _tell(ready, b"r")
     daemon.serve(wake)
     _unlink(os.path.join(state, PIDFILE))
@@ -505,7 +485,7 @@ def _tell(fd: int, byte: bytes) -> None:
         os.write(fd, byte)
     except OSError:
         pass
-    _close(fd)
+    logdriver.close_quietly(fd)
 
 
 if __name__ == "__main__":

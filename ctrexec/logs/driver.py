@@ -31,10 +31,10 @@ This module also holds the writing half of the log format (:class:`LogWriter`,
 :class:`LineSplitter`, :func:`encode_entry`); :mod:`ctrexec.logs.reader` re-exports them
 and adds the reader and the URI builder. The split is about start-up cost, paid by
 every task: this module imports only cheap standard modules (no ``json``, ``re``,
-``pathlib``, ``typing``, ``hashlib``, ``urllib``, attrs) and :mod:`ctrexec.errors`,
-which is why it uses ``os.path`` rather than pathlib. Run through the launcher from
-:func:`ctrexec.logs.reader.write_launcher` (which also skips ``ctrexec/__init__``), it is
-ready in about 25 ms with about 10 MB RSS.
+``pathlib``, ``typing``, ``hashlib``, ``urllib``, attrs), :mod:`ctrexec.defaults` and
+:mod:`ctrexec.errors`, which is why it uses ``os.path`` rather than pathlib. Run through
+the launcher from :func:`ctrexec.logs.launcher.write_launcher` (which also skips
+``ctrexec/__init__``), it is ready in about 25 ms with about 10 MB RSS.
 """
 
 # pathlib would import re and fnmatch: ~8 ms more per task start, so os.path it is.
@@ -49,6 +49,7 @@ import select
 import sys
 import time
 
+from ctrexec import defaults
 from ctrexec.errors import InvalidArgument
 
 try:  # the C helper json.dumps itself uses; importing json would also pull in re
@@ -67,10 +68,9 @@ else:
     # The C module: signal.py wraps it in enums, and enum costs each driver ~0.8 MiB.
     import _signal as signal
 
-#: Rotate the current file before it would grow past this many bytes (docker: max-size).
-DEFAULT_MAX_SIZE = 10 * 1024 * 1024
-#: Files kept in total, the current one included (docker: max-file).
-DEFAULT_MAX_FILES = 3
+#: A log's rotation, under the writer's names (:mod:`ctrexec.defaults` holds them).
+DEFAULT_MAX_SIZE = defaults.DEFAULT_LOG_MAX_SIZE
+DEFAULT_MAX_FILES = defaults.DEFAULT_LOG_MAX_FILES
 #: Longest text of one entry, in bytes; longer lines are split (docker uses 16 KiB).
 MAX_LINE = 16 * 1024
 STDOUT = "stdout"
@@ -327,7 +327,34 @@ class LogWriter:
     def _close_fd(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            _close(fd)
+            close_quietly(fd)
+
+
+def close_quietly(fd: int) -> None:
+    """Close ``fd``, whatever state it is in: the driver and the daemon must drain on."""
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def wakeup_pipe(*caught: int) -> tuple[int, int]:
+    """A non-blocking pipe that gets each ``caught`` signal's number; SIGHUP is ignored.
+
+    ``signal.set_wakeup_fd`` makes the C-level handler write the number, which is safe
+    at any instruction; the Python-level handler does nothing at all, so there is no
+    lock it could wait for. The reader learns which signal came from the bytes.
+    """
+    read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    for sig in caught:
+        signal.signal(sig, _ignore_signal)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    return read_fd, write_fd
+
+
+def _ignore_signal(signum: int, frame: FrameType | None) -> None:
+    """Installed so a caught signal does not kill; the wake-up byte carries the news."""
 
 
 def check_limits(max_size: int, max_files: int) -> None:
@@ -372,13 +399,6 @@ def parse_args(argv: Sequence[str]) -> tuple[str, int, int]:
     return path, max_size, max_files
 
 
-def _close(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
-
-
 class _Pump:
     """Drains one pipe into the writer, line by line, until end of stream, in a thread.
 
@@ -407,7 +427,7 @@ class _Pump:
             self._drain()
             self.flush_rest()
         finally:
-            _close(self.fd)
+            close_quietly(self.fd)
             self.finished = True
             try:
                 os.write(self.wake_fd, _PUMP_DONE)
@@ -458,18 +478,12 @@ def _is_open(fd: int) -> bool:
 
 
 class _Wakeup:
-    """The main thread's wake-up pipe: SIGTERM and finished pumps each write a byte.
-
-    ``signal.set_wakeup_fd`` makes the C-level handler write the signal's number, which
-    is safe at any instruction; the Python-level handler does nothing at all, so
-    there is no lock it could wait for. Whether SIGTERM came is read from the bytes.
-    """
+    """The main thread's wake-up pipe (:func:`wakeup_pipe`): SIGTERM and finished
+    pumps each write a byte."""
 
     def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.read_fd, self.write_fd = wakeup_pipe(signal.SIGTERM)
         self.terminated = False
-        signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
-        signal.signal(signal.SIGTERM, _ignore_signal)
 
     def wait(self, timeout: float) -> None:
         """Sleep until a byte arrives or ``timeout`` passes; note a SIGTERM."""
@@ -479,10 +493,6 @@ class _Wakeup:
                 self.terminated = self.terminated or signal.SIGTERM in data
         except (BlockingIOError, InterruptedError):
             pass
-
-
-def _ignore_signal(signum: int, frame: FrameType | None) -> None:
-    """Installed so SIGTERM does not kill; the wake-up byte carries the news."""
 
 
 def _await_end(pumps: Sequence[_Pump], wakeup: _Wakeup) -> None:
@@ -509,7 +519,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     present = {fd for fd in (STDOUT_FD, STDERR_FD) if _is_open(fd)}
     ready_open = _is_open(READY_FD)
     wakeup = _Wakeup()
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     status = EXIT_OK
     writer: LogWriter | None = None
     try:
@@ -527,7 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for pump in pumps:
         pump.start()
     if ready_open:
-        _close(READY_FD)
+        close_quietly(READY_FD)
     _await_end(pumps, wakeup)
 
     dropped = sum(p.dropped for p in pumps)

@@ -17,25 +17,24 @@ driver keeps, and costs (measured in ``docs/benchmarks.md``):
 - ``none``: output goes to ``/dev/null`` (the shim's null I/O); ``logs`` says so.
 
 All three outlive the ctrexec process that started the task: the shim owns the I/O.
+
+This module is the vocabulary only: names, options and their checks. It imports only
+``defaults``, ``errors`` and (for a size) ``oci``, so the CLI's parser can load it.
+What a given task's config makes of it (its stdio, whether it has a log) is
+:mod:`ctrexec.tasks.output`; reading a log back, per driver, is
+:func:`ctrexec.logs.reader.read_logs`.
 """
 
 from __future__ import annotations
 
-import os
-import stat
-import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ctrexec.errors import FailedPrecondition, InvalidArgument
-from ctrexec.logs import driver as logdriver
+from ctrexec.defaults import DEFAULT_LOG_MAX_FILES, DEFAULT_LOG_MAX_SIZE
+from ctrexec.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
-    from datetime import datetime
-
-    from ctrexec.logs import reader as logs
-    from ctrexec.tasks.config import TaskConfig
+    from collections.abc import Sequence
 
 JSON_FILE = "json-file"
 FILE = "file"
@@ -67,8 +66,8 @@ def parse_log_opts(driver: str, opts: Sequence[str]) -> tuple[int, int, str]:
     """
     check_driver(driver)
     found: dict[str, int] = {
-        "max-size": logdriver.DEFAULT_MAX_SIZE,
-        "max-file": logdriver.DEFAULT_MAX_FILES,
+        "max-size": DEFAULT_LOG_MAX_SIZE,
+        "max-file": DEFAULT_LOG_MAX_FILES,
     }
     transport = DAEMON
     for item in opts:
@@ -110,134 +109,30 @@ def check_transport(name: str) -> None:
         )
 
 
+def docker_size(size: int) -> str:
+    """``size`` bytes as docker's flags write it (``10m``): in the largest unit that
+    divides it, as :func:`ctrexec.oci.resources.parse_size` reads it back."""
+    for unit, scale in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if size and size % scale == 0:
+            return f"{size // scale}{unit}"
+    return str(size)
+
+
+def log_opts_help() -> str:
+    """The ``--log-opt`` keys with their defaults, for the CLI's help."""
+    return (
+        f"max-size={docker_size(DEFAULT_LOG_MAX_SIZE)}, max-file={DEFAULT_LOG_MAX_FILES}, "
+        f"transport={'|'.join(TRANSPORTS)}"
+    )
+
+
 def check_output_path(path: str) -> None:
     """A task output path must be absolute: the shim resolves it, not the caller."""
     if not Path(path).is_absolute() or "\0" in path:
         raise InvalidArgument(f"expected an absolute path, got {path!r}")
 
 
-def caller_paths(config: TaskConfig | None) -> tuple[str, str] | None:
-    """The caller's output paths, when the task's output goes there instead of a log."""
-    if config is None or (config.stdout_path is None and config.stderr_path is None):
-        return None
-    return config.stdout_path or "", config.stderr_path or ""
-
-
-def check_logged(config: TaskConfig | None, name: str) -> None:
-    """Refuse to read the log of a task whose output goes to the caller's paths."""
-    paths = caller_paths(config)
-    if paths is None:
-        return
-    where = " and ".join(
-        f"{path} ({stream})"
-        for path, stream in zip(paths, ("stdout", "stderr"), strict=True)
-        if path
-    )
-    raise FailedPrecondition(f"container {name} writes its output to {where}; ctrexec keeps no log")
-
-
-def uses_daemon(config: TaskConfig | None) -> bool:
-    """Whether the task's output goes through the shared log daemon."""
-    if config is None or caller_paths(config) is not None:
-        return False  # a record from before the daemon: its own driver, if any
-    return config.log_driver == JSON_FILE and config.log_transport == DAEMON
-
-
-def _prepare_output(path: str) -> None:
-    """Make a missing output path a file: the shim opens only a file or a FIFO that exists.
-
-    The runc v2 shim appends to a regular file, and writes a FIFO once a reader has it
-    open (within 30 s, or Tasks.Create fails). A FIFO is not opened here: a writer that
-    came and went would end the stream for the caller's reader.
-    """
-    if not path:
-        return
-    try:
-        st = Path(path).stat()
-    except FileNotFoundError:
-        try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640))
-        except OSError as exc:
-            raise InvalidArgument(f"cannot create task output {path}: {exc.strerror}") from exc
-        return
-    except OSError as exc:
-        raise InvalidArgument(f"cannot use task output {path}: {exc.strerror}") from exc
-    if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
-        raise InvalidArgument(f"task output {path} is neither a file nor a FIFO")
-
-
 def daemon_dir(state_dir: Path | None) -> Path | None:
     """The shared log daemon's directory under an Executor's ``state_dir`` (None: the
     default, :func:`ctrexec.logs.client.state_dir`)."""
     return None if state_dir is None else state_dir / "logd"
-
-
-def stdio_for(
-    config: TaskConfig | None, log_path: str, *, state_dir: Path | None = None
-) -> tuple[str, str, str]:
-    """``(stdout, stderr, token)`` for ``Tasks.Create`` (empty: the shim's null I/O).
-
-    For the daemon the paths are FIFOs it already holds open, and ``token`` names the
-    registration, which a failed start must drop (:func:`ctrexec.logs.client.drop`).
-    ``state_dir`` moves ctrexec's own files (the daemon's socket, the per-task driver's
-    launcher) under it.
-    """
-    paths = caller_paths(config)
-    if paths is not None:
-        for path in paths:
-            _prepare_output(path)
-        return paths[0], paths[1], ""
-    driver = config.log_driver if config else DEFAULT_DRIVER
-    if driver == NONE:
-        return "", "", ""
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    if driver == FILE:
-        uri = "file://" + urllib.parse.quote(os.fspath(log_path), safe="/")
-        return uri, uri, ""
-    max_size = config.log_max_size if config else logdriver.DEFAULT_MAX_SIZE
-    max_files = config.log_max_files if config else logdriver.DEFAULT_MAX_FILES
-    if uses_daemon(config):
-        from ctrexec.logs import client as logdaemon_client
-
-        where = daemon_dir(state_dir)
-        token, out, err = logdaemon_client.register(log_path, max_size, max_files, where=where)
-        return out, err, token
-    from ctrexec.logs import reader as logs
-
-    launcher = logs.write_launcher(state_dir / "bin") if state_dir is not None else None
-    uri = logs.log_uri(log_path, max_size, max_files, driver=launcher)
-    return uri, uri, ""
-
-
-def read_task_logs(
-    driver: str,
-    path: str,
-    *,
-    follow: bool = False,
-    since: datetime | int | None = None,
-    tail: int | None = None,
-    stop: Callable[[], bool] | None = None,
-    poll_interval: float = 0.1,
-) -> Iterator[logs.LogEntry]:
-    """A task's log entries as its driver wrote them (see :func:`ctrexec.logs.reader.read_logs`).
-
-    ``file`` entries have the stream :data:`ctrexec.logs.reader.OUTPUT` and no time; ``none``
-    has nothing to read and says so, in docker's words.
-    """
-    check_driver(driver)
-    if driver == NONE:
-        raise FailedPrecondition("configured logging driver does not support reading")
-    if since is not None and "timestamps" not in FEATURES[driver]:
-        raise InvalidArgument(f"the {driver} log driver keeps no timestamps to filter by")
-    from ctrexec.logs import reader as logs
-
-    return logs.read_logs(
-        path,
-        follow=follow,
-        since=since,
-        tail=tail,
-        stop=stop,
-        poll_interval=poll_interval,
-        raw=driver == FILE,
-    )

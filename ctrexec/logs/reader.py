@@ -6,7 +6,8 @@ so a client that exits leaves the pipes full and the task blocks. With a
 the task's stdout and stderr pipes; the logs then outlive ctrexec and nothing waits on
 the client. :mod:`ctrexec.logs.driver` is that binary. This module is the public face:
 the format, the writer (re-exported from the driver, which must start cheaply), the
-reader, and the URI builder.
+one reader of every driver's logs (:func:`read_logs`), and the URI builder (whose
+launcher file :mod:`ctrexec.logs.launcher` writes).
 
 Format: docker's ``json-file`` format, one JSON object per line,
 ``{"log": "<text>", "stream": "stdout"|"stderr", "time": "<RFC 3339, ns, UTC>"}``,
@@ -29,22 +30,17 @@ Rotation follows docker too: the current file is ``path``; rotated files are
 from __future__ import annotations
 
 import collections
-import contextlib
-import hashlib
-import itertools
 import json
 import os
-import signal
-import sys
-import threading
 import time
 import urllib.parse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import attrs
 
 from ctrexec.errors import FailedPrecondition, InvalidArgument
+from ctrexec.logs import modes
 from ctrexec.logs.driver import (
     DEFAULT_MAX_FILES,
     DEFAULT_MAX_SIZE,
@@ -60,6 +56,7 @@ from ctrexec.logs.driver import (
     encode_entry,
     format_time,
 )
+from ctrexec.logs.launcher import DEFAULT_LAUNCHER_DIR, write_launcher
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator
@@ -85,14 +82,10 @@ __all__ = [
     "log_uri",
     "parse_time",
     "read_logs",
+    "read_task_logs",
     "rotated_paths",
-    "stop_orphaned_drivers",
     "write_launcher",
 ]
-
-#: Where :func:`log_uri` writes the launcher when no driver is given: a tmpfs that a
-#: reboot clears, like the tasks that used it.
-DEFAULT_LAUNCHER_DIR = "/run/ctrexec/bin"
 
 #: How long a log may still grow after its task has exited, for followers that stop
 #: at the exit: the driver writes a last line without a newline once its pipe has
@@ -346,15 +339,23 @@ def _since_ns(since: datetime | int | None) -> int | None:
 def read_logs(
     path: str | os.PathLike[str],
     *,
+    driver: str = modes.JSON_FILE,
     follow: bool = False,
     since: datetime | int | None = None,
     tail: int | None = None,
     streams: Collection[str] = STREAMS,
     stop: Callable[[], bool] | None = None,
     poll_interval: float = 0.1,
-    raw: bool = False,
 ) -> Iterator[LogEntry]:
-    """Entries of a rotating log, oldest first, across ``path.N`` … ``path.1``, ``path``.
+    """Entries of a task's log as its ``driver`` wrote it, oldest first: the one reader.
+
+    ``json-file`` (the default) reads a rotating log across ``path.N`` … ``path.1``,
+    ``path``; ``file`` reads the shim's plain file: each line is an :data:`OUTPUT`
+    entry with time 0, and an unterminated line comes as it is, with no newline,
+    whenever a read reaches the end (its rest follows as another entry); ``none`` has
+    nothing to read and says so, in docker's words (FailedPrecondition), as does
+    ``since`` for a driver that keeps no timestamps (InvalidArgument). The checks come
+    at the call, before the first entry is asked for.
 
     ``since`` (an aware datetime, or ns since the epoch) and ``streams`` filter first;
     ``tail`` then keeps the last N of the entries present now. With ``follow``, entries
@@ -363,28 +364,53 @@ def read_logs(
     once more, so whatever was written before ``stop()`` said so is yielded; without
     ``stop`` it follows until the caller stops iterating. A missing log yields nothing
     (or, when following, waits for it). Lines that are not entries are skipped.
-    ``raw`` reads a plain file (what the shim writes for a ``file://`` URI): each line is
-    an :data:`OUTPUT` entry with time 0, and an unterminated line comes as it is, with
-    no newline, whenever a read reaches the end (its rest follows as another entry).
     """
+    modes.check_driver(driver)
+    if driver == modes.NONE:
+        raise FailedPrecondition("configured logging driver does not support reading")
+    if since is not None and "timestamps" not in modes.FEATURES[driver]:
+        raise InvalidArgument(f"the {driver} log driver keeps no timestamps to filter by")
     if tail is not None and tail < 0:
         raise InvalidArgument(f"tail must be >= 0, got {tail}")
-    since_ns = _since_ns(since)
-    wanted = frozenset(streams)
+    cursor = _Cursor(os.fspath(path))  # opens nothing until it is read
+    since_ns, wanted = _since_ns(since), frozenset(streams)
 
     def select(lines: Iterator[bytes]) -> Iterator[LogEntry]:
-        if raw:
-            yield from _raw_entries(lines, cursor)
-            return
-        for line in lines:
-            entry = decode_entry(line) if line else None
-            if entry is None or entry.stream not in wanted:
-                continue
-            if since_ns is not None and entry.time_ns < since_ns:
-                continue
-            yield entry
+        if driver == modes.FILE:
+            return _raw_entries(lines, cursor)
+        return _json_entries(lines, wanted, since_ns)
 
-    cursor = _Cursor(os.fspath(path))
+    return _entries(cursor, select, tail=tail, follow=follow, stop=stop, poll=poll_interval)
+
+
+class _ReadOptions(TypedDict, total=False):
+    """What :func:`read_task_logs` passes on to :func:`read_logs`."""
+
+    follow: bool
+    since: datetime | int | None
+    tail: int | None
+    stop: Callable[[], bool] | None
+    poll_interval: float
+
+
+def read_task_logs(
+    driver: str, path: str | os.PathLike[str], **options: Unpack[_ReadOptions]
+) -> Iterator[LogEntry]:
+    """:func:`read_logs` with the driver first, as a task's ``TaskInfo.config.log_driver``
+    and ``TaskInfo.log_path`` give them (the name the library documents)."""
+    return read_logs(path, driver=driver, **options)
+
+
+def _entries(
+    cursor: _Cursor,
+    select: Callable[[Iterator[bytes]], Iterator[LogEntry]],
+    *,
+    tail: int | None,
+    follow: bool,
+    stop: Callable[[], bool] | None,
+    poll: float,
+) -> Iterator[LogEntry]:
+    """The generator behind :func:`read_logs`, whose checks so come at the call."""
     try:
         present = select(cursor.start())
         if tail is not None:
@@ -398,10 +424,22 @@ def read_logs(
                 got = True
                 yield entry
             if not got:
-                time.sleep(poll_interval)
+                time.sleep(poll)
         yield from select(cursor.poll())
     finally:
         cursor.close()
+
+
+def _json_entries(
+    lines: Iterator[bytes], wanted: frozenset[str], since_ns: int | None
+) -> Iterator[LogEntry]:
+    for line in lines:
+        entry = decode_entry(line) if line else None
+        if entry is None or entry.stream not in wanted:
+            continue
+        if since_ns is not None and entry.time_ns < since_ns:
+            continue
+        yield entry
 
 
 def _raw_entries(lines: Iterator[bytes], cursor: _Cursor) -> Iterator[LogEntry]:
@@ -412,55 +450,6 @@ def _raw_entries(lines: Iterator[bytes], cursor: _Cursor) -> Iterator[LogEntry]:
 
 
 # --------------------------------------------------------------------------- URI
-
-
-def _launcher_source(python: str, package_dir: str) -> str:
-    # -I: ignore PYTHON* variables and the user site; -S: skip site (and so any
-    # editable-install finders): the driver needs the standard library only.
-    # A stand-in "ctrexec" package keeps ctrexec/__init__.py (which imports grpc,
-    # ~200 ms and ~37 MB) from running; only ctrexec.logs.driver and ctrexec.errors
-    # load.
-    return (
-        f"#!{python} -IS\n"
-        f"# ctrexec.logs.reader.write_launcher wrote this: {DRIVER_NAME} for binary:// URIs.\n"
-        "import sys, types\n"
-        "pkg = types.ModuleType('ctrexec')\n"
-        f"pkg.__path__ = [{package_dir!r}]\n"
-        "sys.modules['ctrexec'] = pkg\n"
-        "from ctrexec.logs.driver import main\n"
-        "sys.exit(main())\n"
-    )
-
-
-def write_launcher(directory: str | os.PathLike[str], *, python: str | None = None) -> str:
-    """Write (once) an executable launcher for the log driver; return its absolute path.
-
-    The shim executes the ``binary://`` path directly, with an environment holding only
-    ``CONTAINER_ID`` and ``CONTAINER_NAMESPACE``, so the driver must be a file that
-    runs on its own: a script whose ``#!`` names this Python and whose body loads the
-    driver from this very ctrexec tree. Measured here (time until the driver closes
-    fd 5, i.e. the delay it adds to a task start), it is ready in ~25 ms with ~10 MB
-    RSS, against ~200 ms and ~37 MB through the ``ctrexec-logdriver`` console script,
-    which imports the whole package (grpc included). The file name carries a hash of the content, so
-    two ctrexec installs sharing a directory never overwrite each other's launcher.
-    """
-    where = Path(directory).absolute()
-    package_dir = str(Path(__file__).absolute().parent.parent)
-    source = _launcher_source(python or sys.executable, package_dir)
-    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-    target = where / f"{DRIVER_NAME}-{digest}"
-    with contextlib.suppress(OSError):
-        if target.read_text(encoding="utf-8") == source and os.access(target, os.X_OK):
-            return str(target)
-    try:
-        where.mkdir(mode=0o755, parents=True, exist_ok=True)
-        tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(source, encoding="utf-8")
-        tmp.chmod(0o755)
-        tmp.replace(target)
-    except OSError as exc:
-        raise FailedPrecondition(f"cannot write log driver launcher in {where}: {exc}") from exc
-    return str(target)
 
 
 def log_uri(
@@ -489,142 +478,3 @@ def log_uri(
         [("path", log_path), ("max-size", str(max_size)), ("max-files", str(max_files))]
     )
     return "binary://" + urllib.parse.quote(driver_path, safe="/") + "?" + query
-
-
-# --------------------------------------------------------------------------- orphans
-
-_SHIM_PREFIX = "containerd-shim"
-#: How long destroy waits, at most, for a cancelled Tasks.Create to finish failing.
-ORPHAN_SETTLE = 5.0
-#: How long a shim must stay with nothing but our driver before it counts as orphaned.
-ORPHAN_STABLE = 1.0
-
-
-def _processes() -> dict[int, tuple[int, list[bytes]]]:
-    """Every process as pid -> (parent pid, argv); kernel threads and the vanished skipped."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if argv:
-            found[int(entry.name)] = (parent, argv)
-    return found
-
-
-def _arg(argv: list[bytes], flag: bytes) -> bytes | None:
-    return next((v for k, v in itertools.pairwise(argv) if k == flag), None)
-
-
-def _writes_to(argv: list[bytes], path: bytes) -> bool:
-    """Whether a command line is a log driver's for ``path`` (see parse_args' forms)."""
-    if not any(DRIVER_NAME.encode() in a for a in argv[:3]):
-        return False
-    pairs = itertools.pairwise(argv)
-    return any(k.lstrip(b"-") == b"path" and v == path for k, v in pairs) or (
-        b"--path=" + path in argv
-    )
-
-
-def _is_shim(argv: list[bytes], namespace: str) -> bool:
-    """A shim daemon of ``namespace`` (not containerd's ``start`` or ``delete`` runs)."""
-    name = Path(os.fsdecode(argv[0])).name
-    return (
-        name.startswith(_SHIM_PREFIX)
-        and argv[-1] not in (b"start", b"delete")
-        and _arg(argv, b"-namespace") == namespace.encode()
-    )
-
-
-def stop_orphaned_drivers(
-    log_path: str | os.PathLike[str],
-    namespace: str,
-    container_id: str,
-    *,
-    settle: float = ORPHAN_SETTLE,
-    stable: float = ORPHAN_STABLE,
-) -> list[int]:
-    """Stop a shim left serving nothing but this task's log driver; return pids signalled.
-
-    Why (containerd 1.6): when ``runc create`` fails after the shim has started the
-    ``binary://`` driver, as it does when the client dies inside Tasks.Create and
-    containerd cancels the call, the shim never closes the driver's pipes
-    (``pkg/process`` ``Init.Create`` drops its I/O unclosed), and containerd, having
-    dropped the task and disconnected from that shim, never shuts it down. Both then
-    live on with nothing to serve, out of reach of containerd's API. A client that
-    dies while containerd starts the shim can likewise leave a shim with no task.
-    Call this once containerd has no task for ``container_id``.
-
-    The shims looked at are ours: the driver's parent, or the daemon started for this
-    id. One whose children are all this log's drivers, or that has none, is SIGKILLed
-    once it has stayed so for ``stable`` seconds (a shim deleting normally passes
-    through that state for milliseconds; an orphan stays); its driver then sees its
-    pipes end and exits. While ``runc`` still works for this id under it (a ``runc
-    init`` left by the cancelled create lingers until containerd's own cleanup kills
-    it, ~20 s here), it is waited for until ``settle`` runs out, then SIGKILLed all
-    the same: containerd never shuts it down. A shim that runs anything else (a
-    group's other tasks) is left alone. With no shim of ours, it returns at once.
-    """
-    wanted = os.fsencode(os.fspath(log_path))
-    deadline = time.monotonic() + settle
-    first_seen: dict[int, float] = {}
-    signalled: list[int] = []
-    while True:
-        procs, now = _processes(), time.monotonic()
-        busy = False
-        for shim, children in _our_shims(procs, wanted, namespace, container_id).items():
-            kinds = {_child_kind(procs[c][1], wanted, container_id) for c in children}
-            if "other" in kinds:
-                first_seen.pop(shim, None)  # it serves something else: not ours to stop
-                continue
-            seen_before = shim in first_seen
-            since = first_seen.setdefault(shim, now)
-            if "runc" in kinds:
-                first_seen[shim] = now  # runc still at work: not idle yet
-            if (kinds <= {"driver"} and now - since >= stable) or (seen_before and now > deadline):
-                signalled += _signal(shim, signal.SIGKILL)
-            else:
-                busy = True
-        if not busy or now > deadline + stable:
-            return signalled
-        time.sleep(0.05)
-
-
-def _child_kind(argv: list[bytes], log: bytes, container_id: str) -> str:
-    """A shim's child: this log's ``driver``, ``runc`` at work for this id, or ``other``."""
-    if _writes_to(argv, log):
-        return "driver"
-    runc = Path(os.fsdecode(argv[0])).name == "runc"
-    if runc and (argv[-1] == container_id.encode() or argv[1:] == [b"init"]):
-        return "runc"
-    return "other"
-
-
-def _our_shims(
-    procs: dict[int, tuple[int, list[bytes]]], log: bytes, namespace: str, container_id: str
-) -> dict[int, set[int]]:
-    """Shim daemons of this task (parent of its driver, or started for its id) -> children."""
-    parents = {parent for parent, argv in procs.values() if _writes_to(argv, log)}
-    shims = {
-        pid
-        for pid, (_, argv) in procs.items()
-        if _is_shim(argv, namespace)
-        and (pid in parents or _arg(argv, b"-id") == container_id.encode())
-    }
-    children: dict[int, set[int]] = {shim: set() for shim in shims}
-    for pid, (parent, _) in procs.items():
-        if parent in children:
-            children[parent].add(pid)
-    return children
-
-
-def _signal(pid: int, sig: int) -> list[int]:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        return []
-    return [pid]

@@ -124,7 +124,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PLUGIN_DIRS = ("/opt/cni/bin", "/usr/lib/cni")
 DEFAULT_CONF_DIR = "/etc/cni/net.d"
-DEFAULT_CACHE_DIR = str(RUN_DIR / "cni" / "results")
+DEFAULT_CACHE_DIR = f"{RUN_DIR}/cni/results"
 DEFAULT_TIMEOUT = 60.0
 
 _CACHE_KIND = "ctrexec/cni-attachment/v1"

@@ -42,7 +42,7 @@ from ctrexec.net import netns as _netns
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0")
 #: host-local's state; under /run so a reboot (which also drops every namespace)
 #: cannot leave addresses allocated to containers that no longer exist.
-DEFAULT_IPAM_DIR = str(RUN_DIR / "cni" / "ipam")
+DEFAULT_IPAM_DIR = f"{RUN_DIR}/cni/ipam"
 
 #: Well-known error codes from the spec; 100+ are plugin-specific.
 ERROR_CODES = {

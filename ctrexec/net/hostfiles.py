@@ -22,7 +22,7 @@ from ctrexec.defaults import RUN_DIR
 from ctrexec.errors import InvalidArgument
 from ctrexec.net.netns import NETNS_RUN_DIR
 
-DEFAULT_DIR = RUN_DIR / "netns-files"
+DEFAULT_DIR = Path(RUN_DIR, "netns-files")
 HOST_RESOLV = Path("/etc/resolv.conf")
 HOST_HOSTS = Path("/etc/hosts")
 _NAMES = ("hosts", "resolv.conf", "hostname")

@@ -14,7 +14,7 @@ from pathlib import Path
 from ctrexec.defaults import RUN_DIR
 
 #: One file per namespace name ctrexec created, holding ``<st_dev>:<st_ino>:<st_ctime_ns>``.
-MARK_DIR = RUN_DIR / "netns-made"
+MARK_DIR = Path(RUN_DIR, "netns-made")
 
 
 def _identity(path: str) -> str:

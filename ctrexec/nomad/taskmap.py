@@ -139,7 +139,7 @@ def pull_options(opts: dict[str, Any], plugin: PluginConfig | None = None) -> di
     if auth and auth.get("username"):
         out["credentials"] = registry_auth.Credentials(auth["username"], auth.get("password") or "")
     elif plugin is not None and plugin.auth_helper:
-        from ctrexec.containerd.images import parse_reference
+        from ctrexec.images.reference import parse_reference
 
         domain = parse_reference(opts["image"]).domain
         out["credentials"] = registry_auth.from_helper(plugin.auth_helper, domain)

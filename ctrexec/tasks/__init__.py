@@ -3,11 +3,12 @@
 What it holds: the config and its fields (``config``, ``fields``), the OCI spec a config
 becomes (``spec``, ``users``, ``files``), the record and its rootfs (``records``), each
 start's run numbers (``runs``), reading a task back (``info``, ``procs``), a ``run -p``
-container's own network from its labels (``implicitnet``), its I/O (``stdio``), waiting
-and events (``waiting``, ``events``, ``aio``), what a killed ctrexec left (``stale``), the
-state-checked verbs and stop (``control``), rename, stopping several at once
-(``teardown``) and the ``Executor`` that composes them. Helpers take what they use (a
-client, a directory, a callable), never the Executor; only ``aio`` wraps it.
+container's own network from its labels (``implicitnet``), where its output goes
+(``output``: the log driver's stdio, the caller's paths) and its interactive I/O
+(``stdio``), waiting and events (``waiting``, ``events``, ``aio``), what a killed ctrexec
+left (``stale``), the state-checked verbs and stop (``control``), rename, stopping several
+at once (``teardown``) and the ``Executor`` that composes them. Helpers take what they use
+(a client, a directory, a callable), never the Executor; only ``aio`` wraps it.
 
 May import: ``containerd/``, ``net/``, ``oci/``, ``images/``, ``logs/``, ``_linux``,
 ``labels``, ``ids``, ``defaults``, ``errors``. Never ``groups/``, ``views/`` or a front end:

@@ -17,6 +17,7 @@ import attrs
 from ctrexec import defaults
 from ctrexec import labels as lbl
 from ctrexec.containerd.tasks import ExitStatus, Status
+from ctrexec.defaults import DEFAULT_LOG_MAX_FILES, DEFAULT_LOG_MAX_SIZE
 from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.ids import validate_id
 from ctrexec.logs import modes as logmodes
@@ -29,9 +30,6 @@ from ctrexec.tasks import fields
 if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
     from ctrexec.net.cni import PortMapping
     from ctrexec.net.nsinfo import Address
-
-DEFAULT_LOG_MAX_SIZE = 10 * 1024 * 1024
-DEFAULT_LOG_MAX_FILES = 3
 
 
 _RESTART_POLICIES = ("no", "on-failure", "always", "unless-stopped")

@@ -30,6 +30,7 @@ from ctrexec.errors import (
     InvalidArgument,
     NotFound,
 )
+from ctrexec.images import lookup
 from ctrexec.logs import client as logdaemon_client
 from ctrexec.logs import modes as logmodes
 from ctrexec.net import hostfiles, netns
@@ -38,6 +39,7 @@ from ctrexec.tasks import control as taskctl
 from ctrexec.tasks import files as taskfiles
 from ctrexec.tasks import implicitnet, records, runs, stale, waiting
 from ctrexec.tasks import info as taskinfo
+from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks import stdio as taskio
 from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
@@ -46,7 +48,7 @@ from ctrexec.tasks.users import ImageUsers
 if TYPE_CHECKING:
     from ctrexec.tasks.events import EventOptions, TaskEvents
 
-DEFAULT_LOG_DIR = defaults.DEFAULT_LOG_DIR
+DEFAULT_LOG_DIR = Path(defaults.DEFAULT_LOG_DIR)
 
 #: What a start by hand clears: the supervisor's state for the previous run.
 _SUPERVISOR_MARKS = (
@@ -117,7 +119,7 @@ class Executor:
         """
         checked = taskspec.check_config(config, containerd_address=self.client.address)
         netns_path, mode = self._resolve_netns(config.netns)
-        image = images.ensure_image(
+        image = lookup.ensure_image(
             self.client, config.image, snapshotter=config.snapshotter, cache=self.images
         )
         user = self._resolve_user(image, config.user or image.config.user, config.snapshotter)
@@ -200,7 +202,7 @@ class Executor:
         log_token: list[str] = []  # the log daemon's registration, if one was made
 
         def logged() -> Stdio:
-            out, err, token = logmodes.stdio_for(cfg, log_path, state_dir=self.state_dir)
+            out, err, token = taskoutput.stdio_for(cfg, log_path, state_dir=self.state_dir)
             log_token.append(token)
             return Stdio(stdout=out, stderr=err)
 
@@ -220,11 +222,8 @@ class Executor:
                     self._clear_previous_run(task_id, by_policy=True, next_run=False)
                     pid = self._run_task(record, mounts, stdio)
         except BaseException:
-            if log_token and log_token[0]:  # the shim never opened the FIFOs: the daemon
-                with contextlib.suppress(CtrexecError):  # would wait for them
-                    logdaemon_client.drop(
-                        token=log_token[0], where=logmodes.daemon_dir(self.state_dir)
-                    )
+            if log_token:  # the shim never opened the FIFOs: the daemon would wait for them
+                taskoutput.forget(self.state_dir, token=log_token[0])
             raise
         run = runs.current(record.labels)
         return TaskHandle(
@@ -325,7 +324,7 @@ class Executor:
         its first byte (``run -it``, ``start -ai``); see :mod:`ctrexec.tasks.stdio`."""
         if isinstance(task, str):
             return taskio.start_attached(self.client, task, self.start, stdin=stdin, **streams)
-        if not taskio.is_interactive(task):
+        if not taskoutput.is_interactive(task):
             raise InvalidArgument("start_attached needs a config with tty or stdin_open")
         self.create(task)
         with self._removed_on_failure(task.name):
@@ -355,7 +354,7 @@ class Executor:
                 raise FailedPrecondition(f"container {task_id} is {state.status.value}")
             tasks.delete(self.client, task_id)
             record = containers.get(self.client, task_id)
-            if logmodes.uses_daemon(self._config_of(record)):
+            if taskoutput.uses_daemon(self._config_of(record)):
                 with contextlib.suppress(CtrexecError):  # a kept stdout: read what is there
                     logdaemon_client.wait_drained(
                         record.labels.get(lbl.LOG_PATH, ""),
@@ -475,7 +474,7 @@ class Executor:
                     f"container {task_id} is {state.status.value}; stop it first or force"
                 )
             tasks.force_delete(self.client, task_id)
-            taskfiles.remove(self.client, record, logd_dir=logmodes.daemon_dir(self.state_dir))
+            taskfiles.remove(self.client, record, state_dir=self.state_dir)
             if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
                 implicitnet.release(self.files_dir, record.labels)
             containers.delete(self.client, task_id)

@@ -27,10 +27,9 @@ from pathlib import Path
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
-from ctrexec.errors import CtrexecError
-from ctrexec.logs import client as logdaemon_client
 from ctrexec.net import hostfiles
 from ctrexec.net.hostfiles import HostFiles, HostsEntries
+from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks.config import TaskConfig
 
@@ -100,14 +99,13 @@ def write(
     )
 
 
-def remove(client: Client, record: containers.Container, *, logd_dir: Path | None) -> None:
-    """Remove a container's own files: its log directory (its runs forgotten by the log
-    daemon first) and its host files. Before its record goes, so that a destroy cut
-    short leaves the record that owns them, for the next destroy to finish."""
+def remove(client: Client, record: containers.Container, *, state_dir: Path | None) -> None:
+    """Remove a container's own files: its log directory (its runs forgotten first by the
+    log daemon of ``state_dir``) and its host files. Before its record goes, so that a
+    destroy cut short leaves the record that owns them, for the next destroy to finish."""
     log_path = record.labels.get(lbl.LOG_PATH)
     if log_path:
-        with contextlib.suppress(CtrexecError):  # no daemon: nothing to forget
-            logdaemon_client.drop(log_path=log_path, where=logd_dir)
+        taskoutput.forget(state_dir, log_path=log_path)
         shutil.rmtree(Path(log_path).parent, ignore_errors=True)
         with contextlib.suppress(OSError):  # the namespace's dir, once empty
             Path(log_path).parent.parent.rmdir()

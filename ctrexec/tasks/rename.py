@@ -49,6 +49,7 @@ from ctrexec.ids import task_cgroup, validate_id
 from ctrexec.net import groupns, hostfiles
 from ctrexec.tasks import implicitnet, runs
 from ctrexec.tasks import info as taskinfo
+from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks import spec as taskspec
 
 if TYPE_CHECKING:
@@ -140,21 +141,11 @@ def _drop_stopped_task(executor: Executor, record: containers.Container) -> cont
         )
     if state.status is Status.STOPPED:
         executor.reap(name)  # deletes it and lets the log driver finish the file
-        _forget_log(executor, record.labels.get(lbl.LOG_PATH, ""))
+        # The log daemon forgets the old path's runs, as it does for a removed container.
+        taskoutput.forget(executor.state_dir, log_path=record.labels.get(lbl.LOG_PATH, ""))
     else:  # CREATED: a start that died between Tasks.Create and Tasks.Start
         tasks.force_delete(client, name)
     return record
-
-
-def _forget_log(executor: Executor, log_path: str) -> None:
-    """The log daemon forgets the old path's runs, as it does for a removed container."""
-    if not log_path:
-        return
-    from ctrexec.logs import client as logdaemon_client
-    from ctrexec.logs import modes as logmodes
-
-    with contextlib.suppress(CtrexecError):  # no daemon: nothing to forget
-        logdaemon_client.drop(log_path=log_path, where=logmodes.daemon_dir(executor.state_dir))
 
 
 def _kept_exit(

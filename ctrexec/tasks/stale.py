@@ -20,7 +20,7 @@ from ctrexec import labels as lbl
 from ctrexec.containerd import bundles, containers, runtimes, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.errors import CtrexecError
-from ctrexec.logs import reader as logstore
+from ctrexec.logs.orphaned_shims import stop_orphaned_drivers
 from ctrexec.tasks import info as taskinfo
 
 #: A bundle, then its work directory, can each be in the way once.
@@ -54,7 +54,7 @@ def clear(client: Client, record: containers.Container, path: Path) -> None:
         container_id=record.id,
     )
     log_path = record.labels.get(lbl.LOG_PATH, "")
-    stopped = logstore.stop_orphaned_drivers(log_path, client.namespace, record.id)
+    stopped = stop_orphaned_drivers(log_path, client.namespace, record.id)
     # containerd still watches a shim it cancelled a create on: once that shim is gone,
     # its cleanup runs the shim's delete and removes the bundle. Let it finish first,
     # or it could remove the bundle of the create sent next.
@@ -74,4 +74,4 @@ def after_delete(client: Client, record: containers.Container) -> None:
     tasks.force_delete(client, record.id)
     shared = taskinfo.shim_shared(client, record.labels.get(lbl.GROUP))
     if record.labels.get(lbl.LOG_PATH) and not shared:
-        logstore.stop_orphaned_drivers(record.labels[lbl.LOG_PATH], client.namespace, record.id)
+        stop_orphaned_drivers(record.labels[lbl.LOG_PATH], client.namespace, record.id)

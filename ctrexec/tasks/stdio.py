@@ -26,23 +26,10 @@ from ctrexec.oci.process import merge_env
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks.config import TaskConfig, TaskHandle
+from ctrexec.tasks.output import is_interactive
 
 #: The per-task FIFO directory's name, beside the task's log.
 FIFO_DIR = "fifo"
-
-
-def is_interactive(config: TaskConfig | None) -> bool:
-    return config is not None and (config.tty or config.stdin_open)
-
-
-def not_logged(task_id: str, config: TaskConfig | None) -> str | None:
-    """Why ``logs`` has nothing for this task, or None when it has a log."""
-    if not is_interactive(config):
-        return None
-    return (
-        f"container {task_id} was started with -i/-t: its output goes to "
-        f"`ctrexec attach {task_id}`, not to a log"
-    )
 
 
 def task_fifos(labels: Mapping[str, str], config: TaskConfig) -> FifoPaths:

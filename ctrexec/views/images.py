@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from ctrexec.containerd.images import ImageSummary, Reference, parse_reference
+from ctrexec.containerd.images import ImageSummary
 from ctrexec.errors import InvalidArgument
+from ctrexec.images.reference import Reference, parse_reference
 from ctrexec.views.ps import human_duration
 
 NONE = "<none>"

@@ -9,12 +9,24 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ctrexec import _rpc
+from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
-from ctrexec.errors import NotFound
+from ctrexec.errors import AlreadyExists, NotFound
 from ctrexec.groups.supervisor import Supervisor
 from ctrexec.tasks.executor import Executor
 from ctrexec.testing import wait_for
+
+
+def create_namespace(client: Client) -> None:
+    """Make the client's namespace exist now (containerd makes one lazily, at the first
+    write), so that it is listed before anything is stored in it."""
+    req = namespace_pb2.CreateNamespaceRequest(
+        namespace=namespace_pb2.Namespace(name=client.namespace)
+    )
+    with contextlib.suppress(AlreadyExists):
+        client.call(_rpc.NAMESPACES, "Create", req, namespace_pb2.CreateNamespaceResponse)
 
 
 def until(predicate: Callable[[], object], what: str, timeout: float = 30.0) -> None:

@@ -22,15 +22,16 @@ from pathlib import Path
 
 import pytest
 from _cli import Cli
-from _support import until
+from _support import create_namespace, until
 
-from ctrexec import _rpc
+from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec.containerd import containers, content, images, snapshots
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Platform
-from ctrexec.images import store as imagestore
+from ctrexec.images import lookup
+from ctrexec.images.prune import prune_images
 from ctrexec.testing import content_digests
 
 SNAPSHOTTER = "overlayfs"
@@ -90,7 +91,7 @@ def ns(client: Client, containerd_address: str) -> Iterator[Client]:
     """A fresh containerd namespace, emptied and removed at the end."""
     name = f"cx-arch-{secrets.token_hex(4)}"
     other = client.with_namespace(name)
-    other.ensure_namespace()
+    create_namespace(other)
     yield other
     for c in containers.list_containers(other):
         containers.delete(other, c.id)
@@ -256,15 +257,15 @@ def test_import_oci_layout(cli: Cli, ns: Client, test_image: str, test_image_arc
     assert out.returncode == 0, out.stderr
     name = "docker.io/library/ctrexec-test:latest"
     assert f"Loaded image: {name}" in out.stdout.decode()
-    image = images.get_image(ns, name)
+    image = lookup.get_image(ns, name)
     lines = out.stderr.decode().splitlines()
-    short = [d[7:19] for d in (image.manifest_digest, image.config_digest, image.layers[0].digest)]
+    short = [d[7:19] for d in (image.manifest.digest, image.config_digest, image.layers[0].digest)]
     assert [f"{d}: already exists" for d in sorted(short)] == [
         line for line in lines if line.endswith("exists") or "downloading" in line
     ]
     assert f"{name}: unpacking" in lines
     assert images.is_unpacked(ns, image, SNAPSHOTTER)
-    labels = content.info(ns, image.manifest_digest).labels
+    labels = content.info(ns, image.manifest.digest).labels
     assert labels[f"{content.GC_REF_CONTENT}config"] == image.config_digest
     assert labels[f"{content.GC_REF_CONTENT}l.0"] == image.layers[0].digest
     config_labels = content.info(ns, image.config_digest).labels
@@ -291,7 +292,7 @@ def test_import_docker_save_builds_the_manifest_ctr_builds(
     out = _import(cli, ns, str(archive))
     assert out.returncode == 0, out.stderr
     assert f"Loaded image: {name}" in out.stdout.decode()
-    image = images.get_image(ns, name)
+    image = lookup.get_image(ns, name)
     assert image.target.media_type == content.MT_DOCKER_MANIFEST
     assert [layer.media_type for layer in image.layers] == [content.MT_DOCKER_LAYER] * 2
     assert image.layers[1].digest == _sha(layer2)
@@ -303,7 +304,7 @@ def test_import_docker_save_builds_the_manifest_ctr_builds(
         _ctr(containerd_address, peer, "images", "import", str(archive))
         listed = _ctr(containerd_address, peer, "images", "ls", "-q")
         assert name in listed.split()
-        theirs = images.get_image(ns.with_namespace(peer), name)
+        theirs = lookup.get_image(ns.with_namespace(peer), name)
         assert theirs.target.digest == image.target.digest  # the same manifest, byte for byte
     finally:
         _ctr(containerd_address, peer, "images", "rm", "--sync", name)
@@ -317,8 +318,8 @@ def test_import_from_stdin(cli: Cli, ns: Client, test_image_archive: Path, tmp_p
     data = (tmp_path / "v.tar").read_bytes()
     out = _import(cli, ns, "-", stdin=gzip.compress(data, compresslevel=1))
     assert out.returncode == 0, out.stderr
-    image = images.get_image(ns, name)
-    assert image.manifest_digest == digests["manifest"]
+    image = lookup.get_image(ns, name)
+    assert image.manifest.digest == digests["manifest"]
     assert images.read_rootfs_files(ns, image, ["/etc/marker"])["/etc/marker"] == marker.encode()
 
 
@@ -341,11 +342,11 @@ def test_export_is_read_by_ctr(
         ANN_REF: "latest",
     }
     assert json.loads(members["manifest.json"])[0]["RepoTags"] == ["ctrexec-test:latest"]
-    mine = images.get_image(client, test_image)
+    mine = lookup.get_image(client, test_image)
     peer = f"cx-arch-ctr-{secrets.token_hex(4)}"
     try:
         _ctr(containerd_address, peer, "images", "import", str(archive))
-        theirs = images.get_image(client.with_namespace(peer), test_image)
+        theirs = lookup.get_image(client.with_namespace(peer), test_image)
         assert theirs.target.digest == mine.target.digest
         assert images.is_unpacked(client.with_namespace(peer), theirs, SNAPSHOTTER)
     finally:
@@ -360,7 +361,7 @@ def test_ctr_export_is_read_by_ctrexec_from_stdin(
     _ctr(containerd_address, TEST_NAMESPACE, "images", "export", str(archive), test_image)
     out = _import(cli, ns, "-", stdin=archive.read_bytes())
     assert out.returncode == 0, out.stderr
-    image = images.get_image(ns, test_image)
+    image = lookup.get_image(ns, test_image)
     assert images.is_unpacked(ns, image, SNAPSHOTTER)
     assert ns.leases() == []
 
@@ -380,14 +381,14 @@ def test_export_to_stdout_round_trips_through_stdin(
     )
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout[:512].startswith(b"blobs/") or b"blobs/" in exported.stdout[:1024]
-    images.remove_image(ns, name, sync=True)
+    lookup.remove_image(ns, name, sync=True)
     until(
         lambda: not content.exists(ns, str(digests["layer2"])), "the marker layer to be collected"
     )
     back = _import(cli, ns, "-", stdin=exported.stdout)
     assert back.returncode == 0, back.stderr
-    image = images.get_image(ns, name)
-    assert image.manifest_digest == digests["manifest"]
+    image = lookup.get_image(ns, name)
+    assert image.manifest.digest == digests["manifest"]
     assert images.read_rootfs_files(ns, image, ["/etc/marker"])["/etc/marker"] == marker.encode()
 
 
@@ -462,6 +463,30 @@ def _container(ns: Client, image: str) -> str:
     return cid
 
 
+def _name_again(ns: Client, name: str, image: images.Image) -> None:
+    """Another record for the image's target, as ``docker tag`` makes one."""
+    with ns.lease() as le:
+        images.record_image(ns, name, image.target, lease=le.id)
+
+
+def test_a_record_named_outside_the_grammar(cli: Cli, ns: Client, test_image_archive: Path) -> None:
+    """containerd/images takes a stored name as it is: a record another client named
+    outside docker's grammar is read by that name, is dangling, and prune deletes it
+    (when every name was parsed first, prune stopped at it with InvalidArgument)."""
+    assert _import(cli, ns, "-q", str(test_image_archive)).returncode == 0
+    test_name = "docker.io/library/ctrexec-test:latest"
+    plain = lookup.get_image(ns, test_name)
+    odd = f"CX Raw {secrets.token_hex(4)}"
+    _name_again(ns, odd, plain)
+    assert images.get_image(ns, odd).config_digest == plain.config_digest
+    with pytest.raises(errors.InvalidArgument, match="invalid reference format"):
+        lookup.get_image(ns, odd)  # not a reference a user may type
+    report = prune_images(ns)
+    assert report.deleted == (odd,)
+    assert report.reclaimed == 0  # the tag still holds the content
+    assert {i.name for i in images.list_images(ns)} == {test_name}
+
+
 def test_prune_and_usage(cli: Cli, ns: Client, test_image_archive: Path, tmp_path: Path) -> None:
     marker = secrets.token_hex(6)
     used = f"docker.io/library/cx-used-{marker}:v1"
@@ -469,10 +494,9 @@ def test_prune_and_usage(cli: Cli, ns: Client, test_image_archive: Path, tmp_pat
     assert _import(cli, ns, "-q", str(tmp_path / "d.tar")).returncode == 0
     assert _import(cli, ns, "-q", str(test_image_archive)).returncode == 0
     test_name = "docker.io/library/ctrexec-test:latest"
-    plain = images.get_image(ns, test_name)
+    plain = lookup.get_image(ns, test_name)
     dangling = f"docker.io/library/cx-none-{marker}@{plain.target.digest}"
-    with ns.lease() as le:
-        imagestore.record_image(ns, dangling, plain.target, lease=le.id)
+    _name_again(ns, dangling, plain)
     cid = _container(ns, used)
     try:
         listed = json.loads(cli("images", "--json", namespace=ns.namespace, check=True).stdout)
@@ -483,16 +507,16 @@ def test_prune_and_usage(cli: Cli, ns: Client, test_image_archive: Path, tmp_pat
         out = cli("image prune", "--json", namespace=ns.namespace, check=True)
         assert json.loads(out.stdout)["deleted"] == [dangling]
         assert {i.name for i in images.list_images(ns)} == {used, test_name}
-        assert content.exists(ns, plain.manifest_digest)  # the tag still holds it
+        assert content.exists(ns, plain.manifest.digest)  # the tag still holds it
 
         out = cli("image prune", "--all", namespace=ns.namespace, check=True)
         assert out.stdout.splitlines()[0] == f"Deleted: {test_name}"
         assert {i.name for i in images.list_images(ns)} == {used}
-        for blob in (plain.manifest_digest, plain.config_digest, plain.layers[0].digest):
+        for blob in (plain.manifest.digest, plain.config_digest, plain.layers[0].digest):
             until(lambda b=blob: not content.exists(ns, b), f"{blob} to be collected")
     finally:
         containers.delete(ns, cid)
-    image = images.get_image(ns, used)
+    image = lookup.get_image(ns, used)
     assert {image.top_chain_id, image.chain_ids[0]} <= _snapshots(ns)
     from ctrexec import prune_images
 
@@ -548,10 +572,10 @@ def test_import_keeps_the_host_platform_unless_all_are_asked_for(
     other_platform = "linux/arm64" if Platform.host().architecture == "amd64" else "linux/amd64"
     out = _import(cli, ns, "-q", "--platform", other_platform, archive)
     assert out.returncode == 0, out.stderr
-    theirs = images.get_image(ns, name, platform=other_platform)
+    theirs = lookup.get_image(ns, name, platform=other_platform)
     got = images.read_rootfs_files(ns, theirs, ["/etc/ctrexec-platform"])
     assert got["/etc/ctrexec-platform"] == f"{theirs.platform.architecture}\n".encode()
-    assert theirs.manifest_digest == other
+    assert theirs.manifest.digest == other
 
 
 # -- images by ID, and docker's listing ----------------------------------------------------------
@@ -608,7 +632,7 @@ def test_images_lists_as_docker_does(
     cli: Cli, ns: Client, test_image_archive: Path, tmp_path: Path
 ) -> None:
     assert _import(cli, ns, "-q", str(test_image_archive)).returncode == 0
-    test_id = images.get_image(ns, "docker.io/library/ctrexec-test:latest").config_digest
+    test_id = lookup.get_image(ns, "docker.io/library/ctrexec-test:latest").config_digest
     names = ["docker.io/library/cx-ids:v1", "docker.io/library/cx-ids:v2"]
     ids = build_labelled(test_image_archive, tmp_path / "v.tar", names, secrets.token_hex(4))
     assert _import(cli, ns, "-q", str(tmp_path / "v.tar")).returncode == 0
@@ -635,7 +659,7 @@ def test_images_lists_as_docker_does(
     assert _table(listed("cx-nosuch")) == [table[0]]
     digests = _table(listed("--digests", "ctrexec-test"))
     assert digests[0][2] == "DIGEST"
-    target = images.get_image(ns, "docker.io/library/ctrexec-test:latest").digest
+    target = lookup.get_image(ns, "docker.io/library/ctrexec-test:latest").digest
     assert digests[1][2:4] == [target, test_id[7:19]]
 
 
@@ -643,7 +667,7 @@ def test_run_create_and_rmi_take_an_image_id_prefix(
     cli: Cli, ns: Client, test_image_archive: Path, tmp_path: Path
 ) -> None:
     assert _import(cli, ns, "-q", str(test_image_archive)).returncode == 0
-    test_id = images.get_image(ns, "docker.io/library/ctrexec-test:latest").config_digest
+    test_id = lookup.get_image(ns, "docker.io/library/ctrexec-test:latest").config_digest
     first = test_id[7]
     names = [f"docker.io/library/cx-idp:{t}" for t in ("v1", "v2")]
     marker = _marker_for_id_starting(test_image_archive, first)
@@ -670,8 +694,7 @@ def test_run_create_and_rmi_take_an_image_id_prefix(
         assert (out.returncode, out.stderr) == (code, refusal), argv
 
     other = "docker.io/library/cx-idp-other:v1"
-    with ns.lease() as le:  # a third name, in another repository
-        imagestore.record_image(ns, other, images.get_image(ns, names[0]).target, lease=le.id)
+    _name_again(ns, other, lookup.get_image(ns, names[0]))  # a third, in another repository
     out = run("rmi", short)
     assert (out.returncode, out.stderr) == (
         1,
@@ -713,6 +736,6 @@ def test_import_that_moves_a_name_says_so(
         f"not to ID {old}"
     )
     assert lines[1].startswith(f"Loaded image: {name} (")
-    assert images.get_image(ns, name).config_digest == new
+    assert lookup.get_image(ns, name).config_digest == new
     again = _import(cli, ns, str(tmp_path / "b.tar"))
     assert again.returncode == 0 and b"already existed" not in again.stdout, again.stdout

@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 from _cli import Cli
+from _support import create_namespace
 
 from ctrexec import errors
 from ctrexec.containerd import containers
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_version_and_namespaces(client: Client) -> None:
     v = client.version()
     assert v.version
-    client.ensure_namespace()
+    create_namespace(client)
     assert client.namespace in client.namespaces()
 
 
@@ -109,7 +110,7 @@ def test_cli_info_json(containerd_address: str, cli: Cli) -> None:
 def test_delete_namespace_only_when_empty(containerd_address: str) -> None:
     """A container record (no snapshot, no task) is enough to keep it."""
     with Client.connect(containerd_address, namespace="ctrexec-test-nsdelete") as c:
-        c.ensure_namespace()
+        create_namespace(c)
         containers.create(
             c, "cx-nsdelete", image="none", spec={"ociVersion": "1.0.2"},
             snapshotter="overlayfs", snapshot_key="cx-nsdelete",

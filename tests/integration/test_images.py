@@ -23,7 +23,9 @@ from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec.containerd import content, images, snapshots
 from ctrexec.containerd.client import Client
-from ctrexec.containerd.content import Platform
+from ctrexec.containerd.content import Descriptor, Platform
+from ctrexec.images import lookup
+from ctrexec.images import store as imagestore
 
 SOURCE_NS = "default"
 PASSWD = b"root:x:0:0:root:/root:/bin/sh\nsvc:x:4242:4242:svc:/srv:/bin/false\n"
@@ -191,8 +193,8 @@ def other_image(
     finally:
         _ctr(containerd_address, "-n", SOURCE_NS, "images", "rm", "--sync", name)
         with pytest.raises(errors.NotFound):
-            images.get_image(client.with_namespace(SOURCE_NS), name)
-        images.remove_image(client, name, sync=True)  # our adopted copy
+            lookup.get_image(client.with_namespace(SOURCE_NS), name)
+        lookup.remove_image(client, name, sync=True)  # our adopted copy
 
 
 def test_docker_namespace_is_searched_only_when_listed(
@@ -210,22 +212,22 @@ def test_docker_namespace_is_searched_only_when_listed(
     monkeypatch.delenv(images.IMAGE_NAMESPACES_ENV, raising=False)
     try:
         with pytest.raises(errors.NotFound) as skipped:
-            images.ensure_image(client, name)
+            lookup.ensure_image(client, name)
         assert "moby" not in str(skipped.value)
         assert str(skipped.value).endswith(f"; get it with: ctrexec pull {name}")
         monkeypatch.setenv(images.IMAGE_NAMESPACES_ENV, "")
         with pytest.raises(errors.NotFound) as none:
-            images.ensure_image(client, name)
+            lookup.ensure_image(client, name)
         assert f" in namespace {client.namespace}; get it with" in str(none.value)
         monkeypatch.setenv(images.IMAGE_NAMESPACES_ENV, "default, moby")
-        assert images.ensure_image(client, name).name == name
+        assert lookup.ensure_image(client, name).name == name
         monkeypatch.setenv(images.IMAGE_NAMESPACES_ENV, "moby,bad/name")
         with pytest.raises(errors.InvalidArgument, match=r"namespace in \$CTREXEC_IMAGE"):
-            images.ensure_image(client, f"{name}-not-here")
+            lookup.ensure_image(client, f"{name}-not-here")
     finally:
         _ctr(containerd_address, "-n", "moby", "images", "rm", "--sync", name)
         with contextlib.suppress(errors.NotFound):
-            images.remove_image(client, name, sync=True)  # our adopted copy
+            lookup.remove_image(client, name, sync=True)  # our adopted copy
         client.call(
             _rpc.NAMESPACES,
             "Delete",
@@ -238,60 +240,60 @@ def test_docker_namespace_is_searched_only_when_listed(
 
 
 def test_get_image_reads_config(client: Client, test_image: str) -> None:
-    img = images.get_image(client, test_image)
+    img = lookup.get_image(client, test_image)
     assert img.name == test_image
     assert img.config.cmd == ("sh",)
     assert any(e.startswith("PATH=") for e in img.config.env)
     assert img.config.stop_signal == "SIGTERM"
     assert img.platform == Platform.host()
-    assert img.manifest_digest == img.digest  # a plain manifest, no index
+    assert img.manifest.digest == img.digest  # a plain manifest, no index
     assert len(img.layers) == len(img.diff_ids) == len(img.chain_ids) == 1
     assert img.chain_ids[0] == img.diff_ids[0]
     assert img.layers[0].media_type == content.MT_OCI_LAYER_GZIP
     assert img.size == img.manifest.size + img.config_descriptor.size + img.layers[0].size
     # short names resolve the way docker resolves them
-    assert images.get_image(client, "ctrexec-test") == img
+    assert lookup.get_image(client, "ctrexec-test") == img
 
 
 def test_list_images(client: Client, test_image: str) -> None:
     found = {s.name: s for s in images.list_images(client)}
     summary = found[test_image]
-    assert summary.digest == images.get_image(client, test_image).digest
+    assert summary.digest == lookup.get_image(client, test_image).digest
     assert summary.size > 1000
     assert summary.created is not None
 
 
 def test_missing_image_is_one_line_not_found(client: Client) -> None:
     with pytest.raises(errors.NotFound) as exc:
-        images.get_image(client, "ctrexec-missing")
+        lookup.get_image(client, "ctrexec-missing")
     assert str(exc.value) == (
         "image 'ctrexec-missing' not found (docker.io/library/ctrexec-missing:latest)"
     )
     with pytest.raises(errors.NotFound) as exc2:
-        images.ensure_image(client, "ctrexec-missing:v9")
+        lookup.ensure_image(client, "ctrexec-missing:v9")
     assert "\n" not in str(exc2.value)
     assert "ctrexec-test" in str(exc2.value)
     assert "docker.io/library/ctrexec-missing:v9" in str(exc2.value)
     assert str(exc2.value).endswith("; get it with: ctrexec pull ctrexec-missing:v9")
     with pytest.raises(errors.NotFound):
-        images.remove_image(client, "ctrexec-missing")
+        lookup.remove_image(client, "ctrexec-missing")
 
 
 def test_bad_reference_is_rejected_before_any_call(client: Client) -> None:
     with pytest.raises(errors.InvalidArgument):
-        images.get_image(client, "Busybox")
+        lookup.get_image(client, "Busybox")
     with pytest.raises(errors.InvalidArgument):
-        images.ensure_image(client, "busybox:bad tag")
+        lookup.ensure_image(client, "busybox:bad tag")
     with pytest.raises(errors.InvalidArgument):
-        images.ensure_image(client, "busybox", snapshotter="over/lay")
+        lookup.ensure_image(client, "busybox", snapshotter="over/lay")
     with pytest.raises(errors.InvalidArgument):
-        images.ensure_image(client, "busybox", platform="linux//amd64")
+        lookup.ensure_image(client, "busybox", platform="linux//amd64")
 
 
 def test_ensure_test_image_is_noop(client: Client, test_image: str) -> None:
     # ctr import already unpacked it; ensure only checks
     before = _snapshots(client)
-    img = images.ensure_image(client, test_image)
+    img = lookup.ensure_image(client, test_image)
     assert images.is_unpacked(client, img)
     assert _snapshots(client).keys() == before.keys()
     labels = content.info(client, img.config_digest).labels
@@ -309,12 +311,12 @@ def test_adopt_from_default_namespace(
     name, digests, blob_bytes = other_image
     source = client.with_namespace(SOURCE_NS)
     with pytest.raises(errors.NotFound):
-        images.get_image(client, name)
-    src_img = images.get_image(source, name)
+        lookup.get_image(client, name)
+    src_img = lookup.get_image(source, name)
     assert src_img.indexes[0].digest == digests["index"]
-    assert src_img.manifest_digest == digests["manifest"]
+    assert src_img.manifest.digest == digests["manifest"]
 
-    img = images.ensure_image(client, name)
+    img = lookup.ensure_image(client, name)
 
     # nothing was copied: the blobs were already on disk
     assert _blob_bytes(containerd_address) == blob_bytes
@@ -340,7 +342,7 @@ def test_adopt_from_default_namespace(
     index_labels = content.info(client, img.target.digest).labels
     assert digests["manifest"] in index_labels.values()
     assert all(k.startswith(gc + "m.") for k in index_labels if k.startswith(gc))
-    manifest_labels = content.info(client, img.manifest_digest).labels
+    manifest_labels = content.info(client, img.manifest.digest).labels
     assert manifest_labels[gc + "config"] == img.config_digest
     assert manifest_labels[gc + "l.0"] == img.layers[0].digest
     assert manifest_labels[gc + "l.1"] == img.layers[1].digest
@@ -357,7 +359,7 @@ def test_adopt_from_default_namespace(
     assert client.leases() == []
 
     # a second call is a no-op
-    assert images.ensure_image(client, name) == img
+    assert lookup.ensure_image(client, name) == img
     assert _snapshots(client).keys() == snaps.keys()
     assert _blob_bytes(containerd_address) == blob_bytes
 
@@ -366,7 +368,7 @@ def test_unpacked_image_survives_gc(
     client: Client, other_image: tuple[str, dict[str, object], int | None]
 ) -> None:
     name = other_image[0]
-    img = images.ensure_image(client, name)
+    img = lookup.ensure_image(client, name)
     # control: an active snapshot only a lease held goes with the lease
     control = f"ctrexec-test-gc-control-{secrets.token_hex(4)}"
     with client.lease() as lease:
@@ -385,7 +387,7 @@ def test_concurrent_unpack_other_snapshotter(
     client: Client, other_image: tuple[str, dict[str, object], int | None]
 ) -> None:
     """Two unpacks racing on one image both succeed (native snapshotter: fresh)."""
-    img = images.ensure_image(client, other_image[0])
+    img = lookup.ensure_image(client, other_image[0])
     results: list[str] = []
     failures: list[BaseException] = []
 
@@ -424,7 +426,7 @@ def _our_mounts() -> list[str]:
 def test_read_rootfs_files_two_layers(
     client: Client, other_image: tuple[str, dict[str, object], int | None]
 ) -> None:
-    img = images.ensure_image(client, other_image[0])
+    img = lookup.ensure_image(client, other_image[0])
     marker = img.config.env[1].split("=", 1)[1]
     with client.lease() as lease:  # two layers: the view is an overlay, not a bind
         key = f"ctrexec-test-view-{secrets.token_hex(4)}"
@@ -493,7 +495,7 @@ def test_private_mount_namespace_hides_mounts(tmp_path: Path) -> None:
 
 
 def test_read_rootfs_files_single_layer(client: Client, test_image: str) -> None:
-    img = images.ensure_image(client, test_image)
+    img = lookup.ensure_image(client, test_image)
     files = images.read_rootfs_files(client, img, ["/etc/passwd", "/etc/missing", "/bin/sh"])
     assert files["/etc/passwd"] is not None
     assert b"app:x:1000:1000" in files["/etc/passwd"]
@@ -503,7 +505,7 @@ def test_read_rootfs_files_single_layer(client: Client, test_image: str) -> None
 
 
 def test_read_rootfs_files_cleans_up_on_error(client: Client, test_image: str) -> None:
-    img = images.ensure_image(client, test_image)
+    img = lookup.ensure_image(client, test_image)
     with pytest.raises(errors.ResourceExhausted):
         images.read_rootfs_files(client, img, ["/bin/busybox"], max_bytes=10)
     assert _our_mounts() == []
@@ -514,7 +516,7 @@ def test_read_rootfs_files_cleans_up_on_error(client: Client, test_image: str) -
 
 
 def test_read_rootfs_files_needs_unpacked_image(client: Client, test_image: str) -> None:
-    img = images.get_image(client, test_image)
+    img = lookup.get_image(client, test_image)
     bogus = attrs.evolve(img, chain_ids=("sha256:" + "0" * 64,))
     with pytest.raises(errors.FailedPrecondition):
         images.read_rootfs_files(client, bogus, ["/etc/passwd"])
@@ -525,7 +527,7 @@ def test_read_rootfs_files_needs_unpacked_image(client: Client, test_image: str)
 
 
 def test_prepare_and_remove_rootfs(client: Client, test_image: str) -> None:
-    img = images.ensure_image(client, test_image)
+    img = lookup.ensure_image(client, test_image)
     key = f"ctrexec-test-rootfs-{secrets.token_hex(4)}"
     with client.lease() as lease:
         mounts = snapshots.prepare_rootfs(
@@ -550,20 +552,11 @@ def test_prepare_and_remove_rootfs(client: Client, test_image: str) -> None:
 def test_write_and_read_blob(client: Client) -> None:
     data = secrets.token_bytes(3 * 1024 * 1024 + 17)  # several write chunks
     with client.lease() as lease:
-        desc = content.write_blob(
-            client,
-            data,
-            media_type="application/octet-stream",
-            lease=lease.id,
-            labels={"test": "x"},
-        )
-        assert desc.digest == _sha(data)
+        desc = Descriptor("application/octet-stream", _sha(data), len(data))
+        imagestore.store_bytes(client, desc, data, lease=lease.id, labels={"test": "x"})
         assert content.read_blob(client, desc, max_size=len(data)) == data
         assert content.info(client, desc.digest).labels == {"test": "x"}
         # writing it again is fine and changes nothing
-        assert (
-            content.write_blob(client, data, media_type="application/octet-stream", lease=lease.id)
-            == desc
-        )
+        imagestore.store_bytes(client, desc, data, lease=lease.id)
         with pytest.raises(errors.ResourceExhausted):
             content.read_blob(client, desc, max_size=10)

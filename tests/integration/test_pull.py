@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from _cli import Cli
 from _registry import PASSWORD, USER, CorruptingProxy, Registry, push
-from _support import until
+from _support import create_namespace, until
 from google.protobuf import empty_pb2
 
 from ctrexec import _rpc, errors
@@ -29,6 +29,7 @@ from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
 from ctrexec.containerd import content, images
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Platform
+from ctrexec.images import lookup
 from ctrexec.images.registry.pull import PullEvent, pull
 from ctrexec.testing import content_digests
 
@@ -104,7 +105,7 @@ def ns(client: Client, request: pytest.FixtureRequest) -> Iterator[Client]:
     """A namespace of the test's own, emptied and deleted afterwards."""
     name = f"ctrexec-test-pull-{secrets.token_hex(4)}"
     own = client.with_namespace(name)
-    own.ensure_namespace()
+    create_namespace(own)
     try:
         yield own
     finally:
@@ -153,7 +154,7 @@ def test_pull_by_tag_then_by_digest(
     img = pull(ns, f"{registry.host}/ctrexec-test:latest", progress=events.append)
     assert img.name == f"{registry.host}/ctrexec-test:latest"
     assert img.digest == summary["target"]
-    assert img.manifest_digest == summary["manifest"]
+    assert img.manifest.digest == summary["manifest"]
     assert img.platform == Platform.host()
     assert images.is_unpacked(ns, img)
     assert events[0].action == "resolved"
@@ -167,7 +168,7 @@ def test_pull_by_tag_then_by_digest(
     index_labels = content.info(ns, img.digest).labels
     assert index_labels[gc + "m.0"] == summary["manifest"]
     assert index_labels[f"{content.LABEL_DISTRIBUTION_SOURCE}{registry.host}"] == "ctrexec-test"
-    manifest_labels = content.info(ns, img.manifest_digest).labels
+    manifest_labels = content.info(ns, img.manifest.digest).labels
     assert manifest_labels[gc + "config"] == summary["config"]
     assert manifest_labels[gc + "l.0"] == summary["layer"]
     assert ns.leases() == []
@@ -176,7 +177,7 @@ def test_pull_by_tag_then_by_digest(
     again: list[PullEvent] = []
     img2 = pull(ns, by_digest, progress=again.append)
     assert img2.name == by_digest
-    assert img2.manifest_digest == summary["manifest"]
+    assert img2.manifest.digest == summary["manifest"]
     # nothing fetched twice: every blob was in the store already
     assert {e.action for e in again} == {"resolved", "exists", "unpacking", "pulled"}
     assert ns.leases() == []
@@ -195,7 +196,7 @@ def test_platform_selection(
     )
     img = pull(ns, f"{registry.host}/ctrexec-test:latest", platform=other)
     assert img.platform == other
-    assert img.manifest_digest == summary["other_manifest"]
+    assert img.manifest.digest == summary["other_manifest"]
     assert img.digest == summary["target"]
     with pytest.raises(errors.NotFound):
         pull(ns, f"{registry.host}/ctrexec-test:latest", platform="linux/s390x")
@@ -207,7 +208,7 @@ def test_missing_tag(ns: Client, registry: Registry, docker_config: Path) -> Non
     with pytest.raises(errors.NotFound):
         pull(ns, f"{registry.host}/no-such-repo:latest")
     with pytest.raises(errors.NotFound):
-        images.get_image(ns, f"{registry.host}/ctrexec-test:no-such-tag")
+        lookup.get_image(ns, f"{registry.host}/ctrexec-test:no-such-tag")
     assert ns.leases() == []
 
 
@@ -222,7 +223,7 @@ def test_auth_401_then_docker_config(
         pull(ns, ref)
     assert ns.leases() == []
     with pytest.raises(errors.NotFound):
-        images.get_image(ns, ref)
+        lookup.get_image(ns, ref)
 
     from ctrexec.cli.main import main
 
@@ -304,7 +305,7 @@ def test_corrupted_blob_leaves_nothing(
             pull(ns, ref)
         assert proxy.corrupted >= 1
     with pytest.raises(errors.NotFound):
-        images.get_image(ns, ref)
+        lookup.get_image(ns, ref)
     assert ns.leases() == []
     _gc(ns)
     assert content_digests(ns) == set()
@@ -356,7 +357,7 @@ def test_registry_killed_mid_pull_then_resumed(
         t.join(300)
     assert failure and isinstance(failure[0], errors.Unavailable), failure
     with pytest.raises(errors.NotFound):
-        images.get_image(ns, ref)
+        lookup.get_image(ns, ref)
     assert len(ns.leases()) == 1  # kept: it holds the partial download
     partial = ns.call(
         _rpc.CONTENT,
@@ -407,7 +408,7 @@ def test_ctr_pulled_image_adopted_without_writing(
         # every blob was committed from disk: each "start" is at its end already
         starts = [e for e in events if e.action == "start"]
         assert starts and all(e.done == e.total for e in starts), starts
-        assert img.digest == images.get_image(other, ref).digest
+        assert img.digest == lookup.get_image(other, ref).digest
     finally:
         for rec in other.call(
             _rpc.IMAGES, "List", images_pb2.ListImagesRequest(), images_pb2.ListImagesResponse
@@ -493,7 +494,7 @@ def test_group_up_pulls_a_missing_image(
         up = cli("group up", "-q", str(group_file), namespace=ns.namespace)
         assert up.returncode == 0, up.stderr
         assert f"{name}-t" in up.stdout
-        assert images.get_image(ns, ref).name == ref
+        assert lookup.get_image(ns, ref).name == ref
     finally:
         down = cli("group down", "-t", "1", name, namespace=ns.namespace)
         assert down.returncode == 0, down.stderr

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec.containerd import containers, images, snapshots
+from ctrexec.containerd import containers, snapshots
 from ctrexec.containerd.client import Client
+from ctrexec.images import lookup
 from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.executor import Executor
 from ctrexec.testing import import_image
@@ -47,7 +48,7 @@ def own_ns(
         ex = Executor(ns)
         for info in ex.list(all_tasks=True):
             ex.destroy(info.id, force=True)
-        images.remove_image(ns, test_image, sync=True)
+        lookup.remove_image(ns, test_image, sync=True)
         subprocess.run(
             ["ctr", "--address", containerd_address, "namespaces", "rm", NAMESPACE],
             check=True,
@@ -83,10 +84,10 @@ def test_a_cached_image_removed_and_imported_again_still_starts(
     ex = Executor(own_ns, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
     ex.start_task(_cfg("sp-gone-0", test_image))
     ex.destroy("sp-gone-0", force=True)
-    images.remove_image(own_ns, test_image, sync=True)
+    lookup.remove_image(own_ns, test_image, sync=True)
     assert len(ex.images.ready) == 1  # still cached: the point of the test
     import_image(containerd_address, NAMESPACE, test_image_archive)
-    image = images.get_image(own_ns, test_image)
+    image = lookup.get_image(own_ns, test_image)
     for chain_id in reversed(image.chain_ids):  # whether or not ctr unpacked it again
         snapshots.remove_snapshot(own_ns, chain_id)
     assert snapshots.stat_snapshot(own_ns, image.top_chain_id, "overlayfs") is None

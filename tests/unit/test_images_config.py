@@ -144,7 +144,7 @@ def test_media_types() -> None:
     assert content.is_manifest(content.MT_DOCKER_MANIFEST)
     assert not content.is_manifest(content.MT_DOCKER_MANIFEST_LIST)
     assert content.is_config(content.MT_DOCKER_CONFIG)
-    assert content.is_layer(content.MT_DOCKER_LAYER_FOREIGN)
+    assert content.layer_compression(content.MT_DOCKER_LAYER_FOREIGN) == "gzip"
     assert content.layer_compression(content.MT_DOCKER_LAYER_GZIP) == "gzip"
     assert content.layer_compression(content.MT_OCI_LAYER_GZIP) == "gzip"
     assert content.layer_compression(content.MT_OCI_LAYER_ZSTD) == "zstd"

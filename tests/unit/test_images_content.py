@@ -16,6 +16,7 @@ from ctrexec import _linux, _rpc, errors
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec.containerd import content, snapshots
 from ctrexec.containerd.content import Descriptor
+from ctrexec.images import store as imagestore
 
 
 class FakeStore:
@@ -165,10 +166,11 @@ def test_adopt_blob_already_visible_only_adds_labels() -> None:
     assert store.aborted  # the write session was abandoned cleanly
 
 
-def test_write_blob_and_read_back() -> None:
+def test_store_bytes_and_read_back() -> None:
     _, _, dst = _clients(shared=True)
     data = os.urandom(3000)
-    desc = content.write_blob(dst, data, media_type="application/octet-stream", lease="l")
+    desc = Descriptor("application/octet-stream", content.digest_of(data), len(data))
+    imagestore.store_bytes(dst, desc, data, lease="l")
     assert content.read_blob(dst, desc) == data
 
 
@@ -263,3 +265,29 @@ def test_compact_lowerdir() -> None:
 def test_mount_round_trip() -> None:
     m = snapshots.RootfsMount("overlay", "overlay", "", ("lowerdir=/a:/b",))
     assert snapshots.RootfsMount.from_proto(m.to_proto()) == m
+
+
+def test_begin_write_of_a_blob_the_namespace_has_only_sets_labels() -> None:
+    store, _, dst = _clients(shared=True)
+    desc = store.put("mine", b"blob", {"keep": "1"})
+    session = content.WriteSession(dst, "ctrexec-test-ref", None)
+    assert content.begin_write(session, desc, {"new": "2"}) is None
+    assert store.visible["mine"][desc.digest] == {"keep": "1", "new": "2"}
+    assert store.aborted == ["ctrexec-test-ref"]  # nothing is left ingesting
+
+
+def test_begin_write_of_a_blob_on_disk_elsewhere_starts_at_its_end() -> None:
+    store, _, dst = _clients(shared=True)
+    desc = store.put("default", b"some bytes")
+    session = content.WriteSession(dst, "ctrexec-test-ref", None)
+    assert content.begin_write(session, desc, {}) == desc.size  # commit only, no data
+    session.commit(desc, desc.size, {})
+    session.finish()
+    assert desc.digest in store.visible["mine"]
+
+
+def test_json_strings() -> None:
+    assert content.json_strings(None, "x") == ()
+    assert content.json_strings(["a", "b"], "x") == ("a", "b")
+    with pytest.raises(errors.InvalidArgument, match=r"^manifest\.json Layers must be a list"):
+        content.json_strings(["a", 1], "manifest.json Layers")

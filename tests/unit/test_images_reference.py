@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ctrexec import errors
-from ctrexec.containerd.images import Reference, normalize_reference, parse_reference
+from ctrexec.images.reference import Reference, normalize_reference, parse_reference
 
 D = "sha256:" + "ab" * 32
 

@@ -191,6 +191,7 @@ ORDER: dict[str, tuple[str, ...]] = {
     "ctrexec.tasks": (
         "fields",
         "config",
+        "output",
         "runs",
         "users",
         "spec",

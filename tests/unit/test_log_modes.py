@@ -12,6 +12,7 @@ from ctrexec.errors import FailedPrecondition, InvalidArgument, InvalidField
 from ctrexec.groups.spec import parse_group
 from ctrexec.logs import modes as logmodes
 from ctrexec.logs import reader as logs
+from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks.config import TaskConfig
 
 pytestmark = pytest.mark.unit
@@ -90,17 +91,17 @@ def test_group_file_key_log_driver() -> None:
 def test_stdio_per_driver(tmp_path: Path) -> None:
     path = tmp_path / "a b" / "task.log"
     none = TaskConfig(name="t", image="img", log_driver="none")
-    assert logmodes.stdio_for(none, str(path)) == ("", "", "")
+    assert taskoutput.stdio_for(none, str(path)) == ("", "", "")
     assert not path.parent.exists()  # nothing made for a task that logs nothing
     file = TaskConfig(name="t", image="img", log_driver="file")
     uri = f"file://{tmp_path}/a%20b/task.log"
-    assert logmodes.stdio_for(file, str(path)) == (uri, uri, "")
+    assert taskoutput.stdio_for(file, str(path)) == (uri, uri, "")
     assert path.parent.is_dir()
     process = TaskConfig(name="t", image="img", log_transport="process")
-    out, err, token = logmodes.stdio_for(process, str(path))
+    out, err, token = taskoutput.stdio_for(process, str(path))
     assert out == err and out.startswith("binary://") and not token
-    assert not logmodes.uses_daemon(process)
-    assert logmodes.uses_daemon(TaskConfig(name="t", image="img"))
+    assert not taskoutput.uses_daemon(process)
+    assert taskoutput.uses_daemon(TaskConfig(name="t", image="img"))
 
 
 def test_log_opt_transport() -> None:
@@ -116,27 +117,27 @@ def test_log_opt_transport() -> None:
 
 def test_none_has_nothing_to_read(tmp_path: Path) -> None:
     with pytest.raises(FailedPrecondition, match="does not support reading"):
-        list(logmodes.read_task_logs("none", str(tmp_path / "task.log")))
+        list(logs.read_logs(tmp_path / "task.log", driver="none"))
 
 
 def test_file_logs_read_raw_with_the_unterminated_rest(tmp_path: Path) -> None:
     path = tmp_path / "task.log"
     path.write_bytes(b"out 1\nerr 2\nno newline")
-    entries = list(logmodes.read_task_logs("file", str(path)))
+    entries = list(logs.read_logs(path, driver="file"))
     assert [e.message for e in entries] == ["out 1\n", "err 2\n", "no newline"]
     assert {e.stream for e in entries} == {logs.OUTPUT}
-    tail = list(logmodes.read_task_logs("file", str(path), tail=1))
+    tail = list(logs.read_logs(path, driver="file", tail=1))
     assert [e.message for e in tail] == ["no newline"]
     with pytest.raises(InvalidArgument, match="keeps no timestamps"):
-        list(logmodes.read_task_logs("file", str(path), since=0))
+        list(logs.read_logs(path, driver="file", since=0))
 
 
 def test_following_a_raw_log_prints_the_rest_of_a_line_once(tmp_path: Path) -> None:
     path = tmp_path / "task.log"
     path.write_bytes(b"abc")
     got: list[str] = []
-    for entry in logmodes.read_task_logs(
-        "file", str(path), follow=True, stop=lambda: len(got) >= 3, poll_interval=0.01
+    for entry in logs.read_logs(
+        path, driver="file", follow=True, stop=lambda: len(got) >= 3, poll_interval=0.01
     ):
         got.append(entry.message)
         if len(got) == 1:
@@ -164,3 +165,31 @@ def test_logs_timestamps_refused_for_the_file_driver(
     monkeypatch.setattr(cli_tasks, "executor", lambda _args: _Ex())
     assert main(["logs", "-t", "t"]) == 125
     assert capsys.readouterr().err.strip() == "ctrexec: the file log driver keeps no timestamps"
+
+
+def test_docker_size_writes_the_largest_exact_unit() -> None:
+    from ctrexec.oci.resources import parse_size
+
+    cases = [(10 << 20, "10m"), (1 << 30, "1g"), (512 << 10, "512k"), (1536, "1536"), (0, "0")]
+    for size, text in cases:
+        assert logmodes.docker_size(size) == text
+        assert parse_size(text) == size
+
+
+def test_run_help_shows_the_log_defaults_from_defaults(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--log-opt``'s help is formatted from ctrexec.defaults, not written by hand."""
+    from ctrexec import defaults
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    size = logmodes.docker_size(defaults.DEFAULT_LOG_MAX_SIZE)
+    assert f"max-size={size}, max-file={defaults.DEFAULT_LOG_MAX_FILES}," in shown
+    monkeypatch.setattr(logmodes, "DEFAULT_LOG_MAX_SIZE", 2 << 20)
+    monkeypatch.setattr(logmodes, "DEFAULT_LOG_MAX_FILES", 7)
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "max-size=2m, max-file=7, transport=daemon|process" in shown

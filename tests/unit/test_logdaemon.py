@@ -19,6 +19,7 @@ import pytest
 from ctrexec.logs import client as logdaemon_client
 from ctrexec.logs import daemon as logdaemon
 from ctrexec.logs import reader as logs
+from ctrexec.logs.launcher import boot_source
 from ctrexec.testing import wait_for
 
 
@@ -136,6 +137,15 @@ def test_a_run_whose_task_never_opened_its_fifos_is_not_kept(logd: Path, tmp_pat
     logdaemon_client.wait_drained(log, timeout=10)
     assert not Path(out).exists()
     assert logdaemon_client.ping() == {"ok": True, "pid": _pid(logd), "registrations": 0}
+
+
+def test_the_daemon_starts_from_the_one_stand_in_script(logd: Path) -> None:
+    """The daemon's ``-c`` script is the launcher module's, the one the driver's file has."""
+    reply = logdaemon_client.request({"op": "ping"})  # starts it
+    assert reply is not None
+    argv = Path(f"/proc/{reply['pid']}/cmdline").read_bytes().split(b"\0")[:-1]
+    assert argv[1:4] == [b"-IS", b"-c", boot_source(logdaemon.__name__).encode()]
+    assert argv[4:6] == [logdaemon.NAME.encode(), os.fsencode(logd)]
 
 
 def test_drop_forgets_one_run(logd: Path, tmp_path: Path) -> None:

@@ -24,8 +24,11 @@ from typing import Any
 
 import pytest
 
-from ctrexec.errors import InvalidArgument
+from ctrexec import defaults
+from ctrexec.errors import FailedPrecondition, InvalidArgument
 from ctrexec.logs import driver as logdriver
+from ctrexec.logs.launcher import boot_source, launcher_source, write_launcher
+from ctrexec.logs.orphaned_shims import stop_orphaned_drivers
 from ctrexec.logs.reader import (
     MAX_LINE,
     LineSplitter,
@@ -37,9 +40,8 @@ from ctrexec.logs.reader import (
     log_uri,
     parse_time,
     read_logs,
+    read_task_logs,
     rotated_paths,
-    stop_orphaned_drivers,
-    write_launcher,
 )
 
 pytestmark = pytest.mark.unit
@@ -422,19 +424,29 @@ def test_write_launcher_is_idempotent_and_executable(tmp_path: Path) -> None:
     assert write_launcher(tmp_path / "bin", python="/other/python") != first
 
 
-def test_driver_imports_stay_cheap() -> None:
-    """The launcher path must not pull in grpc, attrs, json, re or typing (per-task cost)."""
-    code = (
-        "import sys, types\n"
-        "pkg = types.ModuleType('ctrexec')\n"
-        f"pkg.__path__ = [{str(ROOT / 'ctrexec')!r}]\n"
-        "sys.modules['ctrexec'] = pkg\n"
-        "import ctrexec.logs.driver\n"
-        "print(' '.join(sorted(sys.modules)))\n"
+def _imported_by_launcher(tmp_path: Path) -> list[str]:
+    """The modules the real launcher file imports, as ``-X importtime`` lists them.
+
+    Run without arguments the driver refuses its configuration (status 2) and, with no
+    pipes on fds 3-5, exits at once: by then it has imported all it ever imports.
+    """
+    launcher = write_launcher(tmp_path / "bin")
+    done = subprocess.run(
+        [sys.executable, "-IS", "-X", "importtime", launcher],
+        capture_output=True,
+        text=True,
+        env={},
+        check=False,
     )
-    out = subprocess.run(
-        [sys.executable, "-IS", "-c", code], check=True, capture_output=True, text=True, env={}
-    ).stdout.split()
+    assert done.returncode == logdriver.EXIT_BAD_CONFIG, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
+    return [line.rsplit("|", 1)[1].strip() for line in lines[1:]]  # the first is a header
+
+
+def test_driver_imports_stay_cheap(tmp_path: Path) -> None:
+    """The launcher path must not pull in grpc, attrs, json, re or typing (per-task cost)."""
+    out = _imported_by_launcher(tmp_path)
+    assert "ctrexec.logs.driver" in out and "ctrexec.defaults" in out
     for heavy in (
         "grpc",
         "attrs",
@@ -443,11 +455,54 @@ def test_driver_imports_stay_cheap() -> None:
         "re",
         "typing",
         "pathlib",
+        "ctrexec",  # the stand-in package: ctrexec/__init__.py never runs
         "ctrexec.logs.reader",
     ):
         assert heavy not in out
     # Each of these costs every driver ~0.2-0.8 MiB PSS (enum through signal).
     assert [m for m in ("signal", "enum", "threading", "contextlib", "functools") if m in out] == []
+
+
+def test_the_launcher_and_the_daemon_boot_from_one_script(tmp_path: Path) -> None:
+    """One stand-in package script: the launcher file is the driver's, behind its ``#!``."""
+    text = Path(write_launcher(tmp_path / "bin")).read_text()
+    assert text == launcher_source(sys.executable)
+    assert text.endswith(boot_source("ctrexec.logs.driver"))
+    assert f"pkg.__path__ = [{str(ROOT / 'ctrexec')!r}]" in text
+
+
+def test_rotation_defaults_have_one_definition() -> None:
+    """The writer, the URI, the config and the CLI all take ctrexec.defaults' values."""
+    from ctrexec.tasks.config import TaskConfig
+
+    assert (logdriver.DEFAULT_MAX_SIZE, logdriver.DEFAULT_MAX_FILES) == (
+        defaults.DEFAULT_LOG_MAX_SIZE,
+        defaults.DEFAULT_LOG_MAX_FILES,
+    )
+    config = TaskConfig(name="t", image="img")
+    assert (config.log_max_size, config.log_max_files) == (
+        defaults.DEFAULT_LOG_MAX_SIZE,
+        defaults.DEFAULT_LOG_MAX_FILES,
+    )
+    assert logdriver.parse_args(["path", "/x"])[1:] == (
+        defaults.DEFAULT_LOG_MAX_SIZE,
+        defaults.DEFAULT_LOG_MAX_FILES,
+    )
+
+
+def test_read_logs_takes_the_driver_and_checks_it_at_the_call(tmp_path: Path) -> None:
+    path = tmp_path / "task.log"
+    path.write_bytes(b"raw line\n")
+    with pytest.raises(FailedPrecondition, match="does not support reading"):
+        read_logs(path, driver="none")  # not only once iterated
+    with pytest.raises(InvalidArgument, match="unknown log driver 'syslog'"):
+        read_logs(path, driver="syslog")
+    with pytest.raises(InvalidArgument, match="keeps no timestamps"):
+        read_logs(path, driver="file", since=0)
+    assert [(e.stream, e.message) for e in read_logs(path, driver="file")] == [
+        ("output", "raw line\n")
+    ]
+    assert list(read_task_logs("file", path)) == list(read_logs(path, driver="file"))
 
 
 # ----------------------------------------------------------------------------- driver process

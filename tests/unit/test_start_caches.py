@@ -50,8 +50,9 @@ def test_memo_forget() -> None:
     memo.put(("ns", "sha256:a"), 1)
     memo.put(("ns", "sha256:b"), 2)
     memo.put(("other", "sha256:a"), 3)
-    memo.forget(("ns", "sha256:b"))
-    memo.forget_where(lambda k: k[1] == "sha256:a")
+    for key in [("ns", "sha256:b"), ("ns", "sha256:a"), ("other", "sha256:a")]:
+        memo.forget(key)
+    memo.forget(("ns", "sha256:c"))  # not there: fine
     assert len(memo) == 0
 
 

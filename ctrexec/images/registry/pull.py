@@ -25,7 +25,9 @@ from ctrexec import errors
 from ctrexec.containerd import content, images
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Descriptor, Platform
+from ctrexec.images import lookup
 from ctrexec.images import store as imagestore
+from ctrexec.images.reference import normalize_reference, parse_reference
 from ctrexec.images.registry import auth, hosts
 from ctrexec.images.registry.auth import Credentials
 from ctrexec.images.registry.client import Repository
@@ -202,7 +204,7 @@ def pull(
     """Pull ``ref`` into the client's namespace for ``platform`` (the host's) and unpack
     it. Credentials: ``credentials``, else docker's config (``docker_config`` or
     ``$DOCKER_CONFIG``), else anonymous. Endpoints: ``hosts_dir``'s hosts.toml."""
-    parsed = images.parse_reference(ref)
+    parsed = parse_reference(ref)
     want = content.as_platform(platform)
     name = str(parsed)
     if credentials is None:
@@ -230,7 +232,7 @@ def pull(
             raise errors.NotFound(f"image {ref!r} has no manifest for platform {want}")
         with imagestore.lease(client, key=f"{name} {want}") as le:
             _store_content(client, repo, docs, lease=le.id, emit=emit, parallel=parallel)
-            imagestore.record_image(client, name, top, lease=le.id)
+            images.record_image(client, name, top, lease=le.id)
             emit("unpacking", top)
             image = imagestore.unpack_image(
                 client, name, lease=le.id, platform=want, snapshotter=snapshotter
@@ -259,7 +261,7 @@ def ensure_pulled(
     if policy == "always":
         pull(client, ref, platform=platform, snapshotter=snapshotter, **pull_options)
     try:
-        return images.ensure_image(
+        return lookup.ensure_image(
             client, ref, platform=platform, snapshotter=snapshotter, cache=cache
         )
     except errors.NotFound:
@@ -267,5 +269,5 @@ def ensure_pulled(
             raise  # its message says how to get it (images.missing_image_hint)
     progress = pull_options.get("progress")
     if progress is not None:  # docker's "Unable to find image ... locally", before the pull
-        progress(PullEvent("missing", str(images.parse_reference(ref))))
+        progress(PullEvent("missing", normalize_reference(ref)))
     return pull(client, ref, platform=platform, snapshotter=snapshotter, **pull_options)
