@@ -26,6 +26,7 @@ from ctrexec._linux import mount_points, mounts_under, unix_socket_listening
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
+from ctrexec.logs import daemon as logdaemon
 from ctrexec.net.netns import NETNS_RUN_DIR
 
 TEST_ADDRESS_ENV = "CTREXEC_TEST_ADDRESS"
@@ -100,6 +101,7 @@ def remove_dead_shim_state(
 def import_image(address: str, namespace: str, archive: Path) -> list[str]:
     """Import an image archive (OCI layout or ``docker save``) with ctrexec's own
     importer, unpacked for the host; returns the names it created."""
+    # The archive reader (tarfile, gzip) only for the sessions that import an image.
     from ctrexec.images.importer import import_archive
 
     with Client.connect(address, namespace=namespace) as client:
@@ -246,8 +248,6 @@ def stop_log_daemon(state_dir: str | os.PathLike[str], timeout: float = 10.0) ->
     For test sessions and benchmarks that gave the daemon a directory of their own,
     so the daemon there is theirs to stop.
     """
-    from ctrexec.logs import daemon as logdaemon
-
     try:
         pid = int((Path(state_dir) / logdaemon.PIDFILE).read_text())
     except (OSError, ValueError):

@@ -67,6 +67,7 @@ def recoverable_detail(exc: CtrexecError) -> recoverable_error_pb2.RecoverableEr
 
 def _ensure_image(executor: Any, config: Any, options: dict[str, Any]) -> None:
     """The task's image in this namespace: adopted from another, or pulled."""
+    # The registry client (urllib3) loads with the first StartTask, not at plugin start.
     from ctrexec.images.registry.pull import ensure_pulled
 
     ensure_pulled(
@@ -210,6 +211,7 @@ class NomadDriver:
             return
         if not self.plugin.dangling.enabled:
             return
+        # A plugin whose config turns the sweeps off never loads the reconciler.
         from ctrexec.nomad.dangling import Reconciler
 
         def claimed() -> set[str]:
@@ -219,6 +221,8 @@ class NomadDriver:
         self._reconciler = asyncio.ensure_future(rec.run())
 
     def _connect(self, config: PluginConfig, loop: asyncio.AbstractEventLoop) -> None:
+        # containerd's stubs and the executor load at SetConfig, after the handshake and
+        # the schema calls Nomad makes of every plugin it fingerprints.
         from ctrexec.containerd.client import Client
         from ctrexec.tasks.executor import Executor
 

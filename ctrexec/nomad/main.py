@@ -49,9 +49,12 @@ def main() -> int:
         )
         return 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Past the cookie and protocol checks: a binary run by hand, or offered the wrong
+    # protocol, exits before loading logging, asyncio and grpc.
     from ctrexec.nomad import hclog
 
     hclog.install()
+    # Logging is hclog's before grpc and asyncio load, so their first lines are too.
     import asyncio
 
     from ctrexec.nomad import serve
@@ -76,6 +79,7 @@ def sweep_stale_sockets(tmp: Path, *, min_age: float = 5.0) -> list[Path]:
     A directory goes only when its socket accepts no connection and is older than
     ``min_age`` seconds (a plugin starting right now has not listened yet).
     """
+    # _linux (ctypes) loads only for a plugin that passed the handshake checks.
     from ctrexec._linux import unix_socket_listening
 
     removed = []

@@ -29,6 +29,8 @@ import attrs
 from ctrexec import labels as lbl
 from ctrexec._api.nomad.drivers import driver_pb2 as pb
 from ctrexec.errors import InvalidArgument, InvalidField
+from ctrexec.images.reference import parse_reference
+from ctrexec.images.registry import auth as registry_auth
 from ctrexec.nomad.config import PluginConfig
 from ctrexec.oci import caps
 from ctrexec.tasks.config import TaskConfig
@@ -132,15 +134,11 @@ def pull_options(opts: dict[str, Any], plugin: PluginConfig | None = None) -> di
     always. Credentials as the docker driver finds them: the task's ``auth`` block, else
     the plugin's credential helper, else the plugin's docker config file, else docker's
     default config.json."""
-    from ctrexec.images.registry import auth as registry_auth
-
     auth = opts["auth"]
     out: dict[str, Any] = {"policy": "always" if opts["force_pull"] else "missing"}
     if auth and auth.get("username"):
         out["credentials"] = registry_auth.Credentials(auth["username"], auth.get("password") or "")
     elif plugin is not None and plugin.auth_helper:
-        from ctrexec.images.reference import parse_reference
-
         domain = parse_reference(opts["image"]).domain
         out["credentials"] = registry_auth.from_helper(plugin.auth_helper, domain)
     elif plugin is not None and plugin.auth_config:
