@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import grpc
 from google.protobuf.message import Message
@@ -55,6 +55,16 @@ class _NoDeadline:
 
 NO_DEADLINE = _NoDeadline()
 Timeout = float | _NoDeadline | None
+
+
+class RpcOptions(TypedDict, total=False):
+    """The keyword options of every call: containerd namespace, lease, deadline."""
+
+    namespace: str | None
+    lease: str | None
+    timeout: Timeout
+
+
 #: Told of every call: its ``Service.Method`` and the seconds a unary call took
 #: (0.0 for calls that only start here: futures and streams).
 Observer = Callable[[str, float], None]
@@ -246,20 +256,13 @@ class Connection:
         method: str,
         request: Message,
         response_type: type[M],
-        *,
-        namespace: str | None = None,
-        lease: str | None = None,
-        timeout: Timeout = None,
+        **options: Unpack[RpcOptions],
     ) -> M:
         """Call one unary method and return its typed response."""
         rpc = self._method("unary_unary", service, method, response_type)
         began = time.perf_counter()
         try:
-            response: M = rpc(
-                request,
-                metadata=self.metadata(namespace, lease),
-                timeout=self._timeout(timeout),
-            )
+            response: M = rpc(request, **self._call_args(options))
         except grpc.RpcError as exc:
             raise translate(exc, f"{_short(service)}.{method}") from exc
         finally:
@@ -271,6 +274,12 @@ class Connection:
         if observer is not None:
             observer(f"{_short(service)}.{method}", seconds)
 
+    def _call_args(self, options: RpcOptions) -> dict[str, Any]:
+        return {
+            "metadata": self.metadata(options.get("namespace"), options.get("lease")),
+            "timeout": self._timeout(options.get("timeout")),
+        }
+
     def unary_future(
         self,
         service: str,
@@ -278,10 +287,8 @@ class Connection:
         request: Message,
         response_type: type[M],
         *,
-        namespace: str | None = None,
-        lease: str | None = None,
-        timeout: Timeout = None,
         wait_for_ready: bool = False,
+        **options: Unpack[RpcOptions],
     ) -> Pending[M]:
         """Send a unary call now and collect its answer later.
 
@@ -290,12 +297,7 @@ class Connection:
         """
         rpc = self._method("unary_unary", service, method, response_type)
         self._observe(service, method, 0.0)
-        future = rpc.future(
-            request,
-            metadata=self.metadata(namespace, lease),
-            timeout=self._timeout(timeout),
-            wait_for_ready=wait_for_ready,
-        )
+        future = rpc.future(request, wait_for_ready=wait_for_ready, **self._call_args(options))
         return Pending(future, f"{_short(service)}.{method}")
 
     def server_stream(
@@ -304,14 +306,10 @@ class Connection:
         method: str,
         request: Message,
         response_type: type[M],
-        *,
-        namespace: str | None = None,
-        lease: str | None = None,
-        timeout: Timeout = None,
+        **options: Unpack[RpcOptions],
     ) -> Stream[M]:
         """Open a server-streaming call; iterate the result, cancel it to stop."""
-        return self._stream("unary_stream", service, method, request, response_type,
-                            namespace=namespace, lease=lease, timeout=timeout)  # fmt: skip
+        return self._stream("unary_stream", service, method, request, response_type, options)
 
     def bidi_stream(
         self,
@@ -319,31 +317,24 @@ class Connection:
         method: str,
         requests: Iterable[Message],
         response_type: type[M],
-        *,
-        namespace: str | None = None,
-        lease: str | None = None,
-        timeout: Timeout = None,
+        **options: Unpack[RpcOptions],
     ) -> Stream[M]:
         """Open a bidirectional stream fed by ``requests`` (used by Content.Write)."""
-        return self._stream("stream_stream", service, method, iter(requests), response_type,
-                            namespace=namespace, lease=lease, timeout=timeout)  # fmt: skip
+        feed = iter(requests)
+        return self._stream("stream_stream", service, method, feed, response_type, options)
 
-    def _stream(
+    def _stream(  # noqa: PLR0917 -- private; the public callers name every argument
         self,
         kind: str,
         service: str,
         method: str,
         request: Message | Iterator[Message],
         response_type: type[M],
-        *,
-        namespace: str | None,
-        lease: str | None,
-        timeout: Timeout,
+        options: RpcOptions,
     ) -> Stream[M]:
         rpc = self._method(kind, service, method, response_type)
         self._observe(service, method, 0.0)
-        metadata = self.metadata(namespace, lease)
-        call = rpc(request, metadata=metadata, timeout=self._timeout(timeout))
+        call = rpc(request, **self._call_args(options))
         return Stream(call, call, f"{_short(service)}.{method}")
 
     def close(self) -> None:
