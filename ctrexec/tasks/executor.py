@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from ctrexec import _linux, defaults, ids
 from ctrexec import labels as lbl
@@ -59,6 +59,19 @@ _SUPERVISOR_MARKS = (
     lbl.RESTART_PENDING,
     lbl.RESTART_ERROR,
 )
+
+
+class ExecOptions(TypedDict, total=False):
+    """What an exec changes from the task's process: its environment (added to the
+    task's), working directory and user (a name or uid[:gid], resolved in the image)."""
+
+    env: dict[str, str] | None
+    workdir: str | None
+    user: str | None
+
+
+class ExecStreamOptions(ExecOptions, StreamOptions, total=False):
+    """An exec's options and where its streamed output goes."""
 
 
 class Executor:
@@ -489,21 +502,15 @@ class Executor:
             self._locks.pop(task_id, None)
 
     def _exec_spec(
-        self,
-        task_id: str,
-        args: Sequence[str],
-        *,
-        env: dict[str, str] | None,
-        workdir: str | None,
-        user: str | None,
-        tty: bool = False,
+        self, task_id: str, args: Sequence[str], options: ExecOptions, *, tty: bool = False
     ) -> dict[str, Any]:
         record = taskio.running_record(self.client, task_id, args)
-        resolved = None
+        resolved, user = None, options.get("user")
         if user:
             cfg = self._config_of(record)
             image = images.get_image(self.client, record.image)
             resolved = self._resolve_user(image, user, cfg.snapshotter if cfg else "overlayfs")
+        env, workdir = options.get("env"), options.get("workdir")
         return taskio.exec_spec(record.spec, args, env=env, workdir=workdir, user=resolved, tty=tty)
 
     def exec_stream(
@@ -511,31 +518,29 @@ class Executor:
         task_id: str,
         args: Sequence[str],
         *,
-        env: dict[str, str] | None = None,
-        workdir: str | None = None,
-        user: str | None = None,
         tty: bool = False,
         stdin: bool = False,
         size: tuple[int, int] | None = None,
-        **streams: Unpack[StreamOptions],
+        **options: Unpack[ExecStreamOptions],
     ) -> Process:
         """Run a command in the task and stream its stdio (see :class:`ctrexec.Process`);
         ``tty`` gives it a pseudo-terminal of ``size`` (columns, rows)."""
-        spec = self._exec_spec(task_id, args, env=env, workdir=workdir, user=user, tty=tty)
+        spec = self._exec_spec(task_id, args, options, tty=tty)
+        out, err = options.get("on_stdout"), options.get("on_stderr")
         with taskio.command_errors():
-            return start_exec(self.client, task_id, spec, stdin=stdin, size=size, **streams)
+            return start_exec(
+                self.client, task_id, spec, stdin=stdin, size=size, on_stdout=out, on_stderr=err
+            )
 
     def exec(
         self,
         task_id: str,
         args: Sequence[str],
         *,
-        env: dict[str, str] | None = None,
-        workdir: str | None = None,
-        user: str | None = None,
         timeout: float | None = None,
+        **options: Unpack[ExecOptions],
     ) -> ExecResult:
         """Run a command in the task and return its exit code and output."""
-        spec = self._exec_spec(task_id, args, env=env, workdir=workdir, user=user)
+        spec = self._exec_spec(task_id, args, options)
         with taskio.command_errors():
             return run_exec(self.client, task_id, spec, timeout=timeout)
