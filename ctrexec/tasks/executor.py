@@ -346,7 +346,8 @@ class Executor:
     def attach(
         self, task_id: str, *, stdin: bool = True, **streams: Unpack[StreamOptions]
     ) -> Process:
-        """Stream the stdio of a running task started interactive (see :mod:`taskio`)."""
+        """Stream the stdio of a running task started interactive (see
+        :mod:`ctrexec.tasks.stdio`)."""
         return taskio.attach(self.client, task_id, stdin=stdin, **streams)
 
     # -- observe ----------------------------------------------------------------------
