@@ -30,16 +30,15 @@ from ctrexec.errors import (
     InvalidArgument,
     NotFound,
 )
-from ctrexec.images import lookup
 from ctrexec.logs import client as logdaemon_client
 from ctrexec.logs import modes as logmodes
 from ctrexec.net import hostfiles, netns
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import control as taskctl
 from ctrexec.tasks import files as taskfiles
-from ctrexec.tasks import implicitnet, records, runs, stale, waiting
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks import output as taskoutput
+from ctrexec.tasks import runs, waiting
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks import stdio as taskio
 from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
@@ -132,6 +131,10 @@ class Executor:
         """
         checked = taskspec.check_config(config, containerd_address=self.client.address)
         netns_path, mode = self._resolve_netns(config.netns)
+        # Start-up: ps, inspect and logs build an Executor too, and never create.
+        from ctrexec.images import lookup
+        from ctrexec.tasks import records
+
         image = lookup.ensure_image(
             self.client, config.image, snapshotter=config.snapshotter, cache=self.images
         )
@@ -191,6 +194,9 @@ class Executor:
         """
         with self._lock(task_id):
             before, record = self._clear_previous_run(task_id, by_policy=by_policy)
+            # Start-up: what only a start needs loads with the first start, not for ps.
+            from ctrexec.tasks import implicitnet, records
+
             try:
                 if record.labels.get(lbl.IMPLICIT_GROUP):  # run -p: wired again after a reboot
                     record = implicitnet.rewire(self.client, record)
@@ -291,6 +297,8 @@ class Executor:
         arms its own (containerd keeps a stopped task's exit until it is deleted).
         """
         task_id, rootfs = record.id, [m.to_proto() for m in mounts]
+        from ctrexec.tasks import stale  # start-up: only a start clears a killed create
+
         try:
             stale.create_task(
                 self.client,
@@ -488,6 +496,9 @@ class Executor:
                     f"container {task_id} is {state.status.value}; stop it first or force"
                 )
             tasks.force_delete(self.client, task_id)
+            # Start-up: what only a removal needs loads with the first one, not for ps.
+            from ctrexec.tasks import implicitnet, stale
+
             taskfiles.remove(self.client, record, state_dir=self.state_dir)
             if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
                 implicitnet.release(self.files_dir, record.labels)
