@@ -37,13 +37,19 @@ def netns_path(group: str) -> str:
 
 
 def wire(
-    networks: Networks, group: str, mode: str, ports: Sequence[PortMapping]
+    networks: Networks,
+    group: str,
+    mode: str,
+    ports: Sequence[PortMapping],
+    *,
+    prefer: Sequence[str] = (),
 ) -> tuple[str, Attachment]:
     """Make the group's namespace and attach it; a failed attach removes the namespace
-    again. Its path and what the attach gave it."""
+    again. Its path and what the attach gave it; ``prefer`` are addresses to ask for
+    (the group's own, from its records' labels)."""
     ns = netns.create(netns_name(group))
     try:
-        return ns.path, networks.setup(group, ns.path, mode, ports)
+        return ns.path, networks.setup(group, ns.path, mode, ports, prefer=prefer)
     except BaseException:
         with contextlib.suppress(CtrexecError):
             netns.remove(ns.path)

@@ -47,10 +47,12 @@ from ctrexec.errors import (
     NotFound,
 )
 from ctrexec.net import cni as _cni
+from ctrexec.net import health as _health
 from ctrexec.net import netns as _netns
 from ctrexec.net import nsinfo as _nsinfo
 from ctrexec.net import nsrefs as _nsrefs
 from ctrexec.net import ports as _ports
+from ctrexec.net import reattach as _reattach
 from ctrexec.net.cni import CNI, NetworkConfigList, PortMapping
 from ctrexec.net.ports import parse_port
 
@@ -230,12 +232,7 @@ class Attachment:
         return [str(ipaddress.ip_interface(ip).ip) for ip in self.ips]
 
 
-def _result_ips(cached: _cni.CNIAttachment) -> tuple[_cni.CNIIPConfig, ...]:
-    if cached.result is None:
-        return ()
-    # Plugins that do not say which interface an IP is on get the benefit of the doubt.
-    own = cached.result.container_ips(cached.ifname)
-    return own or tuple(i for i in cached.result.ips if i.interface is None)
+_result_ips = _health.result_ips
 
 
 # -------------------------------------------------------------- masquerade cleanup
@@ -376,14 +373,22 @@ class Networks:
             log.warning("%s; it will be deleted", exc)
             return None, True
 
-    def attachment(self, owner: str, mode: NetworkMode | str) -> Attachment | None:
-        """A group's cached attachment in ``mode``'s network; None if not attached."""
+    def network_of(self, mode: NetworkMode | str) -> str | None:
+        """The CNI network ``mode`` attaches to; None for none and host."""
         mode = _as_mode(mode)
-        _cni.validate_container_id(owner)
         if not mode.uses_cni:
             return None
-        name = self.network if mode.kind == "bridge" else str(mode.network)
-        cached, _ = self._cached(name, owner)
+        return self.network if mode.kind == "bridge" else str(mode.network)
+
+    def record(self, owner: str, mode: NetworkMode | str) -> _cni.CNIAttachment | None:
+        """A group's cached ADD (config, result) in ``mode``'s network; None if none."""
+        _cni.validate_container_id(owner)
+        name = self.network_of(mode)
+        return None if name is None else self._cached(name, owner)[0]
+
+    def attachment(self, owner: str, mode: NetworkMode | str) -> Attachment | None:
+        """A group's cached attachment in ``mode``'s network; None if not attached."""
+        cached = self.record(owner, mode)
         return None if cached is None else self._attachment(cached)
 
     def attachments(self) -> list[Attachment]:
@@ -457,17 +462,41 @@ class Networks:
         if orphaned and cached is not None:
             _remove_masq(cached)
 
+    def _release(
+        self,
+        conf: NetworkConfigList,
+        owner: str,
+        cached: _cni.CNIAttachment | None,
+        unreadable: bool,
+        health: _health.Health | None,
+    ) -> list[str]:
+        """DEL a stale or broken record before its ADD; the addresses to ask back."""
+        keep: list[str] = []
+        if health is not None:
+            why = "; ".join(health.problems)
+            log.warning("%s is not attached to %s (%s): re-attaching it", owner, conf.name, why)
+            if cached is not None and health.own:
+                keep = _health.addresses(cached)
+        elif cached is not None or unreadable:
+            log.info("re-attaching %s to %s: its cached attachment is stale", owner, conf.name)
+        if cached is not None or unreadable:
+            self._delete(conf, owner, cached, None)
+        return keep
+
     def setup(
         self,
         owner: str,
         netns_path: str,
         mode: NetworkMode | str = DEFAULT_MODE,
         ports: Sequence[PortMapping] = (),
+        *,
+        prefer: Sequence[str] = (),
     ) -> Attachment:
         """Attach ``owner``'s namespace as ``eth0``; idempotent and crash-safe.
 
-        Returns the existing attachment, with no plugin run, while the namespace
-        still holds its addresses; a stale record is DELeted before a fresh ADD.
+        Returns the existing attachment, with no plugin run, while it is sound (see
+        :mod:`.health`); a stale or broken one is DELeted, and the ADD asks for its
+        address back, else for ``prefer``'s first (:mod:`.reattach`).
         Refuses, before any change: ports outside bridge/cni modes or without a
         portmap plugin, a missing conflist or plugin, a subnet that collides with a
         host route (InvalidArgument), a host port already published by another
@@ -492,27 +521,24 @@ class Networks:
         self.cni.validate(conf)
         with self._locked():
             cached, unreadable = self._cached(conf.name, owner)
-            if (
-                cached is not None
-                and cached.result is not None
-                and cached.netns == netns_path
-                and self._holds(cached)
-            ):
-                have = _ports.ports_of(cached)
-                if set(have) != set(ports):
-                    shown = ", ".join(_ports.describe(p) for p in have) or "no ports"
-                    raise FailedPrecondition(
-                        f"group {owner} is attached to {conf.name} with {shown}; "
-                        "tear it down to change its ports"
-                    )
+            ours = cached is not None and cached.result is not None and cached.netns == netns_path
+            health = _health.assess(cached) if ours and cached is not None else None
+            if cached is not None and health is not None and not health.problems:
+                _reattach.check_same_ports(cached, ports)
                 return self._attachment(cached)
             if mode.kind == "bridge":
                 self.check_subnet()
             self._check_ports(conf.name, owner, ports)
-            if cached is not None or unreadable:
-                log.info("re-attaching %s to %s: its cached attachment is stale", owner, conf.name)
-                self._delete(conf, owner, cached, None)
-            self.cni.add(conf, owner, netns_path, IFNAME, port_mappings=ports)
+            keep = self._release(conf, owner, cached, unreadable, health)
+            _reattach.add(
+                self.cni,
+                conf,
+                owner,
+                netns_path,
+                ifname=IFNAME,
+                ports=ports,
+                prefer=[*keep, *prefer],
+            )
             added = self.cni.attachment(conf.name, owner, IFNAME)
         if added is None:  # pragma: no cover - add() wrote it under our lock
             raise NetworkError(f"the CNI cache lost the attachment of {owner}")

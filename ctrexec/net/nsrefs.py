@@ -72,6 +72,12 @@ def _nsid_of(ipr: Any, path: str, seen: set[tuple[int, int]]) -> int | None:
     return nsid if isinstance(nsid, int) and nsid >= 0 else None
 
 
+def nsid_of(ipr: Any, path: str) -> int | None:
+    """The nsid ``ipr``'s namespace gives the namespace at ``path``; None if it gives
+    none (then none of its veths has a peer there) or ``path`` is no namespace."""
+    return _nsid_of(ipr, path, set())
+
+
 def pinned_nsids(ipr: Any) -> set[int]:
     """nsids (as ``ipr``'s namespace numbers them) of namespaces something pins.
 
@@ -203,4 +209,4 @@ def users_of(path: str) -> list[NetnsUser]:
     return users_of_each([path])[path]
 
 
-__all__ = ["NetnsUser", "pinned_nsids", "split_ports", "users_of", "users_of_each"]
+__all__ = ["NetnsUser", "nsid_of", "pinned_nsids", "split_ports", "users_of", "users_of_each"]

@@ -18,7 +18,7 @@ import attrs
 import pytest
 
 from ctrexec.errors import AlreadyExists, FailedPrecondition, InvalidArgument
-from ctrexec.net import cni, networks, ports
+from ctrexec.net import cni, health, networks, ports
 from ctrexec.net.cni import PortMapping
 from ctrexec.net.networks import HostRoute, NetworkMode, Networks, parse_mode, parse_port
 
@@ -548,7 +548,8 @@ def test_port_change_on_live_attachment_is_refused(
     nets: Networks, fake: FakeCNI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nets.setup("web", "/run/netns/cxt-web", "bridge", [parse_port("28080:80")])
-    monkeypatch.setattr(nets, "_holds", lambda cached: True)  # the namespace is "alive"
+    sound = health.Health(problems=(), own=True)  # the namespace is "alive"
+    monkeypatch.setattr(health, "assess", lambda cached: sound)
     assert nets.setup("web", "/run/netns/cxt-web", "bridge", [parse_port("28080:80")]).ips
     with pytest.raises(FailedPrecondition, match="tear it down"):
         nets.setup("web", "/run/netns/cxt-web", "bridge", [parse_port("28081:80")])
