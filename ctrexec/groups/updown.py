@@ -22,7 +22,7 @@ from ctrexec.ids import validate_id
 from ctrexec.images import lookup
 from ctrexec.net import groupns, hostfiles, netns
 from ctrexec.net.networks import Networks, parse_mode, parse_port
-from ctrexec.tasks import teardown
+from ctrexec.tasks import implicitnet, teardown
 from ctrexec.tasks.config import TaskConfig, TaskInfo
 from ctrexec.tasks.executor import Executor
 
@@ -84,6 +84,8 @@ class Groups:
             shared = {lbl.GROUP_MEMBERS: _members(spec, configs)}
             if attachment.addresses():
                 shared[lbl.ADDRESSES] = ",".join(attachment.addresses())
+                for c in existing:  # re-attached without its address: the files follow
+                    implicitnet.readdress(self.executor.client, c, shared[lbl.ADDRESSES])
             have = {c.id for c in existing}
             for cfg in configs:
                 if cfg.name not in have:

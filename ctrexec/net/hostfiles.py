@@ -215,6 +215,13 @@ def _write(path: Path, text: str, *, replace: bool) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
+def overwrite(path: Path, text: str) -> None:
+    """Write over a task's file in place (same inode): a running task bind-mounted the
+    file itself, so a new file renamed over it would stay unseen inside."""
+    with path.open("w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def ensure(
     files: HostFiles, *, hosts: str, resolv_conf: str, hostname: str, replace: bool
 ) -> HostFiles:

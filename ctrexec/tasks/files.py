@@ -55,6 +55,16 @@ def hosts_entries(
     )
 
 
+def rewrite_hosts(task_id: str, labels: Mapping[str, str], config: TaskConfig | None) -> None:
+    """Write the hosts file again, in place, after the record's addresses changed (a
+    re-attached group that could not get its address back); a record with no files
+    has none to write."""
+    directory = labels.get(lbl.HOSTFILES_DIR)
+    if directory:
+        text = hostfiles.render_hosts(hosts_entries(task_id, labels, config))
+        hostfiles.overwrite(HostFiles(Path(directory)).hosts, text)
+
+
 def resolv_conf(labels: Mapping[str, str], config: TaskConfig | None) -> str:
     """The task's own resolver config, else the host's (without loopback servers
     unless the task is on the host's network)."""

@@ -44,6 +44,18 @@ def rewire(client: Client, record: containers.Container) -> containers.Container
     return record
 
 
+def readdress(client: Client, record: containers.Container, addresses: str) -> containers.Container:
+    """The record with ``addresses`` (comma-separated) as its label, and its hosts file
+    rewritten to match, if they differed: its group was re-attached with a new address.
+    In place, for a running task's bind-mounted /etc/hosts (see :func:`rewire` for the
+    files of a task about to start)."""
+    if addresses == record.labels.get(lbl.ADDRESSES, ""):
+        return record
+    record = containers.update_labels(client, record.id, {lbl.ADDRESSES: addresses})
+    taskfiles.rewrite_hosts(record.id, record.labels, taskinfo.config_of(record))
+    return record
+
+
 def release(files_dir: Path, labels: Mapping[str, str]) -> None:
     """Release the network of a record with these labels (a no-op for any other):
     CNI DEL with the settings it was wired with, then its namespace."""
