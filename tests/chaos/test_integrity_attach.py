@@ -122,3 +122,33 @@ def test_a_deleted_bridge_is_rejoined_with_the_address_and_pruned(bridged: Bridg
     assert host_end(g) != old_end
     assert old_end not in _ip("-o", "link", "show")  # the DEL took the detached veth
     g.down_clean()  # both groups down, then network prune: nothing left on the bridge
+
+
+def test_an_address_taken_meanwhile_gives_a_new_one_and_the_files_follow(
+    bridged: Bridged,
+) -> None:
+    """host-local refuses the address (another owner holds it now): the group gets a
+    fresh one, says so, and every member's label and /etc/hosts name the new one."""
+    g = bridged
+    g.up()
+    g.wait_sound()
+    address = g.group_address()
+    assert address is not None
+    _ip("link", "del", host_end(g))
+    _broken(g)
+    held = next(g.ipam.rglob(address))
+    held.write_text("someone-else\neth0")  # the DEL releases only the group's own
+    try:
+        up = g.run("group up", str(g.file))
+        assert up.returncode == 0, up.stderr
+        assert f"could not get its address {address} back" in up.stderr
+        g.wait_sound()
+        new = g.group_address()
+        assert new is not None and new != address
+        assert address_labels(g) == {new}
+        for task in ("srv", "cli"):
+            hosts = g.run("exec", g.member(task), "cat", "/etc/hosts").stdout
+            assert new in hosts.split() and address not in hosts.split(), hosts
+    finally:
+        held.unlink(missing_ok=True)
+    g.down_clean()
