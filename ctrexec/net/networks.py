@@ -5,10 +5,12 @@ network through CNI (:mod:`ctrexec.net.cni`), keyed by the group name as the CNI
 container id, always as ``eth0``. What the design asks of it:
 
 - **One ADD per attachment, even across crashes.** :meth:`Networks.setup` is
-  idempotent: when the CNI cache already records the attachment and the namespace
-  still carries its addresses on ``eth0``, the cached attachment is returned and no
-  plugin runs. That is how ``group up`` after a crash keeps its address instead of
-  getting a second one or host-local's "duplicate allocation" error. When the
+  idempotent: when the CNI cache already records the attachment and it is still
+  wired (:mod:`.health`: eth0 with its addresses, its veth's host end on the bridge),
+  the cached attachment is returned and no plugin runs; a broken one is DELeted and
+  ADDed again asking for its address back. That is how ``group up`` after a crash
+  keeps its address instead of getting a second one or host-local's "duplicate
+  allocation" error. When the
   record is stale (namespace gone or recreated, interface lost, ADD interrupted),
   it is DELeted before the new ADD, so nothing stays allocated.
 - **Everything checkable is checked before the first change**: the mode, the
