@@ -428,7 +428,7 @@ class Networks:
             if cached is not None or unreadable:
                 log.info("re-attaching %s to %s: its cached attachment is stale", owner, conf.name)
                 self._delete(conf, owner, cached, None)
-            added = self._add(conf, owner, netns_path, ports, held, fresh=not (cached or unreadable))
+            added = self._add(conf, owner, netns_path, ports, held, not (cached or unreadable))
         return self._attachment(added)
 
     def _add(
@@ -438,10 +438,10 @@ class Networks:
         netns_path: str,
         ports: Sequence[PortMapping],
         held: Mapping[str, str] | None,
-        *,
         fresh: bool,
     ) -> _cni.CNIAttachment:
-        """The ADD, with what keeps its address one group's (issue 20) around it."""
+        """The ADD, with what keeps its address one group's (issue 20) around it;
+        ``fresh``: the cache has no record of ``owner`` at all."""
         self._before_add(conf, owner, netns_path, ports, held or {}, fresh=fresh)
         self.cni.add(conf, owner, netns_path, IFNAME, port_mappings=ports)
         added = self.cni.attachment(conf.name, owner, IFNAME)
