@@ -387,9 +387,8 @@ class Networks:
         portmap plugin, a missing conflist or plugin, a subnet that collides with a
         host route (InvalidArgument), a host port already published by another
         group or busy on the host (AlreadyExists), and a change of ports on a live
-        attachment (FailedPrecondition: tear it down first). Never hands out an
-        address of a live group or of ``held`` (address -> holder, from records).
-        """
+        attachment (FailedPrecondition: tear it down first). Never hands out a live
+        group's address, nor one of ``held`` (address -> holder, from records)."""
         mode = _as_mode(mode)
         _cni.validate_container_id(owner)
         ports = tuple(ports)
@@ -428,7 +427,8 @@ class Networks:
             if cached is not None or unreadable:
                 log.info("re-attaching %s to %s: its cached attachment is stale", owner, conf.name)
                 self._delete(conf, owner, cached, None)
-            added = self._add(conf, owner, netns_path, ports, held, not (cached or unreadable))
+            fresh = cached is None and not unreadable
+            added = self._add(conf, owner, netns_path, ports, held, fresh=fresh)
         return self._attachment(added)
 
     def _add(
@@ -438,6 +438,7 @@ class Networks:
         netns_path: str,
         ports: Sequence[PortMapping],
         held: Mapping[str, str] | None,
+        *,
         fresh: bool,
     ) -> _cni.CNIAttachment:
         """The ADD, with what keeps its address one group's (issue 20) around it;
