@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Any
 
-from ctrexec.net import arp, dad, ipamstore, iptables
+import pytest
+
+from ctrexec.errors import CNIError
+from ctrexec.net import arp, cni, dad, ipamstore, iptables, networks
+from ctrexec.net.networks import Networks, parse_port
 
 TARGET = ipaddress.IPv4Address("10.231.77.9")
 OWN = bytes.fromhex("0a0000000001")
@@ -138,3 +143,48 @@ def test_attachment_rules_by_comment_and_target() -> None:
     ]  # fmt: skip
     assert found[0].delete_args()[:4] == ["-D", "POSTROUTING", "-s", "10.231.77.2/32"]
     assert found[0].comment == 'name: "net1" id: "web"'
+
+
+# ------------------------------------------------------------ DEL without the cache
+
+
+class FailingOnceCNI(cni.CNI):
+    """No cached ADD; the first DEL fails as the bridge plugin's does on a busy chain."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(conf_dir=tmp_path / "conf", cache_dir=tmp_path / "cache")
+        self.calls: list[object] = []
+
+    def attachment(
+        self, network: str, container_id: str, ifname: str = "eth0"
+    ) -> cni.CNIAttachment | None:
+        return None
+
+    def delete(self, network: Any, container_id: str, *_: Any, **kw: Any) -> None:
+        self.calls.append(("DEL", getattr(network, "name", network), tuple(kw["port_mappings"])))
+        if len(self.calls) == 1:
+            raise CNIError("CNI plugin bridge DEL: CHAIN_DEL failed (Device or resource busy)")
+
+
+def test_teardown_without_the_cache_rebuilds_the_del_and_clears_nat_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FailingOnceCNI(tmp_path)
+    nets = Networks(cni=fake, network="cxtnet", bridge="cxtbr1", subnet="10.231.77.0/24",
+                    ipam_dir=tmp_path / "ipam", routes=lambda: [])  # fmt: skip
+    monkeypatch.setattr(
+        networks._iptables, "remove_attachment", lambda n, o: fake.calls.append(("NAT", n, o))
+    )
+    store = tmp_path / "ipam" / "cxtnet"
+    store.mkdir(parents=True)
+    (store / "10.231.77.2").write_bytes(b"web\r\neth0")
+    (store / "10.231.77.3").write_bytes(b"api\r\neth0")
+    port = parse_port("28080:80")
+    nets.teardown("web", None, "bridge", ports=[port], addresses=["10.231.77.2", "10.231.77.3"])
+    assert fake.calls == [
+        ("DEL", "cxtnet", (port,)),  # the conflist and the records' ports
+        ("NAT", "cxtnet", "web"),  # the stale references, then the DEL again
+        ("DEL", "cxtnet", (port,)),
+        ("NAT", "cxtnet", "web"),  # whatever the plugins could not find
+    ]
+    assert [p.name for p in store.iterdir()] == ["10.231.77.3"]  # another holder's stays
