@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import shlex
 import subprocess
 import time
@@ -36,6 +37,7 @@ _CHAIN_MAX = 28
 DELETE_ATTEMPTS = 5
 _RETRY_PAUSE = 0.1
 _TOOLS = ("iptables", "ip6tables")
+_DNAT_COMMENT = re.compile(r'^dnat name: "(?P<network>.*)" id: "(?P<owner>.*)"$')
 
 
 def chain_name(network: str, owner: str, prefix: str = "") -> str:
@@ -107,6 +109,31 @@ def attachment_rules(rules: Sequence[Rule], network: str, owner: str) -> list[Ru
     return out
 
 
+def port_holders(rules: Sequence[Rule], network: str) -> dict[tuple[str, int], str]:
+    """(protocol, host port) -> container id, from portmap's jumps in
+    :data:`HOSTPORT_DNAT` for ``network`` (their comment names both)."""
+    out: dict[tuple[str, int], str] = {}
+    for rule in rules:
+        found = _DNAT_COMMENT.match(rule.comment or "") if rule.chain == HOSTPORT_DNAT else None
+        if found is None or found["network"] != network:
+            continue
+        protocol = _value(rule.args, "-p") or "tcp"
+        for part in (_value(rule.args, "--dports") or "").split(","):
+            low, _, high = part.partition(":")
+            if low.isdigit() and (not high or high.isdigit()):
+                for port in range(int(low), int(high or low) + 1):
+                    out[(protocol, port)] = found["owner"]
+    return out
+
+
+def list_rules(tool: str = "iptables") -> list[Rule]:
+    """The NAT table's rules; [] when the tool or the table is not there."""
+    listed = _run(tool, "-S")
+    if listed is None or listed.returncode != 0:
+        return []
+    return parse_rules(listed.stdout)[1]
+
+
 def _run(tool: str, *args: str) -> subprocess.CompletedProcess[str] | None:
     """``tool -w -t nat ARGS``; None when the tool is not installed."""
     try:
@@ -162,7 +189,9 @@ __all__ = [
     "Rule",
     "attachment_rules",
     "chain_name",
+    "list_rules",
     "masq_comment",
     "parse_rules",
+    "port_holders",
     "remove_attachment",
 ]

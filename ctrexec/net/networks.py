@@ -462,7 +462,8 @@ class Networks:
         fresh: bool,
     ) -> None:
         """Clear what a lost cache left of ``owner`` (a DEL rebuilt from ``conf``:
-        stale DNAT and masquerade rules would come first), then reconcile IPAM."""
+        stale DNAT and masquerade rules would come first) and of gone holders of
+        ``ports``, refuse ports a live group's rules publish, then reconcile IPAM."""
         if not self.cni.verify_netns:  # a test's stand-in CNI: no host to look at
             return
         if fresh:
@@ -470,6 +471,7 @@ class Networks:
                 self._delete(conf, owner, None, netns_path, ports)
             except NetworkError as exc:
                 log.warning("clearing what %s left on %s failed: %s", owner, conf.name, exc)
+        _addrguard.clear_port_holders(conf.name, owner, ports)
         _addrguard.reconcile(conf, owner, IFNAME, held)
 
     def _after_add(self, conf: NetworkConfigList, owner: str, added: _cni.CNIAttachment) -> None:

@@ -104,7 +104,20 @@ def test_a_wiped_cni_cache_leaves_no_stale_rule_and_down_is_complete(bridged: Br
     assert address is not None
     stale = [r for r in our_rules(g.name) if "--to-destination" in r and address not in r]
     assert stale == []
-    shutil.rmtree(g.cache)  # and down must not need the cache either
+    # Without the cache, the live group's rules still say its host port is taken.
+    shutil.rmtree(g.cache)
+    name = f"{g.name}p"
+    other = g.tmp / f"{name}.toml"
+    other.write_text(
+        g.file.read_text().replace(f'name = "{g.name}"', f'name = "{name}"', 1)
+    )
+    g.extras.append(name)  # taken down after the test should it come up
+    taken = g.run("group up", str(other))
+    assert taken.returncode == 125, taken.stderr
+    assert f"is already mapped by group {g.name}" in taken.stderr
+    assert not Path(f"/run/netns/cx-{name}").exists()
+    g.extras.remove(name)
+    # and down must not need the cache either
     g.down_clean()
     assert our_rules(g.name) == []
 

@@ -188,3 +188,19 @@ def test_teardown_without_the_cache_rebuilds_the_del_and_clears_nat_rules(
         ("NAT", "cxtnet", "web"),  # whatever the plugins could not find
     ]
     assert [p.name for p in store.iterdir()] == ["10.231.77.3"]  # another holder's stays
+
+
+def test_port_holders_from_portmaps_jumps() -> None:
+    text = "\n".join([
+        '-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \\"net1\\" id: \\"web\\""'
+        " -m multiport --dports 28080,28000:28001 -j CNI-DN-x",
+        '-A CNI-HOSTPORT-DNAT -p udp -m comment --comment "dnat name: \\"net1\\" id: \\"dns\\""'
+        " -m multiport --dports 5353 -j CNI-DN-y",
+        '-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \\"net2\\" id: \\"o\\""'
+        " -m multiport --dports 9999 -j CNI-DN-z",
+    ])  # fmt: skip
+    _, rules = iptables.parse_rules(text)
+    assert iptables.port_holders(rules, "net1") == {
+        ("tcp", 28080): "web", ("tcp", 28000): "web", ("tcp", 28001): "web",
+        ("udp", 5353): "dns",
+    }  # fmt: skip
