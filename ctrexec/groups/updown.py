@@ -10,7 +10,7 @@ after a crash reuses the surviving namespace and address instead of allocating a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ctrexec import labels as lbl
@@ -22,6 +22,7 @@ from ctrexec.ids import validate_id
 from ctrexec.images import lookup
 from ctrexec.net import groupns, hostfiles, netns
 from ctrexec.net.networks import Networks, parse_mode, parse_port
+from ctrexec.net.ports import PortMapping
 from ctrexec.tasks import implicitnet, teardown
 from ctrexec.tasks.config import TaskConfig, TaskInfo
 from ctrexec.tasks.executor import Executor
@@ -79,7 +80,8 @@ class Groups:
         made: list[str] = []
         try:
             ns = netns.create(spec.netns_name, exist_ok=True)
-            attachment = self.networks.setup(spec.name, ns.path, mode, ports)
+            held = self._held(spec.name)
+            attachment = self.networks.setup(spec.name, ns.path, mode, ports, held=held)
             # What every member's /etc/hosts says (see ctrexec.tasks.files).
             shared = {lbl.GROUP_MEMBERS: _members(spec, configs)}
             if attachment.addresses():
@@ -128,8 +130,41 @@ class Groups:
         for a in self.networks.attachments():
             if a.owner == name:
                 modes.add(a.mode)
+        ports, addresses = _recorded(members)
         for mode in modes or {"none"}:
-            self._release_network(name, mode)
+            self._release_network(name, mode, ports=ports, addresses=addresses)
 
-    def _release_network(self, name: str, mode: str) -> None:
-        groupns.release(self.networks, self.executor.files_dir, name, mode)
+    def _release_network(
+        self, name: str, mode: str, *, ports: Sequence[PortMapping] = (),
+        addresses: Sequence[str] = (),
+    ) -> None:  # fmt: skip
+        groupns.release(
+            self.networks, self.executor.files_dir, name, mode, ports=ports, addresses=addresses
+        )
+
+    def _held(self, name: str) -> dict[str, str]:
+        """The addresses other groups' records say they hold (address -> group)."""
+        held = {}
+        for record in self._managed():
+            group = record.labels.get(lbl.GROUP, "")
+            if group and group != name:
+                for address in _split(record.labels.get(lbl.ADDRESSES)):
+                    held[address] = group
+        return held
+
+
+def _split(text: str | None) -> list[str]:
+    return [part for part in (text or "").split(",") if part]
+
+
+def _recorded(members: list[containers.Container]) -> tuple[list[PortMapping], list[str]]:
+    """The ports and addresses the members' labels record, for a DEL without the cache."""
+    ports: list[PortMapping] = []
+    addresses: list[str] = []
+    for record in members:
+        for text in _split(record.labels.get(lbl.GROUP_PORTS)):
+            with contextlib.suppress(CtrexecError):  # a label we did not write
+                if (port := parse_port(text)) not in ports:
+                    ports.append(port)
+        addresses += [a for a in _split(record.labels.get(lbl.ADDRESSES)) if a not in addresses]
+    return ports, addresses

@@ -16,14 +16,12 @@ from typing import TYPE_CHECKING
 
 from ctrexec.errors import CtrexecError
 from ctrexec.net import hostfiles, netns
+from ctrexec.net.holders import NETNS_PREFIX
 
 if TYPE_CHECKING:  # types only: the executor imports this, and a task without a
     # network of its own must not pay for loading the CNI side at start-up
     from ctrexec.net.networks import Attachment, Networks
     from ctrexec.net.ports import PortMapping
-
-#: What a group's name becomes as its namespace's name: ``cx-web``.
-NETNS_PREFIX = "cx-"
 
 
 def netns_name(group: str) -> str:
@@ -56,11 +54,22 @@ def wire(
         raise
 
 
-def release(networks: Networks, files_dir: Path, group: str, mode: str) -> None:
+def release(
+    networks: Networks,
+    files_dir: Path,
+    group: str,
+    mode: str,
+    *,
+    ports: Sequence[PortMapping] = (),
+    addresses: Sequence[str] = (),
+) -> None:
     """Release the group's network: CNI DEL first (it needs the namespace to remove the
-    masquerade rules), then the namespace itself. Fine once either is gone."""
+    masquerade rules), then the namespace itself. Fine once either is gone. ``ports``
+    and ``addresses`` are what the records say, for a DEL whose cached ADD is lost."""
     path = netns_path(group)
-    networks.teardown(group, path if Path(path).exists() else None, mode)
+    networks.teardown(
+        group, path if Path(path).exists() else None, mode, ports=ports, addresses=addresses
+    )
     hostfiles.remove_legacy(path, base=files_dir)  # from before per-task files
     with contextlib.suppress(CtrexecError):
         netns.remove(path)

@@ -224,6 +224,17 @@ def _in_verified(
         os.close(fd)
 
 
+def run_inside(path: str | os.PathLike[str], fn: Callable[[], T], *, doing: str) -> T:
+    """Verify ``path`` as :func:`verify` does, then call ``fn`` on a fresh thread inside
+    it: a socket ``fn`` opens stays bound to that namespace (as :func:`netlink`'s)."""
+    return _in_verified(
+        path,
+        lambda fd: _linux.run_in_fresh_thread(lambda: _linux.in_netns(fd, fn)),
+        allow_host=False,
+        doing=doing,
+    )
+
+
 def verify(path: str | os.PathLike[str], *, allow_host: bool = False) -> None:
     """Check that ``path`` is a usable network namespace before anyone joins it.
 
@@ -509,6 +520,7 @@ __all__ = [
     "os_error",
     "remove",
     "resolve",
+    "run_inside",
     "validate_ifname",
     "validate_ifname_part",
     "validate_name",

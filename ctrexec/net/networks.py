@@ -28,28 +28,30 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import ipaddress
 import logging
 import os
-import subprocess
+import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
 
 from ctrexec import defaults
 from ctrexec.errors import (
+    AlreadyExists,
     CtrexecError,
     FailedPrecondition,
     InvalidArgument,
     NetworkError,
     NotFound,
 )
+from ctrexec.net import addrguard as _addrguard
 from ctrexec.net import cni as _cni
 from ctrexec.net import health as _health
+from ctrexec.net import ipamstore as _ipamstore
+from ctrexec.net import iptables as _iptables
 from ctrexec.net import netns as _netns
 from ctrexec.net import nsinfo as _nsinfo
 from ctrexec.net import nsrefs as _nsrefs
@@ -57,6 +59,13 @@ from ctrexec.net import ports as _ports
 from ctrexec.net import reattach as _reattach
 from ctrexec.net.cni import CNI, NetworkConfigList, PortMapping
 from ctrexec.net.ports import parse_port
+from ctrexec.net.routes import (
+    HostRoute,
+    find_overlap,
+    host_routes,
+    parse_proc_ipv6_route,
+    parse_proc_route,
+)
 
 log = logging.getLogger(__name__)
 
@@ -127,87 +136,6 @@ def _as_mode(mode: NetworkMode | str) -> NetworkMode:
     return mode if isinstance(mode, NetworkMode) else parse_mode(mode)
 
 
-# ------------------------------------------------------------------------- routes
-
-
-@attrs.frozen
-class HostRoute:
-    """One route of the host's main table, as far as overlap checks care."""
-
-    dst: ipaddress.IPv4Network | ipaddress.IPv6Network
-    ifname: str
-
-
-def parse_proc_route(text: str) -> list[HostRoute]:
-    """``/proc/net/route``: IPv4 main table, addresses as little-endian hex."""
-    out = []
-    for line in text.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) < 8:
-            continue
-        try:
-            dst = ipaddress.IPv4Address(int(fields[1], 16).to_bytes(4, "little"))
-            mask = ipaddress.IPv4Address(int(fields[7], 16).to_bytes(4, "little"))
-            net = ipaddress.IPv4Network(f"{dst}/{mask}", strict=False)
-        except ValueError:
-            continue
-        out.append(HostRoute(dst=net, ifname=fields[0]))
-    return out
-
-
-def parse_proc_ipv6_route(text: str) -> list[HostRoute]:
-    """``/proc/net/ipv6_route``: dst, prefix length (hex), ..., device last."""
-    out = []
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 10:
-            continue
-        try:
-            dst = ipaddress.IPv6Address(bytes.fromhex(fields[0]))
-            net = ipaddress.IPv6Network(f"{dst}/{int(fields[1], 16)}", strict=False)
-        except ValueError:
-            continue
-        if not net.is_multicast:  # every link has ff00::/8; no unicast subnet meets it
-            out.append(HostRoute(dst=net, ifname=fields[9]))
-    return out
-
-
-def host_routes() -> list[HostRoute]:
-    """The routes of this process's (the host's) namespace, read from /proc: no fork.
-
-    /proc/self/net follows the main thread, which never leaves the host namespace.
-    """
-    out = []
-    for name, parse in (
-        ("route", parse_proc_route),
-        ("ipv6_route", parse_proc_ipv6_route),
-    ):
-        with contextlib.suppress(FileNotFoundError):  # no IPv6 in this kernel
-            out += parse(Path("/proc/self/net", name).read_text(encoding="ascii"))
-    return out
-
-
-def find_overlap(
-    subnet: ipaddress.IPv4Network | ipaddress.IPv6Network,
-    routes: Sequence[HostRoute],
-    bridge: str,
-) -> HostRoute | None:
-    """The first host route that shares addresses with ``subnet``, if any.
-
-    Default routes are skipped (they overlap everything and mean nothing here), and
-    so is the bridge's own route to exactly ``subnet``: after the first ADD, the
-    bridge carries the gateway address and with it that route.
-    """
-    for route in routes:
-        if route.dst.version != subnet.version or route.dst.prefixlen == 0:
-            continue
-        if route.ifname == bridge and route.dst == subnet:
-            continue
-        if route.dst.overlaps(subnet):
-            return route
-    return None
-
-
 # --------------------------------------------------------------------- attachment
 
 
@@ -237,44 +165,16 @@ class Attachment:
 _result_ips = _health.result_ips
 
 
-# -------------------------------------------------------------- masquerade cleanup
+def _on_eth0(netns_path: str) -> list[str]:
+    """The IPv4 addresses the namespace's eth0 has now; none if it can't be read."""
+    try:
+        info = _nsinfo.inspect(netns_path)
+    except CtrexecError:
+        return []
+    return [a.address for a in info.addresses_of(IFNAME) if a.family == socket.AF_INET]
 
 
-def _masq_chain(network: str, owner: str) -> tuple[str, str]:
-    """The bridge plugin's ipMasq chain and comment (CNI's utils.FormatChainName)."""
-    digest = hashlib.sha512((network + owner).encode()).hexdigest()
-    return f"CNI-{digest}"[:28], f'name: "{network}" id: "{owner}"'
-
-
-def _iptables(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [tool, "-w", "-t", "nat", *args], capture_output=True, text=True, check=False
-    )
-
-
-def _remove_masq(cached: _cni.CNIAttachment) -> None:
-    """Remove an attachment's ipMasq rules that the bridge plugin's DEL left.
-
-    The bridge plugin (1.1.1) learns which source addresses to un-masquerade from
-    the container's interface; once the namespace or its ``eth0`` is gone, its DEL
-    releases the address but keeps the POSTROUTING rule and the chain. The cache
-    still knows the addresses, so the rules are removed here, as the plugin would.
-    Left alone, they also break the group's *next* DEL: the chain is named after
-    (network, group), so the next attachment's rule shares it and the plugin's
-    ``iptables -X`` fails with "resource busy" (seen with 1.1.1 and iptables-nft).
-    """
-    chain, comment = _masq_chain(cached.network, cached.container_id)
-    for family, tool in ((4, "iptables"), (6, "ip6tables")):
-        ips = [i.ip for i in _result_ips(cached) if i.version == family]
-        if not ips or _iptables(tool, "-S", chain).returncode != 0:
-            continue  # the chain is not there: nothing was left
-        for ip in ips:
-            rule = ["POSTROUTING", "-s", ip, "-j", chain, "-m", "comment", "--comment", comment]
-            _iptables(tool, "-D", *rule)
-        for action in ("-F", "-X"):
-            done = _iptables(tool, action, chain)
-            if done.returncode != 0:
-                log.warning("%s %s %s: %s", tool, action, chain, done.stderr.strip())
+# ---------------------------------------------------------------- plugin traits
 
 
 def _masquerades(conf: NetworkConfigList) -> bool:
@@ -286,6 +186,11 @@ def _has_portmap(conf: NetworkConfigList) -> bool:
         p.get("type") == "portmap" and (p.get("capabilities") or {}).get("portMappings")
         for p in conf.plugins
     )
+
+
+def _makes_nat(conf: NetworkConfigList) -> bool:
+    """Whether the plugins leave per-attachment NAT rules (:mod:`ctrexec.net.iptables`)."""
+    return _masquerades(conf) or _has_portmap(conf)
 
 
 # ----------------------------------------------------------------------- networks
@@ -454,15 +359,33 @@ class Networks:
         owner: str,
         cached: _cni.CNIAttachment | None,
         netns_path: str | None,
+        ports: Sequence[PortMapping] = (),
     ) -> None:
-        """CNI DEL, plus the masquerade rules the bridge plugin cannot find itself."""
+        """CNI DEL, then the NAT rules the plugins could not find themselves.
+
+        Without the cached ADD, the DEL is rebuilt from ``conf`` and ``ports`` (what
+        the records say). The bridge plugin learns which rules to remove from the
+        namespace's ``eth0``; portmap from the cached ports: whatever they missed is
+        found by chain name and comment (:mod:`ctrexec.net.iptables`). A DEL failing
+        on a chain still referenced by a stale rule ("resource busy") is tried once
+        more after those rules are gone.
+        """
         if cached is not None and netns_path is not None:
             cached = attrs.evolve(cached, netns=netns_path)
-        orphaned = cached is not None and _masquerades(cached.config) and not self._holds(cached)
         network: str | NetworkConfigList = conf if cached is None else conf.name
-        self.cni.delete(network, owner, netns_path, IFNAME)
-        if orphaned and cached is not None:
-            _remove_masq(cached)
+        nat = _makes_nat(conf if cached is None else cached.config) and self.cni.verify_netns
+        given = () if cached is not None else tuple(ports)
+        try:
+            self.cni.delete(network, owner, netns_path, IFNAME, port_mappings=given)
+        except NetworkError as exc:
+            if not nat:
+                raise
+            log.info("DEL of %s from %s failed (%s); clearing its NAT rules first",
+                     owner, conf.name, exc)  # fmt: skip
+            _iptables.remove_attachment(conf.name, owner)
+            self.cni.delete(network, owner, netns_path, IFNAME, port_mappings=given)
+        if nat:
+            _iptables.remove_attachment(conf.name, owner)
 
     def _release(
         self,
@@ -493,6 +416,7 @@ class Networks:
         ports: Sequence[PortMapping] = (),
         *,
         prefer: Sequence[str] = (),
+        held: Mapping[str, str] | None = None,
     ) -> Attachment:
         """Attach ``owner``'s namespace as ``eth0``; idempotent and crash-safe.
 
@@ -503,8 +427,8 @@ class Networks:
         portmap plugin, a missing conflist or plugin, a subnet that collides with a
         host route (InvalidArgument), a host port already published by another
         group or busy on the host (AlreadyExists), and a change of ports on a live
-        attachment (FailedPrecondition: tear it down first).
-        """
+        attachment (FailedPrecondition: tear it down first). Never hands out a live
+        group's address, nor one of ``held`` (address -> holder, from records)."""
         mode = _as_mode(mode)
         _cni.validate_container_id(owner)
         ports = tuple(ports)
@@ -532,29 +456,94 @@ class Networks:
                 self.check_subnet()
             self._check_ports(conf.name, owner, ports)
             keep = self._release(conf, owner, cached, unreadable, health)
-            _reattach.add(
-                self.cni,
-                conf,
-                owner,
-                netns_path,
-                ifname=IFNAME,
-                ports=ports,
-                prefer=[*keep, *prefer],
-            )
-            added = self.cni.attachment(conf.name, owner, IFNAME)
-        if added is None:  # pragma: no cover - add() wrote it under our lock
-            raise NetworkError(f"the CNI cache lost the attachment of {owner}")
+            fresh = cached is None and not unreadable
+            want = [*keep, *prefer]
+            added = self._add(conf, owner, netns_path, ports, held, fresh=fresh, prefer=want)
         return self._attachment(added)
 
+    def _add(
+        self,
+        conf: NetworkConfigList,
+        owner: str,
+        netns_path: str,
+        ports: Sequence[PortMapping],
+        held: Mapping[str, str] | None,
+        *,
+        fresh: bool,
+        prefer: Sequence[str],
+    ) -> _cni.CNIAttachment:
+        """The ADD, with what keeps its address one group's (issue 20) around it;
+        ``fresh``: the cache has no record of ``owner`` at all, so the address still on
+        the namespace's eth0 (the DEL rebuilt before the ADD removes it) is asked back."""
+        if fresh and self.cni.verify_netns:
+            prefer = [*_on_eth0(netns_path), *prefer]
+        self._before_add(conf, owner, netns_path, ports, held or {}, fresh=fresh)
+        _reattach.add(
+            self.cni, conf, owner, netns_path, ifname=IFNAME, ports=ports, prefer=prefer
+        )
+        added = self.cni.attachment(conf.name, owner, IFNAME)
+        if added is None:  # pragma: no cover - add() wrote it under our lock
+            raise NetworkError(f"the CNI cache lost the attachment of {owner}")
+        self._after_add(conf, owner, added)
+        return added
+
+    def _before_add(
+        self,
+        conf: NetworkConfigList,
+        owner: str,
+        netns_path: str,
+        ports: Sequence[PortMapping],
+        held: Mapping[str, str],
+        *,
+        fresh: bool,
+    ) -> None:
+        """Clear what a lost cache left of ``owner`` (a DEL rebuilt from ``conf``:
+        stale DNAT and masquerade rules would come first) and of gone holders of
+        ``ports``, refuse ports a live group's rules publish, then reconcile IPAM."""
+        if not self.cni.verify_netns:  # a test's stand-in CNI: no host to look at
+            return
+        if fresh:
+            try:
+                self._delete(conf, owner, None, netns_path, ports)
+            except NetworkError as exc:
+                log.warning("clearing what %s left on %s failed: %s", owner, conf.name, exc)
+        _addrguard.clear_port_holders(conf.name, owner, ports)
+        _addrguard.reconcile(conf, owner, IFNAME, held)
+
+    def _after_add(self, conf: NetworkConfigList, owner: str, added: _cni.CNIAttachment) -> None:
+        """Duplicate address detection; a conflict undoes the ADD and is raised."""
+        if not self.cni.verify_netns:
+            return
+        ips = [i.address for i in _result_ips(added)]
+        try:
+            message = _addrguard.conflict(added.netns, IFNAME, owner, ips)
+        except NetworkError as exc:
+            if conf.name != self.network:  # a user network's link may not speak ARP
+                log.warning("no duplicate address check for %s: %s", owner, exc)
+                return
+            self._delete(conf, owner, added, None)
+            raise
+        if message is not None:
+            self._delete(conf, owner, added, None)
+            raise AlreadyExists(message)
+
     def teardown(
-        self, owner: str, netns_path: str | None, mode: NetworkMode | str = DEFAULT_MODE
+        self,
+        owner: str,
+        netns_path: str | None,
+        mode: NetworkMode | str = DEFAULT_MODE,
+        *,
+        ports: Sequence[PortMapping] = (),
+        addresses: Sequence[str] = (),
     ) -> None:
         """Detach ``owner``; idempotent, and fine once the namespace is gone.
 
         Call it *before* removing the namespace: the bridge plugin then finds the
-        addresses to un-masquerade itself. When it cannot (namespace already gone),
-        the cached result is used to remove those rules. ``netns_path`` None means
-        the path the ADD was given.
+        addresses to un-masquerade itself; what it cannot find is removed by name
+        and comment. ``netns_path`` None means the path the ADD was given. When the
+        cache has lost the ADD, the DEL is rebuilt from the conflist, ``ports`` and
+        ``addresses`` (the records' labels): reservations of those addresses that
+        name ``owner`` go too.
         """
         mode = _as_mode(mode)
         _cni.validate_container_id(owner)
@@ -569,7 +558,9 @@ class Networks:
             conf = cached.config
         with self._locked():
             cached, _ = self._cached(conf.name, owner)
-            self._delete(conf, owner, cached, netns_path)
+            self._delete(conf, owner, cached, netns_path, ports)
+            for pool in _ipamstore.host_local_pools(conf.name, conf.plugins):
+                _ipamstore.release_own(pool, addresses, owner)
 
     def remove_bridge(self, *, timeout: float = RELEASE_TIMEOUT) -> bool:
         """Delete the shared bridge if no interface is attached; True if it was there.

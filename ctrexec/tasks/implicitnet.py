@@ -64,6 +64,11 @@ def release(files_dir: Path, labels: Mapping[str, str]) -> None:
     if not text or not name:
         return
     from ctrexec.net import settings  # here, for start-up cost, as in rewire()
+    from ctrexec.net.ports import parse_port  # as settings above
 
     mode = labels.get(lbl.NETWORK_MODE, "bridge")
-    groupns.release(settings.from_label(text), files_dir, name, mode)
+    ports = [parse_port(p) for p in labels.get(lbl.GROUP_PORTS, "").split(",") if p]
+    addresses = [a for a in labels.get(lbl.ADDRESSES, "").split(",") if a]
+    groupns.release(
+        settings.from_label(text), files_dir, name, mode, ports=ports, addresses=addresses
+    )

@@ -1,0 +1,91 @@
+"""Duplicate address detection: an RFC 5227 ARP probe from inside a group's namespace.
+
+Reconciling host-local's store (:mod:`ctrexec.net.ipamstore`) covers the holders
+ctrexec can see; this covers the rest (an address set by hand, another tool's
+namespace on the same bridge). After the ADD and before any task starts, the new
+address is probed for on the group's own ``eth0``; a reply from another MAC is a
+conflict. The frames only ever leave through that interface, onto the group's
+bridge. RFC 5227 sends 3 probes 1-2 s apart and waits 2 s more; on a local bridge
+an answer takes microseconds, so the timing is scaled down to about one second.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import select
+import socket
+import time
+
+from ctrexec.errors import NetworkError
+from ctrexec.net import arp, netns
+
+PROBES = 3
+PROBE_INTERVAL = 0.2
+#: How long replies are waited for after the last probe.
+ANSWER_WAIT = 0.4
+_PACKET_OUTGOING = 4
+
+
+def _open(ifname: str) -> socket.socket:
+    """An ARP packet socket bound to ``ifname`` of the calling thread's namespace."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(arp.ETH_P_ARP))
+    try:
+        sock.bind((ifname, arp.ETH_P_ARP))
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def probe(netns_path: str, ifname: str, address: ipaddress.IPv4Address) -> str | None:
+    """The MAC of another holder of ``address`` on ``ifname``'s link; None if none answered.
+
+    NetworkError if the probe cannot be sent (no such interface, no permission).
+    """
+    try:
+        sock = netns.run_inside(netns_path, lambda: _open(ifname), doing="probe from")
+    except OSError as exc:
+        raise NetworkError(f"cannot probe for {address} on {ifname}: {exc.strerror}") from exc
+    try:
+        own = sock.getsockname()[4]
+        frame = arp.probe_frame(own, address)
+        for n in range(PROBES):
+            sock.send(frame)
+            wait = PROBE_INTERVAL if n + 1 < PROBES else ANSWER_WAIT
+            found = _listen(sock, own, address, time.monotonic() + wait)
+            if found is not None:
+                return arp.format_mac(found)
+        return None
+    except OSError as exc:
+        raise NetworkError(f"ARP probe for {address} on {ifname} failed: {exc}") from exc
+    finally:
+        sock.close()
+
+
+def _listen(
+    sock: socket.socket, own: bytes, address: ipaddress.IPv4Address, deadline: float
+) -> bytes | None:
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([sock], [], [], left)
+        if not ready:
+            return None
+        try:
+            frame, where = sock.recvfrom(2048)
+        except BlockingIOError:
+            continue
+        if where[2] == _PACKET_OUTGOING:
+            continue
+        found = arp.conflicting_mac(arp.parse_frame(frame), own, address)
+        if found is not None:
+            return found
+    return None
+
+
+def conflict_message(address: str, group: str, holder: str | None, mac: str) -> str:
+    """The one line a conflict is reported with, naming both holders."""
+    other = f"group {holder} (MAC {mac})" if holder else f"MAC {mac}, not a ctrexec group"
+    return f"address conflict: {address} given to group {group} is already held by {other}"
+
+
+__all__ = ["ANSWER_WAIT", "PROBES", "PROBE_INTERVAL", "conflict_message", "probe"]
