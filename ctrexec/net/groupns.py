@@ -10,6 +10,7 @@ neither has to import the other. Only plain values cross: names, modes, paths.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,17 +38,42 @@ def netns_path(group: str) -> str:
 
 
 def wire(
-    networks: Networks, group: str, mode: str, ports: Sequence[PortMapping]
+    networks: Networks,
+    group: str,
+    mode: str,
+    ports: Sequence[PortMapping],
+    *,
+    prefer: Sequence[str] = (),
 ) -> tuple[str, Attachment]:
     """Make the group's namespace and attach it; a failed attach removes the namespace
-    again. Its path and what the attach gave it."""
+    again. Its path and what the attach gave it. ``prefer``: the addresses the group
+    had, asked for again (a re-made namespace keeps its address when it is free)."""
     ns = netns.create(netns_name(group))
     try:
-        return ns.path, networks.setup(group, ns.path, mode, ports)
+        return ns.path, attach(networks, group, ns.path, mode, ports, prefer=prefer)
     except BaseException:
         with contextlib.suppress(CtrexecError):
             netns.remove(ns.path)
         raise
+
+
+def attach(
+    networks: Networks,
+    group: str,
+    path: str,
+    mode: str,
+    ports: Sequence[PortMapping],
+    *,
+    prefer: Sequence[str] = (),
+) -> Attachment:
+    """``networks.setup``, asking for the ``prefer`` addresses when it takes them."""
+    # Networks.setup gains prefer= with the "attach" branch of issue 20; until it is
+    # merged the allocator picks (the lead replaces this probe with the plain call).
+    setup = networks.setup
+    if prefer and "prefer" in inspect.signature(setup).parameters:
+        keep: dict[str, Sequence[str]] = {"prefer": tuple(prefer)}
+        return setup(group, path, mode, ports, **keep)
+    return setup(group, path, mode, ports)
 
 
 def release(networks: Networks, files_dir: Path, group: str, mode: str) -> None:
