@@ -62,8 +62,13 @@ def test_tasks_the_host_restart_took_come_back_by_policy(ex: Executor, test_imag
             "the policy's tasks to run again",
         )
         until(lambda: sup.restarts == len(expected), "the supervisor to count them")
-    for name in CASES.keys() - expected:
-        assert ex.inspect(name).status is Status.CREATED
+    for name in CASES.keys() - expected:  # reported exited, with the reason, as docker's
+        until(
+            lambda n=name: ex.inspect(n).exit_reason == "host restarted",
+            f"{name} to be reported exited",
+        )
+        info = ex.inspect(name)
+        assert info.status is Status.STOPPED and info.exit_code == 255
     assert ex.inspect("sb-always-stopped").labels.get("io.ctrexec.restart.stopped-by-user") is None
 
 
