@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from _chaoslib import ChaosDaemon, gc_pass, kill_strays, remove_cgroups
+from _integrity import bridged  # noqa: F401  (the fixture, for every chaos test)
 
 from ctrexec import errors
 from ctrexec._linux import mounts_under, unmount_all
