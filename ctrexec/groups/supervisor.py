@@ -128,7 +128,9 @@ TASK_LOST = "task lost"
 LOST_AFTER = 30.0
 
 
-def lost_reason(info: TaskInfo, booted: datetime, now: datetime) -> str | None:
+def lost_reason(
+    info: TaskInfo, booted: datetime, now: datetime, lost_after: float = LOST_AFTER
+) -> str | None:
     """Why the task's run went with no exit seen, or None: it is not so (a container
     never started, a run whose task is there or exited, a start that may be under way)."""
     if (
@@ -140,7 +142,7 @@ def lost_reason(info: TaskInfo, booted: datetime, now: datetime) -> str | None:
         return None
     if info.started_at < booted:
         return HOST_RESTARTED
-    return TASK_LOST if (now - info.started_at).total_seconds() >= LOST_AFTER else None
+    return TASK_LOST if (now - info.started_at).total_seconds() >= lost_after else None
 
 
 def next_delay(
@@ -209,10 +211,13 @@ class Supervisor:
         reset_after: float = RESET_AFTER,
         lock_dir: Path = DEFAULT_LOCK_DIR,
         boot_time: Callable[[], float] = _linux.boot_time,
+        lost_after: float = LOST_AFTER,
     ) -> None:
-        """``boot_time``: when the host booted (tests pretend a reboot with it)."""
+        """``boot_time``: when the host booted (tests pretend a reboot with it);
+        ``lost_after``: see :func:`lost_reason`."""
         self.executor = executor
         self.boot_time = boot_time
+        self.lost_after = lost_after
         self.lock_dir = lock_dir
         self.client = executor.client
         self.reconnect_delay = reconnect_delay
@@ -343,7 +348,7 @@ class Supervisor:
         booted = datetime.fromtimestamp(self.boot_time(), UTC)
         now = datetime.now(UTC)
         for info in self.executor.list(all_tasks=True):
-            why = lost_reason(info, booted, now)
+            why = lost_reason(info, booted, now, self.lost_after)
             if info.status is Status.STOPPED and info.exit is not None:
                 self._on_exit(info.id, info.exit, live=False)
             elif why is not None and should_revive(info.labels):
@@ -357,7 +362,7 @@ class Supervisor:
         """Start it again unless someone did meanwhile (a start by hand clears the
         "stopped by user" mark and the backoff, as dockerd's start at boot does)."""
         info = self.executor.inspect(container_id, addresses=False)
-        why = lost_reason(info, booted, datetime.now(UTC))
+        why = lost_reason(info, booted, datetime.now(UTC), self.lost_after)
         if why is None:
             return
         self.executor.start(container_id)
@@ -369,7 +374,7 @@ class Supervisor:
     def _report_lost(self, container_id: str, booted: datetime) -> None:
         """No policy brings it back: say it exited, and why, in its labels."""
         info = self.executor.inspect(container_id, addresses=False)
-        why = lost_reason(info, booted, datetime.now(UTC))
+        why = lost_reason(info, booted, datetime.now(UTC), self.lost_after)
         if why is None:
             return
         at = booted if why == HOST_RESTARTED else datetime.now(UTC)

@@ -85,3 +85,26 @@ def test_a_run_that_began_after_the_boot_is_left_alone(ex: Executor, test_image:
     sup.reconcile()  # what run() does first; it schedules synchronously
     assert sup.pending == set()
     assert ex.inspect("sb-later").status is Status.CREATED
+
+
+def test_tasks_lost_while_containerd_was_down_are_not_left_created(
+    ex: Executor, test_image: str
+) -> None:
+    """Their run began after the boot, and no task came: the policy's start again, the
+    others are reported exited with the reason (not Created forever)."""
+    for name, policy in (("sb-lost-always", "always"), ("sb-lost-none", "no")):
+        config = TaskConfig(
+            name=name, image=test_image, command=("sleep", "600"),
+            restart=RestartPolicy(policy=policy),
+        )  # fmt: skip
+        ex.start_task(config)
+        tasks.force_delete(ex.client, name)  # what a shim killed while containerd was down leaves
+    booted = time.time() - 3600
+    with supervising(ex, boot_time=lambda: booted, lost_after=0.0):
+        until(
+            lambda: ex.inspect("sb-lost-always").status is Status.RUNNING,
+            "the policy's task to run again",
+        )
+        until(lambda: ex.inspect("sb-lost-none").exit_reason == "task lost", "the report")
+    info = ex.inspect("sb-lost-none")
+    assert info.status is Status.STOPPED and info.exit_code == 255
