@@ -19,7 +19,7 @@ from pathlib import Path
 
 import attrs
 
-from ctrexec.errors import FailedPrecondition
+from ctrexec.errors import Conflict, FailedPrecondition
 from ctrexec.net import netns
 
 #: A namespace by its nsfs inode: (st_dev, st_ino).
@@ -122,12 +122,10 @@ def repin(name: str, found: PinCheck, pids: Mapping[str, int]) -> str | None:
     """Pin a running member's namespace again at ``found.pin`` (``name``: the netns
     name) when the pin was lost; which member it was taken from, or None when nothing
     was to do or none runs. A split is refused (FailedPrecondition naming which members
-    are where): no namespace is chosen silently.
+    are where, a Conflict): no namespace is chosen silently.
     """
     if found.split:
-        raise FailedPrecondition(
-            f"the group's members are in different namespaces: {found.describe_split()}"
-        )
+        raise Conflict(f"the group's members are in different namespaces: {found.describe_split()}")
     member = found.living_member()
     if member is None or not found.lost:
         return None

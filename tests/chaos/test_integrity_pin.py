@@ -157,3 +157,26 @@ def test_after_a_reboot_the_supervisor_alone_restores_the_group(bridged: Bridged
     assert g.group_address() == address  # the address was free: it is the group's again
     assert tasks.find(g.client, g.member("cli")).status is Status.RUNNING  # type: ignore[union-attr]
     g.down_clean()
+
+
+def test_another_namespace_at_the_pin_is_a_split_refused_by_name(bridged: Bridged) -> None:
+    """Another tool puts a namespace of its own at the lost pin: the members are not
+    in it. ``group up`` and ``start`` refuse, naming which member is in which; ``ps``
+    says so. Once the stranger goes, ``group up`` pins the members' namespace again."""
+    g = bridged
+    address, namespace = _before(g)
+    lose_pin(g)
+    subprocess.run(["ip", "netns", "add", os.path.basename(g.pin)], check=True)
+    try:
+        up = g.run("group up", str(g.file))
+        assert up.returncode == 125, up.stderr
+        assert "different namespaces" in up.stderr and g.member("srv") in up.stderr
+        assert "Traceback" not in up.stderr
+        start = g.run("start", g.member("cli"))
+        assert start.returncode == 1 and "different namespaces" in start.stderr  # as docker start
+        wait_for(lambda: "(namespace split)" in _status(g, "cli"), "ps to say the split")
+    finally:
+        subprocess.run(["ip", "netns", "del", os.path.basename(g.pin)], check=False)
+    g.up()
+    _same_group(g, address, namespace)
+    g.down_clean()

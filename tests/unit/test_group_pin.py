@@ -10,7 +10,7 @@ import pytest
 
 from ctrexec import labels as lbl
 from ctrexec.containerd.tasks import ExitStatus, Status
-from ctrexec.errors import FailedPrecondition
+from ctrexec.errors import Conflict
 from ctrexec.groups.supervisor import HOST_RESTARTED, LOST_AFTER, TASK_LOST, lost_reason
 from ctrexec.net import grouppin
 from ctrexec.tasks import health, runs
@@ -50,7 +50,7 @@ def test_members_in_two_namespaces_are_a_split_named_and_refused() -> None:
     assert found.describe_split() == (
         "web-cli in namespace 10; web-srv in namespace 11 (the pinned one)"
     )
-    with pytest.raises(FailedPrecondition, match="web-cli in namespace 10"):
+    with pytest.raises(Conflict, match="web-cli in namespace 10"):
         grouppin.repin("cx-web", found, {"web-srv": 5, "web-cli": 6})
 
 
