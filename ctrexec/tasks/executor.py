@@ -134,7 +134,7 @@ class Executor:
             # Start-up: only a create into a group checks its pin (see groupnet).
             from ctrexec.tasks import groupnet
 
-            groupnet.repair(self.client, config.group, netns.resolve(config.netns))
+            groupnet.before_create(self.client, config.group, netns.resolve(config.netns))
         netns_path, mode = self._resolve_netns(config.netns)
         # Start-up: ps, inspect and logs build an Executor too, and never create.
         from ctrexec.images import lookup

@@ -65,6 +65,15 @@ def repair(client: Client, group: str, pin: str) -> grouppin.PinCheck:
     return found
 
 
+def before_create(client: Client, group: str, path: str) -> None:
+    """A new member joins the group's namespace: its pin is repaired first when it is
+    the group's own (``cx-GROUP``; ``--group`` with a path of the user's shares the
+    shim only)."""
+    if path == groupns.netns_path(group):
+        with _lock(group):
+            repair(client, group, path)
+
+
 def ensure(client: Client, record: containers.Container, files_dir: Path) -> containers.Container:
     """The record, its group's namespace made whole first (see the module's text)."""
     pin = health.pin_of(record.labels)

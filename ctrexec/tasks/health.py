@@ -50,8 +50,10 @@ def live_pids(
 
 
 def members(client: Client, group: str) -> tuple[list[containers.Container], dict[str, int]]:
-    """The group's records and the pids of those whose task runs."""
+    """The group's records in its namespace and the pids of those whose task runs (a
+    ``--group`` task in a namespace of its own shares the shim only)."""
     records = containers.list_containers(client, containers.label_filter(lbl.GROUP, group))
+    records = [r for r in records if pin_of(r.labels) is not None]
     states = {t.container_id: t for t in tasks.list_tasks(client)}
     return records, live_pids(records, states)
 
@@ -81,7 +83,7 @@ def annotate(
     ``infos`` are not all of them (inspect of one); else read from the infos."""
     groups: dict[str, dict[str, int]] = {}
     for info in infos:
-        if info.group and info.status in _LIVE and info.pid > 0:
+        if info.group and info.status in _LIVE and info.pid > 0 and pin_of(info.labels):
             groups.setdefault(info.group, {})[info.id] = info.pid
     if pids is not None:
         groups.update({g: dict(p) for g, p in pids.items()})

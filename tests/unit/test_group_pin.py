@@ -152,3 +152,11 @@ def test_lost_reason() -> None:
     assert lost_reason(_created(just), booted, just + timedelta(seconds=LOST_AFTER)) == TASK_LOST
     assert lost_reason(_created(None), booted, NOW) is None  # created, never started
     assert lost_reason(_created(NOW - timedelta(hours=1), pid=9), booted, NOW) is None
+
+
+def test_a_group_task_in_a_namespace_of_its_own_is_no_split() -> None:
+    """``--group`` alone shares the shim: such a task's namespace is not the group's."""
+    stat = _stat({PIN: (NSFS, 10), "/proc/5/ns/net": (NSFS, 10), "/proc/6/ns/net": (NSFS, 99)})
+    own = _member("web-own", 6, **{lbl.NETNS_PATH: "/run/netns/mine"})
+    out = health.annotate([_member("web-srv", 5), own], stat_id=stat)
+    assert [i.problems for i in out] == [(), ()]
