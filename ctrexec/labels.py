@@ -77,6 +77,14 @@ GROUP_MEMBERS = "io.ctrexec.group.members"
 #: container removes its namespace and network too. The value is the network settings
 #: it was wired with (JSON, :mod:`ctrexec.net.settings`), so any process tears it down.
 IMPLICIT_GROUP = "io.ctrexec.group.implicit"
+#: The network settings (JSON, :mod:`ctrexec.net.settings`) a ``group up`` member's
+#: namespace was wired with, so any process that starts it (``start``, the supervisor)
+#: can make and wire the namespace again when it is gone. A ``run -p`` container's are
+#: in :data:`IMPLICIT_GROUP`.
+NETWORK_SETTINGS = "io.ctrexec.net.settings"
+#: Why the current run ended when no exit was seen (``host restarted``: its task went
+#: with the host's restart or with containerd's, and no restart policy brought it back).
+EXIT_REASON = "io.ctrexec.exit.reason"
 #: Which run of the container the current task is: 1 for the first start, +1 for each
 #: start after it (by hand or by the supervisor). A handle names its run by it.
 RUN_ID = "io.ctrexec.run.id"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -48,9 +49,14 @@ def _print(infos: list[TaskInfo], as_json: bool) -> None:
     for i in infos:
         status = i.status.value
         if i.exit is not None:
-            status = f"exited ({i.exit.code})"
+            status = f"exited ({i.exit.code})" + (f" ({i.exit_reason})" if i.exit_reason else "")
+        status += "".join(f" ({p.what})" for p in i.problems)
         rows.append([i.id, i.image, status, i.pid or "-", i.netns_path or "-"])
     table(["ID", "IMAGE", "STATUS", "PID", "NETNS"], rows)
+    from ctrexec.views.ps import problem_lines  # start-up: loaded only to print a table
+
+    for line in problem_lines(infos):  # on stderr: scripts read stdout
+        print(line, file=sys.stderr)
 
 
 def cmd_up(args: argparse.Namespace) -> int:

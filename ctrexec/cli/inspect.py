@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ctrexec.cli._common import (
@@ -38,6 +39,8 @@ def cmd_ps(args: argparse.Namespace) -> int:
     template = "{{.ID}}" if args.quiet else args.format or psformat.PS_DEFAULT
     for line in psformat.ps_lines(infos, template, trunc=not args.no_trunc):
         print(line)
+    for line in psformat.problem_lines(infos):  # on stderr: scripts read stdout
+        print(line, file=sys.stderr)
     return 0
 
 

@@ -26,6 +26,7 @@ from ctrexec.cli.registry import add_pull_policy, ensure_images
 from ctrexec.cli.verbs import each, stop_flags, until
 from ctrexec.defaults import DEFAULT_LOG_DIR, DEFAULT_STOP_TIMEOUT
 from ctrexec.errors import (
+    Conflict,
     CtrexecError,
     FailedPrecondition,
     InvalidArgument,
@@ -388,7 +389,10 @@ def _start_one(ex: Executor, task_id: str, as_json: bool) -> bool:
 
     try:
         handle = ex.start(task_id)
-    except FailedPrecondition:
+    except FailedPrecondition as exc:
+        # A conflict (its group's members in two namespaces) is no "already running".
+        if isinstance(exc, Conflict):
+            raise
         if ex.inspect(task_id, addresses=False).status is not Status.RUNNING:
             raise
         return False

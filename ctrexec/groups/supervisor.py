@@ -33,6 +33,8 @@ from ctrexec.containerd.events import EventsMissed, TaskExited, TaskOOM
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.defaults import RUN_DIR
 from ctrexec.errors import CtrexecError, NotFound
+from ctrexec.tasks import runs
+from ctrexec.tasks.config import TaskInfo
 from ctrexec.tasks.events import MAX_RECONNECT_DELAY, TaskEvents
 from ctrexec.tasks.executor import Executor
 
@@ -118,6 +120,31 @@ def should_revive(labels: Mapping[str, str]) -> bool:
     return policy == "always" or labels.get(lbl.STOPPED_BY_USER) != "true"
 
 
+#: Why a task went with no exit seen: the host restarted (its run began before the
+#: boot), or it was lost while containerd was down (its run began after the boot,
+#: and no task was there LOST_AFTER seconds later: a start takes far less).
+HOST_RESTARTED = "host restarted"
+TASK_LOST = "task lost"
+LOST_AFTER = 30.0
+
+
+def lost_reason(
+    info: TaskInfo, booted: datetime, now: datetime, lost_after: float = LOST_AFTER
+) -> str | None:
+    """Why the task's run went with no exit seen, or None: it is not so (a container
+    never started, a run whose task is there or exited, a start that may be under way)."""
+    if (
+        info.status is not Status.CREATED
+        or info.exit is not None
+        or info.pid
+        or not info.started_at
+    ):
+        return None
+    if info.started_at < booted:
+        return HOST_RESTARTED
+    return TASK_LOST if (now - info.started_at).total_seconds() >= lost_after else None
+
+
 def next_delay(
     base: float,
     previous: float | None,
@@ -184,10 +211,13 @@ class Supervisor:
         reset_after: float = RESET_AFTER,
         lock_dir: Path = DEFAULT_LOCK_DIR,
         boot_time: Callable[[], float] = _linux.boot_time,
+        lost_after: float = LOST_AFTER,
     ) -> None:
-        """``boot_time``: when the host booted (tests pretend a reboot with it)."""
+        """``boot_time``: when the host booted (tests pretend a reboot with it);
+        ``lost_after``: see :func:`lost_reason`."""
         self.executor = executor
         self.boot_time = boot_time
+        self.lost_after = lost_after
         self.lock_dir = lock_dir
         self.client = executor.client
         self.reconnect_delay = reconnect_delay
@@ -312,32 +342,48 @@ class Supervisor:
 
     def reconcile(self) -> None:
         """Apply the policy to every stopped task, for exits missed while away, and to
-        every task a host restart took away (containerd keeps no task across one: its
-        run began before the boot and left no exit)."""
+        every task that went with no exit seen (:func:`lost_reason`): the policy's are
+        started again (a group's namespace is made again first, by the start), the
+        others reported exited, with the reason."""
         booted = datetime.fromtimestamp(self.boot_time(), UTC)
+        now = datetime.now(UTC)
         for info in self.executor.list(all_tasks=True):
+            why = lost_reason(info, booted, now, self.lost_after)
             if info.status is Status.STOPPED and info.exit is not None:
                 self._on_exit(info.id, info.exit, live=False)
-            elif (
-                info.status is Status.CREATED
-                and info.exit is None
-                and info.started_at is not None
-                and info.started_at < booted
-                and should_revive(info.labels)
-            ):
+            elif why is not None and should_revive(info.labels):
                 revive = lambda cid=info.id: self._revive(cid, booted)  # noqa: E731
-                if self._schedule(info.id, 0, "start after the host's restart", revive):
-                    log.info("%s: its task went with the host's restart; starting it", info.id)
+                self._schedule(info.id, 0, "start after " + why, revive)
+            elif why is not None:
+                report = lambda cid=info.id: self._report_lost(cid, booted)  # noqa: E731
+                self._act(info.id, "report of a lost task", report)
 
     def _revive(self, container_id: str, booted: datetime) -> None:
         """Start it again unless someone did meanwhile (a start by hand clears the
         "stopped by user" mark and the backoff, as dockerd's start at boot does)."""
         info = self.executor.inspect(container_id, addresses=False)
-        if info.status is not Status.CREATED or not info.started_at or info.started_at >= booted:
+        why = lost_reason(info, booted, datetime.now(UTC), self.lost_after)
+        if why is None:
             return
         self.executor.start(container_id)
         with self._guard:
             self._restarts += 1
+        whose = f"group {info.group}: " if info.group else ""
+        log.info("%sstarted %s again, its task gone (%s)", whose, container_id, why)
+
+    def _report_lost(self, container_id: str, booted: datetime) -> None:
+        """No policy brings it back: say it exited, and why, in its labels."""
+        info = self.executor.inspect(container_id, addresses=False)
+        why = lost_reason(info, booted, datetime.now(UTC), self.lost_after)
+        if why is None:
+            return
+        at = booted if why == HOST_RESTARTED else datetime.now(UTC)
+        containers.update_labels(
+            self.client, container_id, runs.lost_run(info.labels, at=at, reason=why)
+        )
+        log.info(
+            "%s: its task went (%s); reported exited, no restart policy applies", container_id, why
+        )
 
     def _on_exit(self, container_id: str, status: ExitStatus, *, live: bool) -> None:
         """Act on one exit; ``live`` (seen as an event) logs it even when nothing is done.

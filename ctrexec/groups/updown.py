@@ -20,10 +20,10 @@ from ctrexec.errors import AlreadyExists, CtrexecError, FailedPrecondition
 from ctrexec.groups.spec import GroupSpec
 from ctrexec.ids import validate_id
 from ctrexec.images import lookup
-from ctrexec.net import groupns, hostfiles, netns
+from ctrexec.net import groupns, hostfiles, netns, settings
 from ctrexec.net.networks import Networks, parse_mode, parse_port
 from ctrexec.net.ports import PortMapping
-from ctrexec.tasks import implicitnet, teardown
+from ctrexec.tasks import groupnet, implicitnet, teardown
 from ctrexec.tasks.config import TaskConfig, TaskInfo
 from ctrexec.tasks.executor import Executor
 
@@ -36,6 +36,14 @@ def _members(spec: GroupSpec, configs: list[TaskConfig]) -> str:
             for task, cfg in zip(spec.tasks, configs, strict=True)
         ]
     )
+
+
+def _addresses(existing: list[containers.Container]) -> list[str]:
+    """The address the group's members say it had, asked for again when re-made."""
+    for record in existing:
+        if found := [a for a in record.labels.get(lbl.ADDRESSES, "").split(",") if a]:
+            return found
+    return []
 
 
 class Groups:
@@ -76,12 +84,24 @@ class Groups:
         configs = spec.task_configs()
         for cfg in configs:  # images first: a missing one stops everything, untouched
             lookup.ensure_image(self.executor.client, cfg.image, snapshotter=cfg.snapshotter)
+        # The pin checked against the running members first: pinned again from one of
+        # them (same namespace, same address), a split refused; with none running and
+        # the pin gone, the old attachment is released before a new one is made.
+        pin = groupnet.repair(self.executor.client, spec.name, spec.netns_path)
+        if existing and pin.lost and not pin.members:
+            self._release_network(spec.name, spec.network)
         fresh = not existing and not Path(spec.netns_path).exists()
         made: list[str] = []
         try:
             ns = netns.create(spec.netns_name, exist_ok=True)
-            held = self._held(spec.name)
-            attachment = self.networks.setup(spec.name, ns.path, mode, ports, held=held)
+            attachment = self.networks.setup(
+                spec.name,
+                ns.path,
+                mode,
+                ports,
+                prefer=_addresses(existing),
+                held=self._held(spec.name),
+            )
             # What every member's /etc/hosts says (see ctrexec.tasks.files).
             shared = {lbl.GROUP_MEMBERS: _members(spec, configs)}
             if attachment.addresses():
@@ -108,7 +128,13 @@ class Groups:
     def _create_member(
         self, cfg: TaskConfig, digest: str, spec: GroupSpec, shared: Mapping[str, str]
     ) -> None:
-        owned = {lbl.GROUP_SPEC: digest, lbl.NETWORK_MODE: spec.network, **shared}
+        owned = {
+            lbl.GROUP_SPEC: digest,
+            lbl.NETWORK_MODE: spec.network,
+            # How the namespace was wired, so any start can wire it again (groupnet).
+            lbl.NETWORK_SETTINGS: settings.to_label(self.networks),
+            **shared,
+        }
         if spec.ports:  # what TaskInfo.ports says, without reading CNI's cache
             owned[lbl.GROUP_PORTS] = ",".join(spec.ports)
         self.executor.create(cfg, owner_labels=owned)

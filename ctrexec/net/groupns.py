@@ -43,15 +43,28 @@ def wire(
     prefer: Sequence[str] = (),
 ) -> tuple[str, Attachment]:
     """Make the group's namespace and attach it; a failed attach removes the namespace
-    again. Its path and what the attach gave it; ``prefer`` are addresses to ask for
-    (the group's own, from its records' labels)."""
+    again. Its path and what the attach gave it. ``prefer``: the addresses the group
+    had, asked for again (a re-made namespace keeps its address when it is free)."""
     ns = netns.create(netns_name(group))
     try:
-        return ns.path, networks.setup(group, ns.path, mode, ports, prefer=prefer)
+        return ns.path, attach(networks, group, ns.path, mode, ports, prefer=prefer)
     except BaseException:
         with contextlib.suppress(CtrexecError):
             netns.remove(ns.path)
         raise
+
+
+def attach(
+    networks: Networks,
+    group: str,
+    path: str,
+    mode: str,
+    ports: Sequence[PortMapping],
+    *,
+    prefer: Sequence[str] = (),
+) -> Attachment:
+    """``networks.setup``, asking for the ``prefer`` addresses (the group's own)."""
+    return networks.setup(group, path, mode, ports, prefer=prefer)
 
 
 def release(

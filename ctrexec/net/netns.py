@@ -387,6 +387,40 @@ def _pin(name: str, path: str) -> None:
         raise
 
 
+def pin_from(name: str, source: str) -> NetNS:
+    """Pin the live namespace at ``source`` (a task's ``/proc/PID/ns/net``) as
+    ``/run/netns/NAME`` again, after its pin was lost (``umount``, ``rm``).
+
+    The namespace mounted is the one checked: the bind mount goes through the open
+    file's ``/proc/self/fd`` link, so a pid that exits and is reused meanwhile cannot
+    swap in another namespace. The pin file must be absent or the empty, unmounted
+    file a lost pin leaves (AlreadyExists for a live mount). Nothing is left behind
+    on failure, and the host's own namespace is refused.
+    """
+    validate_name(name)
+    path = str(Path(NETNS_RUN_DIR) / name)
+    with _lock:
+        fd = _open_ns(source)
+        try:
+            _verify_fd(fd, source, allow_host=False)
+            _prepare_run_dir()
+            if is_mounted(path):
+                raise AlreadyExists(f"network namespace {name!r} is already pinned")
+            if not _unfinished(path):
+                os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0))
+            try:
+                _linux.mount(f"/proc/self/fd/{fd}", path, "none", _linux.MS_BIND)
+                nsmarks.mark(path)
+            except BaseException:
+                _discard(path)
+                raise
+        except OSError as exc:
+            raise os_error(f"cannot pin {source} as {path}", exc) from exc
+        finally:
+            os.close(fd)
+    return NetNS(name=name, path=path)
+
+
 def remove(name_or_path: str | os.PathLike[str]) -> None:
     """Unpin a namespace: detach its mount and unlink the file (``ip netns del``).
 
@@ -518,6 +552,7 @@ __all__ = [
     "list_namespaces",
     "netlink",
     "os_error",
+    "pin_from",
     "remove",
     "resolve",
     "run_inside",

@@ -365,6 +365,24 @@ class TaskHandle:
             raise InvalidArgument(f"invalid task handle: {exc}") from exc
 
 
+@attrs.frozen
+class Problem:
+    """Something wrong around a task that its state alone does not say (its group's
+    namespace pin lost, a split...): what it is, the facts, and the command that
+    repairs it. Found by :mod:`ctrexec.tasks.health`; ``ps`` and ``inspect`` show it."""
+
+    what: str
+    detail: str = ""
+    repair: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.what} ({self.detail})" if self.detail else self.what
+        return f"{text}; {self.repair}" if self.repair else text
+
+    def to_json(self) -> dict[str, str]:
+        return {"problem": self.what, "detail": self.detail, "repair": self.repair}
+
+
 @attrs.frozen(kw_only=True)
 class TaskInfo:
     """``inspect``: the record plus the state of one run (the latest, unless it came
@@ -380,7 +398,9 @@ class TaskInfo:
     of it scheduled (or retries one that failed: ``restart_error`` says why).
     ``args``, ``env``, ``workdir`` and ``hostname`` are what the task runs with, from
     its OCI spec: the image's defaults merged with the config's (docker's
-    ``Config.Cmd``, ``Env``, ``WorkingDir``, ``Hostname``).
+    ``Config.Cmd``, ``Env``, ``WorkingDir``, ``Hostname``). ``problems``: what
+    :mod:`ctrexec.tasks.health` found wrong around it (its group's namespace pin lost).
+    ``exit_reason``: why the run ended when no exit was seen (``host restarted``).
     """
 
     id: str
@@ -407,6 +427,8 @@ class TaskInfo:
     env: tuple[str, ...] = ()
     workdir: str = ""
     hostname: str = ""
+    problems: tuple[Problem, ...] = ()
+    exit_reason: str | None = None
 
     @property
     def oom_killed(self) -> bool:
@@ -453,6 +475,8 @@ class TaskInfo:
             "labels": dict(self.labels),
             "created_at": _iso(self.created_at),
             "config": self.config.to_json() if self.config else None,
+            "exit_reason": self.exit_reason,
+            "problems": [p.to_json() for p in self.problems],
         }
 
 

@@ -130,6 +130,11 @@ class Executor:
         first run (:func:`runs.first_run`): no label update after the start.
         """
         checked = taskspec.check_config(config, containerd_address=self.client.address)
+        if config.group and config.netns not in ("host", "none", ""):
+            # Start-up: only a create into a group checks its pin (see groupnet).
+            from ctrexec.tasks import groupnet
+
+            groupnet.before_create(self.client, config.group, netns.resolve(config.netns))
         netns_path, mode = self._resolve_netns(config.netns)
         # Start-up: ps, inspect and logs build an Executor too, and never create.
         from ctrexec.images import lookup
@@ -191,15 +196,17 @@ class Executor:
 
         A start by hand clears the "stopped by user" mark, the restart count and the
         backoff, as docker does; the supervisor passes ``by_policy=True`` to keep them.
+        A group member's namespace is made whole first (:mod:`ctrexec.tasks.groupnet`).
         """
         with self._lock(task_id):
-            before, record = self._clear_previous_run(task_id, by_policy=by_policy)
             # Start-up: what only a start needs loads with the first start, not for ps.
-            from ctrexec.tasks import implicitnet, records
+            from ctrexec.tasks import groupnet, records
 
+            # Its group's namespace pinned again, or made again after a reboot; first,
+            # so that a start of a running member (a no-op) repairs a lost pin too.
+            groupnet.ensure(self.client, containers.get(self.client, task_id), self.files_dir)
+            before, record = self._clear_previous_run(task_id, by_policy=by_policy)
             try:
-                if record.labels.get(lbl.IMPLICIT_GROUP):  # run -p: wired again after a reboot
-                    record = implicitnet.rewire(self.client, record)
                 return self._launch(record, records.rootfs_mounts(self.client, record, self.images))
             except BaseException:
                 taskinfo.undo_next_run(self.client, before)

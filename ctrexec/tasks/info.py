@@ -23,7 +23,7 @@ from ctrexec.errors import CtrexecError, HandleMismatch, InvalidArgument, NotFou
 from ctrexec.net import nsinfo, nsrefs
 from ctrexec.net.cni import PortMapping
 from ctrexec.net.nsinfo import Address
-from ctrexec.tasks import runs
+from ctrexec.tasks import health, runs
 from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
 
 
@@ -83,7 +83,12 @@ def addresses_of(record: containers.Container, pid: int) -> tuple[Address, ...] 
     try:
         found = nsinfo.inspect(path)
     except CtrexecError:
-        return None
+        if pid <= 0 or mode != "path":
+            return None
+        try:  # the pin lost (health says so): the task's own view of the namespace
+            found = nsinfo.inspect(f"/proc/{pid}/ns/net")
+        except CtrexecError:
+            return None
     return tuple(a for a in found.addresses if a.ifname != "lo")
 
 
@@ -107,6 +112,7 @@ def build(
         status = Status.STOPPED if exit_status is not None else Status.CREATED
     pid = state.pid if state else 0
     return TaskInfo(
+        exit_reason=runs.exit_reason(labels) if state is None else None,
         id=record.id,
         image=labels.get(lbl.IMAGE_REF, record.image),
         status=status,
@@ -160,7 +166,16 @@ def inspect(client: Client, task_id: str, *, addresses: bool = True) -> TaskInfo
     record = containers.get(client, task_id)
     state = tasks.find(client, task_id)
     exits = with_oom(client, {task_id: state.exit} if state and state.exit else {})
-    return build(record, state, exits.get(task_id), addresses=addresses)
+    info = build(record, state, exits.get(task_id), addresses=addresses)
+    return _checked(client, info)
+
+
+def _checked(client: Client, info: TaskInfo) -> TaskInfo:
+    """The info with its problems: its group's running members are listed for them."""
+    if info.group is None or health.pin_of(info.labels) is None:
+        return info
+    _, pids = health.members(client, info.group)
+    return health.annotate([info], {info.group: pids})[0]
 
 
 def list_infos(client: Client, *, all_tasks: bool, addresses: bool = False) -> list[TaskInfo]:
@@ -177,7 +192,8 @@ def list_infos(client: Client, *, all_tasks: bool, addresses: bool = False) -> l
         ]
     exits = with_oom(client, {r.id: s.exit for r in records if (s := states.get(r.id)) and s.exit})
     infos = [build(r, states.get(r.id), exits.get(r.id), addresses=addresses) for r in records]
-    return sorted(infos, key=lambda i: i.id)
+    # Every running member is among the infos, so their group's pin can be checked.
+    return sorted(health.annotate(infos), key=lambda i: i.id)
 
 
 def recover(client: Client, handle: TaskHandle, *, addresses: bool = True) -> TaskInfo:

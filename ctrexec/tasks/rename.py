@@ -20,7 +20,7 @@ old id. Members of a group and tasks of the Nomad driver are refused too: their 
 derived from the group's or allocation's name, and their owners find them by it. A
 ``run -p`` container's implicit group is named after it, so it moves: the copy names
 ``cx-NEW``, the old namespace is released, and the next start wires the new one with
-the same ports (:func:`ctrexec.tasks.implicitnet.rewire`). The host files' directory is the
+the same ports (:func:`ctrexec.tasks.groupnet.ensure`). The host files' directory is the
 new id's, written afresh by that start.
 """
 

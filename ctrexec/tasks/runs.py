@@ -114,6 +114,8 @@ def next_run(
         lbl.RUN_ID: str((old.run if old else 0) + 1),
         lbl.RUN_STARTED_AT: started_at.isoformat(),
     }
+    if lbl.EXIT_REASON in labels:  # said of the run this one replaces
+        update[lbl.EXIT_REASON] = None
     kept = previous(labels)
     if old is not None and replaced_exit is None and kept is not None and kept.run == old.run:
         replaced_exit, replaced_pid = kept.exit, replaced_pid or kept.pid
@@ -142,6 +144,29 @@ def kept_exit(labels: Mapping[str, str]) -> ExitStatus | None:
     now, before = current(labels), previous(labels)
     same = before is not None and before.run == (now.run if now else 0)
     return before.exit if same and before is not None else None
+
+
+#: The exit code a run is reported with when its task went with no exit seen (a
+#: host's restart): docker's for a container whose process its daemon lost.
+LOST_EXIT_CODE = 255
+
+
+def lost_run(labels: Mapping[str, str], *, at: datetime, reason: str) -> dict[str, str]:
+    """The label update that reports the current run exited (:data:`LOST_EXIT_CODE` at
+    ``at``) when its task went with no exit to keep, and why; the next start clears
+    the reason (:func:`next_run`)."""
+    now = current(labels)
+    run = Run(
+        run=now.run if now else 0,
+        started_at=now.started_at if now else None,
+        exit=ExitStatus(code=LOST_EXIT_CODE, exited_at=at),
+    )
+    return {lbl.RUN_PREVIOUS: previous_label(run), lbl.EXIT_REASON: reason}
+
+
+def exit_reason(labels: Mapping[str, str]) -> str | None:
+    """Why the current run ended, when :func:`lost_run` reported it (None otherwise)."""
+    return labels.get(lbl.EXIT_REASON) if kept_exit(labels) is not None else None
 
 
 def previous_label(run: Run) -> str:

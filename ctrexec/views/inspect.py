@@ -77,7 +77,7 @@ def state_of(info: TaskInfo) -> dict[str, Any]:
         "ExitCode": info.exit.code if info.exit and not live else 0,
         "StartedAt": rfc3339(info.started_at),
         "FinishedAt": rfc3339(info.finished_at),
-        "Error": info.restart_error or "",
+        "Error": info.restart_error or "; ".join(map(str, info.problems)) or info.exit_reason or "",
     }
 
 

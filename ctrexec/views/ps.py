@@ -47,7 +47,14 @@ def _ago(when: datetime | None, now: datetime) -> str:
 
 def status_text(info: TaskInfo, now: datetime) -> str:
     """``Up 3 minutes``, ``Up 2 hours (Paused)``, ``Exited (0) 2 minutes ago``, ``Created``,
-    and docker's ``Restarting (1) 5 seconds ago`` while the supervisor has a restart due."""
+    and docker's ``Restarting (1) 5 seconds ago`` while the supervisor has a restart due;
+    each problem in parentheses after it, as docker's health (``Up 3 minutes
+    (namespace pin lost)``), and why a run ended when no exit was seen
+    (``Exited (255) 1 minute ago (host restarted)``)."""
+    return _base_status(info, now) + "".join(f" ({p.what})" for p in info.problems)
+
+
+def _base_status(info: TaskInfo, now: datetime) -> str:
     if info.status in _LIVE:
         since = info.started_at or info.created_at
         up = f"Up {human_duration((now - since).total_seconds())}" if since else "Up"
@@ -56,8 +63,20 @@ def status_text(info: TaskInfo, now: datetime) -> str:
         return f"Restarting ({info.exit.code}) {_ago(info.finished_at, now)}".rstrip()
     if info.exit is not None:
         oom = ", OOM killed" if info.oom_killed else ""
-        return f"Exited ({info.exit.code}{oom}) {_ago(info.finished_at, now)}".rstrip()
+        why = f" ({info.exit_reason})" if info.exit_reason else ""
+        return f"Exited ({info.exit.code}{oom}) {_ago(info.finished_at, now)}".rstrip() + why
     return "Created"
+
+
+def problem_lines(infos: Sequence[TaskInfo]) -> list[str]:
+    """One line per problem the listed tasks have, with the command that repairs it
+    (said once for a group's members: they share it)."""
+    seen: dict[tuple[str, str], str] = {}
+    for info in infos:
+        whose = f"group {info.group}" if info.group else info.id
+        for problem in info.problems:
+            seen.setdefault((whose, problem.what), f"warning: {whose}: {problem}")
+    return list(seen.values())
 
 
 def state(info: TaskInfo) -> str:

@@ -62,8 +62,13 @@ def test_tasks_the_host_restart_took_come_back_by_policy(ex: Executor, test_imag
             "the policy's tasks to run again",
         )
         until(lambda: sup.restarts == len(expected), "the supervisor to count them")
-    for name in CASES.keys() - expected:
-        assert ex.inspect(name).status is Status.CREATED
+    for name in CASES.keys() - expected:  # reported exited, with the reason, as docker's
+        until(
+            lambda n=name: ex.inspect(n).exit_reason == "host restarted",
+            f"{name} to be reported exited",
+        )
+        info = ex.inspect(name)
+        assert info.status is Status.STOPPED and info.exit_code == 255
     assert ex.inspect("sb-always-stopped").labels.get("io.ctrexec.restart.stopped-by-user") is None
 
 
@@ -80,3 +85,26 @@ def test_a_run_that_began_after_the_boot_is_left_alone(ex: Executor, test_image:
     sup.reconcile()  # what run() does first; it schedules synchronously
     assert sup.pending == set()
     assert ex.inspect("sb-later").status is Status.CREATED
+
+
+def test_tasks_lost_while_containerd_was_down_are_not_left_created(
+    ex: Executor, test_image: str
+) -> None:
+    """Their run began after the boot, and no task came: the policy's start again, the
+    others are reported exited with the reason (not Created forever)."""
+    for name, policy in (("sb-lost-always", "always"), ("sb-lost-none", "no")):
+        config = TaskConfig(
+            name=name, image=test_image, command=("sleep", "600"),
+            restart=RestartPolicy(policy=policy),
+        )  # fmt: skip
+        ex.start_task(config)
+        tasks.force_delete(ex.client, name)  # what a shim killed while containerd was down leaves
+    booted = time.time() - 3600
+    with supervising(ex, boot_time=lambda: booted, lost_after=0.0):
+        until(
+            lambda: ex.inspect("sb-lost-always").status is Status.RUNNING,
+            "the policy's task to run again",
+        )
+        until(lambda: ex.inspect("sb-lost-none").exit_reason == "task lost", "the report")
+    info = ex.inspect("sb-lost-none")
+    assert info.status is Status.STOPPED and info.exit_code == 255

@@ -1,0 +1,102 @@
+"""What is wrong around a task that its state alone does not say: :class:`Problem`\\ s.
+
+``ps`` says "Up 3 minutes" for a task whose group lost its namespace pin, since the
+task runs; the next restart would then join another namespace than its siblings'.
+Each check here turns such a fact into a :class:`~ctrexec.tasks.config.Problem` on the
+TaskInfo: what it is, the facts, and the command that repairs it. Checks are cheap
+(stat calls: no netlink, no CNI), so ``ps`` runs them on every listing; a new check
+("not attached", "address conflict", "missing member") joins :func:`annotate`.
+
+The group's running members come from the GROUP label and containerd's task pids
+(:func:`members`); :mod:`ctrexec.tasks.groupnet` repairs what is found here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import attrs
+
+from ctrexec import labels as lbl
+from ctrexec.containerd import containers, tasks
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import Status
+from ctrexec.net import groupns, grouppin
+from ctrexec.tasks.config import Problem, TaskInfo
+
+_LIVE = (Status.RUNNING, Status.PAUSED, Status.PAUSING)
+PIN_LOST = "namespace pin lost"
+SPLIT = "namespace split"
+
+
+def pin_of(labels: Mapping[str, str]) -> str | None:
+    """The group namespace's pin a record names; None for a task outside a group's
+    namespace (host, none, or a namespace path of the user's own)."""
+    group, path = labels.get(lbl.GROUP), labels.get(lbl.NETNS_PATH)
+    if not group or not path or labels.get(lbl.NETNS_MODE, "path") != "path":
+        return None
+    return path if path == groupns.netns_path(group) else None
+
+
+def live_pids(
+    records: Sequence[containers.Container], states: Mapping[str, tasks.ProcessState]
+) -> dict[str, int]:
+    """The pids of the records whose task runs (or is paused), by id."""
+    return {
+        r.id: s.pid
+        for r in records
+        if (s := states.get(r.id)) is not None and s.status in _LIVE and s.pid > 0
+    }
+
+
+def members(client: Client, group: str) -> tuple[list[containers.Container], dict[str, int]]:
+    """The group's records in its namespace and the pids of those whose task runs (a
+    ``--group`` task in a namespace of its own shares the shim only)."""
+    records = containers.list_containers(client, containers.label_filter(lbl.GROUP, group))
+    records = [r for r in records if pin_of(r.labels) is not None]
+    states = {t.container_id: t for t in tasks.list_tasks(client)}
+    return records, live_pids(records, states)
+
+
+def pin_problems(found: grouppin.PinCheck, name: str) -> tuple[Problem, ...]:
+    """The pin's problems, as the member ``name`` reports them (with the repair)."""
+    if found.split:
+        outside = sorted(m for m, ns in found.members.items() if ns != found.pinned)
+        if found.lost:
+            repair = "run ctrexec group down, then group up again"
+        else:
+            ids = " ".join(outside)
+            repair = f"run ctrexec stop {ids}, then ctrexec start {ids}"
+        return (Problem(SPLIT, found.describe_split(), repair),)
+    if found.lost and found.members:
+        detail = f"{found.pin} is gone; the tasks run on in the namespace"
+        return (Problem(PIN_LOST, detail, f"run ctrexec start {name} to pin it again"),)
+    return ()
+
+
+def annotate(
+    infos: Sequence[TaskInfo],
+    pids: Mapping[str, Mapping[str, int]] | None = None,
+    stat_id: Callable[[str], grouppin.NsId | None] = grouppin.ns_id,
+) -> list[TaskInfo]:
+    """The infos with their problems. ``pids``: each group's running members, when
+    ``infos`` are not all of them (inspect of one); else read from the infos."""
+    groups: dict[str, dict[str, int]] = {}
+    for info in infos:
+        if info.group and info.status in _LIVE and info.pid > 0 and pin_of(info.labels):
+            groups.setdefault(info.group, {})[info.id] = info.pid
+    if pids is not None:
+        groups.update({g: dict(p) for g, p in pids.items()})
+    checks: dict[str, grouppin.PinCheck] = {}
+    out = []
+    for info in infos:
+        pin = pin_of(info.labels)
+        if pin is None or info.group is None:
+            out.append(info)
+            continue
+        if info.group not in checks:
+            members_pids = groups.get(info.group, {})
+            checks[info.group] = grouppin.check(pin, members_pids, stat_id)
+        found = pin_problems(checks[info.group], info.id)
+        out.append(attrs.evolve(info, problems=(*info.problems, *found)) if found else info)
+    return out
