@@ -17,6 +17,7 @@ from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.tasks import Status
 from ctrexec.errors import AlreadyExists, CtrexecError, FailedPrecondition
+from ctrexec.groups import missing
 from ctrexec.groups.spec import GroupSpec
 from ctrexec.ids import validate_id
 from ctrexec.images import lookup
@@ -52,6 +53,10 @@ class Groups:
     def ps(self, name: str) -> list[TaskInfo]:
         return [i for i in self.executor.list(all_tasks=True) if i.group == name]
 
+    def missing(self, name: str) -> list[str]:
+        """The members the group's labels name that have no container (see :mod:`.missing`)."""
+        return missing.missing(self.members(name))
+
     def names(self) -> list[str]:
         found = {c.labels.get(lbl.GROUP, "") for c in self._managed()}
         return sorted(n for n in found if n)
@@ -85,8 +90,11 @@ class Groups:
             if attachment.addresses():
                 shared[lbl.ADDRESSES] = ",".join(attachment.addresses())
             have = {c.id for c in existing}
+            known = {c.id: c.labels for c in existing}
             for cfg in configs:
-                if cfg.name not in have:
+                if cfg.name not in have:  # a member deleted outside ctrexec left its files
+                    roots = [Path(cfg.log_dir)] if cfg.log_dir else []
+                    missing.remove_files(self.executor, cfg.name, known, roots)
                     self._create_member(cfg, digest, spec, shared)
                     made.append(cfg.name)
                 state = self.executor.inspect(cfg.name, addresses=False)
@@ -123,6 +131,8 @@ class Groups:
             stop=lambda task_id: ex.stop(task_id, timeout=timeout),
             destroy=lambda task_id: ex.destroy(task_id, force=True),
         )
+        for gone in missing.missing(members):  # deleted outside ctrexec: its files remain
+            missing.remove_files(ex, gone, {c.id: c.labels for c in members})
         for a in self.networks.attachments():
             if a.owner == name:
                 modes.add(a.mode)
