@@ -275,6 +275,7 @@ class Supervisor:
         try:
             if stop.is_set():  # set before the watcher could see this stream
                 return
+            log.info("watching namespace %s (events are live)", self.client.namespace)
             self.reconcile()
             for event in stream:
                 if isinstance(event, EventsMissed):
