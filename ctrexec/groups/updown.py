@@ -9,15 +9,14 @@ after a crash reuses the surviving namespace and address instead of allocating a
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.tasks import Status
-from ctrexec.errors import AlreadyExists, CtrexecError, FailedPrecondition
-from ctrexec.groups import missing
+from ctrexec.errors import AlreadyExists, CtrexecError, FailedPrecondition, NotFound
+from ctrexec.groups import missing, outage
 from ctrexec.groups.spec import GroupSpec
 from ctrexec.ids import validate_id
 from ctrexec.images import lookup
@@ -100,14 +99,27 @@ class Groups:
                 state = self.executor.inspect(cfg.name, addresses=False)
                 if state.status not in (Status.RUNNING, Status.PAUSED):
                     self.executor.start(cfg.name)
-        except BaseException:
-            for task_id in made:
-                with contextlib.suppress(CtrexecError):
-                    self.executor.destroy(task_id, force=True)
-            if fresh:
+        except BaseException as exc:
+            left = self._undo(made)
+            if fresh and not left:  # a member left may run in it: it stays for the rerun
                 self._release_network(spec.name, spec.network)
+            client = self.executor.client
+            if isinstance(exc, CtrexecError) and outage.gone(client, exc):
+                raise outage.lost(spec.name, client.address, left) from exc
             raise
         return self.ps(spec.name)
+
+    def _undo(self, made: list[str]) -> list[str]:
+        """Destroy the members this up made; return those it could not."""
+        left = []
+        for task_id in made:
+            try:
+                self.executor.destroy(task_id, force=True)
+            except NotFound:
+                continue  # gone already
+            except CtrexecError:
+                left.append(task_id)
+        return left
 
     def _create_member(
         self, cfg: TaskConfig, digest: str, spec: GroupSpec, shared: Mapping[str, str]

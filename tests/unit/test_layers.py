@@ -210,7 +210,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "aio",
         "rename",
     ),
-    "ctrexec.groups": ("spec", "implicit", "missing", "updown", "supervisor"),
+    "ctrexec.groups": ("spec", "implicit", "missing", "outage", "updown", "supervisor"),
 }
 
 
