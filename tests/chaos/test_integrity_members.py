@@ -282,3 +282,28 @@ def test_group_up_with_containerd_stopped_in_it_fails_in_one_line_and_a_rerun_co
     except AssertionError:
         assert g.leftovers() == []
     assert not Path(f"/sys/class/net/{g.bridge}").exists()
+
+
+def test_without_a_supervisor_group_up_and_group_down_remove_a_deleted_members_files(
+    bridged: Bridged,
+) -> None:
+    """No supervisor to see the record go: ``group ps`` still says "missing", ``group
+    up`` makes the member again without its old files, and ``group down`` removes the
+    files of a member deleted since."""
+    g = bridged
+    g.up()
+    g.wait_sound()
+    cli = g.member("cli")
+    marker = _member_dirs(g, cli)[0] / "left-by-the-old-member"
+    marker.write_text("old")
+    _delete_out_of_band(g, cli)
+    ps = g.run("group ps", g.name)
+    assert [cli, "-", "missing", "-", "-"] in [r.split() for r in ps.stdout.splitlines()], ps
+    assert all(d.exists() for d in _member_dirs(g, cli))  # nobody removed them yet
+    g.up()
+    g.wait_sound()
+    assert not marker.exists()
+    srv = g.member("srv")
+    _delete_out_of_band(g, srv)
+    assert all(d.exists() for d in _member_dirs(g, srv))
+    g.down_clean()  # its log and host files too (leftovers() looks at both)
