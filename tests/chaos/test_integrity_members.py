@@ -115,6 +115,8 @@ def test_a_member_deleted_outside_ctrexec_is_reported_cleaned_and_made_again(
     ps = g.run("group ps", g.name)
     assert "missing" not in ps.stdout and ps.stderr == "", ps
     g.down_clean()
+    # ctrexec's own removals (group down) are no deletion outside it.
+    assert supervisor.read_text().count("deleted outside ctrexec") == 1
 
 
 # -- 8: containerd stopped during group up ----------------------------------------------
