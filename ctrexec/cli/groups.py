@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ctrexec.cli import publish
@@ -41,17 +42,19 @@ def _groups(args: argparse.Namespace) -> Groups:
     return Groups(executor(args), _networks(args))
 
 
-def _print(infos: list[TaskInfo], as_json: bool) -> None:
+def _print(infos: list[TaskInfo], as_json: bool, gone: Sequence[tuple[str, str]] = ()) -> None:
+    """The members' rows, then one per ``gone`` member: (id, status) with no container."""
     if as_json:
-        print_json([i.to_json() for i in infos])
+        print_json([i.to_json() for i in infos] + [{"id": m, "status": s} for m, s in gone])
         return
-    rows = []
+    rows: list[list[object]] = []
     for i in infos:
         status = i.status.value
         if i.exit is not None:
             status = f"exited ({i.exit.code})" + (f" ({i.exit_reason})" if i.exit_reason else "")
         status += "".join(f" ({p.what})" for p in i.problems)
         rows.append([i.id, i.image, status, i.pid or "-", i.netns_path or "-"])
+    rows += [[m, "-", status, "-", "-"] for m, status in gone]
     table(["ID", "IMAGE", "STATUS", "PID", "NETNS"], rows)
     from ctrexec.views.ps import problem_lines  # start-up: loaded only to print a table
 
@@ -82,7 +85,13 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
-    _print(_groups(args).ps(args.name), args.json)
+    from ctrexec.groups.missing import STATUS, report
+
+    groups = _groups(args)
+    gone = groups.missing(args.name)
+    _print(groups.ps(args.name), args.json, [(m, STATUS) for m in gone])
+    for member in gone:
+        print(report(args.name, member), file=sys.stderr)
     return 0
 
 

@@ -33,9 +33,10 @@ from ctrexec.containerd.events import EventsMissed, TaskExited, TaskOOM
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.defaults import RUN_DIR
 from ctrexec.errors import CtrexecError, NotFound
+from ctrexec.groups import missing
 from ctrexec.tasks import runs
 from ctrexec.tasks.config import TaskInfo
-from ctrexec.tasks.events import MAX_RECONNECT_DELAY, TaskEvents
+from ctrexec.tasks.events import MAX_RECONNECT_DELAY, RecordDeleted, TaskEvents
 from ctrexec.tasks.executor import Executor
 
 log = logging.getLogger("ctrexec.groups.supervisor")
@@ -236,6 +237,8 @@ class Supervisor:
         self._closed = False
         self._stream: TaskEvents | None = None
         self._restarts = 0
+        #: One removal of a deleted record's files at a time, so one of them reports it.
+        self._vanishing = threading.Lock()
 
     @property
     def pending(self) -> set[str]:
@@ -292,6 +295,7 @@ class Supervisor:
             stream = self.executor.events(
                 reconnect_delay=self.reconnect_delay,
                 max_reconnect_delay=max(self.reconnect_delay, MAX_RECONNECT_DELAY),
+                deletions=True,
             )
         except CtrexecError as exc:
             log.warning("cannot subscribe to events: %s", exc)
@@ -301,6 +305,7 @@ class Supervisor:
         try:
             if stop.is_set():  # set before the watcher could see this stream
                 return
+            log.info("watching namespace %s (events are live)", self.client.namespace)
             self.reconcile()
             for event in stream:
                 if isinstance(event, EventsMissed):
@@ -313,6 +318,8 @@ class Supervisor:
                     )
                 elif isinstance(event, TaskExited):
                     self._on_exit(event.task_id, event.exit, live=True)
+                elif isinstance(event, RecordDeleted):
+                    self._vanished(event.task_id, event.labels)
         except CtrexecError as exc:
             if not stop.is_set():
                 log.warning("event stream ended: %s", exc)
@@ -411,7 +418,7 @@ class Supervisor:
             )
             if lbl.RESTART_PENDING not in labels:
                 containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: "true"})
-            restart = lambda: self._restart(container_id, delay, status)  # noqa: E731
+            restart = lambda: self._restart(container_id, delay, status, labels)  # noqa: E731
             if self._schedule(container_id, delay, "restart", restart):
                 log.info("%s; restarting in %gs", what, delay)
             return
@@ -484,10 +491,13 @@ class Supervisor:
         if lbl.RESTART_PENDING in labels:
             containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: None})
 
-    def _restart(self, container_id: str, delay: float, status: ExitStatus) -> None:
+    def _restart(
+        self, container_id: str, delay: float, status: ExitStatus, seen: Mapping[str, str]
+    ) -> None:
         """Restart it if that still stands (:meth:`_still_due`). A start that fails is
         logged, kept in the labels and tried again on the backoff; only a restart
-        that happened is counted."""
+        that happened is counted. A record deleted meanwhile ends it (``seen``: its
+        labels at the exit, which say where its files are)."""
         try:
             labels = self._still_due(container_id, status)
             if labels is None:
@@ -496,9 +506,31 @@ class Supervisor:
             self.executor.start(container_id, by_policy=True)
         except CtrexecError as exc:
             if not self._gone(container_id):
-                self._retry(container_id, delay, status, exc)
+                self._retry(container_id, delay, status, exc, seen)
+            else:
+                self._vanished(container_id, seen)
             return
         self._restarted(container_id, labels, delay, begun)
+
+    def _vanished(self, container_id: str, seen: Mapping[str, str]) -> None:
+        """A record is gone: remove the files it left and say so, once. ctrexec's own
+        destroy removes them before the record, so only a record deleted outside
+        ctrexec (``ctr container rm``) leaves any, and only that one is reported."""
+        try:
+            with self._vanishing:
+                removed = missing.remove_files(self.executor, container_id, {container_id: seen})
+        except CtrexecError as exc:
+            log.warning("%s is gone; could not look for its files: %s", container_id, exc)
+            return
+        if not removed:
+            return
+        group = seen.get(lbl.GROUP)
+        if group:
+            log.warning("%s", missing.report(group, container_id))
+        else:
+            log.warning(
+                "%s was deleted outside ctrexec; removed its log and host files", container_id
+            )
 
     def _still_due(self, container_id: str, status: ExitStatus) -> dict[str, str] | None:
         """The labels, read again now, when the restart stands: the task is still
@@ -516,7 +548,14 @@ class Supervisor:
         self._call_off(container_id, labels)
         return None
 
-    def _retry(self, container_id: str, delay: float, status: ExitStatus, exc: Exception) -> None:
+    def _retry(
+        self,
+        container_id: str,
+        delay: float,
+        status: ExitStatus,
+        exc: Exception,
+        seen: Mapping[str, str],
+    ) -> None:
         """A restart that failed: say why, in the labels (for ``inspect``) and the log,
         and try again after the next backoff. It stays pending; the count stays."""
         wait = next_delay(delay, delay, 0.0, cap=self.max_backoff, reset_after=self.reset_after)
@@ -524,7 +563,7 @@ class Supervisor:
         with contextlib.suppress(CtrexecError):  # the log line says it anyway
             containers.update_labels(self.client, container_id, {lbl.RESTART_ERROR: reason})
         log.warning("restart of %s failed: %s; retrying in %gs", container_id, exc, wait)
-        retry = lambda: self._restart(container_id, wait, status)  # noqa: E731
+        retry = lambda: self._restart(container_id, wait, status, seen)  # noqa: E731
         if not self._schedule(container_id, wait, "restart", retry) and self._is_closed():
             with contextlib.suppress(CtrexecError):  # run() ended: no restart is due here
                 containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: None})

@@ -16,7 +16,8 @@ from pathlib import Path
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.tasks import Status
-from ctrexec.errors import AlreadyExists, CtrexecError, FailedPrecondition
+from ctrexec.errors import AlreadyExists, CtrexecError, FailedPrecondition, NotFound
+from ctrexec.groups import missing, outage
 from ctrexec.groups.spec import GroupSpec
 from ctrexec.ids import validate_id
 from ctrexec.images import lookup
@@ -60,6 +61,10 @@ class Groups:
 
     def ps(self, name: str) -> list[TaskInfo]:
         return [i for i in self.executor.list(all_tasks=True) if i.group == name]
+
+    def missing(self, name: str) -> list[str]:
+        """The members the group's labels name that have no container (see :mod:`.missing`)."""
+        return missing.missing(self.members(name))
 
     def names(self) -> list[str]:
         found = {c.labels.get(lbl.GROUP, "") for c in self._managed()}
@@ -109,21 +114,37 @@ class Groups:
                 for c in existing:  # re-attached without its address: the files follow
                     implicitnet.readdress(self.executor.client, c, shared[lbl.ADDRESSES])
             have = {c.id for c in existing}
+            known = {c.id: c.labels for c in existing}
             for cfg in configs:
-                if cfg.name not in have:
+                if cfg.name not in have:  # a member deleted outside ctrexec left its files
+                    roots = [Path(cfg.log_dir)] if cfg.log_dir else []
+                    missing.remove_files(self.executor, cfg.name, known, roots)
                     self._create_member(cfg, digest, spec, shared)
                     made.append(cfg.name)
                 state = self.executor.inspect(cfg.name, addresses=False)
                 if state.status not in (Status.RUNNING, Status.PAUSED):
                     self.executor.start(cfg.name)
-        except BaseException:
-            for task_id in made:
-                with contextlib.suppress(CtrexecError):
-                    self.executor.destroy(task_id, force=True)
-            if fresh:
+        except BaseException as exc:
+            left = self._undo(made)
+            if fresh and not left:  # a member left may run in it: it stays for the rerun
                 self._release_network(spec.name, spec.network)
+            client = self.executor.client
+            if isinstance(exc, CtrexecError) and outage.gone(client, exc):
+                raise outage.lost(spec.name, client.address, left) from exc
             raise
         return self.ps(spec.name)
+
+    def _undo(self, made: list[str]) -> list[str]:
+        """Destroy the members this up made; return those it could not."""
+        left = []
+        for task_id in made:
+            try:
+                self.executor.destroy(task_id, force=True)
+            except NotFound:
+                continue  # gone already
+            except CtrexecError:
+                left.append(task_id)
+        return left
 
     def _create_member(
         self, cfg: TaskConfig, digest: str, spec: GroupSpec, shared: Mapping[str, str]
@@ -153,6 +174,8 @@ class Groups:
             stop=lambda task_id: ex.stop(task_id, timeout=timeout),
             destroy=lambda task_id: ex.destroy(task_id, force=True),
         )
+        for gone in missing.missing(members):  # deleted outside ctrexec: its files remain
+            missing.remove_files(ex, gone, {c.id: c.labels for c in members})
         for a in self.networks.attachments():
             if a.owner == name:
                 modes.add(a.mode)

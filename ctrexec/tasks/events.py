@@ -19,7 +19,7 @@ import threading
 from collections import deque
 from collections.abc import Collection, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, TypedDict, Unpack
+from typing import Any, ClassVar, TypedDict, Unpack
 
 import attrs
 
@@ -144,9 +144,20 @@ class ExitLedger:
         self._oom.discard(task_id)
 
 
+@attrs.frozen(kw_only=True)
+class RecordDeleted(TaskEvent):
+    """The container record itself was deleted (only in a stream opened with
+    ``deletions=True``, such as the supervisor's: the files a record deleted outside
+    ctrexec leaves are found through it). ``labels`` are the record's as last seen."""
+
+    kind: ClassVar[str] = "destroy"
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+
+
 class EventOptions(TypedDict, total=False):
     """What :meth:`ctrexec.Executor.events` takes: the filter (see :class:`EventFilter`;
-    ``types`` are event kinds such as ``"exit"``) and the reconnect policy."""
+    ``types`` are event kinds such as ``"exit"``), the reconnect policy, and
+    ``deletions``: yield a :class:`RecordDeleted` for each record of ours deleted."""
 
     tasks: Collection[str] | None
     groups: Collection[str] | None
@@ -155,6 +166,7 @@ class EventOptions(TypedDict, total=False):
     reconnect_delay: float
     max_reconnect_delay: float
     max_outage: float | None
+    deletions: bool
 
 
 class TaskEvents(Iterator[Event]):
@@ -173,8 +185,10 @@ class TaskEvents(Iterator[Event]):
         reconnect_delay: float = RECONNECT_DELAY,
         max_reconnect_delay: float = MAX_RECONNECT_DELAY,
         max_outage: float | None = None,
+        deletions: bool = False,
     ) -> None:
         self._client = client
+        self._deletions = deletions
         self.filter = event_filter or EventFilter()
         self._delays = (reconnect_delay, max(reconnect_delay, max_reconnect_delay))
         self._max_outage = max_outage
@@ -204,6 +218,7 @@ class TaskEvents(Iterator[Event]):
             reconnect_delay=options.get("reconnect_delay", RECONNECT_DELAY),
             max_reconnect_delay=options.get("max_reconnect_delay", MAX_RECONNECT_DELAY),
             max_outage=options.get("max_outage"),
+            deletions=options.get("deletions", False),
         )
 
     def __iter__(self) -> TaskEvents:
@@ -313,8 +328,7 @@ class TaskEvents(Iterator[Event]):
         """Decode one envelope: the event, if it is one of ours that passes the filter."""
         decoded = events.decode(env)
         if isinstance(decoded, RecordChanged):
-            self._record_changed(decoded)
-            return None
+            return self._record_changed(decoded)
         if decoded is None or not self.filter.wants_task(decoded.task_id):
             return None
         record_labels = self._labels_of(decoded.task_id)
@@ -325,12 +339,22 @@ class TaskEvents(Iterator[Event]):
             return event
         return None
 
-    def _record_changed(self, change: RecordChanged) -> None:
+    def _record_changed(self, change: RecordChanged) -> TaskEvent | None:
         if change.deleted or change.labels is None:
-            self._records.pop(change.container_id, None)  # looked up again when needed
-        else:
-            managed = change.labels.get(lbl.MANAGED) == "true"
-            self._records[change.container_id] = change.labels if managed else None
+            known = self._records.pop(change.container_id, None)  # looked up again if needed
+            if not (change.deleted and self._deletions and known is not None):
+                return None
+            gone = RecordDeleted(
+                task_id=change.container_id,
+                namespace=self._client.namespace,
+                at=datetime.now(UTC),
+                group=known.get(lbl.GROUP),
+                labels=dict(known),
+            )
+            return gone if self.filter.matches(gone, known) else None
+        managed = change.labels.get(lbl.MANAGED) == "true"
+        self._records[change.container_id] = change.labels if managed else None
+        return None
 
     def _labels_of(self, container_id: str) -> Mapping[str, str] | None:
         if container_id not in self._records:

@@ -145,7 +145,7 @@ class Executor:
         )
         user = self._resolve_user(image, config.user or image.config.user, config.snapshotter)
         log_root = Path(config.log_dir) if config.log_dir else self.log_dir
-        log_path = log_root / self.client.namespace / config.name / "task.log"
+        log_path = taskfiles.log_path(log_root, self.client.namespace, config.name)
         # The spec needs only the files' paths; they are written once the record exists
         # (here, or by start()), so a crash in between leaves no orphan files behind.
         files = taskfiles.for_task(self.files_dir, self.client.namespace, config)

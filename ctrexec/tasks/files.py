@@ -21,12 +21,13 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
+from ctrexec.errors import NotFound
 from ctrexec.net import hostfiles
 from ctrexec.net.hostfiles import HostFiles, HostsEntries
 from ctrexec.tasks import output as taskoutput
@@ -37,6 +38,12 @@ from ctrexec.tasks.config import TaskConfig
 def for_task(base: Path, namespace: str, config: TaskConfig) -> HostFiles:
     """Where a new task's files go (only paths: nothing is written yet)."""
     return hostfiles.task_dir(base, namespace, config.name)
+
+
+def log_path(root: Path, namespace: str, container_id: str) -> Path:
+    """Where a task's log goes: a directory of its own per namespace and id, which
+    destroy (or the cleanup of a record deleted outside ctrexec) removes whole."""
+    return root / namespace / container_id / "task.log"
 
 
 def hosts_entries(
@@ -133,3 +140,53 @@ def _unshared(client: Client, own_id: str, directory: str) -> bool:
         client, containers.label_filter(lbl.HOSTFILES_DIR, directory)
     )
     return all(c.id == own_id for c in named)
+
+
+def roots_of(labels: Mapping[str, str], namespace: str, container_id: str) -> tuple[Path, Path]:
+    """The log root and host-files base a record's labels name, when their paths are
+    this id's own in this namespace (else the empty path: nothing is taken from a
+    label that points elsewhere)."""
+    log = Path(labels.get(lbl.LOG_PATH) or ".")
+    log_root = log.parents[2] if len(log.parents) > 2 else Path()
+    if log_path(log_root, namespace, container_id) != log:
+        log_root = Path()
+    files = Path(labels.get(lbl.HOSTFILES_DIR) or ".")
+    files_base = files.parent
+    if hostfiles.task_dir(files_base, namespace, container_id).directory != files:
+        files_base = Path()
+    return log_root, files_base
+
+
+def remove_orphaned(
+    client: Client,
+    container_id: str,
+    *,
+    log_roots: Iterable[Path],
+    files_bases: Iterable[Path],
+    state_dir: Path | None,
+) -> list[Path]:
+    """Remove the log and host-files directories of a container whose record is gone
+    (deleted outside ctrexec: ctrexec's destroy removes them before the record); only
+    the id's own in this namespace, under the roots given. Returns what it removed:
+    nothing when the record exists (its destroy's to remove) or nothing was left."""
+    try:
+        containers.get(client, container_id)
+    except NotFound:
+        pass
+    else:
+        return []
+    ns, removed = client.namespace, []
+    for root in {r for r in log_roots if r != Path()}:
+        log = log_path(root, ns, container_id)
+        if log.parent.is_dir():
+            taskoutput.forget(state_dir, log_path=str(log))
+            shutil.rmtree(log.parent, ignore_errors=True)
+            removed.append(log.parent)
+            with contextlib.suppress(OSError):  # the namespace's dir, once empty
+                log.parent.parent.rmdir()
+    for base in {b for b in files_bases if b != Path()}:
+        files = hostfiles.task_dir(base, ns, container_id).directory
+        if files.exists():
+            hostfiles.remove_dir(files)
+            removed.append(files)
+    return removed

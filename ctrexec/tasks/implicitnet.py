@@ -2,9 +2,10 @@
 
 ``ctrexec.groups.implicit`` makes the namespace when ``run`` creates the container; from
 then on the record's labels (:data:`~ctrexec.labels.IMPLICIT_GROUP` with the network
-settings, the group's name, mode and ports) say everything the tasks' side needs: a destroy or
-a rename releases it, and :func:`readdress` makes a member's label and hosts file follow
-a new address. A start wires it again as any group member's (:mod:`ctrexec.tasks.groupnet`). This lives below ``groups/``, so the executor never
+settings, the group's name, mode and ports) say everything the tasks' side needs: a
+destroy or a rename releases it, and :func:`readdress` makes a member's label and hosts
+file follow a new address. A start wires it again as any group member's
+(:mod:`ctrexec.tasks.groupnet`). This lives below ``groups/``, so the executor never
 reaches up.
 """
 

@@ -212,7 +212,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "aio",
         "rename",
     ),
-    "ctrexec.groups": ("spec", "implicit", "updown", "supervisor"),
+    "ctrexec.groups": ("spec", "implicit", "missing", "outage", "updown", "supervisor"),
 }
 
 
