@@ -24,7 +24,7 @@ from ctrexec.images import lookup
 from ctrexec.net import groupns, hostfiles, netns, settings
 from ctrexec.net.networks import Networks, parse_mode, parse_port
 from ctrexec.net.ports import PortMapping
-from ctrexec.tasks import groupnet, implicitnet, teardown
+from ctrexec.tasks import groupnet, health, implicitnet, teardown
 from ctrexec.tasks.config import TaskConfig, TaskInfo
 from ctrexec.tasks.executor import Executor
 
@@ -60,7 +60,10 @@ class Groups:
         )
 
     def ps(self, name: str) -> list[TaskInfo]:
-        return [i for i in self.executor.list(all_tasks=True) if i.group == name]
+        """The group's members, with "not attached" when its eth0, veth or bridge is gone
+        (``ps`` leaves that netlink check out)."""
+        infos = [i for i in self.executor.list(all_tasks=True) if i.group == name]
+        return health.attachment_problems(infos)
 
     def missing(self, name: str) -> list[str]:
         """The members the group's labels name that have no container (see :mod:`.missing`)."""

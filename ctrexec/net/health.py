@@ -235,6 +235,24 @@ def assess(cached: CNIAttachment) -> Health:
     )
 
 
+def faults(
+    networks: Records, owner: str, netns_path: str | os.PathLike[str], mode: Any
+) -> list[str]:
+    """What is wrong with ``owner``'s attachment in ``mode``'s network (a NetworkMode or
+    its text), as facts; empty when it is sound or ``mode`` has no network."""
+    network = networks.network_of(mode)
+    if network is None:
+        return []
+    path = os.fspath(netns_path)
+    cached = networks.record(owner, mode)
+    ns = Path(path).name
+    if cached is None or cached.result is None:
+        return [f"{ns} has no attachment to network {network}"]
+    if cached.netns != path:
+        return [f"the attachment to {network} is of {cached.netns}, not {path}"]
+    return list(assess(cached).problems)
+
+
 def problems(
     networks: Records,
     owner: str,
@@ -243,21 +261,8 @@ def problems(
     *,
     repair: str = GROUP_REPAIR,
 ) -> list[str]:
-    """What is wrong with ``owner``'s attachment in ``mode``'s network, in the user's
-    words, each naming ``repair``; empty when it is sound or ``mode`` (a NetworkMode or
-    its text) has no network."""
-    network = networks.network_of(mode)
-    if network is None:
-        return []
-    path = os.fspath(netns_path)
-    cached = networks.record(owner, mode)
-    ns = Path(path).name
-    if cached is None or cached.result is None:
-        found: Sequence[str] = [f"{ns} has no attachment to network {network}"]
-    elif cached.netns != path:
-        found = [f"the attachment to {network} is of {cached.netns}, not {path}"]
-    else:
-        found = assess(cached).problems
+    """:func:`faults` in the user's words, each naming ``repair``."""
+    found = faults(networks, owner, netns_path, mode)
     return [f"not attached: {p}; run `{repair}`" for p in found]
 
 
@@ -270,6 +275,7 @@ __all__ = [
     "addresses",
     "assess",
     "bridge_of",
+    "faults",
     "host_end",
     "judge",
     "link_of",

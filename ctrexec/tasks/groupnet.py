@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 
 from ctrexec import labels as lbl
@@ -30,7 +29,7 @@ from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.net import groupns, grouppin
 from ctrexec.tasks import files as taskfiles
-from ctrexec.tasks import health
+from ctrexec.tasks import health, implicitnet
 from ctrexec.tasks import info as taskinfo
 
 log = logging.getLogger("ctrexec.tasks.groupnet")
@@ -44,11 +43,6 @@ _locks: dict[str, threading.Lock] = {}
 def _lock(group: str) -> threading.Lock:
     with _guard:
         return _locks.setdefault(group, threading.Lock())
-
-
-def settings_text(labels: Mapping[str, str]) -> str | None:
-    """The network settings a member's namespace was wired with, if its record says."""
-    return labels.get(lbl.NETWORK_SETTINGS) or labels.get(lbl.IMPLICIT_GROUP) or None
 
 
 def repair(client: Client, group: str, pin: str) -> grouppin.PinCheck:
@@ -82,10 +76,39 @@ def ensure(client: Client, record: containers.Container, files_dir: Path) -> con
         return record
     with _lock(group):
         found = repair(client, group, pin)
-        text = settings_text(record.labels)
-        if not found.lost or found.members or text is None:
-            return record  # sound, pinned again, or a record too old to say how it was wired
+        text = health.settings_text(record.labels)
+        if text is None:
+            return record  # a record too old to say how it was wired
+        if not found.lost or found.members:  # sound, or pinned again
+            return _reattach(client, record, group, text, pin)
         return _remake(client, record, group, text, files_dir)
+
+
+def _reattach(
+    client: Client, record: containers.Container, group: str, text: str, pin: str
+) -> containers.Container:
+    """The namespace attached as its labels say: no plugin runs while the attachment is
+    sound; a broken one (eth0, its veth or the bridge deleted) is attached again asking
+    for its address back. The members' labels and hosts files follow a new address."""
+    mode = health.wired_mode(record.labels)
+    if mode is None:
+        return record
+    # Here, not at the top, for start-up cost: only a wired member's start loads CNI.
+    from ctrexec.net import settings
+
+    labels = record.labels
+    old = [a for a in labels.get(lbl.ADDRESSES, "").split(",") if a]
+    networks = settings.from_label(text)
+    ports = taskinfo.group_ports(labels)
+    addresses = ",".join(groupns.attach(networks, group, pin, mode, ports, prefer=old).addresses())
+    if addresses == labels.get(lbl.ADDRESSES, ""):
+        return record
+    mine = record
+    records, _ = health.members(client, group)
+    for other in records:  # in place: the other members' tasks may run
+        updated = implicitnet.readdress(client, other, addresses)
+        mine = updated if other.id == record.id else mine
+    return mine
 
 
 def _remake(
@@ -100,8 +123,9 @@ def _remake(
     networks = settings.from_label(text)
     mode = labels.get(lbl.NETWORK_MODE, "bridge")
     old = [a for a in labels.get(lbl.ADDRESSES, "").split(",") if a]
-    groupns.release(networks, files_dir, group, mode)
-    _, attachment = groupns.wire(networks, group, mode, taskinfo.group_ports(labels), prefer=old)
+    ports = taskinfo.group_ports(labels)
+    groupns.release(networks, files_dir, group, mode, ports=ports, addresses=old)
+    _, attachment = groupns.wire(networks, group, mode, ports, prefer=old)
     addresses = attachment.addresses()
     kept = "the same address" if set(addresses) == set(old) else "a new address"
     log.info(

@@ -21,12 +21,14 @@ from ctrexec import labels as lbl
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
+from ctrexec.errors import CtrexecError
 from ctrexec.net import groupns, grouppin
 from ctrexec.tasks.config import Problem, TaskInfo
 
 _LIVE = (Status.RUNNING, Status.PAUSED, Status.PAUSING)
 PIN_LOST = "namespace pin lost"
 SPLIT = "namespace split"
+NOT_ATTACHED = "not attached"
 
 
 def pin_of(labels: Mapping[str, str]) -> str | None:
@@ -36,6 +38,20 @@ def pin_of(labels: Mapping[str, str]) -> str | None:
     if not group or not path or labels.get(lbl.NETNS_MODE, "path") != "path":
         return None
     return path if path == groupns.netns_path(group) else None
+
+
+def settings_text(labels: Mapping[str, str]) -> str | None:
+    """The network settings a member's namespace was wired with, if its record says."""
+    return labels.get(lbl.NETWORK_SETTINGS) or labels.get(lbl.IMPLICIT_GROUP) or None
+
+
+def wired_mode(labels: Mapping[str, str]) -> str | None:
+    """The CNI mode (``bridge``, ``cni:NAME``) of a member whose record says how its
+    group's namespace was wired; None for none, host, or a record too old to say."""
+    mode = labels.get(lbl.NETWORK_MODE, "bridge")
+    if pin_of(labels) is None or settings_text(labels) is None or mode in ("none", "host"):
+        return None
+    return mode
 
 
 def live_pids(
@@ -100,3 +116,39 @@ def annotate(
         found = pin_problems(checks[info.group], info.id)
         out.append(attrs.evolve(info, problems=(*info.problems, *found)) if found else info)
     return out
+
+
+def attachment_problems(infos: Sequence[TaskInfo]) -> list[TaskInfo]:
+    """The infos, a running member's with "not attached" when its group's eth0, veth or
+    bridge is gone. Through netlink and the CNI cache, so for ``inspect`` and ``group
+    ps``, not ``ps``; a group whose pin is lost or split is left to that report."""
+    seen: dict[str, tuple[Problem, ...]] = {}
+    out = []
+    for info in infos:
+        mode = wired_mode(info.labels)
+        pin = pin_of(info.labels)
+        if mode is None or pin is None or info.group is None or info.status not in _LIVE:
+            out.append(info)
+            continue
+        if any(p.what in (PIN_LOST, SPLIT) for p in info.problems):
+            out.append(info)
+            continue
+        if info.group not in seen:
+            seen[info.group] = _attachment(info, pin, mode)
+        found = seen[info.group]
+        out.append(attrs.evolve(info, problems=(*info.problems, *found)) if found else info)
+    return out
+
+
+def _attachment(info: TaskInfo, pin: str, mode: str) -> tuple[Problem, ...]:
+    # Here, not at the top, for start-up cost: only a wired member's check loads CNI.
+    from ctrexec.net import health as nethealth
+    from ctrexec.net import settings
+
+    text = settings_text(info.labels) or ""
+    try:
+        found = nethealth.faults(settings.from_label(text), str(info.group), pin, mode)
+    except CtrexecError as exc:
+        found = [f"cannot be checked: {exc}"]
+    repair = f"run ctrexec start {info.id} to attach it again"
+    return tuple(Problem(NOT_ATTACHED, fault, repair) for fault in found)

@@ -167,7 +167,9 @@ def inspect(client: Client, task_id: str, *, addresses: bool = True) -> TaskInfo
     state = tasks.find(client, task_id)
     exits = with_oom(client, {task_id: state.exit} if state and state.exit else {})
     info = build(record, state, exits.get(task_id), addresses=addresses)
-    return _checked(client, info)
+    checked = _checked(client, info)
+    # With its addresses (netlink already), its attachment too: eth0, veth, bridge.
+    return health.attachment_problems([checked])[0] if addresses else checked
 
 
 def _checked(client: Client, info: TaskInfo) -> TaskInfo:
