@@ -217,6 +217,8 @@ class Bridged:
         published = _get(self.host_port)
         if published != "ok":
             found.append(f"published port {self.host_port}: {published}")
+        if not Path(f"/sys/class/net/{self.bridge}").exists():
+            return [*found, f"the bridge {self.bridge} is gone"]
         macs = self.arping(ips[0])
         if macs != {mac}:
             found.append(f"arping {ips[0]}: MACs {sorted(macs)}, eth0 has {mac}")
