@@ -152,3 +152,32 @@ def test_an_address_taken_meanwhile_gives_a_new_one_and_the_files_follow(
     finally:
         held.unlink(missing_ok=True)
     g.down_clean()
+
+
+def test_start_of_a_member_reattaches_it_and_inspect_and_group_ps_said_so(
+    bridged: Bridged,
+) -> None:
+    """No group file at hand: ``inspect`` and ``group ps`` name the damage and the
+    repair, and ``ctrexec start`` of a member (running, a no-op for its task, as
+    docker's) attaches the group again with its address."""
+    g = bridged
+    g.up()
+    g.wait_sound()
+    address = g.group_address()
+    assert address is not None
+    _ip("link", "del", host_end(g))
+    _broken(g)
+    member = g.member("cli")
+    shown = g.run("inspect", "--format", "{{.State.Error}}", member)
+    assert shown.returncode == 0, shown.stderr
+    assert "not attached" in shown.stdout and f"ctrexec start {member}" in shown.stdout
+    listed = g.run("group ps", g.name)
+    assert listed.returncode == 0, listed.stderr
+    assert "(not attached)" in listed.stdout, listed.stdout
+    started = g.run("start", member)
+    assert started.returncode == 0, started.stderr
+    g.wait_sound()
+    assert g.group_address() == address
+    assert ctrexec_says(g) == []
+    assert "not attached" not in g.run("group ps", g.name).stdout
+    g.down_clean()
