@@ -97,11 +97,13 @@ def test_a_wiped_cni_cache_leaves_no_stale_rule_and_down_is_complete(bridged: Br
     g = bridged
     g.up()
     g.wait_sound()
+    before = g.group_address()
     shutil.rmtree(g.cache)
     g.up()  # what an operator runs; the port must answer through the new rules
     g.wait_sound()
     address = g.group_address()
     assert address is not None
+    assert address == before  # asked back from the namespace's eth0 before the DEL
     stale = [r for r in our_rules(g.name) if "--to-destination" in r and address not in r]
     assert stale == []
     # Without the cache, the live group's rules still say its host port is taken.
