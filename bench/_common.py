@@ -6,11 +6,13 @@ must not depend on the code being measured.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -20,6 +22,20 @@ SHIM_NAME = "containerd-shim-runc-v2"
 LOGDRIVER_NAME = "ctrexec-logdriver"
 KIB_PER_MIB = 1024
 NA = "-"  # not applicable to this column
+
+
+@contextlib.contextmanager
+def checkout(root: Path, rev: str) -> Iterator[Path]:
+    """Revision ``rev`` of the repository at ``root``, as a worktree removed after: the A
+    side of an A/B run (bench/cli-ab, bench/wired-ab)."""
+    with tempfile.TemporaryDirectory(prefix="ctrexec-ab-") as tmp:
+        where = Path(tmp) / "a"
+        git = ["git", "-C", str(root), "worktree"]
+        subprocess.run([*git, "add", "-q", "--detach", str(where), rev], check=True)
+        try:
+            yield where
+        finally:
+            subprocess.run([*git, "remove", "--force", str(where)], check=False)
 
 
 class BenchError(Exception):
