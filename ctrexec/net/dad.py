@@ -6,7 +6,7 @@ namespace on the same bridge). After the ADD and before any task starts, the new
 address is probed for on the group's own ``eth0``; a reply from another MAC is a
 conflict. The frames only ever leave through that interface, onto the group's
 bridge. RFC 5227 sends 3 probes 1-2 s apart and waits 2 s more; on a local bridge
-an answer takes microseconds, so the timing is scaled down to under half a second.
+an answer takes microseconds, so the timing is scaled down to a fifth of a second.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from ctrexec.errors import NetworkError
 from ctrexec.net import arp, netns
 
 PROBES = 3
-PROBE_INTERVAL = 0.1
+PROBE_INTERVAL = 0.05
 #: How long replies are waited for after the last probe.
-ANSWER_WAIT = 0.15
+ANSWER_WAIT = 0.1
 _PACKET_OUTGOING = 4
 #: How many queued frames are still read once the wait is over.
 _LATE_FRAMES = 256
