@@ -72,6 +72,8 @@ if TYPE_CHECKING:
     from ctrexec.containerd.stats import Stats
     from ctrexec.containerd.streams import OutputCallback, Process, StreamOptions
     from ctrexec.containerd.tasks import ExitStatus, Status
+    from ctrexec.doctor.checks import Failure, GcReport, doctor, gc
+    from ctrexec.doctor.findings import Check, Finding, Scope
     from ctrexec.groups.spec import GroupSpec, load_group_file, parse_group
     from ctrexec.groups.supervisor import Supervisor, is_supervised
     from ctrexec.groups.updown import Groups
@@ -108,6 +110,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "ServerVersion",
     ),
     "ctrexec.containerd.content": ("Platform",),
+    "ctrexec.doctor.checks": ("Failure", "GcReport", "doctor", "gc"),
+    "ctrexec.doctor.findings": ("Check", "Finding", "Scope"),
     "ctrexec.containerd.daemon": (
         "DaemonPaths",
         "EmbeddedContainerd",
@@ -190,6 +194,7 @@ __all__ = [
     "Attachment",
     "CNIError",
     "Canceled",
+    "Check",
     "Client",
     "CommandNotExecutable",
     "CommandNotFound",
@@ -210,6 +215,9 @@ __all__ = [
     "Executor",
     "ExitStatus",
     "FailedPrecondition",
+    "Failure",
+    "Finding",
+    "GcReport",
     "GroupSpec",
     "Groups",
     "HandleMismatch",
@@ -242,6 +250,7 @@ __all__ = [
     "ResourceExhausted",
     "RestartPolicy",
     "Route",
+    "Scope",
     "ServerInfo",
     "ServerVersion",
     "Stats",
@@ -264,9 +273,11 @@ __all__ = [
     "Unimplemented",
     "UnknownCommand",
     "create_netns",
+    "doctor",
     "ensure_image",
     "ensure_pulled",
     "export_archive",
+    "gc",
     "get_image",
     "image_usage",
     "import_archive",

@@ -15,6 +15,7 @@ from ctrexec.cli import (
     archives,
     attach,
     daemon,
+    doctor,
     events,
     groups,
     images,
@@ -38,6 +39,7 @@ NO_SUCH_CONTAINER = 1
 
 COMMAND_MODULES = (
     info, tasks, inspect, verbs, attach, images, registry, archives, groups, events, netns, daemon,
+    doctor,
 )  # fmt: skip
 
 

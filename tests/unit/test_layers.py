@@ -183,6 +183,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ctrexec.logs", "ctrexec.images"),
     ("ctrexec.tasks",),
     ("ctrexec.groups", "ctrexec.views"),
+    ("ctrexec.doctor",),
     ("ctrexec.cli", "ctrexec.nomad", "ctrexec.testing"),
 )
 

@@ -1,0 +1,80 @@
+"""Every check, in gc's order, and the two calls the CLI and the library make.
+
+The order is gc's: a check runs after the removals of those before it, so what a
+removed container held (its snapshot, its namespace, its log directory) is already
+unowned when its own check looks.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ctrexec.doctor.findings import Check, Finding, Scope
+from ctrexec.errors import CtrexecError
+
+#: Filled in by the check modules' branches; gc's order (see the module docstring).
+CHECKS: tuple[Check, ...] = ()
+
+
+@attrs.frozen
+class Failure:
+    """A finding gc could not remove, and why (in the user's words)."""
+
+    finding: Finding
+    reason: str
+
+
+@attrs.frozen
+class GcReport:
+    """What gc removed (or, with ``dry_run``, would remove), and what it could not."""
+
+    removed: list[Finding]
+    failed: list[Failure]
+    dry_run: bool
+
+
+def _unchecked(check: Check, err: CtrexecError) -> Finding:
+    return Finding(
+        kind=check.kind,
+        where="-",
+        what=f"could not check: {err}",
+        fix="ctrexec doctor (again, once the cause is fixed)",
+        garbage=False,
+    )
+
+
+def _find(check: Check, scope: Scope) -> list[Finding]:
+    try:
+        return check.find(scope)
+    except CtrexecError as err:
+        return [_unchecked(check, err)]
+
+
+def doctor(scope: Scope, checks: tuple[Check, ...] | None = None) -> list[Finding]:
+    """Every finding of every check; changes nothing. A check that fails says so as a
+    finding of its own, so a clean report means every check ran."""
+    return [f for check in (CHECKS if checks is None else checks) for f in _find(check, scope)]
+
+
+def gc(scope: Scope, *, dry_run: bool = False, checks: tuple[Check, ...] | None = None) -> GcReport:
+    """Remove what doctor calls garbage, check by check in gc's order.
+
+    With ``dry_run`` nothing is removed: the report lists what one check at a time
+    finds, so a leftover that only an earlier removal would free is not listed.
+    """
+    removed: list[Finding] = []
+    failed: list[Failure] = []
+    for check in CHECKS if checks is None else checks:
+        for finding in _find(check, scope):
+            if not finding.garbage or check.remove is None:
+                continue
+            if dry_run:
+                removed.append(finding)
+                continue
+            try:
+                check.remove(scope, finding)
+            except CtrexecError as err:
+                failed.append(Failure(finding, str(err)))
+            else:
+                removed.append(finding)
+    return GcReport(removed=removed, failed=failed, dry_run=dry_run)
