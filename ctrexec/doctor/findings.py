@@ -14,6 +14,8 @@ from pathlib import Path
 
 import attrs
 
+from ctrexec import labels as lbl
+from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.defaults import DEFAULT_LOG_DIR, RUN_DIR
 from ctrexec.net import settings as net_settings
@@ -79,6 +81,22 @@ class Scope:
             return self.grace <= 0
         stamp = since.timestamp() if isinstance(since, datetime) else since
         return self.now - stamp >= self.grace
+
+
+def every_record(scope: Scope) -> list[tuple[str, containers.Container]]:
+    """ctrexec's containers in *every* containerd namespace of the daemon.
+
+    The host's state (pins, addresses, CNI's cache, host files) is shared by all of
+    them: a namespace pin is unowned only if no record in any namespace names it.
+    Each comes with its containerd namespace. Records of the scope's namespace alone
+    are ``containers.list_containers(scope.client, ...)``.
+    """
+    managed = containers.label_filter(lbl.MANAGED)
+    return [
+        (ns, record)
+        for ns in scope.client.namespaces()
+        for record in containers.list_containers(scope.client.with_namespace(ns), managed)
+    ]
 
 
 def stamp(seconds: float | None) -> datetime | None:
