@@ -323,19 +323,6 @@ class Networks:
         _ports.check_taken(ports, others)
         _ports.check_host_free(ports)
 
-    def _holds(self, cached: _cni.CNIAttachment) -> bool:
-        """Whether the cached namespace still carries the cached addresses on eth0."""
-        want = {ipaddress.ip_interface(i.address) for i in _result_ips(cached)}
-        if not want:
-            return False
-        try:
-            info = _nsinfo.inspect(cached.netns)
-        except CtrexecError as exc:
-            log.info("attachment of %s is stale: %s", cached.container_id, exc)
-            return False
-        have = {ipaddress.ip_interface(a.cidr) for a in info.addresses_of(cached.ifname)}
-        return want <= have
-
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Serialise attach/detach across threads and processes (flock per open file)."""
