@@ -167,7 +167,8 @@ class Groups:
         """Stop (stop signal, then SIGKILL after the timeout) and remove everything."""
         validate_id(name, kind="group name")
         members = self.members(name)
-        has_network = any(a.owner == name for a in self.networks.attachments())
+        nets = _wired_with(members, self.networks)
+        has_network = any(a.owner == name for a in nets.attachments())
         if not members and not Path(groupns.netns_path(name)).exists() and not has_network:
             raise FailedPrecondition(f"group {name} does not exist")
         modes = {c.labels.get(lbl.NETWORK_MODE, "bridge") for c in members}
@@ -179,20 +180,19 @@ class Groups:
         )
         for gone in missing.missing(members):  # deleted outside ctrexec: its files remain
             missing.remove_files(ex, gone, {c.id: c.labels for c in members})
-        for a in self.networks.attachments():
+        for a in nets.attachments():
             if a.owner == name:
                 modes.add(a.mode)
         ports, addresses = _recorded(members)
         for mode in modes or {"none"}:
-            self._release_network(name, mode, ports=ports, addresses=addresses)
+            self._release_network(name, mode, ports=ports, addresses=addresses, networks=nets)
 
     def _release_network(
         self, name: str, mode: str, *, ports: Sequence[PortMapping] = (),
-        addresses: Sequence[str] = (),
+        addresses: Sequence[str] = (), networks: Networks | None = None,
     ) -> None:  # fmt: skip
-        groupns.release(
-            self.networks, self.executor.files_dir, name, mode, ports=ports, addresses=addresses
-        )
+        nets = self.networks if networks is None else networks
+        groupns.release(nets, self.executor.files_dir, name, mode, ports=ports, addresses=addresses)
 
     def _held(self, name: str) -> dict[str, str]:
         """The addresses other groups' records say they hold (address -> group)."""
@@ -203,6 +203,18 @@ class Groups:
                 for address in _split(record.labels.get(lbl.ADDRESSES)):
                     held[address] = group
         return held
+
+
+def _wired_with(members: list[containers.Container], default: Networks) -> Networks:
+    """The network settings the group was wired with, as its members' labels record them
+    (:data:`~ctrexec.labels.NETWORK_SETTINGS`): a ``group down`` run with another
+    environment (another CNI cache or IPAM directory) still releases what ``up`` made.
+    A group made before the label existed has only the caller's settings."""
+    for record in members:
+        text = record.labels.get(lbl.NETWORK_SETTINGS)
+        if text:
+            return settings.from_label(text)
+    return default
 
 
 def _split(text: str | None) -> list[str]:

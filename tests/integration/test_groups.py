@@ -15,13 +15,13 @@ import pytest
 from _nethelpers import free_port
 from _support import supervising
 
-from ctrexec import errors
+from ctrexec import errors, testing
 from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.groups.spec import GroupSpec, load_group_file, parse_group
 from ctrexec.groups.updown import Groups
-from ctrexec.net import netns
+from ctrexec.net import groupns, netns
 from ctrexec.net.networks import Networks
 from ctrexec.tasks.executor import Executor
 
@@ -170,6 +170,30 @@ def test_up_after_crash_reuses_namespace_and_ip(groups: Groups, test_image: str)
     ipam = list((Path(groups.networks.cni.cache_dir).parent / "ipam").rglob("10.*"))
     assert len(ipam) == 1
     groups.down(name, timeout=1)
+
+
+def test_down_releases_with_the_settings_the_group_was_wired_with(
+    groups: Groups, test_image: str, tmp_path: Path
+) -> None:
+    """A ``group down`` whose caller has other network settings (another environment)
+    still releases the attachment, address and namespace that ``up`` made."""
+    name = f"cxt{secrets.token_hex(2)}"
+    groups.up(_spec(name, test_image))
+    _ip(groups, name)
+    elsewhere = Networks(
+        network="cxtgother",
+        bridge="cxtgother",
+        subnet="10.231.181.0/24",
+        cache_dir=tmp_path / "other-cache",
+        ipam_dir=tmp_path / "other-ipam",
+    )
+    Groups(groups.executor, elsewhere).down(name, timeout=1)
+    assert [a.owner for a in groups.networks.attachments()] == []
+    assert list((tmp_path / "ipam").rglob("10.*")) == []
+    testing.wait_for(
+        lambda: not Path(groupns.netns_path(name)).exists(), timeout=10, what="the pin to go"
+    )
+    assert not (tmp_path / "other-cache").exists() or not any((tmp_path / "other-cache").iterdir())
 
 
 def test_second_group_with_same_name_is_refused(groups: Groups, test_image: str) -> None:
