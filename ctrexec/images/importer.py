@@ -117,7 +117,7 @@ def _member_chunks(reader: IO[bytes] | _Counted, skip: int = 0) -> Iterator[byte
         if "unexpected end" not in str(exc) or not isinstance(reader, _Counted):
             raise _corrupt(exc) from exc
         raise errors.InvalidArgument(
-            f"archive member {reader.what}, but the archive ends after {reader.count}"
+            f"archive is truncated or corrupt: member {reader.what}, but the archive ends inside it"
         ) from exc
     except _TAR_ERRORS as exc:
         raise _corrupt(exc) from exc

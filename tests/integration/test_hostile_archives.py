@@ -2,7 +2,7 @@
 and nothing left in containerd (no image, blob, ingest, lease or snapshot).
 
 docs/security.md ("Archive import") lists the rules; the pure ones have unit tests in
-tests/unit/test_hostile_archives.py. One namespace serves every case: after each
+tests/unit/test_archive_safety.py. One namespace serves every case: after each
 refusal it must still be empty.
 """
 
