@@ -125,7 +125,13 @@ def _refusals(reg: Server, archive: Path, tmp: Path) -> list[tuple[str, str]]:
                 data[:mid] + bytes([data[mid] ^ 1]) + data[mid + 1 :]
             )
         serve_image(reg, repo, manifest, blobs)
+    manifest, blobs = _image(archive, tmp, "blobloop")
+    digest, _ = _marker_layer(manifest[2])
+    here = f"/v2/blobloop/blobs/{digest}"
+    reg.routes[here] = lambda h: h.send(307, headers={"Location": here})
+    serve_image(reg, "blobloop", manifest, blobs)
     return [
+        ("blobloop", "more than 10 redirects"),
         ("big", "larger than 32 MiB: refused"),
         ("stream", "larger than 32 MiB: refused"),
         ("loop", "more than 10 redirects"),

@@ -39,9 +39,9 @@ def test_redirect_targets() -> None:
     base = "https://r.example/v2/x/blobs/sha256:1"
     assert hosts.redirect_target(base, "/cdn/1", "r") == "https://r.example/cdn/1"
     assert hosts.redirect_target(base, "https://cdn.example/1", "r") == "https://cdn.example/1"
-    with pytest.raises(errors.RegistryError, match="down to"):
+    with pytest.raises(errors.RegistryRefused, match="down to"):
         hosts.redirect_target(base, "http://cdn.example/1", "r")
-    with pytest.raises(errors.RegistryError, match="not an http"):
+    with pytest.raises(errors.RegistryRefused, match="not an http"):
         hosts.redirect_target(base, "file:///etc/shadow", "r")
     assert hosts.MAX_REDIRECTS == 10
 

@@ -160,7 +160,7 @@ class Repository:
             target = hosts.redirect_target(url, location, where)
             headers = hosts.redirect_headers(headers, url, target)
             url, method = target, ("GET" if resp.status == 303 else method)
-        raise errors.RegistryError(
+        raise errors.RegistryRefused(
             f"{where}: more than {hosts.MAX_REDIRECTS} redirects (a redirect loop?)"
         )
 

@@ -78,15 +78,15 @@ def origin(url: str) -> str:
 
 
 def redirect_target(url: str, location: str, where: str) -> str:
-    """Where a redirect from ``url`` goes; RegistryError for one that is not http(s)
+    """Where a redirect from ``url`` goes; RegistryRefused for one that is not http(s)
     or goes from https down to http (docker follows those; a registry reached over TLS
     does not hand its blobs to a plain-text host here)."""
     target = urljoin(url, location)
     scheme = urlsplit(target).scheme
     if scheme not in ("http", "https") or not urlsplit(target).netloc:
-        raise errors.RegistryError(f"{where}: redirect to {target!r} is not an http(s) URL")
+        raise errors.RegistryRefused(f"{where}: redirect to {target!r} is not an http(s) URL")
     if url.startswith("https://") and scheme == "http":
-        raise errors.RegistryError(f"{where}: redirect from HTTPS down to {target}: refused")
+        raise errors.RegistryRefused(f"{where}: redirect from HTTPS down to {target}: refused")
     return target
 
 
