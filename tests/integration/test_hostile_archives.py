@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import secrets
+import subprocess
 import tarfile
 import zlib
 from collections.abc import Callable
@@ -86,6 +87,20 @@ def _gzip_bomb(mib: int) -> bytes:
     return b"".join(out)
 
 
+def _with_sparse(files: dict[str, bytes], tmp: Path) -> bytes:
+    """The layout plus a sparse 1 MiB member, as GNU tar writes one (tarfile cannot)."""
+    root = tmp / "sparse"
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    with (root / "hole").open("wb") as f:
+        f.truncate(1 << 20)
+    out = tmp / "sparse.tar"
+    argv = ["tar", "--sparse", "--format=gnu", "-cf", str(out), "-C", str(root), "."]
+    subprocess.run(argv, check=True)
+    return out.read_bytes()
+
+
 def _big_layer_manifest(files: dict[str, bytes], name: str) -> dict[str, bytes]:
     """The OCI variant with its marker layer declared as 10 GiB in the manifest."""
     index = json.loads(files["index.json"])
@@ -126,6 +141,7 @@ def _cases(archive: Path, tmp: Path) -> list[tuple[str, bytes, str]]:
         ),
         ("device node", _archive(oci, _member(dev)), "is a device node"),
         ("fifo", _archive(oci, _member(_info("p", tarfile.FIFOTYPE))), "is a fifo"),
+        ("sparse", _with_sparse(oci, tmp), "is a sparse file"),
         ("missing layer", _archive(missing), "which the archive lacks"),
         ("10 GiB member", _archive(oci, _declared_ten_gib), "declares 10737418240 bytes"),
         (
