@@ -28,6 +28,7 @@ seams. Every translated error chains the original with ``raise ... from``.
     ├── Internal                     containerd's unknown/internal/data-loss
     ├── DigestMismatch               content's bytes do not match its digest or size
     ├── RegistryError                a registry answered with an error (HTTP status)
+    │   └── RegistryRefused          an answer ctrexec will not follow (a redirect loop)
     ├── DaemonError                  the embedded containerd failed to start or stop
     ├── NetworkError                 netns, netlink and CNI failures
     │   └── CNIError                 a CNI plugin returned an error result
@@ -157,6 +158,12 @@ class RegistryError(CtrexecError):
     def __init__(self, message: str, *, status: int = 0) -> None:
         super().__init__(message)
         self.status = status
+
+
+class RegistryRefused(RegistryError):
+    """A registry's answer that ctrexec refuses to follow (a redirect loop, a redirect
+    down from https or to a non-http URL): a retry would get the same, so a pull's
+    partial downloads are not kept for one."""
 
 
 class DaemonError(CtrexecError):

@@ -119,6 +119,9 @@ def portable_labels(labels: Mapping[str, str]) -> dict[str, str]:
 
 #: Manifests, indexes and configs are small; a bigger one is refused, not buffered.
 MAX_METADATA_BYTES = 32 * 1024 * 1024
+#: An index lists one manifest per platform (and an attestation each): a few dozen.
+#: One with more is refused, not walked (each entry may cost a fetch).
+MAX_INDEX_ENTRIES = 1000
 #: Deadline for calls that move or unpack layer data.
 DATA_TIMEOUT = 3600.0
 _CHUNK = 1024 * 1024
@@ -265,12 +268,22 @@ def as_platform(value: Platform | str | None) -> Platform:
     return value if isinstance(value, Platform) else Platform.parse(value)
 
 
+def index_entries(index: Mapping[str, Any], what: str) -> list[Any]:
+    """An index's ``manifests``, bounded by MAX_INDEX_ENTRIES."""
+    entries = index.get("manifests")
+    if not isinstance(entries, list):
+        raise errors.InvalidArgument(f"{what} has no manifests list")
+    if len(entries) > MAX_INDEX_ENTRIES:
+        raise errors.ResourceExhausted(
+            f"{what} lists {len(entries)} manifests, more than {MAX_INDEX_ENTRIES}: refused"
+        )
+    return entries
+
+
 def select_manifests(index: Mapping[str, Any], want: Platform) -> list[tuple[Descriptor, bool]]:
     """Index entries that may serve ``want``, best first; the flag says the entry had
     no platform, so its config must be checked."""
-    entries = index.get("manifests")
-    if not isinstance(entries, list):
-        raise errors.InvalidArgument("image index has no manifests list")
+    entries = index_entries(index, "image index")
     wanted = compatible_platforms(want)
     ranked: list[tuple[int, int, Descriptor, bool]] = []
     for pos, entry in enumerate(entries):

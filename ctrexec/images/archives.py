@@ -43,15 +43,64 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
+#: Past this many bytes out of the decompressor, an archive may not have inflated more
+#: than INFLATE_RATIO times the bytes read in (gzip of real files is 2-10:1; of zeros,
+#: 1000:1). A bomb is refused at the floor, before it costs more than that on disk.
+INFLATE_FLOOR = 64 * 1024 * 1024
+INFLATE_RATIO = 100
+
+
+def _escapes(path: str) -> bool:
+    return posixpath.isabs(path) or ".." in path.split("/")
+
+
 def member_path(name: str) -> str:
-    """A tar member's name as a clean relative path (``./index.json`` -> ``index.json``)."""
+    """A tar member's name as a clean relative path (``./index.json`` -> ``index.json``);
+    InvalidArgument for an absolute name or one with ``..``: no layout writes those,
+    and an extracting tool would put them outside its directory."""
+    if _escapes(name):
+        raise errors.InvalidArgument(
+            f"archive member {name!r} points outside the archive (absolute or '..')"
+        )
     path = posixpath.normpath("/" + name).lstrip("/")
     return path or "."
 
 
 def symlink_target(name: str, linkname: str) -> str:
-    """Where a symlink member points, relative to the archive's root."""
-    return member_path(posixpath.join(posixpath.dirname(member_path(name)), linkname))
+    """Where a symlink member points, relative to the archive's root; InvalidArgument
+    when that is outside it (an absolute target, or ``..`` above the root)."""
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(member_path(name)), linkname))
+    if posixpath.isabs(linkname) or _escapes(joined):
+        raise errors.InvalidArgument(
+            f"archive member {member_path(name)!r} links outside the archive (to {linkname!r})"
+        )
+    return member_path(joined)
+
+
+def hardlink_target(name: str, linkname: str) -> str:
+    """A hard link's target (a path from the archive's root), checked as a name is."""
+    if _escapes(linkname):
+        raise errors.InvalidArgument(
+            f"archive member {member_path(name)!r} links outside the archive (to {linkname!r})"
+        )
+    return member_path(linkname)
+
+
+@attrs.define
+class Inflation:
+    """Bytes read from the archive file or pipe (``raw``) and bytes its members gave
+    (``out``): the gzip-bomb bound (INFLATE_FLOOR, INFLATE_RATIO)."""
+
+    raw: int = 0
+    out: int = 0
+
+    def check(self) -> None:
+        if self.out > INFLATE_FLOOR and self.out > INFLATE_RATIO * max(self.raw, 1):
+            raise errors.InvalidArgument(
+                f"archive inflates more than {INFLATE_RATIO}:1 ({self.out} bytes from "
+                f"{self.raw}): refused as a decompression bomb; if it is meant, "
+                "decompress it first (zcat FILE | ctrexec import -)"
+            )
 
 
 def blob_digest(path: str) -> str | None:
@@ -146,9 +195,7 @@ def oci_images(index_json: bytes, base_name: str | None = None) -> list[ArchiveI
     """The named images of an OCI layout's index.json (one per entry, names merged
     when several entries share a target)."""
     index = content.load_json(index_json, "index.json")
-    entries = index.get("manifests")
-    if not isinstance(entries, list):
-        raise errors.InvalidArgument("index.json has no manifests list")
+    entries = content.index_entries(index, "index.json")
     found: dict[str, tuple[Descriptor, list[str]]] = {}
     for entry in entries:
         desc = Descriptor.from_json(entry, "index.json entry")

@@ -67,18 +67,45 @@ class ImportedImage:
 
 @attrs.define
 class _Scan:
-    """What one pass over the tar left: small documents, stored blobs by path, links."""
+    """What one pass over the tar left: small documents, stored blobs by path, links,
+    and the bytes in and out so far (the decompression bound)."""
 
     meta: dict[str, bytes] = attrs.field(factory=dict)
     stored: dict[str, Descriptor] = attrs.field(factory=dict)
     symlinks: dict[str, str] = attrs.field(factory=dict)
+    inflation: archives.Inflation = attrs.field(factory=archives.Inflation)
+
+
+class _Counted:
+    """A reader that adds what it hands out to one count (``raw`` or ``out``) and
+    checks the bound: the archive itself (what tarfile decompresses) and each member
+    (what it gave) go through one each."""
+
+    def __init__(
+        self, reader: IO[bytes], inflation: archives.Inflation, *, raw: bool, what: str = ""
+    ) -> None:
+        self._reader = reader
+        self._inflation = inflation
+        self._raw = raw
+        self.what = what  # a member's path and declared size, for a short read's message
+        self.count = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._reader.read(size)
+        self.count += len(data)
+        if self._raw:
+            self._inflation.raw += len(data)
+        else:
+            self._inflation.out += len(data)
+            self._inflation.check()
+        return data
 
 
 def _corrupt(exc: BaseException) -> errors.InvalidArgument:
     return errors.InvalidArgument(f"archive is truncated or corrupt ({exc})")
 
 
-def _member_chunks(reader: IO[bytes], skip: int = 0) -> Iterator[bytes]:
+def _member_chunks(reader: IO[bytes] | _Counted, skip: int = 0) -> Iterator[bytes]:
     """A member's bytes from ``skip`` on; tar damage becomes InvalidArgument here, so
     that the content write it feeds is aborted, not kept for a resume."""
     try:
@@ -86,6 +113,12 @@ def _member_chunks(reader: IO[bytes], skip: int = 0) -> Iterator[bytes]:
             skip -= len(data)
         while data := reader.read(_CHUNK):
             yield data
+    except tarfile.ReadError as exc:
+        if "unexpected end" not in str(exc) or not isinstance(reader, _Counted):
+            raise _corrupt(exc) from exc
+        raise errors.InvalidArgument(
+            f"archive is truncated or corrupt: member {reader.what}, but the archive ends inside it"
+        ) from exc
     except _TAR_ERRORS as exc:
         raise _corrupt(exc) from exc
 
@@ -96,7 +129,7 @@ def _store_named(
     digest: str,
     *,
     size: int,
-    reader: IO[bytes],
+    reader: _Counted,
     lease: str,
     progress: ImportProgress | None,
 ) -> bool:
@@ -124,7 +157,7 @@ def _store_named(
 
 
 def _store_unnamed(
-    client: Client, path: str, *, size: int, reader: IO[bytes], lease: str, progress: ImportProgress
+    client: Client, path: str, *, size: int, reader: _Counted, lease: str, progress: ImportProgress
 ) -> Descriptor:
     """Stream a member whose digest nobody names yet; commit it under the digest of
     its bytes. (imagestore.store_blob needs the digest before the first byte.)"""
@@ -166,7 +199,7 @@ def _open(source: IO[bytes]) -> tarfile.TarFile:
 
 def _scan(client: Client, source: IO[bytes], lease: str, progress: ImportProgress | None) -> _Scan:
     scan = _Scan()
-    tar = _open(source)
+    tar = _open(_Counted(source, scan.inflation, raw=True))  # type: ignore[arg-type]
     with tar:
         members = iter(tar)
         while True:
@@ -176,8 +209,20 @@ def _scan(client: Client, source: IO[bytes], lease: str, progress: ImportProgres
                 break
             except _TAR_ERRORS as exc:
                 raise _corrupt(exc) from exc
+            scan.inflation.check()  # after tarfile skipped the last member's unread bytes
             _take(client, tar, member, scan, lease=lease, progress=progress)
     return scan
+
+
+def _refuse_kind(member: tarfile.TarInfo, path: str) -> None:
+    """Device nodes, fifos and sparse files are no image content: an archive that has
+    them was not written by an image tool, and an extracting one would make them."""
+    if member.ischr() or member.isblk():
+        raise errors.InvalidArgument(f"archive member {path!r} is a device node")
+    if member.isfifo():
+        raise errors.InvalidArgument(f"archive member {path!r} is a fifo")
+    if member.issparse():
+        raise errors.InvalidArgument(f"archive member {path!r} is a sparse file")
 
 
 def _take(
@@ -190,15 +235,41 @@ def _take(
     progress: ImportProgress | None,
 ) -> None:
     path = archives.member_path(member.name)
+    _refuse_kind(member, path)
     if member.issym():
         scan.symlinks[path] = archives.symlink_target(member.name, member.linkname)
         return
+    if member.islnk():
+        scan.symlinks[path] = archives.hardlink_target(member.name, member.linkname)
+        return
     kind = archives.member_kind(path)
     if not member.isreg() or kind == "skip":
+        if member.size > content.MAX_METADATA_BYTES:  # tarfile would inflate it to skip it
+            raise errors.InvalidArgument(f"archive member {path} is too large")
+        scan.inflation.out += member.size
         return
-    reader = tar.extractfile(member)
-    if reader is None:
+    opened = tar.extractfile(member)
+    if opened is None:
         return
+    what = f"{path} declares {member.size} bytes"
+    reader = _Counted(opened, scan.inflation, raw=False, what=what)
+    try:
+        _store_member(client, member, reader, scan, lease=lease, progress=progress)
+    finally:
+        scan.inflation.out += max(0, member.size - reader.count)  # skipped by tarfile
+
+
+def _store_member(
+    client: Client,
+    member: tarfile.TarInfo,
+    reader: _Counted,
+    scan: _Scan,
+    *,
+    lease: str,
+    progress: ImportProgress | None,
+) -> None:
+    path = archives.member_path(member.name)
+    kind = archives.member_kind(path)
     if kind == "metadata":
         if member.size > content.MAX_METADATA_BYTES:
             raise errors.InvalidArgument(f"archive member {path} is too large")
@@ -258,6 +329,22 @@ def _read_json(client: Client, desc: Descriptor, what: str) -> dict[str, Any]:
     return content.load_json(data, f"{what} {desc.digest}")
 
 
+def _check_stored(client: Client, blob: Descriptor, manifest: Descriptor) -> None:
+    """The blob is in the archive with the size the manifest declares (a declared size
+    that differs would have unpack and every reader trust the wrong one)."""
+    try:
+        size = content.info(client, blob.digest).size
+    except errors.NotFound:
+        raise errors.InvalidArgument(
+            f"archive lacks blob {blob.digest} of manifest {manifest.digest}"
+        ) from None
+    if size != blob.size:
+        raise errors.InvalidArgument(
+            f"manifest {manifest.digest} declares blob {blob.digest} as {blob.size} bytes;"
+            f" the archive's is {size}"
+        )
+
+
 def _label_tree(
     client: Client, desc: Descriptor, want: Sequence[Platform] | None, depth: int = 0
 ) -> Descriptor:
@@ -270,14 +357,11 @@ def _label_tree(
     if kind == "manifest":
         config, layers = content.parse_manifest(obj)
         for blob in (config, *layers):
-            if not content.exists(client, blob.digest):
-                raise errors.InvalidArgument(
-                    f"archive lacks blob {blob.digest} of manifest {desc.digest}"
-                )
+            _check_stored(client, blob, desc)
         content.ensure_labels(client, desc.digest, content.child_labels("manifest", obj))
         return desc if desc.media_type else attrs.evolve(desc, media_type=content.MT_OCI_MANIFEST)
     kept = []
-    for entry in obj.get("manifests") or []:
+    for entry in content.index_entries(obj, f"index {desc.digest}"):
         child = Descriptor.from_json(entry, "index entry")
         mt = child.media_type
         if mt and not (content.is_manifest(mt) or content.is_index(mt)):

@@ -53,6 +53,7 @@ _FINAL_ERRORS = (
     errors.InvalidArgument,
     errors.NotFound,
     errors.PermissionDenied,
+    errors.RegistryRefused,
 )
 #: How long to wait for another writer that holds a blob's ingest ref.
 _LOCKED_WAIT = 600.0
@@ -220,7 +221,7 @@ def _store_once(
         except errors.FailedPrecondition as exc:
             raise errors.DigestMismatch(f"content {desc.digest}: {exc}") from exc
         session.finish()
-    except (errors.DigestMismatch, errors.InvalidArgument):
+    except (errors.DigestMismatch, errors.InvalidArgument, errors.RegistryRefused):
         session.abort()
         raise
     except BaseException:

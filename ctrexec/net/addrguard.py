@@ -21,9 +21,7 @@ from ctrexec.net.cni import NetworkConfigList, PortMapping
 log = logging.getLogger(__name__)
 
 
-def reconcile(
-    conf: NetworkConfigList, owner: str, ifname: str, held: Mapping[str, str]
-) -> None:
+def reconcile(conf: NetworkConfigList, owner: str, ifname: str, held: Mapping[str, str]) -> None:
     """Reserve, in each host-local store of ``conf``, the live addresses it has lost.
 
     Live: the group namespaces' addresses on ``ifname``, then ``held`` (address ->

@@ -37,8 +37,15 @@ def probe_frame(own_mac: bytes, target: ipaddress.IPv4Address) -> bytes:
     """An Ethernet broadcast ARP request for ``target`` with sender IP 0.0.0.0."""
     header = _ETH_HEADER.pack(BROADCAST, own_mac, ETH_P_ARP)
     body = _ARP_BODY.pack(
-        _HTYPE_ETHER, _ETH_P_IP, 6, 4, ARP_REQUEST,
-        own_mac, bytes(4), bytes(6), target.packed,
+        _HTYPE_ETHER,
+        _ETH_P_IP,
+        6,
+        4,
+        ARP_REQUEST,
+        own_mac,
+        bytes(4),
+        bytes(6),
+        target.packed,
     )
     return header + body
 
@@ -61,9 +68,7 @@ def parse_frame(frame: bytes) -> ArpPacket | None:
     _, _, ethertype = _ETH_HEADER.unpack_from(frame)
     if ethertype != ETH_P_ARP:
         return None
-    htype, ptype, hlen, plen, op, sha, spa, _, tpa = _ARP_BODY.unpack_from(
-        frame, _ETH_HEADER.size
-    )
+    htype, ptype, hlen, plen, op, sha, spa, _, tpa = _ARP_BODY.unpack_from(frame, _ETH_HEADER.size)
     if (htype, ptype, hlen, plen) != (_HTYPE_ETHER, _ETH_P_IP, 6, 4):
         return None
     return ArpPacket(op, sha, ipaddress.IPv4Address(spa), ipaddress.IPv4Address(tpa))

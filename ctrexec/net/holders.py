@@ -35,7 +35,7 @@ def live_addresses(ifname: str) -> dict[IPAddress, str]:
         except CtrexecError as exc:  # stale pin, or removed while we scan
             log.debug("skipping %s: %s", ns.path, exc)
             continue
-        group = ns.name[len(NETNS_PREFIX):]
+        group = ns.name[len(NETNS_PREFIX) :]
         for address in info.addresses_of(ifname):
             out.setdefault(ipaddress.ip_address(address.address), group)
     return out
@@ -44,7 +44,7 @@ def live_addresses(ifname: str) -> dict[IPAddress, str]:
 def holder_of(address: IPAddress, ifname: str, *, besides: str) -> str | None:
     """The group other than ``besides`` whose namespace carries ``address``, if any."""
     for ns in netns.list_namespaces():
-        group = ns.name[len(NETNS_PREFIX):]
+        group = ns.name[len(NETNS_PREFIX) :]
         if not ns.name.startswith(NETNS_PREFIX) or group == besides:
             continue
         try:

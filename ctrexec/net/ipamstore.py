@@ -127,7 +127,9 @@ def reconcile(
     for address in made:
         log.warning(
             "IPAM store %s had lost %s, still held by %s: reserved it again",
-            pool.directory, address, wanted[address],
+            pool.directory,
+            address,
+            wanted[address],
         )
     return made
 

@@ -102,9 +102,7 @@ def attachment_rules(rules: Sequence[Rule], network: str, owner: str) -> list[Ru
     for rule in rules:
         if rule.chain in (masq, dnat):
             continue  # flushed with the chain
-        if rule.target in (masq, dnat) or (
-            rule.chain == "POSTROUTING" and rule.comment == comment
-        ):
+        if rule.target in (masq, dnat) or (rule.chain == "POSTROUTING" and rule.comment == comment):
             out.append(rule)
     return out
 
@@ -179,8 +177,13 @@ def remove_attachment(network: str, owner: str) -> None:
             if attempt + 1 < DELETE_ATTEMPTS:
                 time.sleep(_RETRY_PAUSE)
         else:
-            log.warning("%s: rules of %s on %s are left after %d tries",
-                        tool, owner, network, DELETE_ATTEMPTS)
+            log.warning(
+                "%s: rules of %s on %s are left after %d tries",
+                tool,
+                owner,
+                network,
+                DELETE_ATTEMPTS,
+            )
 
 
 __all__ = [

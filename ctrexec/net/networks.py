@@ -465,9 +465,7 @@ class Networks:
         if fresh and self.cni.verify_netns:
             prefer = [*_on_eth0(netns_path), *prefer]
         self._before_add(conf, owner, netns_path, ports, held or {}, fresh=fresh)
-        _reattach.add(
-            self.cni, conf, owner, netns_path, ifname=IFNAME, ports=ports, prefer=prefer
-        )
+        _reattach.add(self.cni, conf, owner, netns_path, ifname=IFNAME, ports=ports, prefer=prefer)
         added = self.cni.attachment(conf.name, owner, IFNAME)
         if added is None:  # pragma: no cover - add() wrote it under our lock
             raise NetworkError(f"the CNI cache lost the attachment of {owner}")

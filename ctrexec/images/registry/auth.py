@@ -217,6 +217,15 @@ def erase(domain: str, path: Path | None = None) -> bool:
 
 # -- challenges ------------------------------------------------------------------------------
 
+
+def realm_may_have_credentials(endpoint: str, realm: str) -> bool:
+    """Whether the registry's credentials may go to its token ``realm``. A realm on
+    another host is normal (Docker Hub's API is registry-1.docker.io, its realm
+    auth.docker.io) and docker sends it the credentials, as the token spec says, so
+    ctrexec does too; but not in clear for a registry reached over HTTPS."""
+    return not (endpoint.startswith("https://") and realm.startswith("http://"))
+
+
 _PARAM_RE = re.compile(r'\s*([A-Za-z0-9_-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^,\s]*))\s*,?')
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import urlencode
@@ -20,6 +21,7 @@ import urllib3
 from urllib3.exceptions import (
     ConnectTimeoutError,
     HTTPError,
+    InsecureRequestWarning,
     NameResolutionError,
     NewConnectionError,
     ProtocolError,
@@ -30,7 +32,7 @@ from urllib3.exceptions import (
 from ctrexec import errors
 from ctrexec.containerd import content
 from ctrexec.containerd.content import Descriptor
-from ctrexec.images.registry import auth
+from ctrexec.images.registry import auth, hosts
 from ctrexec.images.registry.auth import Credentials
 from ctrexec.images.registry.hosts import RegistryHost
 
@@ -45,6 +47,8 @@ MANIFEST_ACCEPT = ", ".join(
 _CHUNK = 1024 * 1024
 _TIMEOUT = urllib3.Timeout(connect=30.0, read=120.0)
 _USER_AGENT = "ctrexec"
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_TOKEN_BYTES = 1024 * 1024
 
 
 #: What an errno behind a failed connection means, in the words of ``curl`` and docker.
@@ -85,9 +89,23 @@ def _pool(host: RegistryHost, maxsize: int) -> urllib3.PoolManager:
     kwargs: dict[str, Any] = {"maxsize": maxsize, "timeout": _TIMEOUT, "retries": False}
     if host.skip_verify:
         kwargs["cert_reqs"] = "CERT_NONE"
+        # asked for in hosts.toml: not a warning on stderr for each request, which
+        # would break every command's one-line error
+        warnings.filterwarnings("ignore", category=InsecureRequestWarning)
     elif host.ca:
         kwargs["ca_certs"] = host.ca[0]
     return urllib3.PoolManager(**kwargs)
+
+
+def _declared_length(resp: urllib3.BaseHTTPResponse) -> int:
+    """The response's Content-Length, -1 when it has none (or not a number, or it
+    counts an encoding urllib3 undoes)."""
+    if resp.headers.get("Content-Encoding", "identity") != "identity":
+        return -1
+    try:
+        return int(resp.headers.get("Content-Length", "-1"))
+    except ValueError:
+        return -1
 
 
 class Repository:
@@ -117,14 +135,34 @@ class Repository:
     # -- requests ---------------------------------------------------------------------------
 
     def _send(
-        self, host: RegistryHost, method: str, url: str, headers: dict[str, str]
+        self,
+        host: RegistryHost,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        where: str = "",
     ) -> urllib3.BaseHTTPResponse:
-        try:
-            return self._pools[host.api].request(
-                method, url, headers=headers, preload_content=False, redirect=True
-            )
-        except HTTPError as exc:
-            raise errors.Unavailable(f"registry {host.origin}: {_why(exc)}") from exc
+        """One request and its redirects, followed here and not by urllib3: at most
+        hosts.MAX_REDIRECTS, none down from https, and a credential header only to the
+        origin it was made for (once dropped, it stays dropped)."""
+        where = where or f"registry {host.origin}"
+        for _ in range(hosts.MAX_REDIRECTS + 1):
+            try:
+                resp = self._pools[host.api].request(
+                    method, url, headers=headers, preload_content=False, redirect=False
+                )
+            except HTTPError as exc:
+                raise errors.Unavailable(f"{where}: {_why(exc)}") from exc
+            location = resp.headers.get("Location")
+            if resp.status not in _REDIRECTS or not location:
+                return resp
+            resp.drain_conn()
+            target = hosts.redirect_target(url, location, where)
+            headers = hosts.redirect_headers(headers, url, target)
+            url, method = target, ("GET" if resp.status == 303 else method)
+        raise errors.RegistryRefused(
+            f"{where}: more than {hosts.MAX_REDIRECTS} redirects (a redirect loop?)"
+        )
 
     def request(
         self, host: RegistryHost, method: str, tail: str, headers: dict[str, str] | None = None
@@ -199,12 +237,22 @@ class Repository:
             query["service"] = params["service"]
         headers = {"User-Agent": _USER_AGENT}
         if self.credentials is not None and self.credentials.username != "<token>":
+            if not auth.realm_may_have_credentials(host.api, realm):
+                raise errors.PermissionDenied(
+                    f"registry {host.origin}: its token server {realm} is plain HTTP;"
+                    " credentials for an HTTPS registry are not sent in clear"
+                )
             headers["Authorization"] = self.credentials.basic
         url = f"{realm}{'&' if '?' in realm else '?'}{urlencode(query)}"
+        resp = self._send(host, "GET", url, headers, where=f"token server {realm}")
         try:
-            resp = self._pools[host.api].request("GET", url, headers=headers, redirect=True)
+            body = resp.read(_TOKEN_BYTES + 1)
         except HTTPError as exc:
             raise errors.Unavailable(f"token server {realm}: {_why(exc)}") from exc
+        finally:
+            resp.release_conn()
+        if len(body) > _TOKEN_BYTES:
+            raise errors.RegistryError(f"token server {realm}: answer is over 1 MiB")
         if resp.status in (401, 403):
             raise errors.PermissionDenied(f"token server {realm}: credentials refused")
         if resp.status != 200:
@@ -212,7 +260,7 @@ class Repository:
                 f"token server {realm}: HTTP {resp.status}", status=resp.status
             )
         try:
-            answer = json.loads(resp.data)
+            answer = json.loads(body)
             return str(answer.get("token") or answer["access_token"])
         except (ValueError, KeyError, AttributeError):
             raise errors.RegistryError(f"token server {realm}: answer has no token") from None
@@ -252,14 +300,22 @@ class Repository:
             f"manifests/{reference}",
             {"Accept": MANIFEST_ACCEPT},
         )
+        limit = content.MAX_METADATA_BYTES
+        too_large = errors.ResourceExhausted(
+            f"registry {self.domain}: manifest {reference} is larger than {limit >> 20} MiB:"
+            " refused"
+        )
+        if _declared_length(resp) > limit:
+            resp.close()  # not read: the connection cannot serve another request
+            raise too_large
         try:
-            data = resp.read(content.MAX_METADATA_BYTES + 1)
+            data = resp.read(limit + 1)
         except HTTPError as exc:
             raise errors.Unavailable(f"registry {self.domain}: {_why(exc)}") from exc
         finally:
             resp.release_conn()
-        if len(data) > content.MAX_METADATA_BYTES:
-            raise errors.ResourceExhausted(f"manifest {reference} is too large")
+        if len(data) > limit:
+            raise too_large
         expected = reference if ":" in reference else resp.headers.get("Docker-Content-Digest", "")
         algorithm = expected.split(":", 1)[0] if expected else "sha256"
         got = content.digest_of(data, algorithm if algorithm in ("sha256", "sha512") else "sha256")
@@ -279,6 +335,14 @@ class Repository:
         is skipped forward). The content store verifies the digest at commit."""
         headers = {"Range": f"bytes={offset}-"} if offset else {}
         _, resp = self._try_hosts("pull", "GET", f"blobs/{desc.digest}", headers)
+        length = _declared_length(resp)
+        want = desc.size - offset if resp.status == 206 else desc.size
+        if length >= 0 and length != want:
+            resp.close()
+            raise errors.DigestMismatch(
+                f"registry {self.domain}: blob {desc.digest} is {length} bytes there,"
+                f" the manifest says {want}"
+            )
         try:
             skip = offset if (offset and resp.status != 206) else 0
             for chunk in resp.stream(_CHUNK):

@@ -28,7 +28,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import attrs
 
@@ -39,6 +39,12 @@ DEFAULT_CONFIG_DIR = "/etc/ctrexec/certs.d"
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_SERVER = "https://registry-1.docker.io"
 ALL_CAPABILITIES = frozenset({"pull", "resolve", "push"})
+#: Redirects followed for one request: Go's http.Client's bound, which docker and
+#: containerd use. A registry that sends more is in a loop.
+MAX_REDIRECTS = 10
+#: Headers that carry a credential: never sent to another origin than the one they
+#: were made for (urllib3's and Go's rule for a redirect).
+CREDENTIAL_HEADERS = ("Authorization", "Cookie", "Proxy-Authorization")
 
 
 @attrs.frozen
@@ -60,6 +66,36 @@ class RegistryHost:
     @property
     def plain_http(self) -> bool:
         return self.api.startswith("http://")
+
+
+def origin(url: str) -> str:
+    """``scheme://host:port`` (the port spelled out): what "another host" means for a
+    redirect or a token realm. A different port is another host (urllib3's rule;
+    Go's compares host names only, the stricter one is kept)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+def redirect_target(url: str, location: str, where: str) -> str:
+    """Where a redirect from ``url`` goes; RegistryRefused for one that is not http(s)
+    or goes from https down to http (docker follows those; a registry reached over TLS
+    does not hand its blobs to a plain-text host here)."""
+    target = urljoin(url, location)
+    scheme = urlsplit(target).scheme
+    if scheme not in ("http", "https") or not urlsplit(target).netloc:
+        raise errors.RegistryRefused(f"{where}: redirect to {target!r} is not an http(s) URL")
+    if url.startswith("https://") and scheme == "http":
+        raise errors.RegistryRefused(f"{where}: redirect from HTTPS down to {target}: refused")
+    return target
+
+
+def redirect_headers(headers: Mapping[str, str], url: str, target: str) -> dict[str, str]:
+    """The headers to send on to ``target``: the credentials only to the same origin."""
+    if origin(url) == origin(target):
+        return dict(headers)
+    drop = {h.lower() for h in CREDENTIAL_HEADERS}
+    return {k: v for k, v in headers.items() if k.lower() not in drop}
 
 
 def is_local(domain: str) -> bool:
