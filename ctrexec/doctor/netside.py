@@ -24,6 +24,7 @@ grace period does not apply to it: a link has no age to judge anyway.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,13 @@ def _what(path: str, users: Sequence[nsrefs.NetnsUser]) -> str | None:
     if users:
         return None
     if not netns.is_mounted(path):
-        return "a namespace file with no namespace on it (a create cut short, or unmounted)"
+        try:
+            empty = os.lstat(path).st_size == 0
+        except OSError:
+            return None  # gone meanwhile
+        # the empty file a create cut short (or an unmount) leaves; anything else at
+        # that name is not a pin, and netns.remove would refuse it
+        return "a namespace file with no namespace on it" if empty else None
     return "a pinned namespace no record names and no process uses"
 
 

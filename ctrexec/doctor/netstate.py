@@ -68,6 +68,8 @@ def dead_results(scope: Scope) -> list[tuple[CNIAttachment, float | None]]:
     groups = recorded_groups(scope)
     out = []
     for cached in scope.networks.cni.attachments():
+        if cached.ifname != IFNAME:
+            continue  # not an attachment ctrexec makes (nor one its DEL would undo)
         if cached.container_id in groups or netns.is_mounted(cached.netns):
             continue
         out.append((cached, _mtime(_result_path(scope, cached))))

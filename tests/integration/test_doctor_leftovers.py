@@ -93,6 +93,10 @@ def _namespaces(p: Planted) -> None:
         netns.create(p.ns(suffix))
     for suffix in ("n", "p"):
         _age(nsmarks.MARK_DIR / p.ns(suffix))
+    stale = Path(f"/run/netns/{p.ns('f')}")  # what a create killed before its mount leaves
+    stale.touch()
+    _age(stale)
+    p.garbage[str(stale)] = netside.NETNS
     _sh("ip", "netns", "add", f"dnet{p.tag}o")  # another tool's
     inside = ["ip", "netns", "exec", p.ns("p"), "sleep", "600"]
     p.procs.append(subprocess.Popen(inside))  # a process inside
@@ -152,7 +156,7 @@ def _clean(p: Planted) -> None:
     for proc in p.procs:
         proc.kill()
         proc.wait(timeout=30)
-    for suffix in ("a", "n", "p", "y"):
+    for suffix in ("a", "f", "n", "p", "y"):
         with contextlib.suppress(NotFound):
             netns.remove(p.ns(suffix))
     _sh("ip", "netns", "del", f"dnet{p.tag}o", check=False)
