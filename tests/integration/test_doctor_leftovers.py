@@ -6,7 +6,8 @@ half-made veth pair on the test's bridge; a group's namespace removed behind ctr
 back (its CNI result, its address and its masquerade rule stay); a host-local
 reservation nothing holds; the NAT rules of an attachment that is gone. The
 look-alikes, all left alone: another tool's namespace, one with a process inside, one
-younger than the grace period, a veth on another bridge, a veth whose peer lives in a
+younger than the grace period, one whose group has a record (in another containerd
+namespace, with a rule too), a veth on another bridge, a veth whose peer lives in a
 namespace, an address a live namespace carries, a reservation younger than the grace,
 another network's rules.
 
@@ -31,6 +32,8 @@ import pytest
 from _cli import cli_argv
 from _nethelpers import NET_MARKS
 
+from ctrexec import labels as lbl
+from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.doctor import checks, netside, netstate
 from ctrexec.doctor.findings import Check, Finding, Scope
@@ -76,6 +79,7 @@ class Planted:
     freed: list[str] = attrs.Factory(list)  # what goes with a garbage object
     kept: list[str] = attrs.Factory(list)  # what must outlive gc
     procs: list[subprocess.Popen[bytes]] = attrs.Factory(list)
+    records: Client | None = None  # another containerd namespace, with a record in it
 
     @property
     def bridge(self) -> str:
@@ -152,11 +156,32 @@ def _store(p: Planted) -> None:
     p.garbage[p.owner("c")] = netstate.NAT_RULES
 
 
+def _recorded(p: Planted, address: str) -> None:
+    """A group whose only record is in another containerd namespace: its namespace
+    and its rule are not garbage."""
+    p.records = Client.connect(address, namespace=f"ctrexec-test-dnet{p.tag}")
+    containers.create(
+        p.records, p.owner("r"), image="none", spec={"ociVersion": "1.0.2"},
+        snapshotter="overlayfs", snapshot_key=p.owner("r"),
+        runtime=containers.Runtime("io.containerd.runc.v2"),
+        labels={lbl.MANAGED: "true", lbl.GROUP: p.owner("r")},
+    )  # fmt: skip
+    netns.create(p.ns("r"))
+    _age(nsmarks.MARK_DIR / p.ns("r"))
+    _masquerade(p.nets.network, p.owner("r"), "10.231.212.205/32")
+    p.kept += [f"/run/netns/{p.ns('r')}", p.owner("r")]
+
+
 def _clean(p: Planted) -> None:
+    if p.records is not None:
+        with contextlib.suppress(NotFound):
+            containers.delete(p.records, p.owner("r"))
+        p.records.delete_namespace()
+        p.records.close()
     for proc in p.procs:
         proc.kill()
         proc.wait(timeout=30)
-    for suffix in ("a", "f", "n", "p", "y"):
+    for suffix in ("a", "f", "n", "p", "r", "y"):
         with contextlib.suppress(NotFound):
             netns.remove(p.ns(suffix))
     _sh("ip", "netns", "del", f"dnet{p.tag}o", check=False)
@@ -164,10 +189,11 @@ def _clean(p: Planted) -> None:
         _sh("ip", "link", "del", link, check=False)
     for network, owner in ((p.nets.network, "a"), (p.nets.network, "c"), (p.owner("o"), "c")):
         iptables.remove_attachment(network, p.owner(owner))
+    iptables.remove_attachment(p.nets.network, p.owner("r"))
 
 
 @pytest.fixture
-def planted(tmp_path: Path) -> Iterator[Planted]:
+def planted(tmp_path: Path, containerd_address: str) -> Iterator[Planted]:
     tag = secrets.token_hex(2)
     env = dict(
         os.environ,
@@ -183,6 +209,7 @@ def planted(tmp_path: Path) -> Iterator[Planted]:
         _group_gone(p)
         _links(p)
         _store(p)
+        _recorded(p, containerd_address)
         yield p
     finally:
         _clean(p)
