@@ -9,11 +9,23 @@ from __future__ import annotations
 
 import attrs
 
+from ctrexec.doctor import integrity, netside, netstate
 from ctrexec.doctor.findings import Check, Finding, Scope
 from ctrexec.errors import CtrexecError
 
 #: Filled in by the check modules' branches; gc's order (see the module docstring).
-CHECKS: tuple[Check, ...] = ()
+CHECKS: tuple[Check, ...] = (
+    # the host's network: a namespace before its veth, a result (its DEL) before the
+    # reservations and rules no result explains
+    netside.NAMESPACES,
+    netside.VETHS,
+    netstate.RESULTS,
+    netstate.RESERVATIONS,
+    netstate.RULES,
+    # the integrity issue's damage: findings with their repair, nothing gc removes
+    integrity.GROUPS,
+    integrity.ADDRESSES,
+)
 
 
 @attrs.frozen

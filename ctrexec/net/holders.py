@@ -24,9 +24,10 @@ NETNS_PREFIX = "cx-"
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-def live_addresses(ifname: str) -> dict[IPAddress, str]:
-    """Every address on ``ifname`` of every pinned group namespace -> the group."""
-    out: dict[IPAddress, str] = {}
+def all_holders(ifname: str) -> dict[IPAddress, list[str]]:
+    """Every address on ``ifname`` of every pinned group namespace -> the groups that
+    carry it, in name order: more than one is the damage an address held twice is."""
+    out: dict[IPAddress, list[str]] = {}
     for ns in netns.list_namespaces():
         if not ns.name.startswith(NETNS_PREFIX):
             continue
@@ -37,8 +38,16 @@ def live_addresses(ifname: str) -> dict[IPAddress, str]:
             continue
         group = ns.name[len(NETNS_PREFIX) :]
         for address in info.addresses_of(ifname):
-            out.setdefault(ipaddress.ip_address(address.address), group)
+            groups = out.setdefault(ipaddress.ip_address(address.address), [])
+            if group not in groups:
+                groups.append(group)
     return out
+
+
+def live_addresses(ifname: str) -> dict[IPAddress, str]:
+    """Every address on ``ifname`` of every pinned group namespace -> the group (the
+    first by name, should two carry it)."""
+    return {address: groups[0] for address, groups in all_holders(ifname).items()}
 
 
 def holder_of(address: IPAddress, ifname: str, *, besides: str) -> str | None:
@@ -56,4 +65,4 @@ def holder_of(address: IPAddress, ifname: str, *, besides: str) -> str | None:
     return None
 
 
-__all__ = ["NETNS_PREFIX", "holder_of", "live_addresses"]
+__all__ = ["NETNS_PREFIX", "all_holders", "holder_of", "live_addresses"]

@@ -36,8 +36,10 @@ _CHAIN_MAX = 28
 #: A chain deletion that races another iptables-nft writer is tried this often.
 DELETE_ATTEMPTS = 5
 _RETRY_PAUSE = 0.1
-_TOOLS = ("iptables", "ip6tables")
+#: The families an attachment has rules in.
+TOOLS = ("iptables", "ip6tables")
 _DNAT_COMMENT = re.compile(r'^dnat name: "(?P<network>.*)" id: "(?P<owner>.*)"$')
+_MASQ_COMMENT = re.compile(r'^name: "(?P<network>.*)" id: "(?P<owner>.*)"$')
 
 
 def chain_name(network: str, owner: str, prefix: str = "") -> str:
@@ -124,6 +126,18 @@ def port_holders(rules: Sequence[Rule], network: str) -> dict[tuple[str, int], s
     return out
 
 
+def owners(rules: Sequence[Rule], network: str) -> set[str]:
+    """The owners of ``network``'s attachments that have rules here: the bridge
+    plugin's masquerade jumps in POSTROUTING and portmap's jumps in
+    :data:`HOSTPORT_DNAT`, by their comments (what :func:`remove_attachment` removes)."""
+    out = set(port_holders(rules, network).values())
+    for rule in rules:
+        found = _MASQ_COMMENT.match(rule.comment or "") if rule.chain == "POSTROUTING" else None
+        if found is not None and found["network"] == network:
+            out.add(found["owner"])
+    return out
+
+
 def list_rules(tool: str = "iptables") -> list[Rule]:
     """The NAT table's rules; [] when the tool or the table is not there."""
     listed = _run(tool, "-S")
@@ -170,7 +184,7 @@ def remove_attachment(network: str, owner: str) -> None:
     up to :data:`DELETE_ATTEMPTS` times; what is left then is logged, not raised,
     because the caller's DEL or ADD is what matters.
     """
-    for tool in _TOOLS:
+    for tool in TOOLS:
         for attempt in range(DELETE_ATTEMPTS):
             if _remove_in(tool, network, owner):
                 break
@@ -189,11 +203,13 @@ def remove_attachment(network: str, owner: str) -> None:
 __all__ = [
     "DELETE_ATTEMPTS",
     "HOSTPORT_DNAT",
+    "TOOLS",
     "Rule",
     "attachment_rules",
     "chain_name",
     "list_rules",
     "masq_comment",
+    "owners",
     "parse_rules",
     "port_holders",
     "remove_attachment",

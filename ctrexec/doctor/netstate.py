@@ -1,0 +1,241 @@
+"""What CNI left on the host for attachments that are gone: cached results, host-local
+reservations, NAT rules.
+
+An attachment is live while any of these says so: a record in some containerd
+namespace names its group (the CNI owner is the group's name), the group's namespace
+``cx-NAME`` is pinned (:mod:`ctrexec.net.holders` owns the prefix), or, for an
+address, some live ``cx-*`` namespace carries it. Only ctrexec's own state is
+looked at: the CNI cache and the host-local pool of the scope's :class:`Networks`,
+and the NAT rules whose comments name its bridge network (another network's, another
+tool's and every other chain are left alone).
+
+gc undoes a dead cached result with a CNI DEL (``Networks.teardown``), which also
+releases its address and its rules; then the reservations and rules no result
+explains go one by one. A cached result and a reservation are files with an age, and
+the grace period applies (an ADD writes its reservation before its result). Rules
+have no age, and need none: an ADD caches its record before the first plugin runs,
+in a namespace already pinned, so no rule of a create in flight is without both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from ctrexec import labels as lbl
+from ctrexec.doctor.findings import Check, Finding, Scope, every_record, stamp
+from ctrexec.errors import CtrexecError, NetworkError
+from ctrexec.net import health, holders, ipamstore, iptables, netns
+from ctrexec.net.cni import CNI
+from ctrexec.net.cniconf import CNIAttachment
+from ctrexec.net.networks import IFNAME
+
+CNI_RESULT = "cni-result"
+IPAM = "ipam"
+NAT_RULES = "iptables"
+_FIX = "ctrexec gc"
+
+
+def recorded_groups(scope: Scope) -> set[str]:
+    """Every group some record in some containerd namespace belongs to."""
+    return {g for _, r in every_record(scope) if (g := r.labels.get(lbl.GROUP))}
+
+
+def pinned(group: str) -> bool:
+    """Whether the group's namespace is pinned (mounted at ``cx-NAME``)."""
+    path = f"{netns.NETNS_RUN_DIR}/{holders.NETNS_PREFIX}{group}"
+    return netns.is_mounted(path)
+
+
+def _mtime(path: Path) -> float | None:
+    with contextlib.suppress(OSError):
+        return path.stat().st_mtime
+    return None
+
+
+# ------------------------------------------------------------------ CNI results
+
+
+def _result_path(scope: Scope, cached: CNIAttachment) -> Path:
+    return scope.networks.cni.cache_path(cached.network, cached.container_id, cached.ifname)
+
+
+def dead_results(scope: Scope) -> list[tuple[CNIAttachment, float | None]]:
+    """The cached ADDs of no recorded group whose namespace is gone, with their age."""
+    groups = recorded_groups(scope)
+    out = []
+    for cached in scope.networks.cni.attachments():
+        if cached.ifname != IFNAME:
+            continue  # not an attachment ctrexec makes (nor one its DEL would undo)
+        if cached.container_id in groups or netns.is_mounted(cached.netns):
+            continue
+        out.append((cached, _mtime(_result_path(scope, cached))))
+    return out
+
+
+def find_results(scope: Scope) -> list[Finding]:
+    return [
+        Finding(
+            kind=CNI_RESULT,
+            where=os.fspath(_result_path(scope, cached)),
+            what=f"the cached attachment of {cached.container_id} to {cached.network}, "
+            f"whose group and namespace are gone",
+            fix=_FIX,
+            since=stamp(since),
+            ref=f"{cached.network}\n{cached.container_id}",
+        )
+        for cached, since in dead_results(scope)
+        if scope.old_enough(since)
+    ]
+
+
+def remove_result(scope: Scope, finding: Finding) -> None:
+    """A CNI DEL from the cached ADD: the address and the rules go with the result."""
+    network, owner = finding.ref.split("\n", 1)
+    nets = scope.networks
+    mode = "bridge" if network == nets.network else f"cni:{network}"
+    nets.teardown(owner, None, mode)
+    if Path(finding.where).exists():
+        raise NetworkError(f"CNI DEL of {owner} on {network} left {finding.where}")
+
+
+# --------------------------------------------------------------- reservations
+
+
+def explained(scope: Scope) -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """Addresses a cached result or a live group namespace accounts for."""
+    out: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set(holders.live_addresses(IFNAME))
+    for cached in scope.networks.cni.attachments():
+        out.update(ipaddress.ip_interface(a).ip for a in health.addresses(cached))
+    return out
+
+
+def _pool(scope: Scope) -> ipamstore.Pool | None:
+    nets = scope.networks
+    pools = ipamstore.host_local_pools(nets.network, nets.bridge_network.plugins)
+    return pools[0] if pools else None
+
+
+def reservations(pool: ipamstore.Pool) -> Iterable[tuple[Path, str]]:
+    """Each reservation file of the pool (named by an address in it) and its holder."""
+    try:
+        entries = list(pool.directory.iterdir())
+    except OSError:
+        return []
+    out = []
+    for path in sorted(entries):
+        try:
+            if not pool.holds(ipaddress.ip_address(path.name)):
+                continue
+            holder, _ = ipamstore.parse_reservation(path.read_bytes().decode("utf-8", "replace"))
+        except (ValueError, OSError):
+            continue  # lock, last_reserved_ip.0, a file gone meanwhile
+        out.append((path, holder))
+    return out
+
+
+def find_reservations(scope: Scope) -> list[Finding]:
+    pool = _pool(scope)
+    if pool is None:
+        return []
+    live = explained(scope)
+    out = []
+    for path, holder in reservations(pool):
+        since = _mtime(path)
+        if ipaddress.ip_address(path.name) in live or not scope.old_enough(since):
+            continue
+        out.append(
+            Finding(
+                kind=IPAM,
+                where=os.fspath(path),
+                what=f"{path.name} reserved for {holder or '?'}, which no attachment "
+                "and no live namespace holds",
+                fix=_FIX,
+                since=stamp(since),
+                ref=holder,
+            )
+        )
+    return out
+
+
+def remove_reservation(scope: Scope, finding: Finding) -> None:
+    pool = _pool(scope)
+    path = Path(finding.where)
+    if pool is None or path.parent != pool.directory:
+        raise NetworkError(f"{path} is not in the pool of {scope.networks.network}")
+    ipamstore.release_own(pool, [path.name], finding.ref)
+    if path.exists():
+        raise NetworkError(f"{path} is still there (it names another holder now)")
+
+
+# ---------------------------------------------------------------------- rules
+
+
+def dead_owners(scope: Scope) -> list[str]:
+    """Owners of the bridge network's NAT rules whose attachment is gone."""
+    network = scope.networks.network
+    found: set[str] = set()
+    for tool in iptables.TOOLS:
+        found |= iptables.owners(iptables.list_rules(tool), network)
+    if not found:
+        return []
+    groups = recorded_groups(scope)
+    cache = scope.networks.cni
+    return sorted(
+        owner
+        for owner in found
+        if owner not in groups and not pinned(owner) and not _cached(cache, network, owner)
+    )
+
+
+def _cached(cache: CNI, network: str, owner: str) -> bool:
+    """Whether a result is cached for (network, owner); an id CNI would refuse has none."""
+    try:
+        return cache.cache_path(network, owner, IFNAME).exists()
+    except CtrexecError:
+        return False
+
+
+def find_rules(scope: Scope) -> list[Finding]:
+    network = scope.networks.network
+    return [
+        Finding(
+            kind=NAT_RULES,
+            where=f"nat {iptables.chain_name(network, owner)} "
+            f"{iptables.masq_comment(network, owner)}",
+            what=f"masquerade and port rules of {owner}, whose attachment is gone",
+            fix=_FIX,
+            ref=owner,
+        )
+        for owner in dead_owners(scope)
+    ]
+
+
+def remove_rules(scope: Scope, finding: Finding) -> None:
+    network = scope.networks.network
+    iptables.remove_attachment(network, finding.ref)
+    for tool in iptables.TOOLS:
+        if finding.ref in iptables.owners(iptables.list_rules(tool), network):
+            raise NetworkError(f"{tool}: rules of {finding.ref} are still there")
+
+
+RESULTS = Check(kind=CNI_RESULT, find=find_results, remove=remove_result)
+RESERVATIONS = Check(kind=IPAM, find=find_reservations, remove=remove_reservation)
+RULES = Check(kind=NAT_RULES, find=find_rules, remove=remove_rules)
+
+__all__ = [
+    "CNI_RESULT",
+    "IPAM",
+    "NAT_RULES",
+    "RESERVATIONS",
+    "RESULTS",
+    "RULES",
+    "dead_owners",
+    "dead_results",
+    "explained",
+    "recorded_groups",
+    "reservations",
+]
