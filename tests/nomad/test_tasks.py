@@ -26,7 +26,7 @@ from ctrexec._api.nomad.drivers import driver_pb2 as dpb
 from ctrexec.containerd import containers
 from ctrexec.net import cni, hostfiles, netns, nsinfo
 from ctrexec.nomad.taskmap import container_id
-from ctrexec.testing import wait_for
+from ctrexec.testing import audit, wait_for
 
 pytestmark = [pytest.mark.usefixtures("restore_ip_forward")]
 IMAGE = "docker.io/library/ctrexec-test:latest"
@@ -262,6 +262,27 @@ def test_alloc_dirs_are_mounted(node: Node, alloc: AllocDir) -> None:
             "allow_caps",
         ),
         ({"image": IMAGE, "pids_limit": -3}, grpc.StatusCode.INVALID_ARGUMENT, "pids_limit"),
+        # what a job author could take of the host (docs/security.md, ctrexec.nomad.policy)
+        (
+            {"image": IMAGE, "mount": [{"source": "/", "target": "/host"}]},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "allow_root_mount",
+        ),
+        (
+            {"image": IMAGE, "device": [{"host_path": "/dev/fuse"}]},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "allow_devices",
+        ),
+        (
+            {"image": IMAGE, "host_network": True},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "allow_host_network",
+        ),
+        (
+            {"image": IMAGE, "sysctl": {"net.ipv4.ip_forward": "0"}},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "allow_host_sysctls",
+        ),
         (  # a registry on loopback that nothing serves: the pull fails, nothing is made;
             # unreachable is recoverable (the RecoverableError detail), so Nomad retries
             {"image": "127.0.0.1:9/no-such-image:1"},
@@ -279,7 +300,12 @@ def test_bad_task_config_is_refused(
     assert err.value.code() == code
     details = err.value.details() or ""
     assert words in details and "\n" not in details
-    assert containers.list_containers(nomad_client) == []  # nothing half-created
+    # nothing half-created: no container, task, lease or active snapshot, no host files
+    assert audit(nomad_client) == []
+    cid = container_id(tc.id)
+    assert not hostfiles.task_dir(
+        hostfiles.DEFAULT_DIR, nomad_client.namespace, cid
+    ).directory.exists()
 
 
 def test_destroy_unknown_task_is_fine(node: Node) -> None:
