@@ -2,7 +2,8 @@
 
 One login against the test registry's htpasswd (tests/integration/_registry.py), then
 everything an operator or another tool reads: the CLI's output and errors (a wrong
-password, a missing tag, stale credentials), ``pull --json``'s events, ``inspect`` of
+password, a missing tag, stale credentials), ``pull --json``'s events, ``ctrexec
+events`` over a task of the image, ``inspect`` of
 the image and of a container made from it, the container's log, the log daemon's and
 containerd's own logs. The password, and the base64 ``user:password`` docker keeps in
 config.json, appear in none of them. docs/security.md, "Secrets".
@@ -13,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import signal
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -21,8 +23,14 @@ from pathlib import Path
 import pytest
 from _cli import CLI_PROG, Cli
 from _registry import PASSWORD, USER, Registry, push
+from _support import scratch_executor
 
+# The events tests' runner of ``ctrexec events``, reused rather than copied.
+from test_events_cli import EventsProcess
+
+from ctrexec.containerd.client import Client
 from ctrexec.logs import client as logclient
+from ctrexec.tasks.config import TaskConfig
 
 WRONG = f"sac-wrong-{secrets.token_hex(4)}"
 SECRETS = (PASSWORD, WRONG, base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode())
@@ -55,8 +63,27 @@ def _login(host: str, password: str) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
+def _clean_events(cli: Cli, client: Client, tmp_path: Path, image: str) -> None:
+    """``ctrexec events`` over a task of the private image, from its start to its end."""
+    events = EventsProcess(cli)
+    with scratch_executor(client, tmp_path, "sac-secret-ev-") as ex:
+        name = f"sac-secret-ev-{secrets.token_hex(3)}"
+        ex.start_task(TaskConfig(name=name, image=image, command=("sleep", "300")))
+        events.live(ex, name)
+        ex.destroy(name, force=True)
+        events.next_matching({"type": "exit", "task": name})
+    code, err = events.stop(signal.SIGTERM)
+    assert code == 0, err
+    clean("ctrexec events", json.dumps(events.seen) + err)
+
+
 def test_no_password_outside_config_json(
-    cli: Cli, private: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, containerd_address: str
+    cli: Cli,
+    client: Client,
+    private: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    containerd_address: str,
 ) -> None:
     host = private.split("/", 1)[0]
     docker = tmp_path / "docker"
@@ -88,6 +115,7 @@ def test_no_password_outside_config_json(
         run = cli("run", "--name", name, private, "sh", "-c", "env; echo done")
         assert run.returncode == 0 and "done" in run.stdout, run.stderr
         clean("the task's output", run.stdout + run.stderr)
+        _clean_events(cli, client, tmp_path, private)
         for verb, *what in (("inspect", name), ("logs", name), ("images",)):
             shown = cli(verb, *what)
             assert shown.returncode == 0, shown.stderr
