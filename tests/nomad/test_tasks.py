@@ -19,7 +19,7 @@ from _harness import (
     task_config,
 )
 from _nethelpers import PLUGIN_DIR, free_subnet, new_bridge_name
-from _node import Node
+from _node import Node, agent_config
 from google.protobuf import duration_pb2
 
 from ctrexec._api.nomad.drivers import driver_pb2 as dpb
@@ -294,6 +294,30 @@ def test_alloc_dirs_are_mounted(node: Node, alloc: AllocDir) -> None:
 def test_bad_task_config_is_refused(
     node: Node, alloc: AllocDir, nomad_client: Any, config: dict[str, Any], code: Any, words: str
 ) -> None:
+    _refused(node, alloc, nomad_client, config, code, words)
+
+
+def test_job_volumes_are_refused_when_the_plugin_disables_them(
+    containerd_address: str, nomad_image: str, nomad_client: Any, alloc: AllocDir
+) -> None:
+    strict = Node(containerd_address, agent_config(containerd_address, volumes_enabled=False))
+    try:
+        for config in (
+            {"image": IMAGE, "volumes": ["/srv:/srv"]},
+            {"image": IMAGE, "mount": [{"source": "/srv", "target": "/srv"}]},
+        ):
+            _refused(
+                strict, alloc, nomad_client, config, grpc.StatusCode.INVALID_ARGUMENT,
+                "volumes_enabled = false",
+            )  # fmt: skip
+    finally:
+        strict.cleanup()
+
+
+def _refused(
+    node: Node, alloc: AllocDir, nomad_client: Any, config: dict[str, Any], code: Any, words: str
+) -> None:
+    """StartTask fails with one line naming ``words``, and has made nothing."""
     tc = task_config(alloc, "bad", node.task_spec, config)
     with pytest.raises(grpc.RpcError) as err:
         node.plugin.driver.StartTask(dpb.StartTaskRequest(task=tc), timeout=60)
