@@ -72,6 +72,14 @@ def test_wrong_types_name_their_key() -> None:
     assert err.value.field == "mount[0].source"
 
 
+def test_a_wrong_password_type_is_refused_without_the_value() -> None:
+    data = msgpack.packb({"image": "i", "auth": {"username": "u", "password": ["sac-pw"]}})
+    with pytest.raises(InvalidField) as err:
+        hclspec.decode(TASK_SCHEMA, data)
+    assert err.value.field == "auth.password"
+    assert "sac-pw" not in str(err.value)
+
+
 def test_durations() -> None:
     assert parse_duration("d", "1m30s") == 90.0
     assert parse_duration("d", "500ms") == 0.5
