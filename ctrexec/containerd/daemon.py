@@ -132,8 +132,12 @@ class EmbeddedContainerd:
         exe = shutil.which(self.binary)
         if exe is None:
             raise errors.DaemonError(f"{self.binary} not found on PATH; install containerd")
-        for d in (self.paths.root, self.paths.state):
-            d.mkdir(parents=True, exist_ok=True, mode=0o711)
+        # The root as containerd makes its own (0711); the state directory, which holds
+        # the socket (and the shims' FIFOs), root's alone, also one made before
+        # (docs/security.md).
+        self.paths.root.mkdir(parents=True, exist_ok=True, mode=0o711)
+        self.paths.state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.paths.state.chmod(0o700)
         with contextlib.suppress(FileNotFoundError):
             Path(self.address).unlink()
         self.paths.config.write_text(render_config(self.paths))

@@ -69,8 +69,11 @@ def presence(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> Iterator[None
     """
     path = _lock_path(client, lock_dir)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # root's alone: anyone who could open the lock could hold it and fake a supervisor
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.parent.chmod(0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)
     except OSError as exc:
         log.warning("cannot announce this supervisor in %s: %s", path, exc.strerror)
         yield

@@ -164,6 +164,12 @@ class _Daemon:
             sock, _ = self.listener.accept()
         except (BlockingIOError, InterruptedError):
             return
+        uid = _peer_uid(sock)
+        if uid != os.geteuid():
+            # The socket is 0600 in a 0700 directory; this is the daemon's own word.
+            _log(f"refused a connection from uid {uid}")
+            sock.close()
+            return
         sock.setblocking(False)
         conn = _Conn(sock)
         self.conns.add(conn)
@@ -415,6 +421,12 @@ class _Daemon:
             writer.close()
 
 
+def _peer_uid(sock: socket.socket) -> int:
+    """The connecting process's uid, from the kernel (``struct ucred``: pid, uid, gid)."""
+    cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+    return int.from_bytes(cred[4:8], sys.byteorder)
+
+
 def _unlink(path: str) -> None:
     try:
         os.unlink(path)
@@ -451,6 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = os.path.abspath(args[0])
     ready = int(args[1]) if len(args) > 1 else -1
     os.makedirs(state, mode=0o700, exist_ok=True)
+    os.chmod(state, 0o700)  # also one made before, or by hand: registrations name log paths
     lock = os.open(os.path.join(state, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -30,6 +30,12 @@ PLUGIN_SCHEMA: Schema = (
     Attr("allow_privileged", "bool", False),
     Attr("allow_caps", "list(string)", list(DEFAULT_ALLOW_CAPS)),
     Attr("volumes_enabled", "bool", True),
+    # Past the docker driver's names: what else a job could take of the host
+    # (ctrexec.nomad.policy); each off unless the operator turns it on.
+    Attr("allow_root_mount", "bool", False),
+    Attr("allow_devices", "bool", False),
+    Attr("allow_host_network", "bool", False),
+    Attr("allow_host_sysctls", "bool", False),
     Attr("stats_interval", "string", "1s"),
     # Nomad's docker driver: where pulls find credentials when a task has no auth block.
     Block("auth", (Attr("config", "string", ""), Attr("helper", "string", ""))),
@@ -139,6 +145,10 @@ class PluginConfig:
     allow_privileged: bool
     allow_caps: tuple[str, ...]
     volumes_enabled: bool
+    allow_root_mount: bool
+    allow_devices: bool
+    allow_host_network: bool
+    allow_host_sysctls: bool
     stats_interval: float
     dangling: DanglingPolicy
     #: docker's config.json to read credentials from, and a credential helper for all

@@ -25,6 +25,8 @@ from ctrexec._api.nomad.hclspec import hcl_spec_pb2 as pb
 from ctrexec.errors import InvalidField
 
 _TYPES = ("string", "bool", "number", "list(string)", "map(string)")
+#: Attributes whose value an error never shows (docs/security.md, "Secrets").
+SECRET_ATTRS = frozenset({"password"})
 
 
 @attrs.frozen
@@ -114,7 +116,9 @@ def _check(field: str, a: Attr, value: Any) -> Any:
         pairs = {_text(k): _text(v) for k, v in value.items()}
         if all(isinstance(k, str) and isinstance(v, str) for k, v in pairs.items()):
             return pairs
-    raise InvalidField(field, value, f"expected {a.type}")
+    # A job's auth { password } is not repeated in the error Nomad shows and logs.
+    shown = "<hidden>" if a.name in SECRET_ATTRS else value
+    raise InvalidField(field, shown, f"expected {a.type}")
 
 
 _EMPTY: dict[str, Any] = {"list(string)": (), "map(string)": {}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Callable
 
@@ -27,6 +28,8 @@ async def run(socket_path: str, on_listening: Callable[[str], None]) -> None:
         driver_pb2.DESCRIPTOR.services_by_name["Driver"], methods["Driver"], recoverable_detail
     )
     await server.start()
+    # The directory is mkdtemp's (0700); the socket is root's alone too, as the agent is.
+    os.chmod(socket_path, 0o600)  # noqa: PTH101
     # SIGTERM (a person, systemd) stops as Shutdown does; the handler only sets a flag.
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, server.shutdown.set)
     on_listening(socket_path)

@@ -11,7 +11,7 @@ What maps and where it goes:
 - the network: ``network_isolation_spec.path`` (GROUP: the namespace Nomad made at
   /var/run/netns/<allocID>) is joined, never created or removed; no spec means host;
 - the job's ``config {}`` block (see :mod:`ctrexec.nomad.config`), checked against
-  what the plugin config allows.
+  what the plugin config allows (:mod:`ctrexec.nomad.policy`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from ctrexec._api.nomad.drivers import driver_pb2 as pb
 from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.images.reference import parse_reference
 from ctrexec.images.registry import auth as registry_auth
+from ctrexec.nomad import policy
 from ctrexec.nomad.config import PluginConfig
-from ctrexec.oci import caps
 from ctrexec.tasks.config import TaskConfig
 
 log = logging.getLogger("ctrexec.nomad")
@@ -111,22 +111,6 @@ def _netns(task: pb.TaskConfig, opts: dict[str, Any]) -> str:
             " is not supported by ctrexec (use host or bridge)"
         )
     return "host"
-
-
-def _check_allowed(opts: dict[str, Any], plugin: PluginConfig) -> None:
-    if opts["privileged"] and not plugin.allow_privileged:
-        raise InvalidField(
-            "privileged", True, "the plugin config does not set allow_privileged = true"
-        )
-    if "all" not in plugin.allow_caps:
-        allowed = {caps.normalize_capability(c) for c in plugin.allow_caps}
-        for cap in opts["cap_add"]:
-            if caps.normalize_capability(cap) not in allowed:
-                raise InvalidField("cap_add", cap, "not in the plugin config's allow_caps")
-    if not plugin.volumes_enabled and (opts["volumes"] or opts["mount"]):
-        raise InvalidField(
-            "volumes", list(opts["volumes"]), "the plugin config sets volumes_enabled = false"
-        )
 
 
 def pull_options(opts: dict[str, Any], plugin: PluginConfig | None = None) -> dict[str, Any]:
@@ -234,7 +218,8 @@ def _output(task: pb.TaskConfig) -> dict[str, Any]:
 
 def to_task_config(task: pb.TaskConfig, opts: dict[str, Any], plugin: PluginConfig) -> TaskConfig:
     """The ctrexec config for one Nomad start; a bad value names its config key."""
-    _check_allowed(opts, plugin)
+    netns = _netns(task, opts)
+    policy.check_allowed(opts, plugin, own_netns=netns != "host")
     volumes, tmpfs = _mounts(task, opts)
     spec = task.network_isolation_spec
     return TaskConfig(
@@ -242,7 +227,7 @@ def to_task_config(task: pb.TaskConfig, opts: dict[str, Any], plugin: PluginConf
         image=opts["image"],
         env=dict(task.env),
         user=task.user or None,
-        netns=_netns(task, opts),
+        netns=netns,
         hostname=spec.hostsConfig.hostname or None
         if task.HasField("network_isolation_spec")
         else None,

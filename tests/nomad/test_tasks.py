@@ -19,14 +19,14 @@ from _harness import (
     task_config,
 )
 from _nethelpers import PLUGIN_DIR, free_subnet, new_bridge_name
-from _node import Node
+from _node import Node, agent_config
 from google.protobuf import duration_pb2
 
 from ctrexec._api.nomad.drivers import driver_pb2 as dpb
 from ctrexec.containerd import containers
 from ctrexec.net import cni, hostfiles, netns, nsinfo
 from ctrexec.nomad.taskmap import container_id
-from ctrexec.testing import wait_for
+from ctrexec.testing import audit, wait_for
 
 pytestmark = [pytest.mark.usefixtures("restore_ip_forward")]
 IMAGE = "docker.io/library/ctrexec-test:latest"
@@ -262,6 +262,27 @@ def test_alloc_dirs_are_mounted(node: Node, alloc: AllocDir) -> None:
             "allow_caps",
         ),
         ({"image": IMAGE, "pids_limit": -3}, grpc.StatusCode.INVALID_ARGUMENT, "pids_limit"),
+        # what a job author could take of the host (docs/security.md, ctrexec.nomad.policy)
+        (
+            {"image": IMAGE, "mount": [{"source": "/", "target": "/host"}]},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "allow_root_mount",
+        ),
+        (
+            {"image": IMAGE, "device": [{"host_path": "/dev/fuse"}]},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "allow_devices",
+        ),
+        (
+            {"image": IMAGE, "host_network": True},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "allow_host_network",
+        ),
+        (
+            {"image": IMAGE, "sysctl": {"net.ipv4.ip_forward": "0"}},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "allow_host_sysctls",
+        ),
         (  # a registry on loopback that nothing serves: the pull fails, nothing is made;
             # unreachable is recoverable (the RecoverableError detail), so Nomad retries
             {"image": "127.0.0.1:9/no-such-image:1"},
@@ -273,13 +294,42 @@ def test_alloc_dirs_are_mounted(node: Node, alloc: AllocDir) -> None:
 def test_bad_task_config_is_refused(
     node: Node, alloc: AllocDir, nomad_client: Any, config: dict[str, Any], code: Any, words: str
 ) -> None:
+    _refused(node, alloc, nomad_client, config, code, words)
+
+
+def test_job_volumes_are_refused_when_the_plugin_disables_them(
+    containerd_address: str, nomad_image: str, nomad_client: Any, alloc: AllocDir
+) -> None:
+    strict = Node(containerd_address, agent_config(containerd_address, volumes_enabled=False))
+    try:
+        for config in (
+            {"image": IMAGE, "volumes": ["/srv:/srv"]},
+            {"image": IMAGE, "mount": [{"source": "/srv", "target": "/srv"}]},
+        ):
+            _refused(
+                strict, alloc, nomad_client, config, grpc.StatusCode.INVALID_ARGUMENT,
+                "volumes_enabled = false",
+            )  # fmt: skip
+    finally:
+        strict.cleanup()
+
+
+def _refused(
+    node: Node, alloc: AllocDir, nomad_client: Any, config: dict[str, Any], code: Any, words: str
+) -> None:
+    """StartTask fails with one line naming ``words``, and has made nothing."""
     tc = task_config(alloc, "bad", node.task_spec, config)
     with pytest.raises(grpc.RpcError) as err:
         node.plugin.driver.StartTask(dpb.StartTaskRequest(task=tc), timeout=60)
     assert err.value.code() == code
     details = err.value.details() or ""
     assert words in details and "\n" not in details
-    assert containers.list_containers(nomad_client) == []  # nothing half-created
+    # nothing half-created: no container, task, lease or active snapshot, no host files
+    assert audit(nomad_client) == []
+    cid = container_id(tc.id)
+    assert not hostfiles.task_dir(
+        hostfiles.DEFAULT_DIR, nomad_client.namespace, cid
+    ).directory.exists()
 
 
 def test_destroy_unknown_task_is_fine(node: Node) -> None:

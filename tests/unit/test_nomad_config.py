@@ -72,6 +72,14 @@ def test_wrong_types_name_their_key() -> None:
     assert err.value.field == "mount[0].source"
 
 
+def test_a_wrong_password_type_is_refused_without_the_value() -> None:
+    data = msgpack.packb({"image": "i", "auth": {"username": "u", "password": ["sac-pw"]}})
+    with pytest.raises(InvalidField) as err:
+        hclspec.decode(TASK_SCHEMA, data)
+    assert err.value.field == "auth.password"
+    assert "sac-pw" not in str(err.value)
+
+
 def test_durations() -> None:
     assert parse_duration("d", "1m30s") == 90.0
     assert parse_duration("d", "500ms") == 0.5
@@ -190,6 +198,63 @@ def test_memory_max_makes_memory_the_reservation() -> None:
     assert (cfg.memory, cfg.memory_reservation) == (256 << 20, 128 << 20)
     task.resources.allocated_resources.memory.memory_mb = 256  # no memory_max
     assert to_task_config(task, _opts(), _plugin()).memory_reservation is None
+
+
+_BRIDGE = "/var/run/netns/x"
+
+
+@pytest.mark.parametrize(
+    ("netns", "opts", "field", "allow"),
+    [
+        (_BRIDGE, {"privileged": True}, "privileged", {"allow_privileged": True}),
+        (_BRIDGE, {"cap_add": ["net_admin"]}, "cap_add", {"allow_caps": ["net_admin"]}),
+        (_BRIDGE, {"volumes": ["/srv:/srv"]}, "volumes", {"volumes_enabled": True}),
+        (_BRIDGE, {"mount": [{"source": "/tmp", "target": "/t"}]}, "volumes", {}),
+        (_BRIDGE, {"volumes": ["/:/host"]}, "volumes", {"allow_root_mount": True}),
+        (_BRIDGE, {"volumes": ["/proc/1/root:/h:ro"]}, "volumes", {"allow_root_mount": True}),
+        (
+            _BRIDGE,
+            {"mount": [{"source": "/..", "target": "/h"}]},
+            "mount[0].source",
+            {"allow_root_mount": True},
+        ),
+        (
+            _BRIDGE,
+            {"device": [{"host_path": "/dev/fuse"}]},
+            "device",
+            {"allow_devices": True},
+        ),
+        (None, {"host_network": True}, "host_network", {"allow_host_network": True}),
+        (
+            None,
+            {"sysctl": {"net.ipv4.ip_forward": "1"}},
+            "sysctl.net.ipv4.ip_forward",
+            {"allow_host_sysctls": True},
+        ),
+    ],
+)
+def test_what_a_job_takes_of_the_host_needs_the_plugin_config(
+    netns: str | None, opts: dict[str, object], field: str, allow: dict[str, object]
+) -> None:
+    """Refused by default (volumes: with volumes_enabled = false), allowed by the
+    plugin config's option, and the refusal names the field in one line."""
+    strict = {"volumes_enabled": False} if "volumes" in field else {}
+    with pytest.raises(InvalidField) as err:
+        to_task_config(_task(netns), _opts(**opts), _plugin(**strict))
+    assert err.value.field == field
+    assert "\n" not in str(err.value)
+    to_task_config(_task(netns), _opts(**opts), _plugin(**allow))
+
+
+def test_only_a_network_namespaces_own_sysctls_are_allowed() -> None:
+    cfg = to_task_config(_task(_BRIDGE), _opts(sysctl={"net.core.somaxconn": "512"}), _plugin())
+    assert cfg.sysctls == {"net.core.somaxconn": "512"}
+    for netns in (_BRIDGE, None):  # the host's whatever the plugin config says
+        with pytest.raises(InvalidField) as err:
+            to_task_config(
+                _task(netns), _opts(sysctl={"kernel.shmmax": "1"}), _plugin(allow_host_sysctls=True)
+            )
+        assert err.value.field == "sysctls"
 
 
 def test_allowed_by_plugin_config() -> None:

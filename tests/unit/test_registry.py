@@ -159,6 +159,36 @@ def test_credential_helper_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         auth.lookup("x.lan", cfg)
 
 
+def test_a_failing_helpers_answer_is_not_repeated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A helper that fails after printing the credentials: the error names the helper
+    and its exit status, never what it printed (docs/security.md, "Secrets")."""
+    helper = tmp_path / "docker-credential-leaky"
+    helper.write_text(
+        "#!/bin/sh\n"
+        'echo \'{"Username": "u", "Secret": "sac-helper-secret"}\'\n'
+        "echo half-broken keychain >&2\n"
+        "exit 3\n"
+    )
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"credsStore": "leaky"}))
+    with pytest.raises(errors.PermissionDenied) as err:
+        auth.lookup("reg.lan", cfg)
+    assert "half-broken keychain" in str(err.value)
+    helper.write_text(helper.read_text().replace("echo half-broken keychain >&2\n", ""))
+    for call in (lambda: auth.lookup("reg.lan", cfg), lambda: auth.from_helper("leaky", "r")):
+        with pytest.raises(errors.PermissionDenied) as err:
+            call()
+        assert "sac-helper-secret" not in str(err.value)
+        assert "exit status 3" in str(err.value)
+    with pytest.raises(errors.PermissionDenied) as err:
+        auth.store("reg.lan", auth.Credentials("u", "sac-helper-secret"), cfg)
+    assert "sac-helper-secret" not in str(err.value)
+
+
 def test_parse_challenges() -> None:
     found = auth.parse_challenges(
         'Bearer realm="https://auth.example/token",service="reg.example",'

@@ -126,6 +126,16 @@ def _run_helper(helper: str, action: str, stdin: str) -> subprocess.CompletedPro
         raise errors.DeadlineExceeded(f"credential helper {program} did not answer") from None
 
 
+def _said(proc: subprocess.CompletedProcess[str]) -> str:
+    """A failed helper's words for an error message. Helpers print their errors on
+    stdout too, where a half-working one may also have printed the credentials: a
+    JSON answer is never repeated (docs/security.md)."""
+    text = (proc.stderr or proc.stdout).strip()
+    if not text or text.startswith("{") or "secret" in text.lower():
+        return f"exit status {proc.returncode}"
+    return text[:200]
+
+
 def _helper_get(helper: str, domain: str) -> Credentials | None:
     for key in dict.fromkeys([server_key(domain), domain]):
         proc = _run_helper(helper, "get", key)
@@ -133,8 +143,7 @@ def _helper_get(helper: str, domain: str) -> Credentials | None:
             if "credentials not found" in (proc.stdout + proc.stderr).lower():
                 continue
             raise errors.PermissionDenied(
-                f"credential helper docker-credential-{helper} failed: "
-                f"{(proc.stderr or proc.stdout).strip()[:200]}"
+                f"credential helper docker-credential-{helper} failed: {_said(proc)}"
             )
         try:
             answer = json.loads(proc.stdout)
@@ -188,9 +197,7 @@ def store(domain: str, creds: Credentials, path: Path | None = None) -> str:
         doc = json.dumps({"ServerURL": key, "Username": creds.username, "Secret": creds.secret})
         proc = _run_helper(helper, "store", doc)
         if proc.returncode != 0:
-            raise errors.PermissionDenied(
-                f"docker-credential-{helper} store failed: {proc.stderr.strip()[:200]}"
-            )
+            raise errors.PermissionDenied(f"docker-credential-{helper} store failed: {_said(proc)}")
         return f"docker-credential-{helper}"
     auths = cfg.setdefault("auths", {})
     entry = {"auth": base64.b64encode(f"{creds.username}:{creds.secret}".encode()).decode()}
