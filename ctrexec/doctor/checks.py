@@ -9,11 +9,22 @@ from __future__ import annotations
 
 import attrs
 
+from ctrexec.doctor import cgroups, containers, files, nomadsockets, shims, snapshots
 from ctrexec.doctor.findings import Check, Finding, Scope
 from ctrexec.errors import CtrexecError
 
 #: Filled in by the check modules' branches; gc's order (see the module docstring).
-CHECKS: tuple[Check, ...] = ()
+CHECKS: tuple[Check, ...] = (
+    # containerd and files
+    containers.CHECK,
+    shims.CHECK,
+    snapshots.LEASES,
+    snapshots.SNAPSHOTS,
+    files.LOGS,
+    files.FILES,
+    cgroups.CHECK,
+    nomadsockets.CHECK,
+)
 
 
 @attrs.frozen
