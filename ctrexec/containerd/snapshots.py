@@ -129,6 +129,17 @@ def list_snapshots(client: Client, snapshotter: str = DEFAULT_SNAPSHOTTER) -> li
     ]  # fmt: skip
 
 
+def snapshot_usage(client: Client, key: str, snapshotter: str = DEFAULT_SNAPSHOTTER) -> int:
+    """The bytes a snapshot uses on its own (docker's container size); 0 once it is gone."""
+    resp = client.call_or_none(
+        _rpc.SNAPSHOTS,
+        "Usage",
+        snapshots_pb2.UsageRequest(snapshotter=snapshotter, key=key),
+        snapshots_pb2.UsageResponse,
+    )
+    return 0 if resp is None else int(resp.size)
+
+
 def prepare_rootfs(
     client: Client,
     key: str,
