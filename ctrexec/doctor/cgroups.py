@@ -11,8 +11,9 @@ ctrexec record goes the same way.
 Both cgroup layouts: v1 has one tree per controller (``/sys/fs/cgroup/<controller>``),
 v2 one tree at the root (or at ``unified`` in the hybrid layout); every directory
 under the root that holds a ``ctrexec`` tree is looked at, as
-:func:`ctrexec._linux.remove_empty_cgroups` removes from each. Only namespaces the
-daemon knows are looked at (another containerd's tasks are its own).
+:func:`ctrexec._linux.remove_empty_cgroups` removes from each. Only the scope's
+namespace is looked at (:func:`ctrexec.doctor.files.owned`: another namespace's, or
+another containerd's, are their own gc's).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import contextlib
 from pathlib import Path
 
 from ctrexec import _linux
-from ctrexec.doctor.findings import Check, Finding, Scope, every_record, stamp
+from ctrexec.doctor.files import owned as owned_ids
+from ctrexec.doctor.findings import Check, Finding, Scope, stamp
 from ctrexec.errors import FailedPrecondition
 from ctrexec.ids import CGROUP_PARENT, task_cgroup, task_of_cgroup
 
@@ -84,8 +86,7 @@ def unowned(cgroup: str, namespaces: set[str], owned: set[tuple[str, str]], *, e
 
 
 def find(scope: Scope, trees: list[Path] | None = None) -> list[Finding]:
-    namespaces = set(scope.client.namespaces())
-    owned = {(ns, r.id) for ns, r in every_record(scope)}
+    namespaces, owned = owned_ids(scope)
     found = []
     for cgroup, paths in sorted(_cgroups(hierarchies() if trees is None else trees).items()):
         empty = all(_empty(p) for p in paths)

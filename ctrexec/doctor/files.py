@@ -4,11 +4,12 @@ ctrexec's destroy removes both before the record (:func:`ctrexec.tasks.files.rem
 so a directory without a record is what a record deleted outside ctrexec (``ctr c
 rm``), or a destroy of an older version, left: ``<log_dir>/<namespace>/<id>`` and
 ``<state_dir>/netns-files/<namespace>+<id>``. Both paths hold a containerd namespace
-and an id, judged against every ctrexec record of the daemon.
+and an id, judged against the ctrexec records of that namespace.
 
-Only namespaces the daemon knows are looked at: host files of a namespace it has
-never seen may be another containerd's on the same host (a test's private one, the
-system's). The age is the directory's newest mtime (a log being written is young);
+Only the scope's namespace is looked at, as for every containerd object: another
+namespace's directories are that namespace's gc to judge, and may even be another
+containerd's on the same host (a test's private one, the system's) whose records
+this daemon cannot see. The age is the directory's newest mtime (a log being written is young);
 the removal is :func:`ctrexec.tasks.files.remove_orphaned`, which looks for the
 record once more first.
 """
@@ -20,8 +21,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from ctrexec import labels as lbl
+from ctrexec.containerd import containers
 from ctrexec.doctor import containers as doctor_containers
-from ctrexec.doctor.findings import Check, Finding, Scope, every_record, stamp
+from ctrexec.doctor.findings import Check, Finding, Scope, stamp
 from ctrexec.ids import is_valid_id
 from ctrexec.net import hostfiles
 from ctrexec.tasks import files as taskfiles
@@ -45,9 +48,11 @@ def _newest_mtime(directory: Path) -> float | None:
     return max(times)
 
 
-def _owned(scope: Scope) -> tuple[set[str], set[tuple[str, str]]]:
-    """The daemon's namespaces, and every (namespace, id) a ctrexec record holds."""
-    return set(scope.client.namespaces()), {(ns, r.id) for ns, r in every_record(scope)}
+def owned(scope: Scope) -> tuple[set[str], set[tuple[str, str]]]:
+    """The namespaces looked at (the scope's), and each (namespace, id) of a ctrexec
+    record there."""
+    records = containers.list_containers(scope.client, containers.label_filter(lbl.MANAGED))
+    return {scope.namespace}, {(scope.namespace, r.id) for r in records}
 
 
 def _log_dirs(scope: Scope, namespaces: set[str]) -> Iterator[tuple[str, str, Path]]:
@@ -92,21 +97,21 @@ def _finding(scope: Scope, kind: str, ns: str, task_id: str, path: Path) -> Find
 
 
 def find_logs(scope: Scope) -> list[Finding]:
-    namespaces, owned = _owned(scope)
+    namespaces, held = owned(scope)
     found = (
         _finding(scope, LOG_KIND, ns, i, p)
         for ns, i, p in _log_dirs(scope, namespaces)
-        if (ns, i) not in owned
+        if (ns, i) not in held
     )
     return [f for f in found if f is not None]
 
 
 def find_files(scope: Scope) -> list[Finding]:
-    namespaces, owned = _owned(scope)
+    namespaces, held = owned(scope)
     found = (
         _finding(scope, FILES_KIND, ns, i, p)
         for ns, i, p in _files_dirs(scope, namespaces)
-        if (ns, i) not in owned
+        if (ns, i) not in held
     )
     return [f for f in found if f is not None]
 

@@ -1,12 +1,13 @@
 """Snapshots and leases of the scope's namespace that nothing references.
 
 containerd's own GC keeps a snapshot a container record names, a lease holds or a
-``containerd.io/gc.root`` label pins, and collects the rest of what it can reach from
-no root; but an *active* or *view* snapshot (a root filesystem, a mount for reading
-files) is a root of its own until someone removes it. One of those that no record
-and no lease names, older than the grace period, is what a destroy cut short or a
-record deleted outside ctrexec (``ctr c rm`` leaves the snapshot) left. Committed
-snapshots are images' layers: containerd's GC and ``image prune`` own them.
+``containerd.io/gc.root`` label pins, and collects the rest, but only at its next
+pass, which a deletion triggers: an *active* or *view* snapshot (a root filesystem,
+a mount for reading files) that nothing names lives until then. One of those, older
+than the grace period, is what a destroy cut short or a record deleted outside
+ctrexec left; gc removes it, or containerd's pass is first. What truly leaks is a
+lease that holds snapshots, which the lease check reports. Committed snapshots are
+images' layers: containerd's GC and ``image prune`` own them.
 
 A lease is ctrexec's when its id starts :data:`~ctrexec.containerd.client.LEASE_ID_PREFIX`;
 every one ctrexec makes carries ``containerd.io/gc.expire`` (a pull or create in
