@@ -5,8 +5,9 @@ hierarchy and removes the leaf on delete; destroy removes the parents with the l
 task. A leaf that outlived both (runc killed, a record deleted outside ctrexec) stays
 empty for good. One is garbage when it has no process and no child cgroup in any
 hierarchy, no ctrexec record of its namespace and id exists, and its newest mtime is
-past the grace period. An empty ``/ctrexec/<namespace>`` of a namespace with no
-ctrexec record goes the same way.
+past the grace period (the kernel gives a cgroup's directory the time it is first
+looked at: a first doctor may find it young). An empty ``/ctrexec/<namespace>`` of
+a namespace with no ctrexec record goes the same way.
 
 Both cgroup layouts: v1 has one tree per controller (``/sys/fs/cgroup/<controller>``),
 v2 one tree at the root (or at ``unified`` in the hybrid layout); every directory
@@ -66,11 +67,13 @@ def _cgroups(trees: list[Path]) -> dict[str, list[Path]]:
     return found
 
 
-def _newest(paths: list[Path]) -> float | None:
+def _newest(paths: list[Path], now: float) -> float | None:
+    """The newest mtime of a cgroup's directories, at most ``now``: the kernel stamps a
+    cgroup's inode when it is first looked at, which can be a moment after ``now``."""
     times = []
     for p in paths:
         with contextlib.suppress(OSError):
-            times.append(p.stat().st_mtime)
+            times.append(min(p.stat().st_mtime, now))
     return max(times) if times else None
 
 
@@ -90,7 +93,7 @@ def find(scope: Scope, trees: list[Path] | None = None) -> list[Finding]:
     found = []
     for cgroup, paths in sorted(_cgroups(hierarchies() if trees is None else trees).items()):
         empty = all(_empty(p) for p in paths)
-        since = _newest(paths)
+        since = _newest(paths, scope.now)
         if unowned(cgroup, namespaces, owned, empty=empty) and scope.old_enough(since):
             found.append(
                 Finding(
