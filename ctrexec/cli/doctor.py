@@ -112,7 +112,7 @@ def _grace_flag(p: ArgumentParser) -> None:
     )
 
 
-def _container_filter(items: list[str]) -> ContainerFilter:
+def container_filter(items: list[str]) -> ContainerFilter:
     """docker's ``--filter until=...`` and ``label=...``/``label!=...``."""
     from ctrexec.cli._time import point_in_time
     from ctrexec.doctor.prune import ContainerFilter
@@ -161,7 +161,7 @@ def _containers_json(report: ContainerPruneReport) -> dict[str, object]:
 def cmd_container_prune(args: argparse.Namespace) -> int:
     from ctrexec.doctor.prune import prune_containers
 
-    where = _container_filter(args.filter)
+    where = container_filter(args.filter)
     scope = _scope(args)
     with scope.client:
         report = prune_containers(scope, where)

@@ -39,10 +39,10 @@ from ctrexec.tasks.executor import Executor
 KIND = "container"
 
 
-def command(scope: Scope, verb: str) -> str:
+def command(scope: Scope, verb: str, *args: str) -> str:
     """A ctrexec command line for this scope's namespace (the flag only when needed)."""
-    flag = "" if scope.namespace == DEFAULT_NAMESPACE else f" --namespace {scope.namespace}"
-    return f"ctrexec {verb}{flag}"
+    flag = [] if scope.namespace == DEFAULT_NAMESPACE else ["--namespace", scope.namespace]
+    return " ".join(["ctrexec", verb, *flag, *args])
 
 
 def _ended(record: containers.Container, task: ProcessState | None) -> datetime | None:
@@ -81,7 +81,7 @@ def judge(
         kind=KIND,
         where=record.id,
         what=what,
-        fix=command(scope, f"rm {record.id}"),
+        fix=command(scope, "rm", record.id),
         since=since,
     )
 

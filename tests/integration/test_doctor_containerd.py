@@ -159,7 +159,9 @@ def _check_and_collect(
         ("cgroup", f"/ctrexec/{TEST_NAMESPACE}/dctr-cg"),
     }
     found = _doctor(cli, logs)
-    assert expected <= {(f["Kind"], f["Where"]) for f in found}, [(f["Kind"], f["Where"], f["What"]) for f in found]
+    assert expected <= {(f["Kind"], f["Where"]) for f in found}, [
+        (f["Kind"], f["Where"], f["What"]) for f in found
+    ]
     dry = cli("gc", "--dry-run", "--json", "--grace", "0", "--log-dir", str(logs))
     assert dry.returncode == 0, dry.stderr
     listed = {(f["Kind"], f["Where"]) for f in json.loads(dry.stdout)["Removed"]}
