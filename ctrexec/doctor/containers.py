@@ -93,9 +93,11 @@ def _has_rootfs(scope: Scope, record: containers.Container) -> bool:
     return found is not None
 
 
-def _judged(scope: Scope, record: containers.Container) -> Finding | None:
-    task = tasks.find(scope.client, record.id)
-    needs_rootfs = runs.current(record.labels) is None and lbl.AUTO_REMOVE not in record.labels
+def _judged(
+    scope: Scope, record: containers.Container, task: ProcessState | None
+) -> Finding | None:
+    never_started = runs.current(record.labels) is None
+    needs_rootfs = never_started and record.labels.get(lbl.AUTO_REMOVE) != "true"
     rootfs = _has_rootfs(scope, record) if needs_rootfs else True
     return judge(scope, record, task, rootfs)
 
@@ -108,7 +110,7 @@ def find(scope: Scope) -> list[Finding]:
         task = live.get(record.id)
         if task is not None and task.status is not Status.STOPPED:
             continue  # the common case, with no further call
-        finding = _judged(scope, record)
+        finding = _judged(scope, record, task)
         if finding is not None:
             found.append(finding)
     return found
@@ -126,7 +128,7 @@ def remove(scope: Scope, finding: Finding) -> None:
         record = containers.get(scope.client, finding.where)
     except NotFound:
         return  # removed since doctor looked: what gc wanted
-    if _judged(scope, record) is None:
+    if _judged(scope, record, tasks.find(scope.client, record.id)) is None:
         return  # started, or restarted, since: no longer garbage
     executor(scope).destroy(record.id, force=True)
 
