@@ -3,11 +3,12 @@
 Each plugin process listens in a directory of its own,
 ``$TMPDIR/<NOMAD_SOCKET_DIR_PREFIX>XXXX/<NOMAD_SOCKET_NAME>``
 (:mod:`ctrexec.nomad.main`), and removes it when it exits; one that Nomad (or anyone)
-SIGKILLed cannot, and only the next plugin start on the host sweeps it. A directory is garbage when it is root's own (a directory by that name
-of another user is not ctrexec's), holds nothing but the socket, no process accepts
-connections on the socket (a dead plugin's file stays behind; only a connect tells),
-and it is older than the grace period (a plugin starting now has not listened yet).
-``$TMPDIR`` is doctor's own: run it with the agent's when that differs.
+SIGKILLed cannot, and only the next plugin start on the host sweeps it. A directory
+is garbage when it is doctor's own user's (root's: one of another user by that name is
+not ctrexec's), holds nothing but the socket, no process accepts connections on the
+socket (a dead plugin's file stays behind; only a connect tells), and it is older
+than the grace period (a plugin starting now has not listened yet). ``$TMPDIR`` is
+doctor's own: run it with the agent's when that differs.
 """
 
 from __future__ import annotations
