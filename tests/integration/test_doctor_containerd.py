@@ -2,7 +2,7 @@
 through the real CLI.
 
 One test plants a leftover of every kind at once (the CI time of one pass): a ``run
--d --rm`` container that nothing removed, a shim serving no task, a loose snapshot and
+-d --rm`` container that nothing removed, a create cut short before its rootfs, a shim serving no task, a loose snapshot and
 a lease without expiry, a log and a host-files directory with no record, an empty
 cgroup and a dead Nomad plugin's socket directory. It also plants what gc must leave:
 a plain stopped container, a lease in flight, and another namespace's lease and files.
@@ -27,11 +27,12 @@ from _support import create_namespace, until
 
 from ctrexec import _rpc
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
-from ctrexec.containerd import snapshots, tasks
+from ctrexec.containerd import containers, snapshots, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.defaults import NOMAD_SOCKET_DIR_PREFIX, NOMAD_SOCKET_NAME
 from ctrexec.doctor import shims
+from ctrexec.errors import NotFound
 from ctrexec.net import hostfiles
 
 #: The kinds this module's checks report.
@@ -114,6 +115,14 @@ def test_doctor_finds_every_kind_dry_run_changes_nothing_gc_removes_it(
         out = cli("run", "-d", *rm, "--name", name, test_image, "true")
         assert out.returncode == 0, out.stderr
     until(lambda: _stopped(client, "dctr-rm") and _stopped(client, "dctr-plain"), "both exits")
+    # A create killed between its record and its rootfs snapshot: the record alone.
+    out = cli("create", "--name", "dctr-half", test_image, "true")
+    assert out.returncode == 0, out.stderr
+    half = containers.get(client, "dctr-half")
+    snapshots.remove_snapshot(client, half.snapshot_key, half.snapshotter)
+    # That deletion schedules containerd's GC, which would collect the loose snapshot
+    # planted next: a synchronous collection now is the one it asked for.
+    client.delete_lease(client.create_lease(ttl=None).id, sync=True)
     loose = client.create_lease(ttl=None)
     in_flight = client.create_lease(ttl=timedelta(hours=1))
     other.create_lease(ttl=None)
@@ -134,8 +143,10 @@ def test_doctor_finds_every_kind_dry_run_changes_nothing_gc_removes_it(
             assert len(other.leases()) == 1
             assert paths[2].exists() and paths[3].exists()  # OTHER_NS's log and files dirs
         finally:
-            cli("rm", "-f", "dctr-rm", "dctr-plain")
-            client.delete_lease(in_flight.id)
+            cli("rm", "-f", "dctr-rm", "dctr-plain", "dctr-half")
+            for lease in (in_flight, loose):
+                with contextlib.suppress(NotFound):
+                    client.delete_lease(lease.id)
             snapshots.remove_snapshot(client, "dctr-loose")
             for path in paths:
                 with contextlib.suppress(OSError):
@@ -150,6 +161,7 @@ def _check_and_collect(
 ) -> None:
     expected = {
         ("container", "dctr-rm"),
+        ("container", "dctr-half"),
         ("shim", f"pid {shim}"),
         ("lease", lease),
         ("snapshot", "dctr-loose"),
@@ -171,6 +183,7 @@ def _check_and_collect(
     assert out.returncode == 0, out.stderr
     until(lambda: _doctor(cli, logs) == [], "doctor clean after gc", timeout=15)
     assert tasks.find(client, "dctr-rm") is None
+    assert not any(c.id in ("dctr-rm", "dctr-half") for c in containers.list_containers(client))
     assert not CGROUP.exists() and not paths[0].exists() and not paths[4].exists()
 
 
