@@ -75,6 +75,13 @@ if TYPE_CHECKING:
     from ctrexec.containerd.tasks import ExitStatus, Status
     from ctrexec.doctor.checks import Failure, GcReport, doctor, gc
     from ctrexec.doctor.findings import Check, Finding, Scope
+    from ctrexec.doctor.prune import (
+        ContainerFilter,
+        ContainerPruneReport,
+        SystemPruneReport,
+        prune_containers,
+        prune_system,
+    )
     from ctrexec.groups.spec import GroupSpec, load_group_file, parse_group
     from ctrexec.groups.supervisor import Supervisor, is_supervised
     from ctrexec.groups.updown import Groups
@@ -113,6 +120,13 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.containerd.content": ("Platform",),
     "ctrexec.doctor.checks": ("Failure", "GcReport", "doctor", "gc"),
     "ctrexec.doctor.findings": ("Check", "Finding", "Scope"),
+    "ctrexec.doctor.prune": (
+        "ContainerFilter",
+        "ContainerPruneReport",
+        "SystemPruneReport",
+        "prune_containers",
+        "prune_system",
+    ),
     "ctrexec.containerd.daemon": (
         "DaemonPaths",
         "EmbeddedContainerd",
@@ -201,6 +215,8 @@ __all__ = [
     "CommandNotFound",
     "Conflict",
     "ConnectError",
+    "ContainerFilter",
+    "ContainerPruneReport",
     "CtrexecError",
     "DaemonError",
     "DaemonPaths",
@@ -259,6 +275,7 @@ __all__ = [
     "Status",
     "StreamOptions",
     "Supervisor",
+    "SystemPruneReport",
     "TaskConfig",
     "TaskDeleted",
     "TaskError",
@@ -290,7 +307,9 @@ __all__ = [
     "load_group_file",
     "normalize_reference",
     "parse_group",
+    "prune_containers",
     "prune_images",
+    "prune_system",
     "pull",
     "read_logs",
     "read_task_logs",

@@ -25,6 +25,10 @@ DEFAULT_LOG_DIR = "/var/log/ctrexec"
 #: The shared log daemon's socket and registrations (:mod:`ctrexec.logs.daemon`).
 DEFAULT_LOGD_DIR = f"{RUN_DIR}/logd"
 LOGD_DIR_ENV = "CTREXEC_LOGD_DIR"
+#: The Nomad plugin's socket, ``$TMPDIR/ctrexec-nomad-XXXX/plugin.sock``: one directory
+#: per plugin process (``doctor`` finds those of dead plugins).
+NOMAD_SOCKET_DIR_PREFIX = "ctrexec-nomad-"
+NOMAD_SOCKET_NAME = "plugin.sock"
 #: A json-file log's rotation (docker's ``max-size`` and ``max-file``): the current file
 #: rotates before it would grow past this many bytes, and this many files are kept in
 #: total, the current one included.

@@ -24,6 +24,7 @@ from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec._linux import mount_points, mounts_under, unix_socket_listening
 from ctrexec.containerd import containers, tasks
+from ctrexec.containerd.bundles import SHIM_SOCKET_DIR
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
 from ctrexec.logs import daemon as logdaemon
@@ -54,9 +55,8 @@ def private_containerd(base: Path | None = None) -> Iterator[EmbeddedContainerd]
             shutil.rmtree(base_dir, ignore_errors=True)
 
 
-#: Where containerd 1.6 puts every shim's socket and runc's per-namespace state,
-#: whatever the daemon's own state directory: fixed paths, shared by all containerds.
-SHIM_SOCKET_DIR = Path("/run/containerd/s")
+#: Where containerd 1.6 puts runc's per-namespace state, whatever the daemon's own state
+#: directory: a fixed path, shared by all containerds (the shims' sockets: SHIM_SOCKET_DIR).
 RUNC_STATE_DIR = Path("/run/containerd/runc")
 
 

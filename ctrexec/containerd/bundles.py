@@ -16,6 +16,7 @@ binary's ``delete``, then the two directories).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -27,6 +28,9 @@ from ctrexec.errors import CtrexecError
 
 #: The runtime v2 plugin's directory name, under containerd's state and root dirs.
 PLUGIN_DIR = "io.containerd.runtime.v2.task"
+#: Where containerd 1.6 puts every shim's socket, whatever the daemon's own state
+#: directory: a fixed path, shared by all containerds of the host.
+SHIM_SOCKET_DIR = Path("/run/containerd/s")
 _LEFT = re.compile(r"mkdir (/\S+): file exists")
 #: How long the shim's ``delete`` may take (containerd gives its own cleanup 5 s).
 DELETE_TIMEOUT = 30.0
@@ -43,6 +47,15 @@ def left_by(exc: CtrexecError, namespace: str, container_id: str) -> Path | None
     if path.parts[-3:] != (PLUGIN_DIR, namespace, container_id) or ".." in path.parts:
         return None
     return path
+
+
+def shim_socket(address: str, namespace: str, group: str) -> Path:
+    """The socket of the shim that serves ``group`` (a task's runc group annotation,
+    else its id) for the containerd at ``address``: containerd's own naming
+    (``SocketAddress``: sha256 of ``<address>/<namespace>/<group>``), which the API
+    does not report."""
+    joined = os.path.normpath(Path(address, namespace, group))
+    return SHIM_SOCKET_DIR / hashlib.sha256(joined.encode()).hexdigest()
 
 
 def delete_container(

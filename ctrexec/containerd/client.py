@@ -25,6 +25,7 @@ from ctrexec._api.containerd.services.introspection.v1 import introspection_pb2
 from ctrexec._api.containerd.services.leases.v1 import leases_pb2
 from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
 from ctrexec._api.containerd.services.version.v1 import version_pb2
+from ctrexec.containerd._proto import from_timestamp
 from ctrexec.ids import validate_id
 
 M = TypeVar("M", bound=Message)
@@ -37,6 +38,8 @@ NAMESPACE_ENV = defaults.NAMESPACE_ENV
 #: lease left by a crashed ctrexec does not pin content forever.
 LEASE_EXPIRE_LABEL = "containerd.io/gc.expire"
 DEFAULT_LEASE_TTL = timedelta(hours=1)
+#: The start of every lease id ctrexec makes (``gc`` judges only these).
+LEASE_ID_PREFIX = "ctrexec-"
 
 
 class CallOptions(TypedDict, total=False):
@@ -68,6 +71,7 @@ class Lease:
 
     id: str
     labels: Mapping[str, str] = attrs.field(factory=dict)
+    created_at: datetime | None = None
 
 
 @attrs.frozen
@@ -273,7 +277,7 @@ class Client:
         lid = (
             validate_id(lease_id, kind="lease id")
             if lease_id
-            else f"ctrexec-{secrets.token_hex(8)}"
+            else f"{LEASE_ID_PREFIX}{secrets.token_hex(8)}"
         )
         all_labels = dict(labels or {})
         if ttl is not None:
@@ -297,7 +301,21 @@ class Client:
 
     def leases(self) -> list[Lease]:
         resp = self.call(_rpc.LEASES, "List", leases_pb2.ListRequest(), leases_pb2.ListResponse)
-        return [Lease(id=le.id, labels=dict(le.labels)) for le in resp.leases]
+        return [
+            Lease(id=le.id, labels=dict(le.labels), created_at=from_timestamp(le.created_at))
+            for le in resp.leases
+        ]
+
+    def lease_resources(self, lease_id: str) -> list[tuple[str, str]]:
+        """What a lease holds, as (type, id): ``snapshots/overlayfs`` and a key, ``content``
+        and a digest, ... (empty when the lease is gone)."""
+        resp = self.call_or_none(
+            _rpc.LEASES,
+            "ListResources",
+            leases_pb2.ListResourcesRequest(id=lease_id),
+            leases_pb2.ListResourcesResponse,
+        )
+        return [] if resp is None else [(r.type, r.id) for r in resp.resources]
 
     @contextlib.contextmanager
     def lease(

@@ -110,6 +110,36 @@ def stat_snapshot(client: Client, key: str, snapshotter: str) -> SnapshotInfo | 
     )
 
 
+def list_snapshots(client: Client, snapshotter: str = DEFAULT_SNAPSHOTTER) -> list[SnapshotInfo]:
+    """Every snapshot of the namespace in ``snapshotter`` (what doctor judges)."""
+    stream = client.rpc.server_stream(
+        _rpc.SNAPSHOTS,
+        "List",
+        snapshots_pb2.ListSnapshotsRequest(snapshotter=snapshotter),
+        snapshots_pb2.ListSnapshotsResponse,
+        namespace=client.namespace,
+    )
+    return [
+        SnapshotInfo(
+            i.name, i.parent, _KINDS.get(i.kind, "unknown"), dict(i.labels),
+            from_timestamp(i.created_at),
+        )
+        for page in stream
+        for i in page.info
+    ]  # fmt: skip
+
+
+def snapshot_usage(client: Client, key: str, snapshotter: str = DEFAULT_SNAPSHOTTER) -> int:
+    """The bytes a snapshot uses on its own (docker's container size); 0 once it is gone."""
+    resp = client.call_or_none(
+        _rpc.SNAPSHOTS,
+        "Usage",
+        snapshots_pb2.UsageRequest(snapshotter=snapshotter, key=key),
+        snapshots_pb2.UsageResponse,
+    )
+    return 0 if resp is None else int(resp.size)
+
+
 def prepare_rootfs(
     client: Client,
     key: str,

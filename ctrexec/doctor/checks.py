@@ -9,12 +9,31 @@ from __future__ import annotations
 
 import attrs
 
-from ctrexec.doctor import integrity, netside, netstate
+from ctrexec.doctor import (
+    cgroups,
+    containers,
+    files,
+    integrity,
+    netside,
+    netstate,
+    nomadsockets,
+    shims,
+    snapshots,
+)
 from ctrexec.doctor.findings import Check, Finding, Scope
 from ctrexec.errors import CtrexecError
 
-#: Filled in by the check modules' branches; gc's order (see the module docstring).
+#: gc's order (see the module docstring).
 CHECKS: tuple[Check, ...] = (
+    # containerd and files
+    containers.CHECK,
+    shims.CHECK,
+    snapshots.LEASES,
+    snapshots.SNAPSHOTS,
+    files.LOGS,
+    files.FILES,
+    cgroups.CHECK,
+    nomadsockets.CHECK,
     # the host's network: a namespace before its veth, a result (its DEL) before the
     # reservations and rules no result explains
     netside.NAMESPACES,

@@ -24,7 +24,7 @@ ORPHAN_SETTLE = 5.0
 ORPHAN_STABLE = 1.0
 
 
-def _processes() -> dict[int, tuple[int, list[bytes]]]:
+def processes() -> dict[int, tuple[int, list[bytes]]]:
     """Every process as pid -> (parent pid, argv); kernel threads and the vanished skipped."""
     found = {}
     for entry in Path("/proc").iterdir():
@@ -40,7 +40,7 @@ def _processes() -> dict[int, tuple[int, list[bytes]]]:
     return found
 
 
-def _arg(argv: list[bytes], flag: bytes) -> bytes | None:
+def arg(argv: list[bytes], flag: bytes) -> bytes | None:
     return next((v for k, v in itertools.pairwise(argv) if k == flag), None)
 
 
@@ -54,13 +54,13 @@ def _writes_to(argv: list[bytes], path: bytes) -> bool:
     )
 
 
-def _is_shim(argv: list[bytes], namespace: str) -> bool:
+def is_shim(argv: list[bytes], namespace: str) -> bool:
     """A shim daemon of ``namespace`` (not containerd's ``start`` or ``delete`` runs)."""
     name = Path(os.fsdecode(argv[0])).name
     return (
         name.startswith(_SHIM_PREFIX)
         and argv[-1] not in (b"start", b"delete")
-        and _arg(argv, b"-namespace") == namespace.encode()
+        and arg(argv, b"-namespace") == namespace.encode()
     )
 
 
@@ -98,7 +98,7 @@ def stop_orphaned_drivers(
     first_seen: dict[int, float] = {}
     signalled: list[int] = []
     while True:
-        procs, now = _processes(), time.monotonic()
+        procs, now = processes(), time.monotonic()
         busy = False
         for shim, children in _our_shims(procs, wanted, namespace, container_id).items():
             kinds = {_child_kind(procs[c][1], wanted, container_id) for c in children}
@@ -136,8 +136,8 @@ def _our_shims(
     shims = {
         pid
         for pid, (_, argv) in procs.items()
-        if _is_shim(argv, namespace)
-        and (pid in parents or _arg(argv, b"-id") == container_id.encode())
+        if is_shim(argv, namespace)
+        and (pid in parents or arg(argv, b"-id") == container_id.encode())
     }
     children: dict[int, set[int]] = {shim: set() for shim in shims}
     for pid, (parent, _) in procs.items():

@@ -18,11 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from ctrexec.defaults import NOMAD_SOCKET_DIR_PREFIX, NOMAD_SOCKET_NAME
+
 MAGIC_COOKIE_KEY = "NOMAD_PLUGIN_MAGIC_COOKIE"
 MAGIC_COOKIE_VALUE = "e4327c2e01eabfd75a8a67adb114fb34a757d57eee7728d857a8cec6e91a7255"
-#: ``$TMPDIR/ctrexec-nomad-XXXX/plugin.sock``: one directory per plugin process.
-SOCKET_DIR_PREFIX = "ctrexec-nomad-"
-SOCKET_NAME = "plugin.sock"
 CORE_PROTOCOL = 1
 APP_PROTOCOL = 2
 NOT_A_PLUGIN = (
@@ -60,8 +59,8 @@ def main() -> int:
     from ctrexec.nomad import serve
 
     sweep_stale_sockets(Path(tempfile.gettempdir()))
-    directory = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
-    socket_path = directory / SOCKET_NAME
+    directory = Path(tempfile.mkdtemp(prefix=NOMAD_SOCKET_DIR_PREFIX))
+    socket_path = directory / NOMAD_SOCKET_NAME
     try:
         asyncio.run(serve.run(str(socket_path), _handshake))
     finally:
@@ -84,8 +83,8 @@ def sweep_stale_sockets(tmp: Path, *, min_age: float = 5.0) -> list[Path]:
 
     removed = []
     now = time.time()
-    for directory in tmp.glob(SOCKET_DIR_PREFIX + "*"):
-        sock = directory / SOCKET_NAME
+    for directory in tmp.glob(NOMAD_SOCKET_DIR_PREFIX + "*"):
+        sock = directory / NOMAD_SOCKET_NAME
         with contextlib.suppress(OSError):
             if now - directory.lstat().st_mtime < min_age or unix_socket_listening(sock):
                 continue

@@ -1,0 +1,134 @@
+"""The log and host-file directories of tasks whose records are gone.
+
+ctrexec's destroy removes both before the record (:func:`ctrexec.tasks.files.remove`),
+so a directory without a record is what a record deleted outside ctrexec (``ctr c
+rm``), or a destroy of an older version, left: ``<log_dir>/<namespace>/<id>`` and
+``<state_dir>/netns-files/<namespace>+<id>``. Both paths hold a containerd namespace
+and an id, judged against the ctrexec records of that namespace.
+
+Only the scope's namespace is looked at, as for every containerd object: another
+namespace's directories are that namespace's gc to judge, and may even be another
+containerd's on the same host (a test's private one, the system's) whose records
+this daemon cannot see. The age is the directory's newest mtime (a log being written is young);
+the removal is :func:`ctrexec.tasks.files.remove_orphaned`, which looks for the
+record once more first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from ctrexec import labels as lbl
+from ctrexec.containerd import containers
+from ctrexec.doctor import containers as doctor_containers
+from ctrexec.doctor.findings import Check, Finding, Scope, stamp
+from ctrexec.ids import is_valid_id
+from ctrexec.net import hostfiles
+from ctrexec.tasks import files as taskfiles
+
+LOG_KIND = "logdir"
+FILES_KIND = "hostfiles"
+#: The separator of a task's host-files directory name (see hostfiles.task_dir).
+_FILES_SEP = "+"
+
+
+def _newest_mtime(directory: Path) -> float | None:
+    """The newest mtime of a directory and its entries (None once it is gone)."""
+    try:
+        times = [directory.stat().st_mtime]
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    times.append(entry.stat(follow_symlinks=False).st_mtime)
+    except OSError:
+        return None
+    return max(times)
+
+
+def owned(scope: Scope) -> tuple[set[str], set[tuple[str, str]]]:
+    """The namespaces looked at (the scope's), and each (namespace, id) of a ctrexec
+    record there."""
+    records = containers.list_containers(scope.client, containers.label_filter(lbl.MANAGED))
+    return {scope.namespace}, {(scope.namespace, r.id) for r in records}
+
+
+def _log_dirs(scope: Scope, namespaces: set[str]) -> Iterator[tuple[str, str, Path]]:
+    for ns in sorted(namespaces):
+        root = scope.log_dir / ns
+        with contextlib.suppress(OSError):
+            for entry in sorted(root.iterdir()):
+                own = is_valid_id(entry.name) and not entry.is_symlink() and entry.is_dir()
+                if own and taskfiles.log_path(scope.log_dir, ns, entry.name).parent == entry:
+                    yield ns, entry.name, entry
+
+
+def files_base(scope: Scope) -> Path:
+    """Where the scope's tasks' host files are (the Executor's one rule)."""
+    return doctor_containers.executor(scope).files_dir
+
+
+def _files_dirs(scope: Scope, namespaces: set[str]) -> Iterator[tuple[str, str, Path]]:
+    base = files_base(scope)
+    with contextlib.suppress(OSError):
+        for entry in sorted(base.iterdir()):
+            ns, sep, task_id = entry.name.partition(_FILES_SEP)
+            if not sep or ns not in namespaces or not is_valid_id(task_id):
+                continue
+            if hostfiles.task_dir(base, ns, task_id).directory == entry and entry.is_dir():
+                yield ns, task_id, entry
+
+
+def _finding(scope: Scope, kind: str, ns: str, task_id: str, path: Path) -> Finding | None:
+    since = _newest_mtime(path)
+    if since is None or not scope.old_enough(since):
+        return None
+    what = "log" if kind == LOG_KIND else "hosts, resolv.conf and hostname"
+    return Finding(
+        kind=kind,
+        where=str(path),
+        what=f"the {what} directory of container {task_id} ({ns}), which has no record",
+        fix="ctrexec gc",
+        since=stamp(since),
+        ref=f"{ns}/{task_id}",
+    )
+
+
+def find_logs(scope: Scope) -> list[Finding]:
+    namespaces, held = owned(scope)
+    found = (
+        _finding(scope, LOG_KIND, ns, i, p)
+        for ns, i, p in _log_dirs(scope, namespaces)
+        if (ns, i) not in held
+    )
+    return [f for f in found if f is not None]
+
+
+def find_files(scope: Scope) -> list[Finding]:
+    namespaces, held = owned(scope)
+    found = (
+        _finding(scope, FILES_KIND, ns, i, p)
+        for ns, i, p in _files_dirs(scope, namespaces)
+        if (ns, i) not in held
+    )
+    return [f for f in found if f is not None]
+
+
+def _remove(scope: Scope, finding: Finding) -> None:
+    ns, _, task_id = finding.ref.partition("/")
+    executor = doctor_containers.executor(scope)
+    logs = [scope.log_dir] if finding.kind == LOG_KIND else []
+    bases = [executor.files_dir] if finding.kind == FILES_KIND else []
+    taskfiles.remove_orphaned(
+        scope.client.with_namespace(ns),
+        task_id,
+        log_roots=logs,
+        files_bases=bases,
+        state_dir=executor.state_dir,
+    )
+
+
+LOGS = Check(kind=LOG_KIND, find=find_logs, remove=_remove)
+FILES = Check(kind=FILES_KIND, find=find_files, remove=_remove)
