@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import attrs
 
+from ctrexec.doctor import logdisk
 from ctrexec.doctor.findings import Check, Finding, Scope
 from ctrexec.errors import CtrexecError
 
 #: Filled in by the check modules' branches; gc's order (see the module docstring).
-CHECKS: tuple[Check, ...] = ()
+CHECKS: tuple[Check, ...] = (
+    # disks
+    *logdisk.CHECKS,
+)
 
 
 @attrs.frozen
