@@ -22,6 +22,7 @@ import pytest
 from _cli import Cli
 from _support import until
 
+from ctrexec.logs import client as logdaemon_client
 from ctrexec.logs import reader as logs
 
 #: ~150 bytes a line, ~50 lines/s: the disk is filled by the filler, not the task. The
@@ -117,6 +118,8 @@ def test_json_file_drops_marks_and_counts_and_the_task_runs_on(
     assert marked and sum(marked) == sum(e.dropped for e in entries)
     assert f"ctrexec: {sum(marked)} bytes of {name}'s output were dropped" in shown.stderr
     assert MARKER.search(shown.stdout) is None and f"line {after[0]} " in shown.stdout
+    heard = (logdaemon_client.state_dir() / "logd.log").read_text()
+    assert f"{log}: dropping output" in heard and f"{log}: writing again" in heard
     # inspect: the markers in the log, plus nothing pending now that writes go through.
     until(lambda: _inspect_dropped(cli, name) >= sum(marked), "inspect's count is the marked")
 
