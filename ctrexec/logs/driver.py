@@ -267,8 +267,8 @@ class LogWriter:
             if self._closed or not self._ensure_open():
                 return self._drop(len(data))
             try:
-                if self.unmarked:
-                    self._append(self._marker())
+                if self.unmarked:  # at the entry's time, so times stay in order
+                    self._append(self._marker(self._clock() if time_ns is None else time_ns))
                     self._resumed()
                 self._append(data)
             except OSError as exc:
@@ -283,7 +283,7 @@ class LogWriter:
         with self._lock:
             if self.unmarked and not self._closed and self._ensure_open():
                 try:
-                    self._append(self._marker())
+                    self._append(self._marker(self._clock()))
                     self._resumed()
                 except OSError as exc:
                     self.last_error = exc
@@ -303,10 +303,10 @@ class LogWriter:
             self._rotate()
         self._write_all(data)
 
-    def _marker(self) -> bytes:
+    def _marker(self, time_ns: int) -> bytes:
         err = self.last_error
         reason = (err.strerror or str(err)) if err is not None else "the log could not be written"
-        return encode_marker(self.unmarked, reason, self._clock())
+        return encode_marker(self.unmarked, reason, time_ns)
 
     def _resumed(self) -> None:
         if self._notify is not None:

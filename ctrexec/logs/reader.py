@@ -349,6 +349,8 @@ def dropped_bytes(
         return 0
     total = 0
     for name in [*rotated_paths(path), os.fspath(path)]:
+        if not Path(name).is_file():
+            continue  # missing, or not a log at all (a device would read for ever)
         for line in _read_whole(name):
             if _MARKER_BYTES in line and (entry := decode_entry(line)) is not None:
                 total += entry.dropped
