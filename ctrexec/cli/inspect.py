@@ -52,6 +52,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """docker's document for each container found (see ctrexec.views.inspect), or ``-f``'s
     text for each; a template that fails prints nothing (as docker's) and exits 125,
     ctrexec's code for bad input."""
+    from ctrexec.logs import modes as logmodes
+    from ctrexec.logs import reader as logstore
     from ctrexec.views import inspect as inspectdoc
     from ctrexec.views import ps as psformat
 
@@ -60,7 +62,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     docs: list[dict[str, Any]] = []  # docker prints those it found, then exits 1
 
     def add(task_id: str) -> bool:
-        docs.append(inspectdoc.document(ex.inspect(task_id)))
+        info = ex.inspect(task_id)
+        dropped = logstore.dropped_bytes(
+            info.config.log_driver if info.config else logmodes.DEFAULT_DRIVER,
+            info.log_path,
+            daemon_dir=logmodes.daemon_dir(ex.state_dir),
+        )
+        docs.append(inspectdoc.document(info, log_dropped=dropped))
         return True
 
     code = each(args.ids, add, ex.lookup())

@@ -458,12 +458,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
         info.log_path, driver=driver, follow=args.follow, since=args.since, stop=stop,
         tail=args.tail if args.until is None else None,
     )  # fmt: skip
+    dropped = 0
     for entry in entries if args.until is None else until(entries, args.until, args.tail):
         out = sys.stderr if entry.stream == logstore.STDERR else sys.stdout
         if args.timestamps:
             out.write(f"{entry.time} ")
         out.write(entry.message)
         out.flush()
+        dropped += entry.dropped
+    if dropped:  # the marker lines say where; this says how much, apart from the output
+        print(f"ctrexec: {dropped} bytes of {task_id}'s output were dropped", file=sys.stderr)
     return 0
 
 

@@ -14,6 +14,7 @@ from ctrexec.doctor import (
     containers,
     files,
     integrity,
+    logdisk,
     netside,
     netstate,
     nomadsockets,
@@ -44,6 +45,8 @@ CHECKS: tuple[Check, ...] = (
     # the integrity issue's damage: findings with their repair, nothing gc removes
     integrity.GROUPS,
     integrity.ADDRESSES,
+    # disks: warnings, nothing gc removes
+    *logdisk.CHECKS,
 )
 
 

@@ -211,6 +211,7 @@ def _start(where: Path) -> None:
 def _daemon_env() -> dict[str, str]:
     """Nothing of the caller's environment but what the daemon reads."""
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-    if logdaemon.IDLE_ENV in os.environ:
-        env[logdaemon.IDLE_ENV] = os.environ[logdaemon.IDLE_ENV]
+    for name in (logdaemon.IDLE_ENV, logdaemon.RATE_ENV):
+        if name in os.environ:
+            env[name] = os.environ[name]
     return env

@@ -71,6 +71,15 @@ READ_CHUNK = 64 * 1024
 #: Reads per ready stream per loop turn, so one chatty task cannot starve the others.
 READS_PER_TURN = 4
 MAX_REQUEST = 64 * 1024
+#: The bound on the daemon's CPU: entries per second one task may log (environment
+#: ``CTREXEC_LOGD_RATE``; 0 for none). Each entry costs the daemon 4-7 us, so a task
+#: logging 200k lines/s would take a core (``docs/benchmarks.md``); over its
+#: budget, a task's FIFOs are not read until the next window, and its writes wait on
+#: the full pipe as on a slow terminal: the task is slowed, nothing is lost.
+LINE_RATE = 50_000
+RATE_ENV = "CTREXEC_LOGD_RATE"
+#: The rate's window, in seconds: short enough that a throttled task only pauses.
+RATE_WINDOW = 0.1
 
 
 class _Stream:
@@ -94,6 +103,9 @@ class _Registration:
         self.streams = streams
         self.created = created
         self.probed = False
+        self.window_end = 0.0
+        self.entries = 0  # in the current window
+        self.paused = False
 
     @property
     def finished(self) -> bool:
@@ -110,9 +122,10 @@ class _Conn:
 
 
 class _Daemon:
-    def __init__(self, state: str, idle_exit: float) -> None:
+    def __init__(self, state: str, idle_exit: float, rate: int = LINE_RATE) -> None:
         self.state = state
         self.idle_exit = idle_exit
+        self.budget = max(1, int(rate * RATE_WINDOW)) if rate > 0 else 0
         self.sel = selectors.DefaultSelector()
         self.regs: dict[str, _Registration] = {}
         self.writers: dict[str, tuple[logdriver.LogWriter, int]] = {}
@@ -213,6 +226,9 @@ class _Daemon:
                 conn.waiting_for = log
                 return None
             return {"ok": True}
+        if op == "dropped":
+            found = self.writers.get(str(request["log"]))
+            return {"ok": True, "pending": found[0].unmarked if found else 0}
         if op == "ping":
             return {"ok": True, "pid": os.getpid(), "registrations": len(self.regs)}
         raise KeyError(f"unknown op {op!r}")
@@ -261,7 +277,7 @@ class _Daemon:
         self._writer_for(log, max_size, max_files)
         self.regs[token] = reg
         for s in streams:
-            self.sel.register(s.fd, selectors.EVENT_READ, lambda m, r=reg, s=s: self._drain(r, s))
+            self._watch(reg, s)
         if time.time() - created >= PROBE_AFTER:
             self._probe(reg)  # adopted, old: its writers may be gone for good
 
@@ -284,7 +300,7 @@ class _Daemon:
         if found is not None:
             self.writers[log] = (found[0], found[1] + 1)
             return found[0]
-        writer = logdriver.LogWriter(log, max_size=max_size, max_files=max_files)
+        writer = logdriver.LogWriter(log, max_size=max_size, max_files=max_files, notify=_log)
         writer.open()
         self.writers[log] = (writer, 1)
         return writer
@@ -301,9 +317,40 @@ class _Daemon:
                 continue
             logdriver.close_quietly(fd)
 
-    def _drain(self, reg: _Registration, stream: _Stream) -> None:
+    def _watch(self, reg: _Registration, stream: _Stream) -> None:
+        self.sel.register(stream.fd, selectors.EVENT_READ, lambda m: self._drain(reg, stream))
+
+    def _over_budget(self, reg: _Registration) -> bool:
+        """Count the window's entries; a task over its budget is not read until the
+        window ends (:data:`LINE_RATE`)."""
+        if not self.budget:
+            return False
+        now = time.monotonic()
+        if now >= reg.window_end:
+            # A read may overshoot the budget by one chunk's lines: the next window pays.
+            reg.window_end, reg.entries = now + RATE_WINDOW, max(0, reg.entries - self.budget)
+        if reg.entries < self.budget:
+            return False
+        reg.paused = True
+        for s in reg.streams:
+            if not s.finished:
+                try:
+                    self.sel.unregister(s.fd)
+                except (KeyError, ValueError):
+                    pass
+        return True
+
+    def _resume(self, reg: _Registration) -> None:
+        reg.paused = False
+        for s in reg.streams:
+            if not s.finished:
+                self._watch(reg, s)
+
+    def _drain(self, reg: _Registration, stream: _Stream, *, limit: bool = True) -> None:
         writer = self.writers[reg.log][0]
         for _ in range(READS_PER_TURN):
+            if limit and (reg.paused or self._over_budget(reg)):
+                return
             try:
                 data = os.read(stream.fd, READ_CHUNK)
             except (BlockingIOError, InterruptedError):
@@ -318,7 +365,9 @@ class _Daemon:
                 return
             now = time.time_ns()
             stream.last_data = time.monotonic()
-            for piece in stream.splitter.feed(data):
+            pieces = stream.splitter.feed(data)
+            reg.entries += len(pieces)
+            for piece in pieces:
                 writer.write(stream.name, piece, now)
 
     def _flush(self, reg: _Registration, stream: _Stream) -> None:
@@ -358,7 +407,7 @@ class _Daemon:
                 continue
             for s in reg.streams:
                 if not s.finished:
-                    self._drain(reg, s)
+                    self._drain(reg, s, limit=False)  # the task is gone: keep what it wrote
                 if not s.finished:
                     self._end_stream(reg, s)
 
@@ -389,6 +438,8 @@ class _Daemon:
         for reg in self.regs.values():
             if not reg.probed:
                 waits.append(reg.created + PROBE_AFTER - time.time())
+            if reg.paused:
+                waits.append(reg.window_end - now)
             waits.extend(
                 logdriver.PARTIAL_IDLE - (now - s.last_data)
                 for s in reg.streams
@@ -399,6 +450,8 @@ class _Daemon:
     def _tick(self) -> None:
         now = time.monotonic()
         for reg in list(self.regs.values()):
+            if reg.paused and now >= reg.window_end:
+                self._resume(reg)
             for s in reg.streams:
                 quiet = now - s.last_data >= logdriver.PARTIAL_IDLE
                 if not s.finished and s.splitter.pending and quiet:
@@ -471,7 +524,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _tell(ready, b"b")
         return 0
     idle = float(os.environ.get(IDLE_ENV) or IDLE_EXIT)
-    daemon = _Daemon(state, idle)
+    rate = int(os.environ.get(RATE_ENV) or LINE_RATE)
+    daemon = _Daemon(state, idle, rate)
     daemon.listen()
     daemon.adopt()
     if os.fork():

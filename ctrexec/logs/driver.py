@@ -131,6 +131,22 @@ def encode_entry(stream: str, message: str | bytes, time_ns: int) -> bytes:
     return line.encode("utf-8", "replace")
 
 
+#: The key a marker entry adds to docker's three: the bytes of output lost just before
+#: it. Tools that read docker's format ignore a key they do not know.
+DROPPED_KEY = "dropped"
+
+
+def marker_text(dropped_bytes: int, reason: str) -> str:
+    """The line a reader sees where output was lost (the one wording of it)."""
+    return f"[ctrexec: {dropped_bytes} bytes of output dropped here: {reason}]\n"
+
+
+def encode_marker(dropped_bytes: int, reason: str, time_ns: int) -> bytes:
+    """A stderr entry saying ``dropped_bytes`` bytes of entries were lost before it."""
+    entry = encode_entry(STDERR, marker_text(dropped_bytes, reason), time_ns)
+    return entry[:-2] + f',"{DROPPED_KEY}":{dropped_bytes}}}\n'.encode()
+
+
 class LineSplitter:
     """Cut a stream of pipe reads into entry messages, as docker does.
 
@@ -193,6 +209,11 @@ class LogWriter:
     it (:attr:`dropped`, :attr:`dropped_bytes`) instead of raising: the driver must keep
     draining the task's pipes whatever the disk does, or the task blocks on a full pipe.
     After a failure, reopening is retried at most every ``retry_interval`` seconds.
+
+    A full disk must not lose output silently: the bytes dropped since the last marker
+    (:attr:`unmarked`) are written as a marker entry (:func:`encode_marker`) before the
+    next entry that fits, so the gap is marked where it is and counted. ``notify``, if
+    given, hears of the first drop of a run and of the resume (the daemon's own log).
     """
 
     def __init__(
@@ -203,6 +224,7 @@ class LogWriter:
         max_files: int = DEFAULT_MAX_FILES,
         clock: Callable[[], int] = time.time_ns,
         retry_interval: float = 1.0,
+        notify: Callable[[str], None] | None = None,
     ) -> None:
         path = os.fspath(path)
         if not os.path.isabs(path):
@@ -221,7 +243,9 @@ class LogWriter:
         self.dropped = 0
         self.dropped_bytes = 0
         self.written = 0
+        self.unmarked = 0
         self.last_error: OSError | None = None
+        self._notify = notify
 
     @property
     def path(self) -> str:
@@ -243,9 +267,10 @@ class LogWriter:
             if self._closed or not self._ensure_open():
                 return self._drop(len(data))
             try:
-                if self._size > 0 and self._size + len(data) > self._max_size:
-                    self._rotate()
-                self._write_all(data)
+                if self.unmarked:  # at the entry's time, so times stay in order
+                    self._append(self._marker(self._clock() if time_ns is None else time_ns))
+                    self._resumed()
+                self._append(data)
             except OSError as exc:
                 self._fail(exc)
                 return self._drop(len(data))
@@ -253,8 +278,15 @@ class LogWriter:
             return True
 
     def close(self) -> None:
-        """Close the file; later writes are dropped and counted."""
+        """Close the file, marking a last gap if the disk now takes it; later writes
+        are dropped and counted."""
         with self._lock:
+            if self.unmarked and not self._closed and self._ensure_open():
+                try:
+                    self._append(self._marker(self._clock()))
+                    self._resumed()
+                except OSError as exc:
+                    self.last_error = exc
             self._closed = True
             self._close_fd()
 
@@ -265,6 +297,21 @@ class LogWriter:
         self.close()
 
     # -- internals; all called with the lock held
+
+    def _append(self, data: bytes) -> None:
+        if self._size > 0 and self._size + len(data) > self._max_size:
+            self._rotate()
+        self._write_all(data)
+
+    def _marker(self, time_ns: int) -> bytes:
+        err = self.last_error
+        reason = (err.strerror or str(err)) if err is not None else "the log could not be written"
+        return encode_marker(self.unmarked, reason, time_ns)
+
+    def _resumed(self) -> None:
+        if self._notify is not None:
+            self._notify(f"{self._path}: writing again after dropping {self.unmarked} bytes")
+        self.unmarked = 0
 
     def _ensure_open(self) -> bool:
         if self._fd is not None:
@@ -320,8 +367,11 @@ class LogWriter:
         self._retry_at = time.monotonic() + self._retry_interval
 
     def _drop(self, size: int) -> bool:
+        if not self.unmarked and self._notify is not None and not self._closed:
+            self._notify(f"{self._path}: dropping output: {self.last_error}")
         self.dropped += 1
         self.dropped_bytes += size
+        self.unmarked += size
         return False
 
     def _close_fd(self) -> None:

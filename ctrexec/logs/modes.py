@@ -14,6 +14,14 @@ driver keeps, and costs (measured in ``docs/benchmarks.md``):
   stderr to that one file (containerd 1.6 parses only the stdout URI), raw, so the
   stream split and the timestamps are gone, and nothing rotates it: its disk use is
   unbounded while the task runs, which is why it is opt-in and refuses ``max-size``.
+  It also **blocks on a full disk**: the shim's copy stops at ENOSPC, so the task
+  blocks in its next write (``anon_pipe_write``), still running, and stays so after
+  space is freed. No ctrexec process is in the path to change that; ``doctor`` warns
+  of a nearly full disk under a ``file`` task instead (:mod:`ctrexec.doctor.logdisk`).
+
+On a full disk ``json-file`` (both transports) drops what the disk refuses, counts it,
+and marks the gap with a marker entry once the disk takes writes again
+(:class:`~ctrexec.logs.driver.LogWriter`); no mode stops a task for its disk.
 - ``none``: output goes to ``/dev/null`` (the shim's null I/O); ``logs`` says so.
 
 All three outlive the ctrexec process that started the task: the shim owns the I/O.

@@ -39,12 +39,14 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import attrs
 
-from ctrexec.errors import FailedPrecondition, InvalidArgument
+from ctrexec.errors import CtrexecError, FailedPrecondition, InvalidArgument
+from ctrexec.logs import client as logclient
 from ctrexec.logs import modes
 from ctrexec.logs.driver import (
     DEFAULT_MAX_FILES,
     DEFAULT_MAX_SIZE,
     DRIVER_NAME,
+    DROPPED_KEY,
     MAX_LINE,
     PARTIAL_IDLE,
     STDERR,
@@ -54,6 +56,7 @@ from ctrexec.logs.driver import (
     LogWriter,
     check_limits,
     encode_entry,
+    encode_marker,
     format_time,
 )
 from ctrexec.logs.launcher import DEFAULT_LAUNCHER_DIR, write_launcher
@@ -77,7 +80,9 @@ __all__ = [
     "LogEntry",
     "LogWriter",
     "decode_entry",
+    "dropped_bytes",
     "encode_entry",
+    "encode_marker",
     "format_time",
     "log_uri",
     "parse_time",
@@ -165,6 +170,8 @@ class LogEntry:
     stream: str
     message: str
     time_ns: int
+    #: For a marker entry, the bytes of output lost just before it (a full disk).
+    dropped: int = 0
 
     @property
     def time(self) -> str:
@@ -190,7 +197,10 @@ def decode_entry(line: bytes | str) -> LogEntry | None:
         message, stream, when = obj["log"], obj["stream"], obj["time"]
         if not (isinstance(message, str) and isinstance(stream, str) and isinstance(when, str)):
             return None
-        return LogEntry(stream, message, parse_time(when))
+        dropped = obj.get(DROPPED_KEY, 0)
+        if not isinstance(dropped, int) or dropped < 0:
+            dropped = 0
+        return LogEntry(stream, message, parse_time(when), dropped)
     except (ValueError, KeyError, InvalidArgument):
         return None
 
@@ -322,6 +332,39 @@ def _read_whole(path: str) -> Iterator[bytes]:
             yield from lines
     finally:
         os.close(fd)
+
+
+def dropped_bytes(
+    driver: str, path: str | os.PathLike[str], *, daemon_dir: Path | None = None
+) -> int:
+    """Bytes of a task's output lost to a full log disk: ``inspect``'s ``LogDroppedBytes``.
+
+    The markers in the log files kept (a rotated-away file takes its markers with
+    it), plus what the shared log daemon has dropped and not yet marked because the
+    disk is still full (asked of it, if one runs; a per-task log process keeps its
+    count to itself until it can write the marker). ``file`` mode drops nothing: the
+    shim blocks instead (see :mod:`ctrexec.logs.modes`); ``none`` keeps nothing.
+    """
+    if driver != modes.JSON_FILE:
+        return 0
+    total = 0
+    for name in [*rotated_paths(path), os.fspath(path)]:
+        if not Path(name).is_file():
+            continue  # missing, or not a log at all (a device would read for ever)
+        for line in _read_whole(name):
+            if _MARKER_BYTES in line and (entry := decode_entry(line)) is not None:
+                total += entry.dropped
+    try:
+        reply = logclient.request(
+            {"op": "dropped", "log": os.fspath(path)}, start=False, timeout=2.0, where=daemon_dir
+        )
+    except (CtrexecError, OSError, ValueError):
+        reply = None  # an older daemon, or a busy one: what the files say
+    pending = reply.get("pending", 0) if reply else 0
+    return total + (pending if isinstance(pending, int) else 0)
+
+
+_MARKER_BYTES = f'"{DROPPED_KEY}":'.encode()
 
 
 def _since_ns(since: datetime | int | None) -> int | None:

@@ -36,8 +36,12 @@ def rfc3339(when: datetime | None) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + "Z"
 
 
-def document(info: TaskInfo) -> dict[str, Any]:
-    """One container as ``docker inspect`` shows it, plus ``Ctrexec``: ctrexec's own."""
+def document(info: TaskInfo, *, log_dropped: int = 0) -> dict[str, Any]:
+    """One container as ``docker inspect`` shows it, plus ``Ctrexec``: ctrexec's own.
+
+    ``LogDroppedBytes`` (ctrexec's, next to docker's ``LogPath``): the bytes of output
+    lost to a full log disk (:func:`ctrexec.logs.reader.dropped_bytes`).
+    """
     args = list(info.args)
     return {
         "Id": info.id,
@@ -47,6 +51,7 @@ def document(info: TaskInfo) -> dict[str, Any]:
         "State": state_of(info),
         "Image": info.image,
         "LogPath": info.log_path,
+        "LogDroppedBytes": log_dropped,
         "Name": f"/{info.id}",
         "RestartCount": info.restart_count,
         "HostConfig": host_config(info.config, info),

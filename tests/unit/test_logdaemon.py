@@ -227,3 +227,32 @@ def test_a_bad_request_is_refused_in_one_line(logd: Path, tmp_path: Path) -> Non
                 "streams": {"stdout": "rel", "stderr": "rel2"},
             }
         )
+
+
+def test_a_full_disk_is_counted_asked_for_and_marked_when_space_is_back(
+    logd: Path, tmp_path: Path
+) -> None:
+    """/dev/full answers writes with ENOSPC, as a full log disk does; the daemon drains on."""
+    log = tmp_path / "logs" / "full" / "task.log"
+    log.parent.mkdir(parents=True)
+    log.symlink_to("/dev/full")
+    _token, out, err = logdaemon_client.register(log, 1 << 20, 2)
+    wo, we = _as_shim(out, err)
+    os.write(wo, b"lost one\nlost two\n")
+    wait_for(lambda: logs.dropped_bytes("json-file", log) > 0, timeout=10, what="the drop counted")
+    lost = logs.dropped_bytes("json-file", log)
+    log.unlink()  # space is back: the next write after the retry goes to a new file
+    wait_for(
+        lambda: (os.write(wo, b"kept\n") and False) or any(e.dropped for e in logs.read_logs(log)),
+        timeout=10,
+        what="a marker once the disk takes writes",
+    )
+    os.close(wo)
+    os.close(we)
+    logdaemon_client.wait_drained(log)
+    got = list(logs.read_logs(log))
+    # The writes made before the writer's next try were dropped too, and marked with them.
+    assert got[0].dropped >= lost and got[0].stream == "stderr"
+    assert {e.message for e in got if not e.dropped} == {"kept\n"}
+    assert logs.dropped_bytes("json-file", log) == sum(e.dropped for e in got)
+    assert "dropping output" in (logd / "logd.log").read_text()

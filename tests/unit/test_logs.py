@@ -35,6 +35,7 @@ from ctrexec.logs.reader import (
     LogEntry,
     LogWriter,
     decode_entry,
+    dropped_bytes,
     encode_entry,
     format_time,
     log_uri,
@@ -205,12 +206,36 @@ def test_write_failure_drops_and_recovers(tmp_path: Path) -> None:
     assert isinstance(w.last_error, OSError)
     assert not w.write("stdout", "lost\n")
     assert w.dropped == 1 and w.dropped_bytes > 0
+    lost = w.dropped_bytes
     path.rmdir()
     assert w.write("stdout", "kept\n")
     w.close()
     assert not w.write("stdout", "after close\n")
-    assert [e.message for e in entries(path)] == ["kept\n"]
+    marker, kept = entries(path)
+    assert (marker.stream, marker.dropped) == ("stderr", lost)
+    assert f"{lost} bytes of output dropped" in marker.message
+    assert kept.message == "kept\n"
     assert w.dropped == 2
+
+
+def test_a_full_disk_is_marked_where_output_was_lost(tmp_path: Path) -> None:
+    """/dev/full answers every write with ENOSPC, as a full log disk does."""
+    path = tmp_path / "task.log"
+    path.symlink_to("/dev/full")
+    heard: list[str] = []
+    w = LogWriter(path, retry_interval=0.0, notify=heard.append)
+    assert w.write("stdout", "before\n") is False
+    assert w.write("stderr", "during\n") is False
+    lost = w.dropped_bytes
+    assert w.unmarked == lost and len(heard) == 1 and "No space left" in heard[0]
+    path.unlink()  # space is back
+    assert w.write("stdout", "after\n")
+    w.close()
+    got = entries(path)
+    assert [e.message for e in got][1:] == ["after\n"]
+    assert got[0].dropped == lost and "No space left on device" in got[0].message
+    assert w.unmarked == 0 and len(heard) == 2 and "writing again" in heard[1]
+    assert dropped_bytes("json-file", path, daemon_dir=tmp_path / "no-daemon") == lost
 
 
 def test_writer_rejects_bad_arguments(tmp_path: Path) -> None:
