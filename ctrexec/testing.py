@@ -21,9 +21,8 @@ from pathlib import Path
 
 from ctrexec import _rpc
 from ctrexec._api.containerd.services.content.v1 import content_pb2
-from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec._linux import mount_points, mounts_under, unix_socket_listening
-from ctrexec.containerd import containers, tasks
+from ctrexec.containerd import containers, snapshots, tasks
 from ctrexec.containerd.bundles import SHIM_SOCKET_DIR
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
@@ -31,8 +30,6 @@ from ctrexec.logs import daemon as logdaemon
 from ctrexec.net.netns import NETNS_RUN_DIR
 
 TEST_ADDRESS_ENV = "CTREXEC_TEST_ADDRESS"
-#: Snapshot kinds from containerd's snapshots API.
-SNAPSHOT_ACTIVE = 2
 
 
 @contextlib.contextmanager
@@ -117,15 +114,11 @@ def audit(client: Client, *, snapshotter: str = "overlayfs") -> list[str]:
     leftovers: list[str] = [f"task {t.container_id}" for t in tasks.list_tasks(client)]
     leftovers += [f"container {c.id}" for c in containers.list_containers(client)]
     leftovers += [f"lease {le.id}" for le in client.leases()]
-    stream = client.rpc.server_stream(
-        _rpc.SNAPSHOTS,
-        "List",
-        snapshots_pb2.ListSnapshotsRequest(snapshotter=snapshotter),
-        snapshots_pb2.ListSnapshotsResponse,
-        namespace=client.namespace,
-    )
-    for page in stream:
-        leftovers += [f"snapshot {i.name}" for i in page.info if i.kind == SNAPSHOT_ACTIVE]
+    leftovers += [
+        f"snapshot {i.name}"
+        for i in snapshots.list_snapshots(client, snapshotter)
+        if i.kind == "active"
+    ]
     return leftovers
 
 

@@ -100,7 +100,10 @@ def stat_snapshot(client: Client, key: str, snapshotter: str) -> SnapshotInfo | 
     )
     if resp is None:
         return None
-    i = resp.info
+    return _info(resp.info)
+
+
+def _info(i: snapshots_pb2.Info) -> SnapshotInfo:
     return SnapshotInfo(
         i.name,
         i.parent,
@@ -119,14 +122,7 @@ def list_snapshots(client: Client, snapshotter: str = DEFAULT_SNAPSHOTTER) -> li
         snapshots_pb2.ListSnapshotsResponse,
         namespace=client.namespace,
     )
-    return [
-        SnapshotInfo(
-            i.name, i.parent, _KINDS.get(i.kind, "unknown"), dict(i.labels),
-            from_timestamp(i.created_at),
-        )
-        for page in stream
-        for i in page.info
-    ]  # fmt: skip
+    return [_info(i) for page in stream for i in page.info]
 
 
 def snapshot_usage(client: Client, key: str, snapshotter: str = DEFAULT_SNAPSHOTTER) -> int:
