@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,8 @@ MEMBERS = ("a", "b")
 SOUND_TIMEOUT = 120.0
 #: A cycling worker gives up after this many failed cycles (the run is failed anyway).
 MAX_FAILURES = 5
+#: A line on stderr every so many cycles, so a long run shows it is moving.
+PROGRESS_EVERY = 100
 
 
 @dataclass
@@ -183,6 +186,9 @@ def _cycle(s: Soak, spec: GroupSpec, phase: Phase, *, probe: bool = False) -> bo
         t1 = time.perf_counter()
         s.groups.down(spec.name)
         phase.add("down", _ms_since(t1))
+        done = len(phase.samples["down"])
+        if done % PROGRESS_EVERY == 0:
+            print(f"  {done} cycles", file=sys.stderr)
     except CtrexecError as exc:
         phase.failures.append(f"cycle of {spec.name}: {exc}")
         with contextlib.suppress(CtrexecError):
