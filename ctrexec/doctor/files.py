@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ctrexec import labels as lbl
@@ -96,24 +96,24 @@ def _finding(scope: Scope, kind: str, ns: str, task_id: str, path: Path) -> Find
     )
 
 
-def find_logs(scope: Scope) -> list[Finding]:
+def _unowned(
+    scope: Scope, kind: str, dirs: Callable[[Scope, set[str]], Iterator[tuple[str, str, Path]]]
+) -> list[Finding]:
     namespaces, held = owned(scope)
     found = (
-        _finding(scope, LOG_KIND, ns, i, p)
-        for ns, i, p in _log_dirs(scope, namespaces)
+        _finding(scope, kind, ns, i, p)
+        for ns, i, p in dirs(scope, namespaces)
         if (ns, i) not in held
     )
     return [f for f in found if f is not None]
+
+
+def find_logs(scope: Scope) -> list[Finding]:
+    return _unowned(scope, LOG_KIND, _log_dirs)
 
 
 def find_files(scope: Scope) -> list[Finding]:
-    namespaces, held = owned(scope)
-    found = (
-        _finding(scope, FILES_KIND, ns, i, p)
-        for ns, i, p in _files_dirs(scope, namespaces)
-        if (ns, i) not in held
-    )
-    return [f for f in found if f is not None]
+    return _unowned(scope, FILES_KIND, _files_dirs)
 
 
 def _remove(scope: Scope, finding: Finding) -> None:

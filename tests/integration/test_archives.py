@@ -26,7 +26,6 @@ from _support import create_namespace, until
 
 from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.content.v1 import content_pb2
-from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec.containerd import containers, content, images, snapshots
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Platform
@@ -65,14 +64,7 @@ def _ingests(client: Client) -> list[str]:
 
 
 def _snapshots(client: Client) -> set[str]:
-    stream = client.rpc.server_stream(
-        _rpc.SNAPSHOTS,
-        "List",
-        snapshots_pb2.ListSnapshotsRequest(snapshotter=SNAPSHOTTER),
-        snapshots_pb2.ListSnapshotsResponse,
-        namespace=client.namespace,
-    )
-    return {i.name for page in stream for i in page.info}
+    return {i.name for i in snapshots.list_snapshots(client, SNAPSHOTTER)}
 
 
 def _empty(client: Client) -> list[str]:

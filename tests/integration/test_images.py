@@ -20,10 +20,10 @@ from google.protobuf import empty_pb2
 
 from ctrexec import _linux, _rpc, errors
 from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
-from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec.containerd import content, images, snapshots
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Descriptor, Platform
+from ctrexec.containerd.snapshots import SnapshotInfo
 from ctrexec.images import lookup
 from ctrexec.images import store as imagestore
 
@@ -161,15 +161,8 @@ def _blob_bytes(containerd_address: str) -> int | None:
     return sum(p.stat().st_size for p in blobs.rglob("*") if p.is_file())
 
 
-def _snapshots(client: Client, snapshotter: str = "overlayfs") -> dict[str, snapshots_pb2.Info]:
-    stream = client.rpc.server_stream(
-        _rpc.SNAPSHOTS,
-        "List",
-        snapshots_pb2.ListSnapshotsRequest(snapshotter=snapshotter),
-        snapshots_pb2.ListSnapshotsResponse,
-        namespace=client.namespace,
-    )
-    return {i.name: i for page in stream for i in page.info}
+def _snapshots(client: Client, snapshotter: str = "overlayfs") -> dict[str, SnapshotInfo]:
+    return {i.name: i for i in snapshots.list_snapshots(client, snapshotter)}
 
 
 def _ctr(address: str, *args: str) -> None:
@@ -353,7 +346,7 @@ def test_adopt_from_default_namespace(
     snaps = _snapshots(client)
     parent = ""
     for chain_id in img.chain_ids:
-        assert snaps[chain_id].kind == snapshots_pb2.COMMITTED
+        assert snaps[chain_id].kind == "committed"
         assert snaps[chain_id].parent == parent
         parent = chain_id
     assert client.leases() == []
@@ -407,7 +400,7 @@ def test_concurrent_unpack_other_snapshotter(
     assert images.is_unpacked(client, img, "native")
     native = _snapshots(client, "native")
     assert set(img.chain_ids) <= native.keys()
-    assert all(i.kind == snapshots_pb2.COMMITTED for i in native.values())
+    assert all(i.kind == "committed" for i in native.values())
     labels = content.info(client, img.config_digest).labels
     assert labels["containerd.io/gc.ref.snapshot.native"] == img.top_chain_id
 
@@ -470,7 +463,7 @@ def test_read_rootfs_files_two_layers(
     }
     assert _our_mounts() == []
     assert Path("/proc/self/mountinfo").read_text().count("\n") == mounts_before
-    views = [i for i in _snapshots(client).values() if i.kind == snapshots_pb2.VIEW]
+    views = [i for i in _snapshots(client).values() if i.kind == "view"]
     assert views == []
     assert client.leases() == []
 
@@ -509,7 +502,7 @@ def test_read_rootfs_files_cleans_up_on_error(client: Client, test_image: str) -
     with pytest.raises(errors.ResourceExhausted):
         images.read_rootfs_files(client, img, ["/bin/busybox"], max_bytes=10)
     assert _our_mounts() == []
-    assert [i for i in _snapshots(client).values() if i.kind == snapshots_pb2.VIEW] == []
+    assert [i for i in _snapshots(client).values() if i.kind == "view"] == []
     assert client.leases() == []
     with pytest.raises(errors.InvalidArgument):
         images.read_rootfs_files(client, img, ["bad\0path"])
