@@ -261,7 +261,24 @@ class PluginProcess:
         self._finish()
         if remove_socket:
             self._remove_socket()
-        self.channel.close()  # after: calls in flight see the death (UNAVAILABLE)
+        self._await_disconnect()
+        self.channel.close()  # after: calls in flight have seen the death (UNAVAILABLE)
+
+    def _await_disconnect(self, bound: float = 30.0) -> None:
+        """Until the channel has seen its connection go (bounded): the calls in flight
+        fail UNAVAILABLE then. Closing it first would cancel them (CANCELLED) when the
+        client's I/O thread is slow to read the reset, as on a loaded machine."""
+        gone = threading.Event()
+
+        def seen(state: grpc.ChannelConnectivity) -> None:
+            if state != grpc.ChannelConnectivity.READY:
+                gone.set()
+
+        self.channel.subscribe(seen, try_to_connect=False)
+        try:
+            gone.wait(bound)
+        finally:
+            self.channel.unsubscribe(seen)
 
 
 # -- configs, as Nomad encodes them --------------------------------------------------
