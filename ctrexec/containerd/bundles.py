@@ -49,6 +49,16 @@ def left_by(exc: CtrexecError, namespace: str, container_id: str) -> Path | None
     return path
 
 
+def vanished(exc: CtrexecError) -> bool:
+    """Whether a Tasks.Create failed because the new shim found its bundle gone as it
+    started (it runs in the bundle; its ``getwd`` fails). containerd's cleanup of an
+    earlier create of this id that was cancelled (its caller killed) removes the
+    bundle by path, and it can land on the one made for the next create. That cleanup
+    runs once, so the create sent again finds its way clear."""
+    text = str(exc)
+    return "failed to start shim" in text and "getwd: no such file or directory" in text
+
+
 def shim_socket(address: str, namespace: str, group: str) -> Path:
     """The socket of the shim that serves ``group`` (a task's runc group annotation,
     else its id) for the containerd at ``address``: containerd's own naming

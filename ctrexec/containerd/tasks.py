@@ -369,6 +369,8 @@ def wait_until(predicate: Any, timeout: float, interval: float = 0.02) -> bool:
 def command_error(exc: errors.CtrexecError) -> errors.CtrexecError:
     """Turn runc's 'not found' / 'permission denied' into docker's 126/127 errors."""
     text = str(exc)
+    if "failed to start shim" in text:  # containerd's shim, not the task's command
+        return exc
     if "executable file not found" in text or "no such file or directory" in text:
         return errors.CommandNotFound(f"command not found: {_runc_reason(text)}")
     if "permission denied" in text:

@@ -3,12 +3,14 @@
 containerd cancels such a call halfway (see :mod:`ctrexec.containerd.bundles`): no
 task is listed, but the bundle stays, often with its shim and a ``runc init`` under
 it, and every later Tasks.Create of that id fails with ``mkdir <bundle>: file
-exists``. Every start goes through :func:`create_task` (``run``, ``start``, ``group
-up``, the supervisor), so each of them completes such a container: the container
-half made under the shim is deleted, the shim is stopped when it serves nothing
-else (as destroy stops an orphaned shim), and once containerd's own cleanup of that
-shim has had its time, whatever is left of the bundle is removed; then the create is
-sent again. The happy path costs nothing: only that error is acted on.
+exists``. Or containerd's own cleanup of that cancelled create removes the bundle of
+the next one as its shim starts (``getwd: no such file or directory``): that create
+is sent again as it is. Every start goes through :func:`create_task` (``run``,
+``start``, ``group up``, the supervisor), so each of them completes such a container:
+the container half made under the shim is deleted, the shim is stopped when it serves
+nothing else (as destroy stops an orphaned shim), and once containerd's own cleanup of
+that shim has had its time, whatever is left of the bundle is removed; then the create
+is sent again. The happy path costs nothing: only those errors are acted on.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def create_task(client: Client, record: containers.Container, create: Callable[[
         try:
             return create()
         except CtrexecError as exc:
+            if bundles.vanished(exc):
+                continue
             path = bundles.left_by(exc, client.namespace, record.id)
             if path is None:
                 raise

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ctrexec.containerd.bundles import left_by
+from ctrexec.containerd.bundles import left_by, vanished
+from ctrexec.containerd.tasks import command_error
 from ctrexec.errors import CtrexecError
 
 STATE = "/var/tmp/cxd-x/state/io.containerd.runtime.v2.task"
@@ -44,3 +45,23 @@ def test_the_work_directory_is_taken_too() -> None:
 )
 def test_anything_else_is_not_taken(text: str) -> None:
     assert left_by(_err(text), "ns1", "web-a") is None
+
+
+#: What containerd 1.6 answered when its cleanup of a cancelled create removed the
+#: bundle of the next one as that one's shim started (seen in CI).
+GETWD = (
+    "failed to start shim: start failed: io.containerd.runc.v2: getwd: no such file or "
+    "directory: exit status 1"
+)
+
+
+def test_a_bundle_removed_under_the_new_shim_is_sent_again_not_a_missing_command() -> None:
+    assert vanished(_err(GETWD))
+    assert left_by(_err(GETWD), "ns1", "a") is None
+    assert command_error(_err(GETWD)).__class__ is CtrexecError  # not exit 127
+
+
+def test_a_missing_command_is_still_one() -> None:
+    text = 'runc create failed: exec: "/nope": stat /nope: no such file or directory'
+    assert not vanished(_err(text))
+    assert type(command_error(_err(text))).__name__ == "CommandNotFound"
