@@ -32,6 +32,17 @@ from ctrexec.net.netns import NETNS_RUN_DIR
 TEST_ADDRESS_ENV = "CTREXEC_TEST_ADDRESS"
 
 
+#: Where :func:`private_containerd` makes its directories, and their names' prefix.
+PRIVATE_PARENT = Path("/var/tmp")
+PRIVATE_PREFIX = "cxd-"
+#: A file in each directory :func:`private_containerd` makes, flock-ed by the process
+#: that made it for as long as the block runs. The kernel lets go of it when that
+#: process dies, so a directory whose lock is free is a killed run's, even while its
+#: containerd (a process of its own session) still runs; one whose containerd died
+#: under a live run is still that run's.
+OWNER_LOCK = "owner.lock"
+
+
 @contextlib.contextmanager
 def private_containerd(base: Path | None = None) -> Iterator[EmbeddedContainerd]:
     """Run a private containerd for the block, then stop it and remove its directories.
@@ -39,7 +50,8 @@ def private_containerd(base: Path | None = None) -> Iterator[EmbeddedContainerd]
     The base directory is short on purpose: unix socket paths are limited to 108 bytes.
     """
     owned = base is None
-    base_dir = Path(tempfile.mkdtemp(prefix="cxd-", dir="/var/tmp")) if base is None else base
+    base_dir = base or Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX, dir=PRIVATE_PARENT))
+    owner = _hold(base_dir / OWNER_LOCK) if owned else None
     daemon = EmbeddedContainerd(DaemonPaths.under(base_dir))
     before = shim_state()
     try:
@@ -50,6 +62,31 @@ def private_containerd(base: Path | None = None) -> Iterator[EmbeddedContainerd]
         remove_dead_shim_state(before)
         if owned and not mounts_under(base_dir):
             shutil.rmtree(base_dir, ignore_errors=True)
+        if owner is not None:
+            os.close(owner)
+
+
+def _hold(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def owner_gone(base: Path) -> bool | None:
+    """Whether the run that made ``base`` has ended (its :data:`OWNER_LOCK` is free);
+    None when the directory has no such lock (not one of :func:`private_containerd`'s,
+    or one made before it kept a lock)."""
+    try:
+        fd = os.open(base / OWNER_LOCK, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 #: Where containerd 1.6 puts runc's per-namespace state, whatever the daemon's own state

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -103,7 +104,7 @@ def log_daemon_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-def containerd_address() -> Iterator[str]:
+def containerd_address(request: pytest.FixtureRequest) -> Iterator[str]:
     """Address of the session's containerd: the one named by env, else a private one."""
     from ctrexec.testing import TEST_ADDRESS_ENV, private_containerd
 
@@ -111,8 +112,22 @@ def containerd_address() -> Iterator[str]:
     if given:
         yield given
         return
+    _sweep_killed_sessions(request)
     with private_containerd() as daemon:
         yield daemon.address
+
+
+def _sweep_killed_sessions(request: pytest.FixtureRequest) -> None:
+    """Remove what a killed earlier session left (tests/_sweep.py says what and why),
+    and say so: it is the previous run's failure, not this one's."""
+    from _cli import CLI_PROG
+    from _sweep import sweep
+
+    gone = sweep(CLI_PROG)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        for what in gone:
+            print(f"\nremoved a killed test run's leftover: {what}", file=sys.stderr)
 
 
 @pytest.fixture(scope="session")
