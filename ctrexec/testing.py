@@ -51,7 +51,7 @@ def private_containerd(base: Path | None = None) -> Iterator[EmbeddedContainerd]
     """
     owned = base is None
     base_dir = base or Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX, dir=PRIVATE_PARENT))
-    owner = _hold(base_dir / OWNER_LOCK) if owned else None
+    owner = _hold(base_dir / OWNER_LOCK)
     daemon = EmbeddedContainerd(DaemonPaths.under(base_dir))
     before = shim_state()
     try:
@@ -62,8 +62,7 @@ def private_containerd(base: Path | None = None) -> Iterator[EmbeddedContainerd]
         remove_dead_shim_state(before)
         if owned and not mounts_under(base_dir):
             shutil.rmtree(base_dir, ignore_errors=True)
-        if owner is not None:
-            os.close(owner)
+        os.close(owner)
 
 
 def _hold(path: Path) -> int:

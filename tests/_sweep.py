@@ -41,6 +41,11 @@ from ctrexec.net import netns, nsrefs
 from ctrexec.net.netns import NETNS_RUN_DIR
 from ctrexec.testing import OWNER_LOCK, PRIVATE_PARENT, PRIVATE_PREFIX, owner_gone
 
+#: The chaos suite's own private containerds (tests/chaos/conftest.py), beside the
+#: session's (``ctrexec.testing.PRIVATE_PREFIX``).
+CHAOS_PREFIX = "cxc-"
+PREFIXES = (PRIVATE_PREFIX, CHAOS_PREFIX)
+
 #: Every subnet a test gives its networks lies in this range, and nothing else does.
 TEST_RANGE = ipaddress.ip_network("10.231.0.0/16")
 #: The prefix of the namespaces tests pin themselves (ctrexec's own are ``cx-``).
@@ -158,7 +163,7 @@ def dead_dirs(base: Path = PRIVATE_PARENT, *, now: float | None = None) -> list[
     runs and it is old enough not to be a run that is starting."""
     now = time.time() if now is None else now
     found: list[Path] = []
-    for where in sorted(base.glob(f"{PRIVATE_PREFIX}*")):
+    for where in _private_dirs(base):
         with contextlib.suppress(OSError):
             gone = owner_gone(where)
             if gone is None:
@@ -212,10 +217,14 @@ def _rm(cli: Sequence[str], address: str, namespace: str, ids: Sequence[str]) ->
     return said + [f"rm -f in {namespace}: {line}" for line in done.stderr.splitlines()]
 
 
+def _private_dirs(base: Path) -> list[Path]:
+    return sorted(p for prefix in PREFIXES for p in base.glob(f"{prefix}*"))
+
+
 def live_runs(base: Path = PRIVATE_PARENT) -> list[Path]:
     """Private containerds' directories of runs that are still going."""
     out = []
-    for where in sorted(base.glob(f"{PRIVATE_PREFIX}*")):
+    for where in _private_dirs(base):
         gone = owner_gone(where)
         if gone is False or (
             gone is None and EmbeddedContainerd(DaemonPaths.under(where)).is_running()

@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 from _chaoslib import ChaosDaemon, gc_pass, kill_strays, remove_cgroups
 from _integrity import bridged  # noqa: F401  (the fixture, for every chaos test)
+from _sweep import CHAOS_PREFIX
 
 from ctrexec import errors
 from ctrexec._linux import mounts_under, unmount_all
 from ctrexec.containerd.client import Client
 from ctrexec.net import netns
 from ctrexec.tasks.executor import Executor
-from ctrexec.testing import audit, import_image, private_containerd
+from ctrexec.testing import PRIVATE_PARENT, audit, import_image, private_containerd
 
 #: Prefix of every container id the chaos tests create on the session daemon.
 SESSION_PREFIX = "chaos-"
@@ -33,7 +34,7 @@ SESSION_PREFIX = "chaos-"
 @pytest.fixture
 def chaos_daemon(test_image_archive: Path) -> Iterator[ChaosDaemon]:
     """A private containerd with the test image, in a namespace of its own."""
-    base = Path(tempfile.mkdtemp(prefix="cxc-", dir="/var/tmp"))
+    base = Path(tempfile.mkdtemp(prefix=CHAOS_PREFIX, dir=PRIVATE_PARENT))
     namespace = f"chaos-{secrets.token_hex(3)}"
     address = str(base / "state" / "containerd.sock")
     left: list[str] = []
