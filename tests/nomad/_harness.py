@@ -20,6 +20,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -279,6 +280,20 @@ class PluginProcess:
             gone.wait(bound)
         finally:
             self.channel.unsubscribe(seen)
+            self._await_poller()
+
+    def _await_poller(self, bound: float = 10.0) -> None:
+        """Until grpc's connectivity poller has stopped. It notices the unsubscribe only
+        after its current 0.2 s watch, and a channel closed under that watch raises
+        ValueError ("Channel closed!") in the poller's thread. Its state is private to
+        grpc, so without it the wait is a whole watch and a margin."""
+        state = getattr(self.channel, "_connectivity_state", None)
+        if state is None or not hasattr(state, "polling"):
+            time.sleep(0.5)
+            return
+        deadline = time.monotonic() + bound
+        while state.polling and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 # -- configs, as Nomad encodes them --------------------------------------------------
