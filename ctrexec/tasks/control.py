@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import signal as signals
+import time
 
 from ctrexec import defaults
 from ctrexec import labels as lbl
@@ -25,18 +26,39 @@ _LIVE = (Status.RUNNING, Status.PAUSED)
 #: How long a SIGKILLed task may take to be reported gone: the kernel's teardown of a
 #: large cgroup is not instant, but it never waits for the task's own code.
 KILL_WAIT = 10.0
+#: runc's words when the cgroup freezer did not settle and it thawed the task again.
+FREEZE_GAVE_UP = "unable to freeze"
+#: The pauses between tries of a freeze that gave up: about 3 s in all.
+FREEZE_RETRIES = (0.1, 0.2, 0.4, 0.8, 1.6)
 
 
 def pause(client: Client, task_id: str) -> None:
-    try:
-        tasks.pause(client, task_id)
-    except CtrexecError as exc:
-        status = _status(client, task_id)
-        if status is Status.PAUSED:
-            raise FailedPrecondition(f"container {task_id} is already paused") from exc
-        if status not in _LIVE:
-            raise FailedPrecondition(f"container {task_id} is not running") from exc
-        raise
+    """Freeze the task, trying again while the kernel's freezer gives up on a busy cgroup.
+
+    cgroup v1's freezer can stay FREEZING while a process is mid-syscall on a loaded
+    host; runc then thaws the cgroup again and answers ``unable to freeze`` (seen in
+    CI). The task is left running, as before the call, so another try is safe, and a
+    user who typed ``pause`` wants the pause, not the kernel's hiccup.
+    """
+    for delay in (*FREEZE_RETRIES, None):
+        try:
+            tasks.pause(client, task_id)
+            return
+        except CtrexecError as exc:
+            status = _status(client, task_id)
+            if status is Status.PAUSED:
+                raise FailedPrecondition(f"container {task_id} is already paused") from exc
+            if status not in _LIVE:
+                raise FailedPrecondition(f"container {task_id} is not running") from exc
+            if FREEZE_GAVE_UP not in str(exc):
+                raise
+            if delay is None:
+                tries = len(FREEZE_RETRIES) + 1
+                raise DeadlineExceeded(
+                    f"container {task_id} could not be paused: its processes did not "
+                    f"freeze ({tries} tries); it is still running"
+                ) from exc
+            time.sleep(delay)
 
 
 def resume(client: Client, task_id: str) -> None:
