@@ -14,6 +14,9 @@ from __future__ import annotations
 DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
 #: Environment variable naming the containerd socket, as ``ctr`` reads it.
 ADDRESS_ENV = "CONTAINERD_ADDRESS"
+#: The containerd binary an embedded daemon runs (its shim is taken from the same
+#: directory); unset, ``containerd`` on PATH.
+CONTAINERD_BIN_ENV = "CTREXEC_CONTAINERD_BIN"
 #: The containerd namespace ctrexec works in unless told otherwise.
 DEFAULT_NAMESPACE = "ctrexec"
 NAMESPACE_ENV = "CTREXEC_NAMESPACE"

@@ -22,22 +22,41 @@ from ctrexec import errors
 from ctrexec._linux import mounts_under, unmount_all
 from ctrexec.containerd import tasks
 from ctrexec.containerd.client import Client
-from ctrexec.defaults import RUN_DIR
+from ctrexec.defaults import CONTAINERD_BIN_ENV, RUN_DIR
 
 DEFAULT_STATE_DIR = Path(RUN_DIR, "containerd")
 DEFAULT_ROOT_DIR = Path("/var/lib/ctrexec/containerd")
 
 #: Plugins the embedded daemon never needs. Leaving CRI out saves memory and time;
-#: the exotic snapshotters would only log errors on a plain ext4/xfs host.
+#: the exotic snapshotters would only log errors on a plain ext4/xfs host. 2.x split
+#: CRI into plugins of its own and added NRI, sandboxes, transfer and streaming, none
+#: of which ctrexec calls; an id a version doesn't have is ignored by it.
 DISABLED_PLUGINS = (
     "io.containerd.grpc.v1.cri",
+    "io.containerd.cri.v1.images",
+    "io.containerd.cri.v1.runtime",
+    "io.containerd.nri.v1.nri",
+    "io.containerd.podsandbox.controller.v1.podsandbox",
+    "io.containerd.sandbox.controller.v1.shim",
+    "io.containerd.grpc.v1.sandbox-controllers",
+    "io.containerd.grpc.v1.sandboxes",
+    "io.containerd.transfer.v1.local",
+    "io.containerd.grpc.v1.transfer",
+    "io.containerd.streaming.v1.manager",
+    "io.containerd.grpc.v1.streaming",
+    "io.containerd.monitor.container.v1.restart",
     "io.containerd.snapshotter.v1.aufs",
     "io.containerd.snapshotter.v1.btrfs",
     "io.containerd.snapshotter.v1.zfs",
     "io.containerd.snapshotter.v1.devmapper",
+    "io.containerd.snapshotter.v1.blockfile",
+    "io.containerd.snapshotter.v1.erofs",
+    "io.containerd.differ.v1.erofs",
     "io.containerd.tracing.processor.v1.otlp",
     "io.containerd.internal.v1.tracing",
 )
+#: The config version containerd 1.x reads without migrating it.
+CONFIG_VERSION = 2
 
 
 @attrs.frozen
@@ -73,11 +92,15 @@ def default_paths() -> DaemonPaths:
     return DaemonPaths(root=DEFAULT_ROOT_DIR, state=DEFAULT_STATE_DIR)
 
 
-def render_config(paths: DaemonPaths) -> str:
-    """containerd's version-2 TOML config for a private daemon."""
+def render_config(paths: DaemonPaths, version: int = CONFIG_VERSION) -> str:
+    """containerd's TOML config for a private daemon, in the config version it speaks.
+
+    The keys used here are the same in versions 2 and 3; only the number differs, and
+    a daemon given an older number migrates the file at every start, with a warning.
+    """
     disabled = ", ".join(f'"{p}"' for p in DISABLED_PLUGINS)
     return (
-        "version = 2\n"
+        f"version = {version}\n"
         f'root = "{paths.root}"\n'
         f'state = "{paths.state}"\n'
         f"disabled_plugins = [{disabled}]\n"
@@ -96,9 +119,9 @@ def render_config(paths: DaemonPaths) -> str:
 class EmbeddedContainerd:
     """Start, find and stop one private containerd, identified by its directories."""
 
-    def __init__(self, paths: DaemonPaths | None = None, *, binary: str = "containerd") -> None:
+    def __init__(self, paths: DaemonPaths | None = None, *, binary: str | None = None) -> None:
         self.paths = paths or default_paths()
-        self.binary = binary
+        self.binary = binary or os.environ.get(CONTAINERD_BIN_ENV) or "containerd"
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -132,6 +155,7 @@ class EmbeddedContainerd:
         exe = shutil.which(self.binary)
         if exe is None:
             raise errors.DaemonError(f"{self.binary} not found on PATH; install containerd")
+        env = _daemon_env(exe)
         # The root as containerd makes its own (0711); the state directory, which holds
         # the socket (and the shims' FIFOs), root's alone, also one made before
         # (docs/security.md).
@@ -140,11 +164,13 @@ class EmbeddedContainerd:
         self.paths.state.chmod(0o700)
         with contextlib.suppress(FileNotFoundError):
             Path(self.address).unlink()
-        self.paths.config.write_text(render_config(self.paths))
+        self.paths.config.write_text(render_config(self.paths, config_version(exe, env)))
         log = self.paths.log.open("ab")
         try:
             self._proc = subprocess.Popen(
                 [exe, "--config", str(self.paths.config)],
+                env=env,
+                cwd=self.paths.state,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -211,6 +237,42 @@ class EmbeddedContainerd:
         with contextlib.suppress(FileNotFoundError):
             self.paths.pidfile.unlink()
         unmount_all(mounts_under(self.paths.state) + mounts_under(self.paths.root))
+
+
+def _daemon_env(exe: str) -> dict[str, str]:
+    """The environment with the binary's own directory first on PATH.
+
+    containerd finds its shim (containerd-shim-runc-v2) on PATH, so a containerd from
+    another directory runs the shim it came with, not the host's. runc stays the one
+    PATH names.
+    """
+    env = dict(os.environ)
+    where = str(Path(exe).resolve().parent)
+    env["PATH"] = os.pathsep.join([where, env.get("PATH", os.defpath)])
+    return env
+
+
+def config_version(exe: str, env: dict[str, str]) -> int:
+    """The config version the binary writes itself (``containerd config default``).
+
+    Asked of the binary, not read off its version string: 2.x speaks 3, 1.x speaks 2.
+    """
+    try:
+        out = subprocess.run(
+            [exe, "config", "default"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise errors.DaemonError(f"{exe} config default failed: {exc}") from exc
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "version" and value.strip().isdigit():
+            return int(value.strip())
+    return CONFIG_VERSION
 
 
 def _terminate(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
