@@ -135,11 +135,16 @@ class ExecExited(TaskEvent):
 
 @attrs.frozen(kw_only=True)
 class TaskDeleted(TaskEvent):
-    """The task was deleted: its exit status is gone, the container record may stay."""
+    """The task was deleted: its exit status is gone, the container record may stay.
+
+    ``inferred`` when containerd's own event never came and the stream tells the
+    delete from what must follow it (see :class:`ctrexec.tasks.events.ExitLedger`).
+    """
 
     kind: ClassVar[str] = "delete"
     pid: int = 0
     exit: ExitStatus | None = None
+    inferred: bool = False
 
 
 @attrs.frozen(kw_only=True)

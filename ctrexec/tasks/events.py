@@ -36,6 +36,7 @@ from ctrexec.containerd.events import (
     TaskEvent,
     TaskExited,
     TaskOOM,
+    TaskStarted,
 )
 from ctrexec.errors import Canceled, CtrexecError, InvalidArgument, NotFound, Unavailable
 from ctrexec.tasks import info as taskinfo
@@ -114,12 +115,22 @@ class EventFilter:
 
 class ExitLedger:
     """What a stream remembers between events: OOM events not yet followed by their
-    exit, and the last exit of each process, so no exit is yielded twice (a shim
-    whose report to a dying containerd went unanswered sends it again)."""
+    exit, the last exit of each process, so no exit is yielded twice (a shim whose
+    report to a dying containerd went unanswered sends it again), and the tasks
+    started or exited but not yet heard deleted.
+
+    containerd 2.x's shim publishes ``/tasks/delete`` itself, and a shim shut down
+    right after the delete may exit before the event leaves it. A task's delete is
+    certain once its record is deleted or a new task of the record starts, so the
+    stream yields it then, ``inferred``; containerd's own event, should it still
+    come, is then dropped by its pid.
+    """
 
     def __init__(self) -> None:
         self._oom: set[str] = set()
         self._exits: dict[str, dict[str, datetime | None]] = {}
+        self._undeleted: dict[str, TaskDeleted] = {}
+        self._inferred: dict[str, int] = {}
 
     def note_oom(self, task_id: str) -> None:
         self._oom.add(task_id)
@@ -138,10 +149,40 @@ class ExitLedger:
         known[exec_id] = exited_at
         return True
 
+    def note_task(self, event: TaskStarted | TaskExited) -> None:
+        """A task of the record lives, or lived: its delete is still to come."""
+        exit_status = event.exit if isinstance(event, TaskExited) else None
+        self._undeleted[event.task_id] = TaskDeleted(
+            task_id=event.task_id,
+            namespace=event.namespace,
+            group=event.group,
+            pid=event.pid,
+            exit=exit_status,
+            inferred=True,
+        )
+
+    def infer_delete(self, task_id: str, at: datetime | None) -> TaskDeleted | None:
+        """The delete of the task still undeleted, now that it must have happened."""
+        pending = self._undeleted.pop(task_id, None)
+        if pending is None:
+            return None
+        self.forget(task_id)
+        self._inferred[task_id] = pending.pid
+        return attrs.evolve(pending, at=at)
+
+    def heard_delete(self, event: TaskDeleted) -> bool:
+        """Record containerd's delete; False when it was already inferred."""
+        if self._inferred.get(event.task_id) == event.pid:
+            del self._inferred[event.task_id]
+            return False
+        self.forget(event.task_id)
+        return True
+
     def forget(self, task_id: str) -> None:
         """The task was deleted: its processes' exits cannot come again."""
         self._exits.pop(task_id, None)
         self._oom.discard(task_id)
+        self._undeleted.pop(task_id, None)
 
 
 @attrs.frozen(kw_only=True)
@@ -252,16 +293,13 @@ class TaskEvents(Iterator[Event]):
                 self._reconnect()
                 continue
             try:
-                event = self._accept(next(sub))
+                self._queue.extend(self._accept(next(sub)))
             except StopIteration:
                 self._broken("containerd ended the event stream")
             except CtrexecError as exc:
                 if isinstance(exc, Canceled) and self._cancelled.is_set():
                     raise StopIteration from None
                 self._broken(str(exc))
-            else:
-                if event is not None:
-                    return event
 
     # -- connection -------------------------------------------------------------------
 
@@ -280,7 +318,7 @@ class TaskEvents(Iterator[Event]):
                     self._client, containers.label_filter(lbl.MANAGED, "true")
                 )
             }
-            heard = [e for e in map(self._accept, early) if e is not None]
+            heard = [e for env in early for e in self._accept(env)]
         except BaseException:
             with self._guard:
                 self._sub = None
@@ -324,37 +362,46 @@ class TaskEvents(Iterator[Event]):
 
     # -- events -----------------------------------------------------------------------
 
-    def _accept(self, env: Any) -> TaskEvent | None:
-        """Decode one envelope: the event, if it is one of ours that passes the filter."""
+    def _accept(self, env: Any) -> list[TaskEvent]:
+        """Decode one envelope: the events of ours in it that pass the filter (an
+        inferred delete may come first)."""
         decoded = events.decode(env)
         if isinstance(decoded, RecordChanged):
             return self._record_changed(decoded)
         if decoded is None or not self.filter.wants_task(decoded.task_id):
-            return None
+            return []
         record_labels = self._labels_of(decoded.task_id)
         if record_labels is None:
-            return None
-        event = self._enrich(decoded, record_labels)
-        if event is not None and self.filter.matches(event, record_labels):
-            return event
-        return None
+            return []
+        out: list[TaskEvent | None] = []
+        if isinstance(decoded, TaskStarted):
+            out.append(self._ledger.infer_delete(decoded.task_id, decoded.at))
+        out.append(self._enrich(decoded, record_labels))
+        return [e for e in out if e is not None and self.filter.matches(e, record_labels)]
 
-    def _record_changed(self, change: RecordChanged) -> TaskEvent | None:
+    def _record_changed(self, change: RecordChanged) -> list[TaskEvent]:
         if change.deleted or change.labels is None:
             known = self._records.pop(change.container_id, None)  # looked up again if needed
-            if not (change.deleted and self._deletions and known is not None):
-                return None
-            gone = RecordDeleted(
-                task_id=change.container_id,
-                namespace=self._client.namespace,
-                at=datetime.now(UTC),
-                group=known.get(lbl.GROUP),
-                labels=dict(known),
-            )
-            return gone if self.filter.matches(gone, known) else None
+            if not change.deleted or known is None:
+                return []
+            now = datetime.now(UTC)
+            out: list[TaskEvent] = []
+            if (deleted := self._ledger.infer_delete(change.container_id, now)) is not None:
+                out.append(deleted)
+            if self._deletions:
+                out.append(
+                    RecordDeleted(
+                        task_id=change.container_id,
+                        namespace=self._client.namespace,
+                        at=now,
+                        group=known.get(lbl.GROUP),
+                        labels=dict(known),
+                    )
+                )
+            return [e for e in out if self.filter.matches(e, known)]
         managed = change.labels.get(lbl.MANAGED) == "true"
         self._records[change.container_id] = change.labels if managed else None
-        return None
+        return []
 
     def _labels_of(self, container_id: str) -> Mapping[str, str] | None:
         if container_id not in self._records:
@@ -366,24 +413,32 @@ class TaskEvents(Iterator[Event]):
         return self._records[container_id]
 
     def _enrich(self, event: TaskEvent, record_labels: Mapping[str, str]) -> TaskEvent | None:
-        """Add the group and the OOM fact; None for an exit already yielded."""
+        """Add the group and the OOM fact; None for an exit or a delete already yielded."""
         event = attrs.evolve(event, group=record_labels.get(lbl.GROUP))
         if isinstance(event, TaskOOM):
             self._ledger.note_oom(event.task_id)
         elif isinstance(event, TaskDeleted):
-            self._ledger.forget(event.task_id)
+            if not self._ledger.heard_delete(event):
+                return None
+        elif isinstance(event, TaskStarted):
+            self._ledger.note_task(event)
         elif isinstance(event, ExecExited):
             if not self._ledger.first_time(event.task_id, event.exec_id, event.exit.exited_at):
                 return None
         elif isinstance(event, TaskExited):
             if not self._ledger.first_time(event.task_id, "", event.exit.exited_at):
                 return None
-            oom = self._ledger.take_oom(event.task_id)
-            if event.exit.code == tasks.SIGKILL_EXIT_CODE:
-                status = (
-                    attrs.evolve(event.exit, oom_killed=True)
-                    if oom
-                    else taskinfo.with_oom(self._client, {event.task_id: event.exit})[event.task_id]
-                )
-                event = attrs.evolve(event, exit=status)
+            event = self._with_oom(event)
+            self._ledger.note_task(event)
         return event
+
+    def _with_oom(self, event: TaskExited) -> TaskExited:
+        oom = self._ledger.take_oom(event.task_id)
+        if event.exit.code != tasks.SIGKILL_EXIT_CODE:
+            return event
+        status = (
+            attrs.evolve(event.exit, oom_killed=True)
+            if oom
+            else taskinfo.with_oom(self._client, {event.task_id: event.exit})[event.task_id]
+        )
+        return attrs.evolve(event, exit=status)

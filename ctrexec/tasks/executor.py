@@ -204,7 +204,12 @@ class Executor:
 
             # Its group's namespace pinned again, or made again after a reboot; first,
             # so that a start of a running member (a no-op) repairs a lost pin too.
-            groupnet.ensure(self.client, containers.get(self.client, task_id), self.files_dir)
+            current = containers.get(self.client, task_id)
+            groupnet.ensure(self.client, current, self.files_dir)
+            if netns_path := current.labels.get(lbl.NETNS_PATH):
+                # A start that can't join its namespace fails before the stopped task
+                # (and the exit ps shows of it) is touched.
+                netns.ensure_loopback_up(netns_path)
             before, record = self._clear_previous_run(task_id, by_policy=by_policy)
             try:
                 return self._launch(record, records.rootfs_mounts(self.client, record, self.images))

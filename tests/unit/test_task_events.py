@@ -223,3 +223,26 @@ def test_cli_filters_become_event_options() -> None:
     for bad in ("container", "container=", "since=1h"):
         with pytest.raises(InvalidArgument):
             parse_filters([bad])
+
+
+def test_a_delete_containerd_never_sent_is_inferred_once() -> None:
+    ledger = ExitLedger()
+    gone = ExitStatus(code=137, exited_at=AT)
+    ledger.note_task(TaskStarted(task_id="a", namespace="ns", pid=7))
+    ledger.note_task(TaskExited(task_id="a", namespace="ns", group="g", pid=7, exit=gone))
+    inferred = ledger.infer_delete("a", AT)
+    assert inferred == TaskDeleted(
+        task_id="a", namespace="ns", at=AT, group="g", pid=7, exit=gone, inferred=True
+    )
+    assert ledger.infer_delete("a", AT) is None  # the record's delete after a restart's start
+    late = TaskDeleted(task_id="a", namespace="ns", pid=7, exit=gone)
+    assert not ledger.heard_delete(late)  # containerd's own, after all: already yielded
+    assert ledger.heard_delete(late)  # a second one is a new delete (another run's pid)
+
+
+def test_a_delete_heard_leaves_nothing_to_infer() -> None:
+    ledger = ExitLedger()
+    ledger.note_task(TaskStarted(task_id="a", pid=7))
+    assert ledger.heard_delete(TaskDeleted(task_id="a", pid=7))
+    assert ledger.infer_delete("a", AT) is None
+    assert ledger.infer_delete("never-seen", AT) is None
