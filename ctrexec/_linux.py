@@ -26,6 +26,7 @@ import fcntl
 import functools
 import logging
 import os
+import signal
 import socket
 import stat
 import struct
@@ -473,6 +474,43 @@ def remove_empty_cgroups(relative: str, *, parents: bool = True) -> bool:
                     gone = False
                 break
     return gone
+
+
+def kill_cgroup_procs(relative: str) -> int:
+    """SIGKILL every process left in a task's cgroup once containerd has no task for it.
+
+    A ``runc init`` whose create was cut short (its client killed mid-call) waits on its
+    exec FIFO for ever when the shim that started it is gone (seen with containerd
+    2.1). Nothing owns it, and the cgroup can't be removed while it is there. Each pid
+    is signalled through a pidfd taken while it was listed, so a pid reused meanwhile
+    is never hit. The number of processes signalled.
+    """
+    signalled = 0
+    for pid in _cgroup_pids(relative):
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            continue  # exited meanwhile
+        try:
+            if pid in _cgroup_pids(relative):  # the pidfd is of the process listed
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+                signalled += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return signalled
+
+
+def _cgroup_pids(relative: str) -> set[int]:
+    """The pids in the cgroup at ``relative`` in every hierarchy that has it."""
+    pids: set[int] = set()
+    for base in [CGROUP_ROOT, *[p for p in CGROUP_ROOT.iterdir() if p.is_dir()]]:
+        try:
+            pids.update(int(p) for p in (base / relative / "cgroup.procs").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return pids
 
 
 # -- reading files inside a root, never escaping it ---------------------------------------------

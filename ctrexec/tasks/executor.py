@@ -508,6 +508,9 @@ class Executor:
                     f"container {task_id} is {state.status.value}; stop it first or force"
                 )
             tasks.force_delete(self.client, task_id)
+            # A process left in the task's cgroup is no task's now (a runc init whose
+            # create was cut short): killed before its rootfs is taken away.
+            _linux.kill_cgroup_procs(ids.task_cgroup(self.client.namespace, task_id).lstrip("/"))
             # Start-up: what only a removal needs loads with the first one, not for ps.
             from ctrexec.tasks import implicitnet, stale
 
