@@ -11,12 +11,12 @@ import pytest
 
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
-from ctrexec.containerd.events import RecordChanged
+from ctrexec.containerd.events import RecordChanged, TaskDeleted, TaskStarted
 from ctrexec.errors import NotFound
 from ctrexec.groups import missing
 from ctrexec.net import hostfiles
 from ctrexec.tasks import files as taskfiles
-from ctrexec.tasks.events import EventFilter, RecordDeleted, TaskEvents
+from ctrexec.tasks.events import EventFilter, ExitLedger, RecordDeleted, TaskEvents
 
 MEMBERS = hostfiles.format_members(
     [hostfiles.Member("web-srv", "srv", "web"), hostfiles.Member("web-cli", "cli", "web")]
@@ -108,6 +108,7 @@ def _stream(deletions: bool, known: dict[str, Any]) -> TaskEvents:
     stream._client = SimpleNamespace(namespace="ns")  # type: ignore[assignment]
     stream._deletions = deletions
     stream._records = dict(known)
+    stream._ledger = ExitLedger()
     stream.filter = EventFilter()
     return stream
 
@@ -115,10 +116,19 @@ def _stream(deletions: bool, known: dict[str, Any]) -> TaskEvents:
 def test_a_stream_with_deletions_yields_a_managed_records_deletion_with_its_labels() -> None:
     labels = {lbl.MANAGED: "true", lbl.GROUP: "web"}
     change = RecordChanged(container_id="web-srv", deleted=True)
-    event = _stream(True, {"web-srv": labels})._record_changed(change)
+    [event] = _stream(True, {"web-srv": labels})._record_changed(change)
     assert isinstance(event, RecordDeleted)
     assert (event.task_id, event.group, dict(event.labels)) == ("web-srv", "web", labels)
     # Not asked for, not ours, or not known: nothing.
-    assert _stream(False, {"web-srv": labels})._record_changed(change) is None
-    assert _stream(True, {"web-srv": None})._record_changed(change) is None
-    assert _stream(True, {})._record_changed(change) is None
+    assert _stream(False, {"web-srv": labels})._record_changed(change) == []
+    assert _stream(True, {"web-srv": None})._record_changed(change) == []
+    assert _stream(True, {})._record_changed(change) == []
+
+
+def test_a_records_deletion_first_yields_the_delete_its_task_never_sent() -> None:
+    labels = {lbl.MANAGED: "true", lbl.GROUP: "web"}
+    stream = _stream(True, {"web-srv": labels})
+    stream._ledger.note_task(TaskStarted(task_id="web-srv", namespace="ns", pid=7))
+    deleted, gone = stream._record_changed(RecordChanged(container_id="web-srv", deleted=True))
+    assert isinstance(deleted, TaskDeleted) and isinstance(gone, RecordDeleted)
+    assert (deleted.task_id, deleted.pid, deleted.inferred) == ("web-srv", 7, True)
