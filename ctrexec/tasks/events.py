@@ -38,6 +38,7 @@ from ctrexec.containerd.events import (
     TaskOOM,
     TaskStarted,
 )
+from ctrexec.containerd.tasks import ExitStatus
 from ctrexec.errors import Canceled, CtrexecError, InvalidArgument, NotFound, Unavailable
 from ctrexec.tasks import info as taskinfo
 
@@ -152,14 +153,24 @@ class ExitLedger:
     def note_task(self, event: TaskStarted | TaskExited) -> None:
         """A task of the record lives, or lived: its delete is still to come."""
         exit_status = event.exit if isinstance(event, TaskExited) else None
-        self._undeleted[event.task_id] = TaskDeleted(
-            task_id=event.task_id,
-            namespace=event.namespace,
-            group=event.group,
-            pid=event.pid,
-            exit=exit_status,
+        self.note_listed(event.task_id, event.namespace, event.pid, exit_status, event.group)
+
+    def note_listed(
+        self,
+        task_id: str,
+        namespace: str,
+        pid: int,
+        exit_status: ExitStatus | None,
+        group: str | None = None,
+    ) -> None:
+        self._undeleted[task_id] = TaskDeleted(
+            task_id=task_id, namespace=namespace, group=group, pid=pid, exit=exit_status,
             inferred=True,
-        )
+        )  # fmt: skip
+
+    def undeleted(self) -> dict[str, ExitStatus | None]:
+        """The tasks not heard deleted, with the exit heard of each (None: still running)."""
+        return {task_id: d.exit for task_id, d in self._undeleted.items()}
 
     def infer_delete(self, task_id: str, at: datetime | None) -> TaskDeleted | None:
         """The delete of the task still undeleted, now that it must have happened."""
@@ -318,6 +329,7 @@ class TaskEvents(Iterator[Event]):
                     self._client, containers.label_filter(lbl.MANAGED, "true")
                 )
             }
+            self._list_tasks()
             heard = [e for env in early for e in self._accept(env)]
         except BaseException:
             with self._guard:
@@ -328,6 +340,23 @@ class TaskEvents(Iterator[Event]):
             self._queue.append(attrs.evolve(self._missed, at=datetime.now(UTC)))
             self._missed = None
         self._queue.extend(heard)
+
+    def _list_tasks(self) -> None:
+        """Know every task of ours; after an outage, keep the end of each run whose task
+        containerd deleted as it started again (1.7 and later reap a shim with no
+        process left), so the list a caller makes after EventsMissed shows it exited:
+        with the exit heard before, else as lost (:func:`ctrexec.tasks.info.report_gone`).
+        """
+        listed = {t.container_id: t for t in tasks.list_tasks(self._client)}
+        if self._missed is not None:
+            for task_id, heard in self._ledger.undeleted().items():
+                if task_id not in listed and task_id in self._records:
+                    at = self._missed.since or datetime.now(UTC)
+                    taskinfo.report_gone(self._client, task_id, at=at, heard=heard)
+                    self._ledger.forget(task_id)
+        for task_id, state in listed.items():
+            if self._records.get(task_id) is not None:
+                self._ledger.note_listed(task_id, self._client.namespace, state.pid, state.exit)
 
     def _broken(self, reason: str) -> None:
         with self._guard:

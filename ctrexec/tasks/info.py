@@ -264,6 +264,26 @@ def next_run(
     return containers.update_labels(client, record.id, update)
 
 
+def report_gone(
+    client: Client, task_id: str, *, at: datetime, heard: ExitStatus | None = None
+) -> ExitStatus | None:
+    """Keep the exit of a run whose task containerd deleted while restarting: ``heard``
+    (an exit seen before), else :data:`~ctrexec.tasks.runs.LOST_EXIT_CODE` at ``at``,
+    with the reason. The exit the record keeps; None when the container or a task of
+    it is there, or it never ran: then nothing went."""
+    try:
+        record = containers.get(client, task_id)
+    except NotFound:
+        return None
+    if runs.current(record.labels) is None or tasks.find(client, task_id) is not None:
+        return None
+    kept = runs.kept_exit(record.labels)
+    if kept is not None:
+        return kept
+    update = runs.lost_run(record.labels, at=at, reason=runs.GONE_AT_RESTART, heard=heard)
+    return runs.kept_exit(containers.update_labels(client, task_id, update).labels)
+
+
 def undo_next_run(client: Client, before: containers.Container) -> None:
     """A start that failed: the run number back as ``before`` had it. Best effort:
     the failure being reported matters more."""

@@ -151,15 +151,22 @@ def kept_exit(labels: Mapping[str, str]) -> ExitStatus | None:
 LOST_EXIT_CODE = 255
 
 
-def lost_run(labels: Mapping[str, str], *, at: datetime, reason: str) -> dict[str, str]:
-    """The label update that reports the current run exited (:data:`LOST_EXIT_CODE` at
-    ``at``) when its task went with no exit to keep, and why; the next start clears
-    the reason (:func:`next_run`)."""
+#: Why a run ended with no exit kept when containerd deleted its task as it started
+#: again (1.7 and later reap a shim with no process left, task and exit with it).
+GONE_AT_RESTART = "task deleted by containerd's restart"
+
+
+def lost_run(
+    labels: Mapping[str, str], *, at: datetime, reason: str, heard: ExitStatus | None = None
+) -> dict[str, str]:
+    """The label update that reports the current run exited when its task went with
+    no exit kept, and why: with the exit ``heard`` before it went, else
+    :data:`LOST_EXIT_CODE` at ``at``. The next start clears the reason (:func:`next_run`)."""
     now = current(labels)
     run = Run(
         run=now.run if now else 0,
         started_at=now.started_at if now else None,
-        exit=ExitStatus(code=LOST_EXIT_CODE, exited_at=at),
+        exit=heard or ExitStatus(code=LOST_EXIT_CODE, exited_at=at),
     )
     return {lbl.RUN_PREVIOUS: previous_label(run), lbl.EXIT_REASON: reason}
 

@@ -10,8 +10,11 @@ A wait ends only with what containerd answered: the exit, or an error. When cont
 goes away the call fails with Unavailable; that is not an exit, so the wait is sent
 again, queued by gRPC until containerd is back (``wait_for_ready``); containerd keeps a
 stopped task's exit, so an exit during the outage is what the new call answers.
-Cancelling the future (or a timeout in :func:`wait`) cancels the call; it never
-becomes an exit.
+containerd 1.7 and later don't: a shim with no process left is reaped as containerd
+starts, task and exit with it, and the new call answers NotFound. That run's end is
+kept in the record's labels (:func:`ctrexec.tasks.info.report_gone`, exit code 255,
+the reason said) and is what the wait returns. Cancelling the future (or a timeout
+in :func:`wait`) cancels the call; it never becomes an exit.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import concurrent.futures
 import contextlib
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -28,7 +32,8 @@ from ctrexec import _rpc
 from ctrexec.containerd import stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus
-from ctrexec.errors import CtrexecError, DeadlineExceeded, Unavailable
+from ctrexec.errors import CtrexecError, DeadlineExceeded, NotFound, Unavailable
+from ctrexec.tasks import info as taskinfo
 
 #: A Wait that fails with Unavailable this soon after it was sent, this many times in a
 #: row, is not an outage that waiting can outlast: the wait fails with that error.
@@ -73,6 +78,7 @@ class _ExitWaiter:
         self._call: _rpc.Pending[Any] | None = None
         self._sent_at = 0.0
         self._quick_failures = 0
+        self._outage_since: datetime | None = None
         self.future: concurrent.futures.Future[ExitStatus] = concurrent.futures.Future()
         self.future.add_done_callback(self._on_future_done)
         self._arm()
@@ -109,8 +115,17 @@ class _ExitWaiter:
         try:
             status = tasks.collect(call)
         except Unavailable as exc:
+            if self._outage_since is None:
+                self._outage_since = datetime.now(UTC)
             if self._outlasts(exc):
                 self._arm()
+            return
+        except NotFound as exc:
+            if self._outage_since is not None and not self._exec_id:
+                # RPCs of their own: off gRPC's callback thread, which must not block.
+                threading.Thread(target=self._gone, args=(exc,), daemon=True).start()
+                return
+            self._settle(error=exc)
             return
         except CtrexecError as exc:
             self._settle(error=exc)
@@ -125,6 +140,18 @@ class _ExitWaiter:
             return
         self._track(metrics)
         metrics.add_done_callback(lambda m: self._on_metrics(m, status))
+
+    def _gone(self, exc: NotFound) -> None:
+        """The task went while containerd was away: the run's kept exit, else the error."""
+        assert self._outage_since is not None
+        try:
+            kept = taskinfo.report_gone(self._client, self._task_id, at=self._outage_since)
+        except CtrexecError:
+            kept = None
+        if kept is not None:
+            self._settle(kept)
+        else:
+            self._settle(error=exc)
 
     def _outlasts(self, exc: Unavailable) -> bool:
         """Whether to send the wait again; else settle with ``exc``."""
