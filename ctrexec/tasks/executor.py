@@ -492,15 +492,19 @@ class Executor:
 
         The files and a ``run --network`` namespace go before the record, so a destroy
         cut short leaves a record that the next one finishes; without a record, the
-        id's own host files are removed still (an older version left them so), and
-        NotFound is raised.
+        id's own host files (an older version left them so) and a rootfs snapshot no
+        record holds (a destroy cut short after the record's delete) are removed
+        still, and NotFound is raised.
         """
         with self._lock(task_id):
             try:
                 record = containers.get(self.client, task_id)
             except NotFound:
+                from ctrexec.tasks import stale  # start-up: only a removal needs it
+
                 ns = self.client.namespace
                 hostfiles.remove_dir(hostfiles.task_dir(self.files_dir, ns, task_id).directory)
+                stale.orphaned_rootfs(self.client, task_id, snapshots.DEFAULT_SNAPSHOTTER)
                 raise
             state = tasks.find(self.client, task_id)
             if state is not None and state.status is not Status.STOPPED and not force:

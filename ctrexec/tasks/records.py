@@ -22,6 +22,17 @@ from ctrexec.errors import AlreadyExists, CtrexecError, NotFound
 from ctrexec.tasks import spec as taskspec
 
 
+def new_snapshot_key(name: str) -> str:
+    """A unique key, so a snapshot left by a crash can never block a later one."""
+    return f"{name}-{secrets.token_hex(4)}"
+
+
+def is_snapshot_key_of(key: str, name: str) -> bool:
+    """Whether ``key`` is one :func:`new_snapshot_key` made for ``name``."""
+    prefix, _, suffix = key.rpartition("-")
+    return prefix == name and len(suffix) == 8 and all(c in "0123456789abcdef" for c in suffix)
+
+
 def create(
     client: Client,
     checked: taskspec.CheckedConfig,
@@ -34,8 +45,7 @@ def create(
     """The container record, then its rootfs snapshot; the record goes again if the
     snapshot cannot be made."""
     config = checked.config
-    # A unique key, so a snapshot left by a crash can never block a later one.
-    snapshot_key = f"{config.name}-{secrets.token_hex(4)}"
+    snapshot_key = new_snapshot_key(config.name)
     try:
         record = containers.create(
             client,
