@@ -113,15 +113,12 @@ def _info(i: snapshots_pb2.Info) -> SnapshotInfo:
     )
 
 
-def list_snapshots(
-    client: Client, snapshotter: str = DEFAULT_SNAPSHOTTER, filters: Sequence[str] = ()
-) -> list[SnapshotInfo]:
-    """Every snapshot of the namespace in ``snapshotter`` that passes one of ``filters``
-    (containerd's syntax, ``kind==active``); all without any (what doctor judges)."""
+def list_snapshots(client: Client, snapshotter: str = DEFAULT_SNAPSHOTTER) -> list[SnapshotInfo]:
+    """Every snapshot of the namespace in ``snapshotter`` (what doctor judges)."""
     stream = client.rpc.server_stream(
         _rpc.SNAPSHOTS,
         "List",
-        snapshots_pb2.ListSnapshotsRequest(snapshotter=snapshotter, filters=list(filters)),
+        snapshots_pb2.ListSnapshotsRequest(snapshotter=snapshotter),
         snapshots_pb2.ListSnapshotsResponse,
         namespace=client.namespace,
     )

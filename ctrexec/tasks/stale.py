@@ -90,8 +90,10 @@ def orphaned_rootfs(client: Client, name: str, snapshotter: str) -> list[str]:
     """
     held = {r.snapshot_key for r in containers.list_containers(client)}
     removed = []
-    for snap in snapshots.list_snapshots(client, snapshotter, ["kind==active"]):
-        if records.is_snapshot_key_of(snap.name, name) and snap.name not in held:
+    # Not filtered by kind in containerd: 1.6 and 1.7 have no such filter field.
+    for snap in snapshots.list_snapshots(client, snapshotter):
+        mine = snap.kind == "active" and records.is_snapshot_key_of(snap.name, name)
+        if mine and snap.name not in held:
             snapshots.remove_snapshot(client, snap.name, snapshotter)
             removed.append(snap.name)
     return removed
