@@ -426,7 +426,18 @@ def cmd_rm(args: argparse.Namespace) -> int:
     if args.force and len(args.ids) > 1:  # all killed at once; each removal then is quick
         killed = lookup.known(args.ids)
         teardown.each_at_once(killed, lambda task_id: ex.signal(task_id, "SIGKILL"))
-    return each(args.ids, lambda task_id: ex.destroy(task_id, force=args.force), lookup)
+
+    def resolve(word: str) -> str:
+        try:
+            return lookup(word)
+        except NotFound:
+            # No record, but maybe what a removal cut short left of it (its snapshot,
+            # files): destroy removes those, then says NotFound itself.
+            with contextlib.suppress(CtrexecError):
+                ex.destroy(word, force=args.force)
+            raise
+
+    return each(args.ids, lambda task_id: ex.destroy(task_id, force=args.force), resolve)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
