@@ -110,7 +110,7 @@ KNOWN_ABSENT_IN_16: dict[str, str] = {
         for f in ("pid", "pidns", "deprecations")
     },
     f"message {_INTRO}.DeprecationWarning ({_INTRO_FILE}): no upstream counterpart": "Server",
-    # DeleteImageRequest.target (1.7, 2.x): rmi deletes only the image it resolved.
+    # DeleteImageRequest.target (2.x): rmi deletes only the image it resolved.
     # A proto3 optional field brings its synthetic oneof.
     f"field {_IMAGES}.DeleteImageRequest.target: no upstream counterpart": "Delete target",
     f"oneof {_IMAGES}.DeleteImageRequest._target: no upstream counterpart": "Delete target",

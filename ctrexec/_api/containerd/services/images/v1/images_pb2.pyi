@@ -258,9 +258,9 @@ class DeleteImageRequest(_message.Message):
     """Wait for garbage collection before returning."""
     @_builtins.property
     def target(self) -> _descriptor_pb2.Descriptor:
-        """containerd 1.7 and 2.x: delete only while the record still points at this
-        target's digest (else NotFound). Older servers do not know the field and, as
-        proto3 does with unknown fields, ignore it.
+        """containerd 2.x: delete only while the record still points at this target's
+        digest (else NotFound). Older servers ignore it, as proto3 does unknown fields
+        (seen on 1.6.20 and on 1.7.24).
         """
 
     def __init__(
