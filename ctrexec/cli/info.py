@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ctrexec._version import VERSION
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
@@ -44,7 +45,22 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"snapshotters:  {', '.join(info.snapshotters) or '-'}")
     print(f"runtimes:      {', '.join(info.runtimes) or '-'}")
     print(f"oci runtimes:  {', '.join(info.oci_runtimes) or '-'}")
+    if info.runc is not None:
+        print(f"runc v2:       {_runc_line(info.runc)}")
+    elif info.runc_error:
+        print(f"runc v2:       containerd cannot run it: {info.runc_error}")
+    for d in info.deprecations:
+        seen = f" (last seen {d.last_seen:%Y-%m-%d %H:%M:%S}Z)" if d.last_seen else ""
+        print(f"deprecated:    {d.id}: {d.message}{seen}")
     return 0
+
+
+def _runc_line(runc: Any) -> str:
+    """``runc 1.1.5 (OCI 1.0.0..1.0.2-dev), shim 2.1.9, as containerd reports it``."""
+    binary = " ".join(w for w in (runc.binary, runc.binary_version) if w)
+    oci = f" (OCI {runc.oci_versions})" if runc.oci_versions else ""
+    shim = f", shim {runc.shim_version}" if runc.shim_version else ""
+    return f"{binary or '?'}{oci}{shim}, as containerd reports it"
 
 
 def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:

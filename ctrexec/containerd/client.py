@@ -9,15 +9,16 @@ channel. Domain modules reach containerd through :attr:`Client.rpc`; nothing abo
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Self, TypedDict, TypeVar, Unpack
+from typing import Any, Self, TypedDict, TypeVar, Unpack
 
 import attrs
-from google.protobuf import empty_pb2
+from google.protobuf import any_pb2, empty_pb2
 from google.protobuf.message import Message
 
 from ctrexec import _rpc, defaults, errors
@@ -25,6 +26,8 @@ from ctrexec._api.containerd.services.introspection.v1 import introspection_pb2
 from ctrexec._api.containerd.services.leases.v1 import leases_pb2
 from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
 from ctrexec._api.containerd.services.version.v1 import version_pb2
+from ctrexec._api.containerd.types import introspection_pb2 as runtime_pb2
+from ctrexec._api.runc.options import oci_pb2
 from ctrexec.containerd._proto import from_timestamp
 from ctrexec.ids import validate_id
 
@@ -55,6 +58,13 @@ KNOWN_RUNTIMES = {
     "io.containerd.runsc.v1": "containerd-shim-runsc-v1",
 }
 KNOWN_OCI_BINARIES = ("runc", "crun", "runsc", "youki")
+RUNC_V2 = "io.containerd.runc.v2"
+#: The plugin that answers Introspection.PluginInfo about a runtime (containerd 2.x).
+TASK_RUNTIME_PLUGIN = ("io.containerd.runtime.v2", "task")
+_RUNTIME_INFO = "containerd.types.RuntimeInfo"
+_RUNC_OPTIONS = "containerd.runc.v1.Options"
+#: The Any type URL of the OCI runtime's ``features`` document.
+FEATURES_TYPE_URL = "types.containerd.io/opencontainers/runtime-spec/1/features/Features"
 
 
 @attrs.frozen
@@ -85,6 +95,53 @@ class Plugin:
 
 
 @attrs.frozen
+class RuntimeFeatures:
+    """What containerd 2.x's task runtime says about a shim (``shim -info``): the OCI
+    binary it runs and that binary's ``features`` document (runc's ``features`` JSON).
+
+    ``binary`` is the runc options' ``BinaryName``, else ``runc``: the runc v2 shim's
+    default when none is set; empty for another shim."""
+
+    runtime: str
+    binary: str
+    shim_version: str = ""
+    features: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def binary_version(self) -> str:
+        """The OCI binary's version, as its features' annotations give it (runc's)."""
+        notes = self.features.get("annotations")
+        return (
+            str(notes.get("org.opencontainers.runc.version", "")) if isinstance(notes, dict) else ""
+        )
+
+    @property
+    def oci_versions(self) -> str:
+        """The OCI runtime-spec versions the binary takes, ``1.0.0..1.2.0``."""
+        low, high = self.features.get("ociVersionMin"), self.features.get("ociVersionMax")
+        return f"{low}..{high}" if low and high else ""
+
+
+@attrs.frozen
+class Deprecation:
+    """A deprecated feature containerd (2.x) saw in use: its config, an image, a client."""
+
+    id: str
+    message: str
+    last_seen: datetime | None = None
+
+
+@attrs.frozen
+class ServerDetails:
+    """Introspection.Server: containerd 1.x fills ``uuid`` only; 2.x adds its pid and
+    the deprecations it has seen (empty on 1.x, where the fields are unknown)."""
+
+    uuid: str
+    pid: int = 0
+    deprecations: tuple[Deprecation, ...] = ()
+
+
+@attrs.frozen
 class ServerInfo:
     """What ``ctrexec info`` shows: where we talk, to what, and what it can run."""
 
@@ -95,6 +152,11 @@ class ServerInfo:
     snapshotters: tuple[str, ...]
     runtimes: tuple[str, ...]
     oci_runtimes: tuple[str, ...]
+    #: The daemon's own answer about runc v2 (containerd 2.x); None when it cannot say.
+    runc: RuntimeFeatures | None = None
+    #: Why the daemon could not say, when it failed to (not when it lacks the call).
+    runc_error: str = ""
+    deprecations: tuple[Deprecation, ...] = ()
 
 
 class Client:
@@ -245,23 +307,68 @@ class Client:
             for p in resp.plugins
         ]
 
+    def server(self) -> ServerDetails:
+        """Introspection.Server, with 2.x's deprecations when the daemon reports them."""
+        resp = self._conn.unary(
+            _rpc.INTROSPECTION, "Server", empty_pb2.Empty(), introspection_pb2.ServerResponse
+        )
+        found = tuple(
+            Deprecation(id=w.id, message=w.message, last_seen=from_timestamp(w.last_occurrence))
+            for w in resp.deprecations
+        )
+        return ServerDetails(uuid=resp.uuid, pid=resp.pid, deprecations=found)
+
+    def runtime_features(
+        self, runtime: str = RUNC_V2, *, binary: str | None = None
+    ) -> RuntimeFeatures | None:
+        """What containerd's task runtime says about ``runtime`` (Introspection.PluginInfo,
+        containerd 2.x): the daemon runs the shim it would run, with its own PATH. None
+        when the daemon has no such call (1.x answers Unimplemented). ``binary``: ask
+        about another runc-compatible binary (the runc options' BinaryName)."""
+        request = runtime_pb2.RuntimeRequest(runtime_path=runtime)
+        if binary:
+            opts = oci_pb2.Options(binary_name=binary).SerializeToString()
+            request.options.CopyFrom(any_pb2.Any(type_url=_RUNC_OPTIONS, value=opts))
+        kind, plugin_id = TASK_RUNTIME_PLUGIN
+        req = introspection_pb2.PluginInfoRequest(type=kind, id=plugin_id)
+        req.options.Pack(request)
+        try:
+            resp = self._conn.unary(
+                _rpc.INTROSPECTION, "PluginInfo", req, introspection_pb2.PluginInfoResponse
+            )
+        except errors.Unimplemented:
+            return None
+        return _runtime_features(runtime, resp.extra)
+
     def info(self) -> ServerInfo:
+        """What ``ctrexec info`` shows. runc v2 is what the daemon says when it can
+        (containerd 2.x runs the shim itself, on its own PATH), else what this process's
+        PATH holds."""
         plugins = self.plugins()
         snapshotters = tuple(
             sorted(p.id for p in plugins if p.type == "io.containerd.snapshotter.v1" and p.ok)
         )
-        runtimes = tuple(
-            sorted(name for name, shim in KNOWN_RUNTIMES.items() if shutil.which(shim))
-        )
-        oci = tuple(b for b in KNOWN_OCI_BINARIES if shutil.which(b))
+        runc, runc_error = None, ""
+        try:
+            runc = self.runtime_features(RUNC_V2)
+        except errors.CtrexecError as exc:
+            runc_error = str(exc)
+        on_path = {name for name, shim in KNOWN_RUNTIMES.items() if shutil.which(shim)}
+        oci = [b for b in KNOWN_OCI_BINARIES if shutil.which(b)]
+        if runc is not None:
+            on_path.add(RUNC_V2)
+            oci = [runc.binary, *(b for b in oci if b != runc.binary)]
         return ServerInfo(
             address=self.address,
             namespace=self.namespace,
             version=self.version(),
             namespaces=tuple(self.namespaces()),
             snapshotters=snapshotters,
-            runtimes=runtimes,
-            oci_runtimes=oci,
+            runtimes=tuple(sorted(on_path)),
+            oci_runtimes=tuple(oci),
+            runc=runc,
+            runc_error=runc_error,
+            deprecations=self.server().deprecations,
         )
 
     # -- leases -----------------------------------------------------------------------
@@ -328,3 +435,26 @@ class Client:
         finally:
             with contextlib.suppress(errors.NotFound):
                 self.delete_lease(lease.id)
+
+
+def _runtime_features(runtime: str, extra: any_pb2.Any) -> RuntimeFeatures:
+    """PluginInfo's ``extra`` for a runtime. containerd writes its type URL as the bare
+    name (``containerd.types.RuntimeInfo``, no ``/``), which ``Any.Unpack`` refuses, so
+    the name is compared here."""
+    if extra.type_url.rsplit("/", 1)[-1] != _RUNTIME_INFO:
+        raise errors.Internal(f"PluginInfo for {runtime} answered with {extra.type_url!r}")
+    info = runtime_pb2.RuntimeInfo.FromString(extra.value)
+    binary = "runc" if runtime == RUNC_V2 else ""
+    if info.options.type_url.rsplit("/", 1)[-1] == _RUNC_OPTIONS:
+        binary = oci_pb2.Options.FromString(info.options.value).binary_name or binary
+    features: dict[str, Any] = {}
+    if info.features.type_url == FEATURES_TYPE_URL:
+        with contextlib.suppress(ValueError):
+            doc = json.loads(info.features.value)
+            features = doc if isinstance(doc, dict) else {}
+    return RuntimeFeatures(
+        runtime=info.name or runtime,
+        binary=binary,
+        shim_version=info.version.version,
+        features=features,
+    )

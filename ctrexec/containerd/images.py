@@ -30,6 +30,7 @@ from google.protobuf import empty_pb2, field_mask_pb2
 
 from ctrexec import _linux, _rpc, errors
 from ctrexec._api.containerd.services.images.v1 import images_pb2
+from ctrexec._api.containerd.types import descriptor_pb2
 from ctrexec.containerd import content, snapshots
 from ctrexec.containerd._proto import from_timestamp
 from ctrexec.containerd.client import Client
@@ -383,18 +384,29 @@ def list_images(client: Client, *, platform: Platform | str | None = None) -> li
     return sorted(out, key=lambda s: s.name)
 
 
-def remove_image(client: Client, name: str | ImageName, *, sync: bool = False) -> None:
+def remove_image(
+    client: Client, name: str | ImageName, *, sync: bool = False, target: str = ""
+) -> None:
     """Delete the image record; containerd's GC then frees unreferenced content and
-    snapshots (before returning when ``sync``)."""
+    snapshots (before returning when ``sync``).
+
+    ``target``: the digest the caller resolved the record to. containerd 2.x then
+    deletes it only while it still points there, and answers NotFound when it moved
+    (a pull or an import re-tagged it meanwhile), which becomes a Conflict here.
+    Older servers ignore the field (seen on 1.6.20 and 1.7.24): the record goes."""
     wanted = _named(name)
+    req = images_pb2.DeleteImageRequest(name=wanted.name, sync=sync)
+    if target:
+        req.target.CopyFrom(descriptor_pb2.Descriptor(digest=validate_digest(target)))
     try:
-        client.call(
-            _rpc.IMAGES,
-            "Delete",
-            images_pb2.DeleteImageRequest(name=wanted.name, sync=sync),
-            empty_pb2.Empty,
-        )
+        client.call(_rpc.IMAGES, "Delete", req, empty_pb2.Empty)
     except errors.NotFound:
+        now = recorded_target(client, wanted.name) if target else None
+        if now is not None and now != target:
+            raise errors.Conflict(
+                f"image {wanted.shown} changed while being removed (now {now}, "
+                f"was {target}): not removed"
+            ) from None
         raise _not_found(wanted) from None
 
 

@@ -12,6 +12,7 @@ import attrs
 from ctrexec.doctor import (
     cgroups,
     containers,
+    daemon,
     files,
     integrity,
     logdisk,
@@ -47,6 +48,8 @@ CHECKS: tuple[Check, ...] = (
     integrity.ADDRESSES,
     # disks: warnings, nothing gc removes
     *logdisk.CHECKS,
+    # the daemon's own warnings (containerd 2.x's deprecations): nothing gc removes
+    daemon.CHECK,
 )
 
 

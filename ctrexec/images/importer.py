@@ -403,7 +403,7 @@ def _finish(
     opts: _Options,
     *,
     lease: str,
-    created: list[str],
+    created: dict[str, str],
     progress: ImportProgress | None,
 ) -> list[ImportedImage]:
     layout = archives.check_layout(scan.meta)
@@ -421,7 +421,7 @@ def _finish(
         for name in names:
             before = images.recorded_target(client, name)
             if before is None:
-                created.append(name)
+                created[name] = target.digest
             elif before != target.digest:
                 replaced[name] = _image_id(client, name, before)
             images.record_image(client, name, target, lease=lease)
@@ -474,14 +474,15 @@ def _import(
     client: Client, source: IO[bytes], opts: _Options, progress: ImportProgress | None
 ) -> list[ImportedImage]:
     held = client.create_lease()
-    created: list[str] = []
+    created: dict[str, str] = {}  # name -> the target this import gave it
     try:
         scan = _scan(client, source, held.id, progress)
         result = _finish(client, scan, opts, lease=held.id, created=created, progress=progress)
     except BaseException:
-        for name in created:
+        for name, digest in created.items():
+            # only while it is still this import's (a pull may have re-tagged it)
             with contextlib.suppress(errors.CtrexecError):
-                images.remove_image(client, name)
+                images.remove_image(client, name, target=digest)
         with contextlib.suppress(errors.CtrexecError):
             client.delete_lease(held.id, sync=True)
         raise

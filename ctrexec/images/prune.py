@@ -60,9 +60,9 @@ def prune_images(client: Client, *, all_images: bool = False) -> PruneReport:
     deleted = []
     for n, i in enumerate(doomed):
         try:
-            images.remove_image(client, i.name, sync=n == len(doomed) - 1)
-        except errors.NotFound:
-            continue  # removed meanwhile
+            images.remove_image(client, i.name, sync=n == len(doomed) - 1, target=i.digest)
+        except (errors.NotFound, errors.Conflict):
+            continue  # removed, or re-tagged to another image, meanwhile
         deleted.append(i.name)
     reclaimed = sum(size for d, size in blobs.items() if not content.exists(client, d))
     return PruneReport(tuple(deleted), reclaimed)

@@ -99,7 +99,13 @@ def remove(client: Client, ref: str, *, force: bool = False) -> None:
 def _remove_name(
     client: Client, name: images.ImageName, *, force: bool, by_id: bool = False
 ) -> None:
-    """``by_id``: one of the names an ID stands for, which may be gone meanwhile."""
+    """``by_id``: one of the names an ID stands for, which may be gone meanwhile.
+
+    The record's target is read first and the delete carries it, so a record that a
+    pull or an import moves meanwhile is not removed (containerd 2.x)."""
+    target = images.recorded_target(client, name.name)
+    if target is None and by_id:
+        return
     if not force:
         using = containers_by_image(client).get(name.name, [])
         if using:
@@ -108,7 +114,7 @@ def _remove_name(
                 "(remove the container first, or force with rmi -f)"
             )
     try:
-        images.remove_image(client, name)
+        images.remove_image(client, name, target=target or "")
     except NotFound:
         if not by_id:
             raise

@@ -117,16 +117,20 @@ class _Store:
         monkeypatch.setattr(images, "list_images", self._list)
         monkeypatch.setattr(images, "remove_image", self._remove)
         monkeypatch.setattr(images, "get_image", self._get)
+        monkeypatch.setattr(images, "recorded_target", lambda client, n: self.records.get(n))
         monkeypatch.setattr(content, "exists", lambda client, digest: False)
 
     def _list(self, client: Any, **kw: Any) -> list[images.ImageSummary]:
         made = datetime(2026, 1, 1, tzinfo=UTC)
         return [images.ImageSummary(n, d, 1, made) for n, d in sorted(self.records.items())]
 
-    def _remove(self, client: Any, name: str | images.ImageName, *, sync: bool = False) -> None:
+    def _remove(
+        self, client: Any, name: str | images.ImageName, *, sync: bool = False, target: str = ""
+    ) -> None:
         stored = name.name if isinstance(name, images.ImageName) else name
         if stored not in self.records:
             raise errors.NotFound(f"image {stored} not found")
+        assert target == self.records[stored], "every removal names the target it resolved"
         del self.records[stored]
         self.removed.append(stored)
 

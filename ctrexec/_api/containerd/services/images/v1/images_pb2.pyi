@@ -252,19 +252,30 @@ class DeleteImageRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     SYNC_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     sync: _builtins.bool
     """Wait for garbage collection before returning."""
+    @_builtins.property
+    def target(self) -> _descriptor_pb2.Descriptor:
+        """containerd 2.x: delete only while the record still points at this target's
+        digest (else NotFound). Older servers ignore it, as proto3 does unknown fields
+        (seen on 1.6.20 and on 1.7.24).
+        """
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         sync: _builtins.bool = ...,
+        target: _descriptor_pb2.Descriptor | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_target", b"_target", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "sync", b"sync"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_target", b"_target", "name", b"name", "sync", b"sync", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__target: _TypeAlias = _typing.Literal["target"]  # noqa: Y015
+    _WhichOneofArgType__target: _TypeAlias = _typing.Literal["_target", b"_target"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__target) -> _WhichOneofReturnType__target | None: ...
 
 Global___DeleteImageRequest: _TypeAlias = DeleteImageRequest  # noqa: Y015

@@ -22,12 +22,14 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import any_pb2 as google_dot_protobuf_dot_any__pb2
 from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from ctrexec._api.containerd.types import platform_pb2 as ctrexec_dot___api_dot_containerd_dot_types_dot_platform__pb2
 from ctrexec._api.google.rpc import status_pb2 as ctrexec_dot___api_dot_google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\nEctrexec/_api/containerd/services/introspection/v1/introspection.proto\x12$containerd.services.introspection.v1\x1a\x1bgoogle/protobuf/empty.proto\x1a,ctrexec/_api/containerd/types/platform.proto\x1a$ctrexec/_api/google/rpc/status.proto\"\x9b\x02\n\x06Plugin\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x10\n\x08requires\x18\x03 \x03(\t\x12-\n\tplatforms\x18\x04 \x03(\x0b\x32\x1a.containerd.types.Platform\x12J\n\x07\x65xports\x18\x05 \x03(\x0b\x32\x39.containerd.services.introspection.v1.Plugin.ExportsEntry\x12\x14\n\x0c\x63\x61pabilities\x18\x06 \x03(\t\x12$\n\x08init_err\x18\x07 \x01(\x0b\x32\x12.google.rpc.Status\x1a.\n\x0c\x45xportsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"!\n\x0ePluginsRequest\x12\x0f\n\x07\x66ilters\x18\x01 \x03(\t\"P\n\x0fPluginsResponse\x12=\n\x07plugins\x18\x01 \x03(\x0b\x32,.containerd.services.introspection.v1.Plugin\"\x1e\n\x0eServerResponse\x12\x0c\n\x04uuid\x18\x01 \x01(\t2\xdf\x01\n\rIntrospection\x12v\n\x07Plugins\x12\x34.containerd.services.introspection.v1.PluginsRequest\x1a\x35.containerd.services.introspection.v1.PluginsResponse\x12V\n\x06Server\x12\x16.google.protobuf.Empty\x1a\x34.containerd.services.introspection.v1.ServerResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\nEctrexec/_api/containerd/services/introspection/v1/introspection.proto\x12$containerd.services.introspection.v1\x1a\x19google/protobuf/any.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a,ctrexec/_api/containerd/types/platform.proto\x1a$ctrexec/_api/google/rpc/status.proto\"\x9b\x02\n\x06Plugin\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x10\n\x08requires\x18\x03 \x03(\t\x12-\n\tplatforms\x18\x04 \x03(\x0b\x32\x1a.containerd.types.Platform\x12J\n\x07\x65xports\x18\x05 \x03(\x0b\x32\x39.containerd.services.introspection.v1.Plugin.ExportsEntry\x12\x14\n\x0c\x63\x61pabilities\x18\x06 \x03(\t\x12$\n\x08init_err\x18\x07 \x01(\x0b\x32\x12.google.rpc.Status\x1a.\n\x0c\x45xportsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"!\n\x0ePluginsRequest\x12\x0f\n\x07\x66ilters\x18\x01 \x03(\t\"P\n\x0fPluginsResponse\x12=\n\x07plugins\x18\x01 \x03(\x0b\x32,.containerd.services.introspection.v1.Plugin\"\x8a\x01\n\x0eServerResponse\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x04\x12\r\n\x05pidns\x18\x03 \x01(\x04\x12N\n\x0c\x64\x65precations\x18\x04 \x03(\x0b\x32\x38.containerd.services.introspection.v1.DeprecationWarning\"f\n\x12\x44\x65precationWarning\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x33\n\x0flast_occurrence\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"T\n\x11PluginInfoRequest\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12%\n\x07options\x18\x03 \x01(\x0b\x32\x14.google.protobuf.Any\"w\n\x12PluginInfoResponse\x12<\n\x06plugin\x18\x01 \x01(\x0b\x32,.containerd.services.introspection.v1.Plugin\x12#\n\x05\x65xtra\x18\x02 \x01(\x0b\x32\x14.google.protobuf.Any2\xe0\x02\n\rIntrospection\x12v\n\x07Plugins\x12\x34.containerd.services.introspection.v1.PluginsRequest\x1a\x35.containerd.services.introspection.v1.PluginsResponse\x12V\n\x06Server\x12\x16.google.protobuf.Empty\x1a\x34.containerd.services.introspection.v1.ServerResponse\x12\x7f\n\nPluginInfo\x12\x37.containerd.services.introspection.v1.PluginInfoRequest\x1a\x38.containerd.services.introspection.v1.PluginInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,16 +38,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PLUGIN_EXPORTSENTRY']._loaded_options = None
   _globals['_PLUGIN_EXPORTSENTRY']._serialized_options = b'8\001'
-  _globals['_PLUGIN']._serialized_start=225
-  _globals['_PLUGIN']._serialized_end=508
-  _globals['_PLUGIN_EXPORTSENTRY']._serialized_start=462
-  _globals['_PLUGIN_EXPORTSENTRY']._serialized_end=508
-  _globals['_PLUGINSREQUEST']._serialized_start=510
-  _globals['_PLUGINSREQUEST']._serialized_end=543
-  _globals['_PLUGINSRESPONSE']._serialized_start=545
-  _globals['_PLUGINSRESPONSE']._serialized_end=625
-  _globals['_SERVERRESPONSE']._serialized_start=627
-  _globals['_SERVERRESPONSE']._serialized_end=657
-  _globals['_INTROSPECTION']._serialized_start=660
-  _globals['_INTROSPECTION']._serialized_end=883
+  _globals['_PLUGIN']._serialized_start=285
+  _globals['_PLUGIN']._serialized_end=568
+  _globals['_PLUGIN_EXPORTSENTRY']._serialized_start=522
+  _globals['_PLUGIN_EXPORTSENTRY']._serialized_end=568
+  _globals['_PLUGINSREQUEST']._serialized_start=570
+  _globals['_PLUGINSREQUEST']._serialized_end=603
+  _globals['_PLUGINSRESPONSE']._serialized_start=605
+  _globals['_PLUGINSRESPONSE']._serialized_end=685
+  _globals['_SERVERRESPONSE']._serialized_start=688
+  _globals['_SERVERRESPONSE']._serialized_end=826
+  _globals['_DEPRECATIONWARNING']._serialized_start=828
+  _globals['_DEPRECATIONWARNING']._serialized_end=930
+  _globals['_PLUGININFOREQUEST']._serialized_start=932
+  _globals['_PLUGININFOREQUEST']._serialized_end=1016
+  _globals['_PLUGININFORESPONSE']._serialized_start=1018
+  _globals['_PLUGININFORESPONSE']._serialized_end=1137
+  _globals['_INTROSPECTION']._serialized_start=1140
+  _globals['_INTROSPECTION']._serialized_end=1492
 # @@protoc_insertion_point(module_scope)

@@ -6,8 +6,10 @@ Introspection: which plugins the daemon loaded, and the server's identity."""
 from collections import abc as _abc
 from ctrexec._api.containerd.types import platform_pb2 as _platform_pb2
 from ctrexec._api.google.rpc import status_pb2 as _status_pb2
+from google.protobuf import any_pb2 as _any_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
@@ -130,19 +132,117 @@ Global___PluginsResponse: _TypeAlias = PluginsResponse  # noqa: Y015
 
 @_typing.final
 class ServerResponse(_message.Message):
+    """Fields 2 to 4 are containerd 2.x's; older servers leave them unset."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     UUID_FIELD_NUMBER: _builtins.int
+    PID_FIELD_NUMBER: _builtins.int
+    PIDNS_FIELD_NUMBER: _builtins.int
+    DEPRECATIONS_FIELD_NUMBER: _builtins.int
     uuid: _builtins.str
+    pid: _builtins.int
+    pidns: _builtins.int
+    """The inode of containerd's PID namespace."""
+    @_builtins.property
+    def deprecations(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeprecationWarning]:
+        """Deprecated features the daemon has seen in use (its config, images, clients)."""
+
     def __init__(
         self,
         *,
         uuid: _builtins.str = ...,
+        pid: _builtins.int = ...,
+        pidns: _builtins.int = ...,
+        deprecations: _abc.Iterable[Global___DeprecationWarning] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deprecations", b"deprecations", "pid", b"pid", "pidns", b"pidns", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ServerResponse: _TypeAlias = ServerResponse  # noqa: Y015
+
+@_typing.final
+class DeprecationWarning(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    LAST_OCCURRENCE_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """e.g. "io.containerd.deprecation/pull-schema-1-image"."""
+    message: _builtins.str
+    @_builtins.property
+    def last_occurrence(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        message: _builtins.str = ...,
+        last_occurrence: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_occurrence", b"last_occurrence"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "last_occurrence", b"last_occurrence", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeprecationWarning: _TypeAlias = DeprecationWarning  # noqa: Y015
+
+@_typing.final
+class PluginInfoRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    """e.g. "io.containerd.runtime.v2"."""
+    id: _builtins.str
+    """e.g. "task"."""
+    @_builtins.property
+    def options(self) -> _any_pb2.Any:
+        """Plugin-specific: for the task runtime a containerd.types.RuntimeRequest."""
+
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        id: _builtins.str = ...,
+        options: _any_pb2.Any | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["options", b"options"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "options", b"options", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PluginInfoRequest: _TypeAlias = PluginInfoRequest  # noqa: Y015
+
+@_typing.final
+class PluginInfoResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PLUGIN_FIELD_NUMBER: _builtins.int
+    EXTRA_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def plugin(self) -> Global___Plugin: ...
+    @_builtins.property
+    def extra(self) -> _any_pb2.Any:
+        """Plugin-specific: for the task runtime a containerd.types.RuntimeInfo."""
+
+    def __init__(
+        self,
+        *,
+        plugin: Global___Plugin | None = ...,
+        extra: _any_pb2.Any | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["extra", b"extra", "plugin", b"plugin"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["extra", b"extra", "plugin", b"plugin"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PluginInfoResponse: _TypeAlias = PluginInfoResponse  # noqa: Y015

@@ -46,6 +46,11 @@ class IntrospectionStub:
                 request_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
                 response_deserializer=ctrexec_dot___api_dot_containerd_dot_services_dot_introspection_dot_v1_dot_introspection__pb2.ServerResponse.FromString,
                 _registered_method=True)
+        self.PluginInfo = channel.unary_unary(
+                '/containerd.services.introspection.v1.Introspection/PluginInfo',
+                request_serializer=ctrexec_dot___api_dot_containerd_dot_services_dot_introspection_dot_v1_dot_introspection__pb2.PluginInfoRequest.SerializeToString,
+                response_deserializer=ctrexec_dot___api_dot_containerd_dot_services_dot_introspection_dot_v1_dot_introspection__pb2.PluginInfoResponse.FromString,
+                _registered_method=True)
 
 
 class IntrospectionServicer:
@@ -64,6 +69,13 @@ class IntrospectionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PluginInfo(self, request, context):
+        """containerd 2.x: what one plugin says about itself (older servers: Unimplemented).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IntrospectionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -76,6 +88,11 @@ def add_IntrospectionServicer_to_server(servicer, server):
                     servicer.Server,
                     request_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
                     response_serializer=ctrexec_dot___api_dot_containerd_dot_services_dot_introspection_dot_v1_dot_introspection__pb2.ServerResponse.SerializeToString,
+            ),
+            'PluginInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.PluginInfo,
+                    request_deserializer=ctrexec_dot___api_dot_containerd_dot_services_dot_introspection_dot_v1_dot_introspection__pb2.PluginInfoRequest.FromString,
+                    response_serializer=ctrexec_dot___api_dot_containerd_dot_services_dot_introspection_dot_v1_dot_introspection__pb2.PluginInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -133,6 +150,33 @@ class Introspection:
             '/containerd.services.introspection.v1.Introspection/Server',
             google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ctrexec_dot___api_dot_containerd_dot_services_dot_introspection_dot_v1_dot_introspection__pb2.ServerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PluginInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/containerd.services.introspection.v1.Introspection/PluginInfo',
+            ctrexec_dot___api_dot_containerd_dot_services_dot_introspection_dot_v1_dot_introspection__pb2.PluginInfoRequest.SerializeToString,
+            ctrexec_dot___api_dot_containerd_dot_services_dot_introspection_dot_v1_dot_introspection__pb2.PluginInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,

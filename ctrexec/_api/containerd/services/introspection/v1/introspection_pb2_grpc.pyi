@@ -36,6 +36,8 @@ class IntrospectionStub:
     def __new__(cls, channel: _aio.Channel) -> IntrospectionAsyncStub: ...
     Plugins: _grpc.UnaryUnaryMultiCallable[_introspection_pb2.PluginsRequest, _introspection_pb2.PluginsResponse]
     Server: _grpc.UnaryUnaryMultiCallable[_empty_pb2.Empty, _introspection_pb2.ServerResponse]
+    PluginInfo: _grpc.UnaryUnaryMultiCallable[_introspection_pb2.PluginInfoRequest, _introspection_pb2.PluginInfoResponse]
+    """containerd 2.x: what one plugin says about itself (older servers: Unimplemented)."""
 
 @_typing.type_check_only
 class IntrospectionAsyncStub(IntrospectionStub):
@@ -44,6 +46,8 @@ class IntrospectionAsyncStub(IntrospectionStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Plugins: _aio.UnaryUnaryMultiCallable[_introspection_pb2.PluginsRequest, _introspection_pb2.PluginsResponse]  # type: ignore[assignment]
     Server: _aio.UnaryUnaryMultiCallable[_empty_pb2.Empty, _introspection_pb2.ServerResponse]  # type: ignore[assignment]
+    PluginInfo: _aio.UnaryUnaryMultiCallable[_introspection_pb2.PluginInfoRequest, _introspection_pb2.PluginInfoResponse]  # type: ignore[assignment]
+    """containerd 2.x: what one plugin says about itself (older servers: Unimplemented)."""
 
 class IntrospectionServicer(metaclass=_abc_1.ABCMeta):
     """Loaded plugins and server identity."""
@@ -61,5 +65,13 @@ class IntrospectionServicer(metaclass=_abc_1.ABCMeta):
         request: _empty_pb2.Empty,
         context: _ServicerContext,
     ) -> _typing.Union[_introspection_pb2.ServerResponse, _abc.Awaitable[_introspection_pb2.ServerResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PluginInfo(
+        self,
+        request: _introspection_pb2.PluginInfoRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_introspection_pb2.PluginInfoResponse, _abc.Awaitable[_introspection_pb2.PluginInfoResponse]]:
+        """containerd 2.x: what one plugin says about itself (older servers: Unimplemented)."""
 
 def add_IntrospectionServicer_to_server(servicer: IntrospectionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
