@@ -10,30 +10,26 @@ missed (containerd restarted), so killing it and starting it again loses nothing
 It also removes ``--rm`` containers whose task exited (docker's daemon does that;
 ctrexec has no daemon). While it runs it holds a shared lock on a file named after
 the containerd address and namespace, so ``run -d --rm`` can tell whether any
-supervisor will remove the container (:func:`is_supervised`).
+supervisor will remove the container (:mod:`ctrexec.groups.presence`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import logging
-import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ctrexec import _linux
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, tasks
-from ctrexec.containerd.client import Client
 from ctrexec.containerd.events import EventsMissed, TaskExited, TaskOOM
 from ctrexec.containerd.tasks import ExitStatus, Status
-from ctrexec.defaults import RUN_DIR
 from ctrexec.errors import CtrexecError, NotFound
 from ctrexec.groups import missing
+from ctrexec.groups.presence import DEFAULT_LOCK_DIR, presence
 from ctrexec.tasks import runs
 from ctrexec.tasks.config import TaskInfo
 from ctrexec.tasks.events import MAX_RECONNECT_DELAY, RecordDeleted, TaskEvents
@@ -51,55 +47,6 @@ RESET_AFTER = 10.0
 MIN_DELAY = 0.1
 #: How much of a failed restart's error the label keeps (labels are limited to 4 KiB).
 MAX_ERROR_BYTES = 1024
-#: Where running supervisors hold their presence locks (cleared by a reboot).
-DEFAULT_LOCK_DIR = Path(RUN_DIR, "supervise")
-
-
-def _lock_path(client: Client, lock_dir: Path) -> Path:
-    key = hashlib.sha256(os.path.realpath(client.address).encode()).hexdigest()[:16]
-    return lock_dir / f"{key}-{client.namespace}.lock"
-
-
-@contextlib.contextmanager
-def presence(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> Iterator[None]:
-    """Hold a shared lock saying "a supervisor serves this namespace" for the block.
-
-    The kernel drops a flock when its holder dies, so the lock cannot go stale the
-    way a pid file can; shared, so several supervisors may run.
-    """
-    path = _lock_path(client, lock_dir)
-    try:
-        # root's alone: anyone who could open the lock could hold it and fake a supervisor
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path.parent.chmod(0o700)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        os.fchmod(fd, 0o600)
-    except OSError as exc:
-        log.warning("cannot announce this supervisor in %s: %s", path, exc.strerror)
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)
-
-
-def is_supervised(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> bool:
-    """Whether a supervisor (any process) serves the client's address and namespace."""
-    try:
-        fd = os.open(_lock_path(client, lock_dir), os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # also releases the probe's lock
-    return False
 
 
 def should_restart(labels: dict[str, str], exit_code: int) -> bool:
