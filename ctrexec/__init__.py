@@ -82,8 +82,9 @@ if TYPE_CHECKING:
         prune_containers,
         prune_system,
     )
+    from ctrexec.groups.presence import is_supervised
     from ctrexec.groups.spec import GroupSpec, load_group_file, parse_group
-    from ctrexec.groups.supervisor import Supervisor, is_supervised
+    from ctrexec.groups.supervisor import Supervisor
     from ctrexec.groups.updown import Groups
     from ctrexec.images.exporter import export_archive
     from ctrexec.images.importer import ImportedImage, import_archive
@@ -171,7 +172,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.net.nsinfo": ("Address", "Interface", "NetNSInfo", "Route"),
     "ctrexec.net.networks": ("Attachment", "Networks"),
     "ctrexec.tasks.rename": ("rename",),
-    "ctrexec.groups.supervisor": ("Supervisor", "is_supervised"),
+    "ctrexec.groups.presence": ("is_supervised",),
+    "ctrexec.groups.supervisor": ("Supervisor",),
     # The events names (Executor.events' types) are added with them.
     "ctrexec.images.registry.pull": (
         "PullEvent",

@@ -44,3 +44,11 @@ SUBNET_ENV = "CTREXEC_SUBNET"
 #: How long ``stop`` waits after the stop signal before SIGKILL, unless a task or the
 #: caller says otherwise (docker's 10 s).
 DEFAULT_STOP_TIMEOUT = 10.0
+#: How long ctrexec waits for containerd's answer to one task's state (Tasks.Get) before
+#: it calls the state unknown: its shim is slow or stopped. containerd itself gives a
+#: shim 2 s to answer State (``io.containerd.timeout.task.state``), so its own answer
+#: (UNKNOWN up to 2.1, DeadlineExceeded from 2.3) comes first.
+TASK_STATE_TIMEOUT = 5.0
+#: How long ctrexec waits for Tasks.List: containerd asks every shim in turn, and up to
+#: 2.1 waits those 2 s for each task whose shim does not answer.
+TASK_LIST_TIMEOUT = 30.0

@@ -165,7 +165,7 @@ def warn_unsupervised(client: Client, configs: list[TaskConfig]) -> None:
     policies = sorted({c.restart.policy for c in configs} - {"no"})
     if not policies:
         return  # without loading the supervisor module (its event stubs cost ~7 ms)
-    from ctrexec.groups.supervisor import is_supervised
+    from ctrexec.groups.presence import is_supervised
 
     if is_supervised(client):
         return

@@ -339,7 +339,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _warn_unsupervised_rm(ex: Executor, task_id: str) -> None:
     """``-d --rm`` relies on ``ctrexec supervise`` (ctrexec has no daemon): say so if
     none runs. (The supervisor module, with its event stubs, loads only here.)"""
-    from ctrexec.groups.supervisor import is_supervised
+    from ctrexec.groups.presence import is_supervised
 
     if is_supervised(ex.client):
         return

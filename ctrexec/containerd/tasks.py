@@ -13,14 +13,14 @@ import enum
 import json
 import signal as signals
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 import attrs
 from google.protobuf import any_pb2, empty_pb2
 
-from ctrexec import _rpc, errors
+from ctrexec import _rpc, defaults, errors
 from ctrexec._api.containerd.services.tasks.v1 import tasks_pb2
 from ctrexec._api.containerd.types import mount_pb2
 from ctrexec._api.containerd.types.task import task_pb2
@@ -86,15 +86,47 @@ class ExitStatus:
         )
 
 
+#: Why a state is UNKNOWN when containerd gave it with no reason (up to 2.1, Get and
+#: List say UNKNOWN, pid 0, when the shim did not answer State within containerd's 2 s).
+SHIM_SILENT = "its shim did not answer containerd in time"
+
+
 @attrs.frozen
 class ProcessState:
-    """A snapshot of one task or process."""
+    """A snapshot of one task or process.
+
+    ``status`` UNKNOWN means the task exists but its state could not be read now (its
+    shim is slow or stopped): it is neither running for sure nor gone, and ``reason``
+    says why. Callers must not take it for "no task" or "exited".
+    """
 
     container_id: str
     exec_id: str
     pid: int
     status: Status
     exit: ExitStatus | None
+    reason: str | None = None
+
+    @property
+    def unknown(self) -> bool:
+        return self.status is Status.UNKNOWN
+
+
+def unknown_state(container_id: str, reason: str, exec_id: str = "") -> ProcessState:
+    """The state of a task whose shim did not answer: there, but in no known state."""
+    return ProcessState(container_id, exec_id, 0, Status.UNKNOWN, None, reason)
+
+
+def _state(container_id: str, exec_id: str, p: task_pb2.Process) -> ProcessState:
+    status = Status.from_proto(p.status)
+    return ProcessState(
+        container_id=container_id,
+        exec_id=exec_id,
+        pid=int(p.pid),
+        status=status,
+        exit=_exit(p.exit_status, p.exited_at) if status is Status.STOPPED else None,
+        reason=SHIM_SILENT if status is Status.UNKNOWN else None,
+    )
 
 
 @attrs.frozen
@@ -170,48 +202,96 @@ def start(client: Client, container_id: str, exec_id: str = "") -> int:
     return int(resp.pid)
 
 
-def get(client: Client, container_id: str, exec_id: str = "") -> ProcessState:
+def get(
+    client: Client,
+    container_id: str,
+    exec_id: str = "",
+    *,
+    timeout: float = defaults.TASK_STATE_TIMEOUT,
+) -> ProcessState:
+    """The process's state; NotFound without one, DeadlineExceeded when no answer came
+    within ``timeout`` (containerd from 2.3 answers so itself for a slow shim)."""
     resp = client.call(
         _rpc.TASKS,
         "Get",
         tasks_pb2.GetRequest(container_id=container_id, exec_id=exec_id),
         tasks_pb2.GetResponse,
+        timeout=timeout,
     )
-    p = resp.process
-    status = Status.from_proto(p.status)
-    return ProcessState(
-        container_id=container_id,
-        exec_id=exec_id,
-        pid=int(p.pid),
-        status=status,
-        exit=_exit(p.exit_status, p.exited_at) if status is Status.STOPPED else None,
-    )
+    return _state(container_id, exec_id, resp.process)
 
 
-def find(client: Client, container_id: str) -> ProcessState | None:
-    """The task's state, or None when the container has no task."""
+def find(
+    client: Client, container_id: str, *, timeout: float = defaults.TASK_STATE_TIMEOUT
+) -> ProcessState | None:
+    """The task's state, or None when the container has no task; an UNKNOWN state
+    (:func:`unknown_state`) when its shim did not answer within ``timeout``."""
     try:
-        return get(client, container_id)
+        return get(client, container_id, timeout=timeout)
     except errors.NotFound:
         return None
+    except errors.DeadlineExceeded as exc:
+        return unknown_state(container_id, _silent(exc))
 
 
-def list_tasks(client: Client) -> list[ProcessState]:
-    resp = client.call(
-        _rpc.TASKS, "List", tasks_pb2.ListTasksRequest(), tasks_pb2.ListTasksResponse
-    )
-    out = []
-    for p in resp.tasks:
-        status = Status.from_proto(p.status)
-        out.append(
-            ProcessState(
-                container_id=p.id,
-                exec_id="",
-                pid=int(p.pid),
-                status=status,
-                exit=_exit(p.exit_status, p.exited_at) if status is Status.STOPPED else None,
-            )
+def _silent(exc: errors.DeadlineExceeded) -> str:
+    return f"{SHIM_SILENT} ({exc})"
+
+
+def list_tasks(
+    client: Client, *, timeout: float = defaults.TASK_LIST_TIMEOUT
+) -> list[ProcessState]:
+    """Every task containerd lists. From 2.3 it leaves out a task whose shim does not
+    answer (see :func:`states_of`); up to 2.1 it lists it as UNKNOWN, after waiting 2 s
+    for each such task, so a List that does not end within ``timeout`` says why."""
+    try:
+        resp = client.call(
+            _rpc.TASKS,
+            "List",
+            tasks_pb2.ListTasksRequest(),
+            tasks_pb2.ListTasksResponse,
+            timeout=timeout,
         )
+    except errors.DeadlineExceeded as exc:
+        raise errors.DeadlineExceeded(
+            f"containerd did not list its tasks within {timeout:g}s: it asks each task's "
+            f"shim for its state, and a shim is not answering ({exc})"
+        ) from exc
+    return [_state(p.id, "", p) for p in resp.tasks]
+
+
+def states_of(
+    client: Client,
+    container_ids: Iterable[str],
+    *,
+    timeout: float = defaults.TASK_STATE_TIMEOUT,
+) -> dict[str, ProcessState]:
+    """The tasks of ``container_ids`` that exist, by id: one List, plus a Get for each id
+    it left out (sent at once, answered within ``timeout``). A Get of a container with
+    no task answers NotFound with no shim asked; one that does not answer in time makes
+    an UNKNOWN state, for containerd 2.3 lists no task whose shim is slow. When List has
+    every id, that is the one call."""
+    listed = {t.container_id: t for t in list_tasks(client)}
+    missing = [cid for cid in dict.fromkeys(container_ids) if cid not in listed]
+    pending = {
+        cid: client.rpc.unary_future(
+            _rpc.TASKS,
+            "Get",
+            tasks_pb2.GetRequest(container_id=cid),
+            tasks_pb2.GetResponse,
+            namespace=client.namespace,
+            timeout=timeout,
+        )
+        for cid in missing
+    }
+    out = {cid: listed[cid] for cid in dict.fromkeys(container_ids) if cid in listed}
+    for cid, call in pending.items():
+        try:
+            out[cid] = _state(cid, "", call.result(timeout + 1.0).process)
+        except errors.NotFound:
+            continue
+        except errors.DeadlineExceeded as exc:
+            out[cid] = unknown_state(cid, _silent(exc))
     return out
 
 

@@ -104,7 +104,7 @@ def _judged(
 
 def find(scope: Scope) -> list[Finding]:
     managed = containers.list_containers(scope.client, containers.label_filter(lbl.MANAGED))
-    live = {t.container_id: t for t in tasks.list_tasks(scope.client)}
+    live = tasks.states_of(scope.client, [r.id for r in managed])
     found = []
     for record in managed:
         task = live.get(record.id)

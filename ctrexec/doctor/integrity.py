@@ -97,7 +97,7 @@ def wiring_findings(
 
 def find_groups(scope: Scope) -> list[Finding]:
     records = containers.list_containers(scope.client, containers.label_filter(lbl.MANAGED))
-    states = {t.container_id: t for t in tasks.list_tasks(scope.client)}
+    states = tasks.states_of(scope.client, [r.id for r in records])
     by_group: dict[str, list[containers.Container]] = {}
     for record in records:
         if group := record.labels.get(lbl.GROUP):

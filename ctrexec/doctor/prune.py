@@ -65,9 +65,9 @@ class ContainerPruneReport:
 def stopped(scope: Scope, where: ContainerFilter | None = None) -> list[containers.Container]:
     """The namespace's stopped ctrexec containers that ``where`` matches."""
     found = containers.list_containers(scope.client, containers.label_filter(lbl.MANAGED))
-    live = {
-        t.container_id for t in tasks.list_tasks(scope.client) if t.status is not Status.STOPPED
-    }
+    # A task List leaves out (its shim silent, containerd 2.3) is live until it says not.
+    states = tasks.states_of(scope.client, [r.id for r in found])
+    live = {cid for cid, t in states.items() if t.status is not Status.STOPPED}
     return [
         r
         for r in found

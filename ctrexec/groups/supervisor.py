@@ -10,30 +10,26 @@ missed (containerd restarted), so killing it and starting it again loses nothing
 It also removes ``--rm`` containers whose task exited (docker's daemon does that;
 ctrexec has no daemon). While it runs it holds a shared lock on a file named after
 the containerd address and namespace, so ``run -d --rm`` can tell whether any
-supervisor will remove the container (:func:`is_supervised`).
+supervisor will remove the container (:mod:`ctrexec.groups.presence`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import logging
-import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ctrexec import _linux
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, tasks
-from ctrexec.containerd.client import Client
 from ctrexec.containerd.events import EventsMissed, TaskExited, TaskOOM
 from ctrexec.containerd.tasks import ExitStatus, Status
-from ctrexec.defaults import RUN_DIR
 from ctrexec.errors import CtrexecError, NotFound
 from ctrexec.groups import missing
+from ctrexec.groups.presence import DEFAULT_LOCK_DIR, presence
 from ctrexec.tasks import runs
 from ctrexec.tasks.config import TaskInfo
 from ctrexec.tasks.events import MAX_RECONNECT_DELAY, RecordDeleted, TaskEvents
@@ -49,57 +45,10 @@ MAX_BACKOFF = 60.0
 RESET_AFTER = 10.0
 #: The first delay when the policy's is 0 (docker's 100 ms), so doubling can grow.
 MIN_DELAY = 0.1
+#: How often a task whose shim does not answer for its state is looked at again.
+RECHECK_SILENT = 5.0
 #: How much of a failed restart's error the label keeps (labels are limited to 4 KiB).
 MAX_ERROR_BYTES = 1024
-#: Where running supervisors hold their presence locks (cleared by a reboot).
-DEFAULT_LOCK_DIR = Path(RUN_DIR, "supervise")
-
-
-def _lock_path(client: Client, lock_dir: Path) -> Path:
-    key = hashlib.sha256(os.path.realpath(client.address).encode()).hexdigest()[:16]
-    return lock_dir / f"{key}-{client.namespace}.lock"
-
-
-@contextlib.contextmanager
-def presence(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> Iterator[None]:
-    """Hold a shared lock saying "a supervisor serves this namespace" for the block.
-
-    The kernel drops a flock when its holder dies, so the lock cannot go stale the
-    way a pid file can; shared, so several supervisors may run.
-    """
-    path = _lock_path(client, lock_dir)
-    try:
-        # root's alone: anyone who could open the lock could hold it and fake a supervisor
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path.parent.chmod(0o700)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        os.fchmod(fd, 0o600)
-    except OSError as exc:
-        log.warning("cannot announce this supervisor in %s: %s", path, exc.strerror)
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)
-
-
-def is_supervised(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> bool:
-    """Whether a supervisor (any process) serves the client's address and namespace."""
-    try:
-        fd = os.open(_lock_path(client, lock_dir), os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # also releases the probe's lock
-    return False
 
 
 def should_restart(labels: dict[str, str], exit_code: int) -> bool:
@@ -216,12 +165,15 @@ class Supervisor:
         lock_dir: Path = DEFAULT_LOCK_DIR,
         boot_time: Callable[[], float] = _linux.boot_time,
         lost_after: float = LOST_AFTER,
+        recheck_silent: float = RECHECK_SILENT,
     ) -> None:
         """``boot_time``: when the host booted (tests pretend a reboot with it);
-        ``lost_after``: see :func:`lost_reason`."""
+        ``lost_after``: see :func:`lost_reason`; ``recheck_silent``: how often a task
+        whose state is unknown (its shim silent) is looked at again."""
         self.executor = executor
         self.boot_time = boot_time
         self.lost_after = lost_after
+        self.recheck_silent = recheck_silent
         self.lock_dir = lock_dir
         self.client = executor.client
         self.reconnect_delay = reconnect_delay
@@ -242,6 +194,8 @@ class Supervisor:
         self._restarts = 0
         #: One removal of a deleted record's files at a time, so one of them reports it.
         self._vanishing = threading.Lock()
+        #: The containers whose shim did not answer when last asked (said once each).
+        self._silent: set[str] = set()
 
     @property
     def pending(self) -> set[str]:
@@ -354,19 +308,60 @@ class Supervisor:
         """Apply the policy to every stopped task, for exits missed while away, and to
         every task that went with no exit seen (:func:`lost_reason`): the policy's are
         started again (a group's namespace is made again first, by the start), the
-        others reported exited, with the reason."""
-        booted = datetime.fromtimestamp(self.boot_time(), UTC)
-        now = datetime.now(UTC)
+        others reported exited, with the reason. A task whose state is unknown (its
+        shim does not answer) is left alone and looked at again later."""
         for info in self.executor.list(all_tasks=True):
-            why = lost_reason(info, booted, now, self.lost_after)
-            if info.status is Status.STOPPED and info.exit is not None:
-                self._on_exit(info.id, info.exit, live=False)
-            elif why is not None and should_revive(info.labels):
-                revive = lambda cid=info.id: self._revive(cid, booted)  # noqa: E731
-                self._schedule(info.id, 0, "start after " + why, revive)
-            elif why is not None:
-                report = lambda cid=info.id: self._report_lost(cid, booted)  # noqa: E731
-                self._act(info.id, "report of a lost task", report)
+            self._reconcile_one(info)
+
+    def _reconcile_one(self, info: TaskInfo) -> None:
+        booted = datetime.fromtimestamp(self.boot_time(), UTC)
+        if info.status is Status.UNKNOWN:
+            self._unreachable(info.id, info.unknown_reason)
+            return
+        self._answers_again(info)
+        why = lost_reason(info, booted, datetime.now(UTC), self.lost_after)
+        if info.status is Status.STOPPED and info.exit is not None:
+            self._on_exit(info.id, info.exit, live=False)
+        elif why is not None and should_revive(info.labels):
+            revive = lambda cid=info.id: self._revive(cid, booted)  # noqa: E731
+            self._schedule(info.id, 0, "start after " + why, revive)
+        elif why is not None:
+            report = lambda cid=info.id: self._report_lost(cid, booted)  # noqa: E731
+            self._act(info.id, "report of a lost task", report)
+
+    def _unreachable(self, container_id: str, reason: str | None) -> None:
+        """Its shim did not answer for its state: no restart, no removal (it may well
+        run, and a second copy would split its group); said once, asked again later."""
+        with self._guard:
+            first = container_id not in self._silent
+            self._silent.add(container_id)
+        if first:
+            log.warning(
+                "%s: its state could not be read (%s); it was left as it is, not restarted",
+                container_id,
+                reason or tasks.SHIM_SILENT,
+            )
+        recheck = lambda: self._recheck(container_id)  # noqa: E731
+        self._schedule(container_id, self.recheck_silent, "check of a silent task", recheck)
+
+    def _recheck(self, container_id: str) -> None:
+        try:
+            info = self.executor.inspect(container_id, addresses=False)
+        except NotFound:
+            with self._guard:
+                self._silent.discard(container_id)
+            return
+        except CtrexecError as exc:  # containerd slow to list as well: ask again later
+            self._unreachable(container_id, str(exc))
+            return
+        self._reconcile_one(info)
+
+    def _answers_again(self, info: TaskInfo) -> None:
+        with self._guard:
+            if info.id not in self._silent:
+                return
+            self._silent.discard(info.id)
+        log.info("%s: its shim answered again; its task is %s", info.id, info.status.value)
 
     def _revive(self, container_id: str, booted: datetime) -> None:
         """Start it again unless someone did meanwhile (a start by hand clears the
@@ -539,6 +534,9 @@ class Supervisor:
         """The labels, read again now, when the restart stands: the task is still
         stopped by this exit and the policy still says so (a ``stop`` since says no)."""
         info = self.executor.inspect(container_id, addresses=False)
+        if info.status is Status.UNKNOWN:
+            self._unreachable(container_id, info.unknown_reason)  # its exit decides, later
+            return None
         if info.status is not Status.STOPPED or info.exit is None:
             return None  # started meanwhile, by hand or by another supervisor
         if not _same_exit(info.exit, status):
@@ -603,6 +601,9 @@ class Supervisor:
 
     def _remove(self, container_id: str, status: ExitStatus) -> None:
         state = tasks.find(self.client, container_id)
+        if state is not None and state.unknown:
+            self._unreachable(container_id, state.reason)  # removed once it answers
+            return
         if state is not None and state.status is not Status.STOPPED:
             return  # started again meanwhile: its next exit decides
         if state is not None and state.exit is not None and not _same_exit(state.exit, status):

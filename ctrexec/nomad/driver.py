@@ -380,6 +380,11 @@ class NomadDriver:
             state = await self._run(executor.inspect, cid) if entry else None
             if state is not None and state.status in (Status.RUNNING, Status.PAUSED):
                 raise FailedPrecondition(f"task {req.task_id} is running; stop it or force")
+            if state is not None and state.status is Status.UNKNOWN:  # its shim is silent
+                raise FailedPrecondition(
+                    f"task {req.task_id}'s state is unknown ({state.unknown_reason}); "
+                    "it may run: stop it or force"
+                )
         with contextlib.suppress(NotFound):
             await self._run(executor.destroy, cid, force=True)
         if self._waits is not None:

@@ -401,6 +401,8 @@ class TaskInfo:
     ``Config.Cmd``, ``Env``, ``WorkingDir``, ``Hostname``). ``problems``: what
     :mod:`ctrexec.tasks.health` found wrong around it (its group's namespace pin lost).
     ``exit_reason``: why the run ended when no exit was seen (``host restarted``).
+    ``unknown_reason``: why ``status`` is UNKNOWN: the task is there, but its shim did
+    not answer for its state in time (it may well run; nothing restarts it).
     """
 
     id: str
@@ -429,6 +431,7 @@ class TaskInfo:
     hostname: str = ""
     problems: tuple[Problem, ...] = ()
     exit_reason: str | None = None
+    unknown_reason: str | None = None
 
     @property
     def oom_killed(self) -> bool:
@@ -476,6 +479,7 @@ class TaskInfo:
             "created_at": _iso(self.created_at),
             "config": self.config.to_json() if self.config else None,
             "exit_reason": self.exit_reason,
+            "unknown_reason": self.unknown_reason,
             "problems": [p.to_json() for p in self.problems],
         }
 

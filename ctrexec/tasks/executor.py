@@ -281,6 +281,11 @@ class Executor:
         """
         before = record = containers.get(self.client, task_id)
         state = tasks.find(self.client, task_id)
+        if state is not None and state.unknown:  # it may well run: no second copy
+            raise FailedPrecondition(
+                f"container {task_id} has a task whose state is unknown ({state.reason}); "
+                "not started"
+            )
         if state is not None and state.status not in (Status.STOPPED, Status.CREATED):
             raise FailedPrecondition(f"container {task_id} is already {state.status.value}")
         marks = [] if by_policy else [k for k in _SUPERVISOR_MARKS if k in record.labels]

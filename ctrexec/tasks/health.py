@@ -70,7 +70,7 @@ def members(client: Client, group: str) -> tuple[list[containers.Container], dic
     ``--group`` task in a namespace of its own shares the shim only)."""
     records = containers.list_containers(client, containers.label_filter(lbl.GROUP, group))
     records = [r for r in records if pin_of(r.labels) is not None]
-    states = {t.container_id: t for t in tasks.list_tasks(client)}
+    states = tasks.states_of(client, [r.id for r in records])
     return records, live_pids(records, states)
 
 

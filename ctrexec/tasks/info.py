@@ -26,6 +26,9 @@ from ctrexec.net.nsinfo import Address
 from ctrexec.tasks import health, runs
 from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
 
+#: What ``list`` shows without ``all_tasks``: what runs, and what may (UNKNOWN).
+_LISTED = (Status.RUNNING, Status.PAUSED, Status.PAUSING, Status.UNKNOWN)
+
 
 def config_of(record: containers.Container) -> TaskConfig | None:
     """The TaskConfig the record was made from; None for a record ctrexec cannot read."""
@@ -113,6 +116,7 @@ def build(
     pid = state.pid if state else 0
     return TaskInfo(
         exit_reason=runs.exit_reason(labels) if state is None else None,
+        unknown_reason=state.reason if state is not None and state.unknown else None,
         id=record.id,
         image=labels.get(lbl.IMAGE_REF, record.image),
         status=status,
@@ -183,15 +187,13 @@ def _checked(client: Client, info: TaskInfo) -> TaskInfo:
 def list_infos(client: Client, *, all_tasks: bool, addresses: bool = False) -> list[TaskInfo]:
     """Every managed container's info, sorted by id; only running and paused ones
     unless ``all_tasks``. Three calls whatever the count, plus a Metrics call for
-    SIGKILLed tasks and, if ``addresses``, a netlink dump per task."""
+    SIGKILLed tasks and, if ``addresses``, a netlink dump per task. A record that List
+    leaves out costs a Get (:func:`tasks.states_of`): a task whose shim does not answer
+    is listed UNKNOWN, and without ``all_tasks`` too, for it may well run."""
     records = containers.list_containers(client, containers.label_filter(lbl.MANAGED, "true"))
-    states = {t.container_id: t for t in tasks.list_tasks(client)}
+    states = tasks.states_of(client, [r.id for r in records])
     if not all_tasks:
-        records = [
-            r
-            for r in records
-            if r.id in states and states[r.id].status in (Status.RUNNING, Status.PAUSED)
-        ]
+        records = [r for r in records if r.id in states and states[r.id].status in _LISTED]
     exits = with_oom(client, {r.id: s.exit for r in records if (s := states.get(r.id)) and s.exit})
     infos = [build(r, states.get(r.id), exits.get(r.id), addresses=addresses) for r in records]
     # Every running member is among the infos, so their group's pin can be checked.
@@ -223,7 +225,10 @@ def recover(client: Client, handle: TaskHandle, *, addresses: bool = True) -> Ta
             f"container {handle.id} was removed and made again since the handle was made"
         )
     state = tasks.find(client, handle.id)
-    match = runs.locate(handle.run, handle.pid, record.labels, state.pid if state else None)
+    # An UNKNOWN state has no pid: a handle from before runs were numbered is taken
+    # for its run rather than called superseded by a pid nobody read.
+    task_pid = (state.pid or (handle.pid if state.unknown else 0)) if state else None
+    match = runs.locate(handle.run, handle.pid, record.labels, task_pid)
     exits = with_oom(client, {handle.id: state.exit} if state and state.exit else {})
     info = build(record, state, exits.get(handle.id), addresses=addresses)
     if match.newer is None or match.run is None:

@@ -70,11 +70,15 @@ def ctrexec_view(info: TaskInfo) -> dict[str, Any]:
 
 
 def state_of(info: TaskInfo) -> dict[str, Any]:
+    """docker's ``State``. An UNKNOWN task (its shim silent) is ``Status`` ``unknown``,
+    ``Running`` true (it is there and nothing says it stopped; a script must not start
+    a second copy), ``Pid`` 0 (not read), and ``Error`` says why."""
     live = info.status in _LIVE
     again = info.restarting
+    unknown = info.status is Status.UNKNOWN
     return {
         "Status": state(info),
-        "Running": live or again,
+        "Running": live or again or unknown,
         "Paused": info.status in (Status.PAUSED, Status.PAUSING),
         "Restarting": again,
         "OOMKilled": info.oom_killed,
@@ -82,8 +86,14 @@ def state_of(info: TaskInfo) -> dict[str, Any]:
         "ExitCode": info.exit.code if info.exit and not live else 0,
         "StartedAt": rfc3339(info.started_at),
         "FinishedAt": rfc3339(info.finished_at),
-        "Error": info.restart_error or "; ".join(map(str, info.problems)) or info.exit_reason or "",
+        "Error": _error(info),
     }
+
+
+def _error(info: TaskInfo) -> str:
+    if info.unknown_reason:
+        return f"state unknown: {info.unknown_reason}"
+    return info.restart_error or "; ".join(map(str, info.problems)) or info.exit_reason or ""
 
 
 def _split_args(

@@ -18,6 +18,8 @@ from ctrexec.tasks.config import TaskInfo
 from ctrexec.views import gotemplate
 
 _LIVE = (Status.RUNNING, Status.PAUSED)
+#: What ``Unknown`` says in ``ps``'s STATUS (``inspect``'s State.Error has the details).
+UNKNOWN_WHY = "shim not answering"
 
 
 def human_duration(seconds: float) -> str:
@@ -50,11 +52,15 @@ def status_text(info: TaskInfo, now: datetime) -> str:
     and docker's ``Restarting (1) 5 seconds ago`` while the supervisor has a restart due;
     each problem in parentheses after it, as docker's health (``Up 3 minutes
     (namespace pin lost)``), and why a run ended when no exit was seen
-    (``Exited (255) 1 minute ago (host restarted)``)."""
+    (``Exited (255) 1 minute ago (host restarted)``). A task whose shim did not answer
+    for its state is ``Unknown (shim not answering)``: docker has no word for it (its
+    daemon blocks instead), and ctrexec will not guess "Up" or "Exited"."""
     return _base_status(info, now) + "".join(f" ({p.what})" for p in info.problems)
 
 
 def _base_status(info: TaskInfo, now: datetime) -> str:
+    if info.status is Status.UNKNOWN:
+        return f"Unknown ({UNKNOWN_WHY})"
     if info.status in _LIVE:
         since = info.started_at or info.created_at
         up = f"Up {human_duration((now - since).total_seconds())}" if since else "Up"
@@ -81,7 +87,10 @@ def problem_lines(infos: Sequence[TaskInfo]) -> list[str]:
 
 def state(info: TaskInfo) -> str:
     """docker's one-word state: created, running, paused, restarting or exited
-    (``State.Status``, and what ``ps --filter status=`` matches)."""
+    (``State.Status``, and what ``ps --filter status=`` matches); ctrexec's ``unknown``
+    for a task whose shim did not answer (neither running for sure, nor gone)."""
+    if info.status is Status.UNKNOWN:
+        return "unknown"
     if info.status is Status.RUNNING:
         return "running"
     if info.status in (Status.PAUSED, Status.PAUSING):

@@ -17,7 +17,8 @@ from _support import gone, scratch_executor, supervising, until
 
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.groups.supervisor import Supervisor, is_supervised
+from ctrexec.groups.presence import is_supervised
+from ctrexec.groups.supervisor import Supervisor
 from ctrexec.tasks.config import RestartPolicy, TaskConfig
 from ctrexec.tasks.executor import Executor
 

@@ -25,7 +25,7 @@ from _support import gone, scratch_executor, until
 
 from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
-from ctrexec.groups.supervisor import is_supervised
+from ctrexec.groups.presence import is_supervised
 from ctrexec.net import cni, netns, settings
 from ctrexec.tasks.executor import Executor
 from ctrexec.testing import import_image

@@ -18,7 +18,7 @@ import pytest
 from _access import assert_roots_alone, loosened, nobody_connects, nobody_opens, passable_dir
 
 from ctrexec.containerd.client import Client
-from ctrexec.groups import supervisor
+from ctrexec.groups import presence
 from ctrexec.logs import client as logclient
 from ctrexec.logs import daemon as logdaemon
 from ctrexec.testing import TEST_ADDRESS_ENV, wait_for
@@ -66,7 +66,7 @@ def _daemon_log(where: Path) -> str:
 
 def test_supervisor_lock_refuses_another_uid(client: Client, base: Path) -> None:
     lock_dir = base / "supervise"
-    with supervisor.presence(client, lock_dir):
+    with presence.presence(client, lock_dir):
         (lock,) = lock_dir.iterdir()
         assert_roots_alone(lock_dir, 0o700)
         assert_roots_alone(lock, 0o600)
@@ -74,7 +74,7 @@ def test_supervisor_lock_refuses_another_uid(client: Client, base: Path) -> None
         with loosened(lock_dir):
             # could it open the lock, it could flock it and pose as a supervisor
             assert nobody_opens(lock) == REFUSED
-        assert supervisor.is_supervised(client, lock_dir)
+        assert presence.is_supervised(client, lock_dir)
 
 
 def test_embedded_containerd_socket_refuses_another_uid(containerd_address: str) -> None:

@@ -14,7 +14,8 @@ from _support import supervising, until
 from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.groups.supervisor import Supervisor, is_supervised, should_restart
+from ctrexec.groups.presence import is_supervised
+from ctrexec.groups.supervisor import Supervisor, should_restart
 from ctrexec.net import netns
 from ctrexec.tasks.config import RestartPolicy, TaskConfig
 from ctrexec.tasks.executor import Executor

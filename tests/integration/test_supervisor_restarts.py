@@ -24,7 +24,7 @@ from _support import scratch_executor, until
 from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
-from ctrexec.groups.supervisor import is_supervised
+from ctrexec.groups.presence import is_supervised
 from ctrexec.net import netns
 from ctrexec.tasks.config import RestartPolicy, TaskConfig
 from ctrexec.tasks.executor import Executor

@@ -213,7 +213,15 @@ ORDER: dict[str, tuple[str, ...]] = {
         "aio",
         "rename",
     ),
-    "ctrexec.groups": ("spec", "implicit", "missing", "outage", "updown", "supervisor"),
+    "ctrexec.groups": (
+        "spec",
+        "implicit",
+        "missing",
+        "outage",
+        "updown",
+        "presence",
+        "supervisor",
+    ),
 }
 
 

@@ -1,0 +1,70 @@
+"""The supervisor's presence lock: whether any supervisor serves a containerd namespace.
+
+While it runs, a supervisor holds a shared lock on a file named after the containerd
+address and namespace, so ``run -d --rm`` can tell whether anything will remove the
+container once its task exits (:func:`is_supervised`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from ctrexec.containerd.client import Client
+from ctrexec.defaults import RUN_DIR
+
+log = logging.getLogger("ctrexec.groups.supervisor")
+#: Where running supervisors hold their presence locks (cleared by a reboot).
+DEFAULT_LOCK_DIR = Path(RUN_DIR, "supervise")
+
+
+def _lock_path(client: Client, lock_dir: Path) -> Path:
+    key = hashlib.sha256(os.path.realpath(client.address).encode()).hexdigest()[:16]
+    return lock_dir / f"{key}-{client.namespace}.lock"
+
+
+@contextlib.contextmanager
+def presence(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> Iterator[None]:
+    """Hold a shared lock saying "a supervisor serves this namespace" for the block.
+
+    The kernel drops a flock when its holder dies, so the lock cannot go stale the
+    way a pid file can; shared, so several supervisors may run.
+    """
+    path = _lock_path(client, lock_dir)
+    try:
+        # root's alone: anyone who could open the lock could hold it and fake a supervisor
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.parent.chmod(0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)
+    except OSError as exc:
+        log.warning("cannot announce this supervisor in %s: %s", path, exc.strerror)
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def is_supervised(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> bool:
+    """Whether a supervisor (any process) serves the client's address and namespace."""
+    try:
+        fd = os.open(_lock_path(client, lock_dir), os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # also releases the probe's lock
+    return False
