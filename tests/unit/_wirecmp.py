@@ -20,6 +20,21 @@ from pathlib import Path
 import pytest
 from google.protobuf import descriptor_pb2 as d
 
+#: containerd's gRPC services ctrexec mirrors: (directory, file name) under services/.
+SERVICES = (
+    ("containers", "containers"),
+    ("content", "content"),
+    ("diff", "diff"),
+    ("events", "events"),
+    ("images", "images"),
+    ("introspection", "introspection"),
+    ("leases", "leases"),
+    ("namespaces", "namespace"),
+    ("snapshots", "snapshots"),
+    ("tasks", "tasks"),
+    ("version", "version"),
+)
+
 REPO = Path(__file__).resolve().parents[2]
 OUR_PROTOS = REPO / "protos"
 OUR_PREFIX = "ctrexec/_api/"

@@ -20,6 +20,7 @@ import pytest
 from _wirecmp import (
     OUR_PREFIX,
     OUR_PROTOS,
+    SERVICES,
     build_index,
     compare,
     compare_files,
@@ -61,19 +62,7 @@ FILE_MAP: dict[str, str | None] = {
         f"ctrexec/_api/containerd/services/{svc}/v1/{base}.proto": (
             f"{_CTRD}services/{svc}/v1/{base}.proto"
         )
-        for svc, base in (
-            ("containers", "containers"),
-            ("content", "content"),
-            ("diff", "diff"),
-            ("events", "events"),
-            ("images", "images"),
-            ("introspection", "introspection"),
-            ("leases", "leases"),
-            ("namespaces", "namespace"),
-            ("snapshots", "snapshots"),
-            ("tasks", "tasks"),
-            ("version", "version"),
-        )
+        for svc, base in SERVICES
     },
     "ctrexec/_api/google/rpc/status.proto": "google/rpc/status.proto",
     "ctrexec/_api/cgroups/v1/metrics.proto": "github.com/containerd/cgroups/stats/v1/metrics.proto",

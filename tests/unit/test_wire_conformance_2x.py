@@ -30,6 +30,7 @@ from _wirecmp import (
     OUR_PREFIX,
     OUR_PROTOS,
     REPO,
+    SERVICES,
     build_index,
     compare,
     compare_files,
@@ -63,19 +64,7 @@ FILE_MAP_2X: dict[str, str | None] = {
     },
     **{
         f"{_OURS}services/{svc}/v1/{base}.proto": f"{_CTRD}services/{svc}/v1/{base}.proto"
-        for svc, base in (
-            ("containers", "containers"),
-            ("content", "content"),
-            ("diff", "diff"),
-            ("events", "events"),
-            ("images", "images"),
-            ("introspection", "introspection"),
-            ("leases", "leases"),
-            ("namespaces", "namespace"),
-            ("snapshots", "snapshots"),
-            ("tasks", "tasks"),
-            ("version", "version"),
-        )
+        for svc, base in SERVICES
     },
     # 2.x moved runc's options into the api module; same package, containerd.runc.v1.
     f"{OUR_PREFIX}runc/options/oci.proto": f"{_CTRD}types/runc/options/oci.proto",
