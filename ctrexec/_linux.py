@@ -456,14 +456,16 @@ def remove_empty_cgroups(relative: str, *, parents: bool = True) -> bool:
 
     runc removes a task's own cgroup but not the ``/ctrexec/<namespace>`` parents it
     created; the kernel refuses to remove a cgroup that still has children or
-    processes, so a parent still in use by another task stays. Returns True when the
-    task's own cgroup is gone from every hierarchy.
+    processes, so a parent still in use by another task stays. The top (``ctrexec``)
+    is never removed: every namespace shares it, and a runc making another
+    namespace's cgroup between its mkdir of the top and of the namespace would find
+    the top gone. Returns True when the task's own cgroup is gone from every hierarchy.
     """
     hierarchies = [CGROUP_ROOT, *[p for p in CGROUP_ROOT.iterdir() if p.is_dir()]]
     parts = Path(relative).parts
     gone = True
     for base in hierarchies:
-        for depth in range(len(parts), 0 if parents else len(parts) - 1, -1):
+        for depth in range(len(parts), 1 if parents else len(parts) - 1, -1):
             path = base.joinpath(*parts[:depth])
             try:
                 path.rmdir()

@@ -7,12 +7,16 @@ fixture in tests/conftest.py binds it to the session's containerd.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-TEST_NAMESPACE = "ctrexec-test"
+#: The containerd namespace of the session. Runs side by side (scripts/test runs one per
+#: containerd version) give each a name of its own: cgroups, runc state and host files
+#: are named after it and are the only things such runs share.
+TEST_NAMESPACE = os.environ.get("CTREXEC_TEST_NAMESPACE", "ctrexec-test")
 #: How the tests start the CLI; the chaos suite swaps in its kill-point wrapper.
 CLI_PROG = (sys.executable, "-m", "ctrexec.cli.main")
 #: The commands that take ``--log-dir``: those that create tasks.

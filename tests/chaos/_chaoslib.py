@@ -196,9 +196,9 @@ def remove_cgroups(namespace: str) -> None:
             leaf.rmdir()
     root = Path("/sys/fs/cgroup")
     for hierarchy in [root, *(p for p in root.iterdir() if p.is_dir())]:
-        for path in (hierarchy / "ctrexec" / namespace, hierarchy / "ctrexec"):
-            with contextlib.suppress(OSError):
-                path.rmdir()
+        # ctrexec's top stays: other namespaces (and other test runs) share it.
+        with contextlib.suppress(OSError):
+            (hierarchy / "ctrexec" / namespace).rmdir()
 
 
 def netns_id(path: str | Path) -> tuple[int, int]:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _cli import Cli
+from _cli import TEST_NAMESPACE, Cli
 from _support import create_namespace, until
 
 from ctrexec import _rpc, errors
@@ -34,7 +34,6 @@ from ctrexec.images.prune import prune_images
 from ctrexec.testing import content_digests
 
 SNAPSHOTTER = "overlayfs"
-TEST_NAMESPACE = "ctrexec-test"
 ANN_REF = "org.opencontainers.image.ref.name"
 ANN_IMAGE_NAME = "io.containerd.image.name"
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _cli import CLI_PROG, Cli
+from _cli import CLI_PROG, TEST_NAMESPACE, Cli
 
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
@@ -40,7 +40,7 @@ def test_logs_n_is_tail(cli: Cli, printer: str) -> None:
 
 
 def test_logs_namespace_is_long_or_capital_n(cli: Cli, printer: str) -> None:
-    argv = [*CLI_PROG, "logs", "--address", cli.address, "-N", "ctrexec-test", printer]
+    argv = [*CLI_PROG, "logs", "--address", cli.address, "-N", TEST_NAMESPACE, printer]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert (out.returncode, out.stdout) == (0, "1\n2\n3\n4\n5\n"), out.stderr
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from _cli import Cli
+from _cli import TEST_NAMESPACE, Cli
 from _support import create_namespace
 
 from ctrexec import errors
@@ -109,7 +109,7 @@ def test_cli_info_json(containerd_address: str, cli: Cli) -> None:
 
 def test_delete_namespace_only_when_empty(containerd_address: str) -> None:
     """A container record (no snapshot, no task) is enough to keep it."""
-    with Client.connect(containerd_address, namespace="ctrexec-test-nsdelete") as c:
+    with Client.connect(containerd_address, namespace=f"{TEST_NAMESPACE}-nsdelete") as c:
         create_namespace(c)
         containers.create(
             c, "cx-nsdelete", image="none", spec={"ociVersion": "1.0.2"},

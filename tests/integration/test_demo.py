@@ -10,11 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from _cli import TEST_NAMESPACE
 
 from ctrexec.containerd.client import Client
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO_NAMESPACE = "ctrexec-demo"
+DEMO_NAMESPACE = f"{TEST_NAMESPACE}-demo"
 
 
 @pytest.mark.usefixtures("restore_ip_forward")

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _cli import TEST_NAMESPACE
 from _eventlog import EventLog
 from _support import scratch_executor
 
@@ -104,7 +105,7 @@ def test_filters_by_group_label_and_type(ex: Executor, test_image: str) -> None:
 def test_a_closed_client_ends_the_stream_instead_of_retrying(
     containerd_address: str, tmp_path: Path, test_image: str
 ) -> None:
-    own = Client.connect(containerd_address, namespace="ctrexec-test")
+    own = Client.connect(containerd_address, namespace=TEST_NAMESPACE)
     stream = Executor(own, log_dir=tmp_path / "logs").events()
     outcome: list[BaseException | None] = []
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _cli import Cli
+from _cli import TEST_NAMESPACE, Cli
 from _support import until
 
 from ctrexec import errors
@@ -34,8 +34,8 @@ def ex(
     for info in executor.list(all_tasks=True):
         executor.destroy(info.id, force=True)
     assert mounts_under(daemon_dir) == [], "test left mounts behind"
-    leftover_cgroups = list(Path("/sys/fs/cgroup").glob("*/ctrexec/ctrexec-test")) + list(
-        Path("/sys/fs/cgroup").glob("ctrexec/ctrexec-test")
+    leftover_cgroups = list(Path("/sys/fs/cgroup").glob(f"*/ctrexec/{TEST_NAMESPACE}")) + list(
+        Path("/sys/fs/cgroup").glob(f"ctrexec/{TEST_NAMESPACE}")
     )
     assert leftover_cgroups == []
     leftovers = list((tmp_path / "files").glob("*")) if (tmp_path / "files").exists() else []
@@ -178,7 +178,7 @@ def test_logs_survive_ctrexec_exit(cli: Cli, test_image: str, tmp_path: Path, ex
     script = "echo first; sleep 1; echo second >&2; sleep 1000"
     out = cli("run", "-d", "--name", "bg", test_image, "sh", "-c", script, check=True)
     assert out.stdout.strip() == "bg"
-    log = logs / "ctrexec-test" / "bg" / "task.log"
+    log = logs / TEST_NAMESPACE / "bg" / "task.log"
     until(lambda: log.exists() and b"second" in log.read_bytes(), "the second line", timeout=20)
     text = log.read_text()
     assert '"stream":"stdout"' in text.replace(" ", "") and '"stream":"stderr"' in text.replace(

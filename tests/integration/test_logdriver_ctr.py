@@ -21,12 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _cli import TEST_NAMESPACE
 
 from ctrexec.logs.reader import log_uri, read_logs, rotated_paths, write_launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "docker.io/library/ctrexec-test:latest"
-NAMESPACE = "default"
+NAMESPACE = f"{TEST_NAMESPACE}-ctr"
 
 pytestmark = [
     pytest.mark.integration,

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _cli import Cli
+from _cli import TEST_NAMESPACE, Cli
 from _support import until
 
 from ctrexec import errors
@@ -50,7 +50,7 @@ def cli(
     address: str, logs_dir: Path, *args: str, timeout: float = 120
 ) -> subprocess.CompletedProcess[bytes]:
     base = [sys.executable, "-m", "ctrexec.cli.main"]
-    conn = ["--address", address, "--namespace", "ctrexec-test"]
+    conn = ["--address", address, "--namespace", TEST_NAMESPACE]
     if args[0] == "run":
         conn += ["--log-dir", str(logs_dir)]
     return subprocess.run(
@@ -91,7 +91,7 @@ def test_run_prints_a_last_line_without_newline(
         # The task is stopped, not deleted: the shim still holds the pipes open.
         shown = cli(containerd_address, logs_dir, "logs", kept)
         assert (shown.returncode, shown.stdout) == (0, expected), shown.stderr
-        path = logs_dir / "ctrexec-test" / kept / "task.log"
+        path = logs_dir / TEST_NAMESPACE / kept / "task.log"
         last = list(logs.read_logs(path))[-1]
         assert last.partial and last.message == expected.decode().rsplit("\n", 1)[-1]
     finally:

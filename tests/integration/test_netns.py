@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from _cli import TEST_NAMESPACE
 
 from ctrexec import _linux
 from ctrexec.cli.main import main as cli_main
@@ -311,7 +312,7 @@ def _link_exists(name: str) -> bool:
 @pytest.mark.parametrize("how", ["library", "cli"])
 def test_removed_namespace_is_not_kept_alive_by_ctrexec(
     names: Callable[..., str],
-    request: pytest.FixtureRequest,
+    containerd_address: str,
     capsys: pytest.CaptureFixture[str],
     how: str,
 ) -> None:
@@ -344,8 +345,7 @@ def test_removed_namespace_is_not_kept_alive_by_ctrexec(
             os.close(fd)
         assert netns_references(ident) == []
         if how == "cli":
-            address = str(request.getfixturevalue("containerd_address"))
-            conn = ["--address", address, "--namespace", "ctrexec-test"]
+            conn = ["--address", containerd_address, "--namespace", TEST_NAMESPACE]
             assert cli_main(["netns", "inspect", *conn, name]) == 0
             assert cli_main(["netns", "rm", *conn, name]) == 0
             assert name in capsys.readouterr().out

@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _cli import TEST_NAMESPACE
 
 from ctrexec.oci import (
     build_spec,
@@ -77,11 +78,11 @@ def _make_bundle(tmp_path: Path, spec: dict[str, object]) -> Path:
 
 
 def _run(tmp_path: Path, script: str, *opts: object) -> subprocess.CompletedProcess[str]:
-    container_id = f"ctrexec-test-{uuid.uuid4().hex[:12]}"
+    container_id = f"{TEST_NAMESPACE}-{uuid.uuid4().hex[:12]}"
     spec = build_spec(
         with_args(["sh", "-c", script]),
         with_hostname("ocitest"),
-        with_cgroups_path(f"/ctrexec-test/{container_id}"),
+        with_cgroups_path(f"/{TEST_NAMESPACE}/{container_id}"),
         *opts,  # type: ignore[arg-type]
     )
     bundle = _make_bundle(tmp_path, spec)
@@ -105,8 +106,8 @@ def _run(tmp_path: Path, script: str, *opts: object) -> subprocess.CompletedProc
         # runc removes the leaf cgroup; the shared parent (v1: one per
         # controller, v2: one) is ours to tidy. Busy parents are left alone.
         parents = [
-            *Path("/sys/fs/cgroup").glob("*/ctrexec-test"),
-            Path("/sys/fs/cgroup/ctrexec-test"),
+            *Path("/sys/fs/cgroup").glob(f"*/{TEST_NAMESPACE}"),
+            Path(f"/sys/fs/cgroup/{TEST_NAMESPACE}"),
         ]
         for parent in parents:
             with contextlib.suppress(OSError):

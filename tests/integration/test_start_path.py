@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _cli import TEST_NAMESPACE
 
 from ctrexec.containerd import containers, snapshots
 from ctrexec.containerd.client import Client
@@ -23,7 +24,7 @@ MAX_ROUND_TRIPS = 5
 #: Calls that a warm start must not make any more.
 REPEATED = ("Leases.", "Content.", "Snapshots.Stat", "Snapshots.Mounts", "Containers.Get")
 
-NAMESPACE = "ctrexec-test-startpath"
+NAMESPACE = f"{TEST_NAMESPACE}-startpath"
 
 
 class Calls:

@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from _cli import TEST_NAMESPACE
 from _harness import PluginProcess, cty_encode
 
 from ctrexec._api.nomad.base import base_pb2
 from ctrexec._api.nomad.drivers import driver_pb2 as dpb
 
-NOMAD_NAMESPACE = "ctrexec-nomad-test"
+NOMAD_NAMESPACE = f"{TEST_NAMESPACE}-nomad"
 
 
 def agent_config(containerd_address: str, **extra: Any) -> dict[str, Any]:

@@ -101,6 +101,7 @@ def test_remove_empty_cgroups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     (tmp_path / "memory" / "ctrexec" / "ns" / "t1").mkdir(parents=True)
     (tmp_path / "ctrexec" / "ns" / "busy" / "child").mkdir(parents=True)
     assert _linux.remove_empty_cgroups("ctrexec/ns/t1") is True
-    assert not (tmp_path / "memory" / "ctrexec").exists()  # its empty parents went too
+    assert not (tmp_path / "memory" / "ctrexec" / "ns").exists()  # its empty parent went too
+    assert (tmp_path / "memory" / "ctrexec").is_dir()  # the top, every namespace's, stays
     assert _linux.remove_empty_cgroups("ctrexec/ns/busy", parents=False) is False
     assert (tmp_path / "ctrexec" / "ns" / "busy" / "child").is_dir()
