@@ -4,6 +4,17 @@ containerd returns an Any whose type tells the cgroup version. Schedulers want t
 same few numbers either way (cpu time, memory in use and its limit, pids), so both
 are mapped onto :class:`Stats`. Memory "in use" follows docker: usage minus the
 inactive page cache, which the kernel can reclaim at once.
+
+The finer numbers (rss, cache, swap, peak and kernel memory, CPU throttling) are the
+ones Nomad's TaskStats carries. What each cgroup version has:
+
+- v1: rss and cache from ``memory.stat``; swap is ``memory.memsw.usage_in_bytes``
+  minus ``memory.usage_in_bytes`` (the swap alone; 0 without swap accounting); the
+  peak from ``memory.max_usage_in_bytes``; kernel memory from ``memory.kmem.*``;
+  throttling from ``cpu.stat`` (time in ns).
+- v2: rss is ``anon`` and cache ``file`` of ``memory.stat``; swap is
+  ``memory.swap.current``; containerd's v2 metrics carry no peak and no kernel
+  memory (None); throttling from ``cpu.stat`` (``throttled_usec``, kept in ns).
 """
 
 from __future__ import annotations
@@ -35,6 +46,14 @@ class Stats:
     pids_current: int
     pids_limit: int | None
     read_at: datetime = attrs.field(factory=lambda: datetime.now(UTC))
+    memory_rss: int = 0
+    memory_cache: int = 0
+    memory_swap: int = 0
+    memory_max_usage: int | None = None
+    memory_kernel_usage: int | None = None
+    memory_kernel_max_usage: int | None = None
+    cpu_throttled_periods: int = 0
+    cpu_throttled_ns: int = 0
 
     def to_json(self) -> dict[str, object]:
         data = attrs.asdict(self)
@@ -86,6 +105,15 @@ def decode(data: any_pb2.Any) -> Stats:
             memory_limit=None if limit == 0 or limit >= _V1_UNLIMITED else limit,
             pids_current=m1.pids.current,
             pids_limit=m1.pids.limit or None,
+            memory_rss=mem.total_rss or mem.rss,
+            memory_cache=mem.total_cache or mem.cache,
+            # memsw counts memory and swap together; no swap accounting: usage 0
+            memory_swap=max(mem.swap.usage - usage, 0) if mem.swap.usage else 0,
+            memory_max_usage=mem.usage.max,
+            memory_kernel_usage=mem.kernel.usage,
+            memory_kernel_max_usage=mem.kernel.max,
+            cpu_throttled_periods=m1.cpu.throttling.throttled_periods,
+            cpu_throttled_ns=m1.cpu.throttling.throttled_time,
         )
     if name == V2_TYPE:
         m2 = v2.Metrics.FromString(data.value)
@@ -100,5 +128,10 @@ def decode(data: any_pb2.Any) -> Stats:
             memory_limit=mem2.usage_limit if 0 < mem2.usage_limit < 2**63 else None,
             pids_current=m2.pids.current,
             pids_limit=m2.pids.limit or None,
+            memory_rss=mem2.anon,
+            memory_cache=mem2.file,
+            memory_swap=mem2.swap_usage,
+            cpu_throttled_periods=m2.cpu.nr_throttled,
+            cpu_throttled_ns=m2.cpu.throttled_usec * 1000,
         )
     raise Internal(f"unknown metrics type {data.type_url!r}")

@@ -38,7 +38,7 @@ from ctrexec.errors import (
 )
 from ctrexec.nomad import hclspec
 from ctrexec.nomad.config import PLUGIN_SCHEMA, TASK_SCHEMA, PluginConfig
-from ctrexec.nomad.stats import StatsSampler
+from ctrexec.nomad.stats import Compute, StatsSampler
 from ctrexec.nomad.taskmap import (
     DriverState,
     container_id,
@@ -114,6 +114,8 @@ class NomadDriver:
 
     def __init__(self) -> None:
         self.plugin: PluginConfig | None = None
+        #: the node's CPU from SetConfig's NomadConfig: TaskStats' total_ticks
+        self.compute = Compute()
         self._executor: Any = None
         self._waits: ExitWaiters | None = None
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="ctrexec-nomad")
@@ -200,6 +202,8 @@ class NomadDriver:
         NomadConfig): validation runs start, SetConfig twice, and a kill."""
         config = PluginConfig.from_decoded(hclspec.decode(PLUGIN_SCHEMA, req.msgpack_config))
         self.plugin = config
+        if req.HasField("nomad_config") and req.nomad_config.driver.HasField("Topology"):
+            self.compute = Compute.from_topology(req.nomad_config.driver.Topology)
         if req.HasField("nomad_config") and self._executor is None:
             await self._run(self._connect, config, asyncio.get_running_loop())
         self._start_reconciler()
@@ -493,7 +497,7 @@ class NomadDriver:
         interval = req.collection_interval.ToTimedelta().total_seconds()
         if interval <= 0:
             interval = self.plugin.stats_interval if self.plugin else 1.0
-        sampler = StatsSampler(task.id)
+        sampler = StatsSampler(task.id, self.compute)
         executor = self._ready()
         while req.task_id in self._tasks:
             try:

@@ -1,50 +1,121 @@
-"""ctrexec's :class:`Stats` samples as Nomad's TaskStats: CPU as percentages of one
-core over the interval since the previous sample, memory as cgroup usage."""
+"""ctrexec's :class:`Stats` samples as Nomad's TaskStats, filled as Nomad's own
+executor (the exec driver's) fills them, so the UI, ``nomad alloc status -stats`` and
+the client's metrics read the same fields from this driver.
+
+- Memory: rss, cache, swap and usage (``memory.usage_in_bytes`` / ``memory.current``,
+  page cache included, as Nomad reports it); on cgroup v1 also the peak (max usage)
+  and kernel memory. ``measured_fields`` lists what the cgroup version has, as Nomad's
+  executor lists it: v1 RSS, Cache, Swap, Usage, Max Usage, Kernel Usage, Kernel Max
+  Usage; v2 RSS, Cache, Swap, Usage. Nomad's client publishes a memory gauge only
+  when its field is listed. One difference: Nomad's executor reports, on v1, the
+  memory+swap counter (memsw) as Swap; this driver reports the swap alone, as
+  Nomad's docker driver does.
+- CPU: percent, user and system mode as percentages of one core over the time since
+  the previous sample (the first sample of a stream has no previous one: 0, as
+  Nomad's tracker gives); throttled periods and time (ns) as the cgroup counts them;
+  ``total_ticks``, the MHz used, from the node's compute that Nomad sends in
+  SetConfig (its topology: the override, or the cores' speeds). Measured: System
+  Mode, User Mode, Throttled Periods, Throttled Time, Percent, on either version.
+- No ``resource_usage_by_pid``: Nomad's executor lists its processes; the UI and
+  the metrics read only the aggregate.
+"""
 
 from __future__ import annotations
 
+import attrs
+
+from ctrexec._api.nomad.base import base_pb2 as bpb
 from ctrexec._api.nomad.drivers import driver_pb2 as pb
 from ctrexec.containerd import _proto
 from ctrexec.containerd.stats import Stats
 
 _CPU = pb.CPUUsage
 _MEM = pb.MemoryUsage
+CPU_MEASURED = (
+    _CPU.SYSTEM_MODE,
+    _CPU.USER_MODE,
+    _CPU.THROTTLED_PERIODS,
+    _CPU.THROTTLED_TIME,
+    _CPU.PERCENT,
+)
+MEMORY_MEASURED = {
+    1: (
+        _MEM.RSS,
+        _MEM.CACHE,
+        _MEM.SWAP,
+        _MEM.USAGE,
+        _MEM.MAX_USAGE,
+        _MEM.KERNEL_USAGE,
+        _MEM.KERNEL_MAX_USAGE,
+    ),
+    2: (_MEM.RSS, _MEM.CACHE, _MEM.SWAP, _MEM.USAGE),
+}
+
+
+@attrs.frozen
+class Compute:
+    """The node's CPU as Nomad counts it: total MHz over its cores."""
+
+    total_mhz: float = 0.0
+    cores: int = 0
+
+    @classmethod
+    def from_topology(cls, topology: bpb.ClientTopology) -> Compute:
+        """Nomad's rule: the override when set, else each core's base speed, else its
+        max speed, else its guessed speed, summed."""
+        total = topology.override_total_compute or sum(
+            c.base_speed or c.max_speed or c.guess_speed for c in topology.cores
+        )
+        return cls(total_mhz=float(total), cores=len(topology.cores))
+
+    def ticks(self, percent: float) -> float:
+        """MHz used by ``percent`` of one core; 0 when Nomad sent no topology."""
+        if self.cores <= 0:
+            return 0.0
+        return percent / 100.0 * self.total_mhz / self.cores
 
 
 class StatsSampler:
     """Keeps the previous sample of one stream, since CPU use is a rate."""
 
-    def __init__(self, task_id: str) -> None:
+    def __init__(self, task_id: str, compute: Compute | None = None) -> None:
         self.task_id = task_id
+        self.compute = compute or Compute()
         self._last: Stats | None = None
 
     def _cpu(self, now: Stats) -> pb.CPUUsage:
         last, self._last = self._last, now
-        if last is None:
-            return pb.CPUUsage(measured_fields=[])
-        wall = (now.read_at - last.read_at).total_seconds() * 1e9
-        if wall <= 0:
-            return pb.CPUUsage(measured_fields=[])
+        wall = (now.read_at - last.read_at).total_seconds() * 1e9 if last else 0.0
 
         def pct(a: int, b: int) -> float:
-            return max(0.0, (a - b) / wall * 100.0)
+            return max(0.0, (a - b) / wall * 100.0) if wall > 0 else 0.0
 
+        percent = pct(now.cpu_usage_ns, last.cpu_usage_ns) if last else 0.0
         return pb.CPUUsage(
-            percent=pct(now.cpu_usage_ns, last.cpu_usage_ns),
-            user_mode=pct(now.cpu_user_ns, last.cpu_user_ns),
-            system_mode=pct(now.cpu_system_ns, last.cpu_system_ns),
-            measured_fields=[_CPU.PERCENT, _CPU.USER_MODE, _CPU.SYSTEM_MODE],
+            percent=percent,
+            user_mode=pct(now.cpu_user_ns, last.cpu_user_ns) if last else 0.0,
+            system_mode=pct(now.cpu_system_ns, last.cpu_system_ns) if last else 0.0,
+            throttled_periods=now.cpu_throttled_periods,
+            throttled_time=now.cpu_throttled_ns,
+            total_ticks=self.compute.ticks(percent),
+            measured_fields=CPU_MEASURED,
+        )
+
+    @staticmethod
+    def _memory(now: Stats) -> pb.MemoryUsage:
+        return pb.MemoryUsage(
+            rss=now.memory_rss,
+            cache=now.memory_cache,
+            swap=now.memory_swap,
+            usage=now.memory_usage,
+            max_usage=now.memory_max_usage or 0,
+            kernel_usage=now.memory_kernel_usage or 0,
+            kernel_max_usage=now.memory_kernel_max_usage or 0,
+            measured_fields=MEMORY_MEASURED.get(now.cgroup_version, MEMORY_MEASURED[2]),
         )
 
     def convert(self, now: Stats) -> pb.TaskStats:
-        usage = pb.TaskResourceUsage(
-            cpu=self._cpu(now),
-            memory=pb.MemoryUsage(
-                usage=now.memory_usage,
-                rss=now.memory_working_set,
-                measured_fields=[_MEM.USAGE, _MEM.RSS],
-            ),
-        )
+        usage = pb.TaskResourceUsage(cpu=self._cpu(now), memory=self._memory(now))
         return pb.TaskStats(
             id=self.task_id, timestamp=_proto.to_timestamp(now.read_at), agg_resource_usage=usage
         )

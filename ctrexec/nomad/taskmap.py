@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ import attrs
 
 from ctrexec import labels as lbl
 from ctrexec._api.nomad.drivers import driver_pb2 as pb
-from ctrexec.errors import InvalidArgument, InvalidField
+from ctrexec.errors import FailedPrecondition, InvalidArgument, InvalidField
 from ctrexec.images.reference import parse_reference
 from ctrexec.images.registry import auth as registry_auth
 from ctrexec.nomad import policy
@@ -66,7 +67,23 @@ def owner_labels(task: pb.TaskConfig) -> dict[str, str]:
 
 @attrs.frozen(kw_only=True)
 class DriverState:
-    """What Nomad keeps for us in ``TaskHandle.driver_state``, opaque to it."""
+    """What Nomad keeps for us in ``TaskHandle.driver_state``, opaque to it.
+
+    Nomad stores these bytes in its client state and hands them back to whatever plugin
+    runs after a restart or an upgrade (RecoverTask), so the format outlives the code
+    that wrote it. The rules that keep upgrades working:
+
+    - ``encode`` writes only :data:`STATE_VERSION`, and ``"version"`` is always a
+      top-level integer, whatever else a later format changes;
+    - ``decode`` reads every version ever released: each one keeps its reader in
+      :data:`_READERS`, and a new format adds a reader (filling what the old handle
+      lacks from containerd or defaults) rather than changing an old one;
+    - a version it does not know (a newer plugin wrote it, then was downgraded) is
+      refused with :class:`FailedPrecondition` naming both versions, never guessed at.
+
+    ``tests/data/nomad-driver-state-v1.json`` holds version 1's bytes as released;
+    a new version adds its own file and keeps the old ones.
+    """
 
     container_id: str
     namespace: str
@@ -86,13 +103,33 @@ class DriverState:
     def decode(cls, data: bytes) -> DriverState:
         try:
             raw = json.loads(data)
-            return cls(
-                container_id=str(raw["container_id"]),
-                namespace=str(raw["namespace"]),
-                started_at=datetime.fromisoformat(raw["started_at"]),
-            )
+            version = raw["version"]
         except (ValueError, KeyError, TypeError) as exc:
             raise InvalidArgument(f"driver_state is not ctrexec's: {exc}") from exc
+        reader = _READERS.get(version) if type(version) is int else None
+        if reader is None:
+            known = ", ".join(str(v) for v in sorted(_READERS))
+            raise FailedPrecondition(
+                f"driver_state version {version!r} is unknown to this nomad-driver-ctrexec"
+                f" (it reads {known}): a newer plugin started the task; run that plugin"
+                " again, or stop the task"
+            )
+        try:
+            return reader(raw)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidArgument(f"driver_state version {version} is damaged: {exc}") from exc
+
+
+def _read_v1(raw: dict[str, Any]) -> DriverState:
+    return DriverState(
+        container_id=str(raw["container_id"]),
+        namespace=str(raw["namespace"]),
+        started_at=datetime.fromisoformat(raw["started_at"]),
+    )
+
+
+#: driver_state version -> its reader; every released version stays here.
+_READERS: dict[int, Callable[[dict[str, Any]], DriverState]] = {1: _read_v1}
 
 
 def _netns(task: pb.TaskConfig, opts: dict[str, Any]) -> str:

@@ -24,10 +24,18 @@ def agent_config(containerd_address: str, **extra: Any) -> dict[str, Any]:
     return {"address": containerd_address, "namespace": NOMAD_NAMESPACE, **extra}
 
 
+#: The node's CPU as the harness's agent describes it (Nomad 1.7+ sends its detected
+#: topology to every driver): cores at this base speed; TaskStats' total_ticks use it.
+CORES, CORE_MHZ = 2, 2000
+
+
 def nomad_config() -> base_pb2.NomadConfig:
     cfg = base_pb2.NomadConfig()
     cfg.driver.ClientMinPort = 14000
     cfg.driver.ClientMaxPort = 14512
+    cfg.driver.Topology.node_ids.append(0)
+    for core in range(CORES):
+        cfg.driver.Topology.cores.add(core_id=core, base_speed=CORE_MHZ, guess_speed=CORE_MHZ)
     return cfg
 
 

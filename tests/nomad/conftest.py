@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
 
+from _allocnet import GroupNetwork
 from _harness import AllocDir
 from _node import NOMAD_NAMESPACE, Node, agent_config
 
@@ -65,3 +66,13 @@ def alloc(tmp_path: Path) -> Iterator[AllocDir]:
         yield a
     finally:
         a.close()
+
+
+@pytest.fixture
+def group(tmp_path: Path, alloc: AllocDir) -> Iterator[GroupNetwork]:
+    g = GroupNetwork(tmp_path, alloc.alloc_id)
+    try:
+        yield g
+    finally:
+        g.close()
+    assert not Path(g.path).exists()

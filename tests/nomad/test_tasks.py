@@ -3,76 +3,30 @@ a namespace made as Nomad makes it (/var/run/netns/<allocID>) and a CNI bridge."
 
 from __future__ import annotations
 
-import ipaddress
-import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from _allocnet import GroupNetwork
 from _harness import (
     AllocDir,
     check_inspect_response,
     check_start_response,
     task_config,
 )
-from _nethelpers import PLUGIN_DIR, free_subnet, new_bridge_name
 from _node import Node, agent_config
 from google.protobuf import duration_pb2
 
 from ctrexec._api.nomad.drivers import driver_pb2 as dpb
 from ctrexec.containerd import containers
-from ctrexec.net import cni, hostfiles, netns, nsinfo
+from ctrexec.net import hostfiles, nsinfo
 from ctrexec.nomad.taskmap import container_id
 from ctrexec.testing import audit, wait_for
 
 pytestmark = [pytest.mark.usefixtures("restore_ip_forward")]
 IMAGE = "docker.io/library/ctrexec-test:latest"
-
-
-class GroupNetwork:
-    """What Nomad's bridge networking does for an allocation: the namespace, pinned at
-    /var/run/netns/<allocID> (nsutil.NewNS), then CNI's bridge inside it."""
-
-    def __init__(self, tmp_path: Path, alloc_id: str) -> None:
-        self.alloc_id = alloc_id
-        self.ns = netns.create(alloc_id)
-        self.path = f"/var/run/netns/{alloc_id}"
-        self.runtime = cni.CNI(
-            plugin_dirs=[PLUGIN_DIR],
-            conf_dir=tmp_path / "cni-conf",
-            cache_dir=tmp_path / "cni-cache",
-        )
-        self.bridge = new_bridge_name()
-        self.subnet = free_subnet()
-        self.network = f"nomadt-{alloc_id[:8]}"
-        conf = cni.bridge_conflist(
-            self.network,
-            self.bridge,
-            str(self.subnet),
-            ports=False,
-            ipam_dir=str(tmp_path / "ipam"),
-        )
-        result = self.runtime.add(conf, self.ns.name, self.ns.path)
-        [ipc] = result.container_ips("eth0")
-        self.ip = str(ipaddress.ip_interface(ipc.address).ip)
-
-    def close(self) -> None:
-        self.runtime.delete(self.network, self.ns.name)
-        netns.remove(self.ns.path)
-        os.system(f"ip link del {self.bridge} 2>/dev/null")
-
-
-@pytest.fixture
-def group(tmp_path: Path, alloc: AllocDir) -> Iterator[GroupNetwork]:
-    g = GroupNetwork(tmp_path, alloc.alloc_id)
-    try:
-        yield g
-    finally:
-        g.close()
-    assert not Path(g.path).exists()
 
 
 def start(
