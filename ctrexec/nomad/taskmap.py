@@ -10,6 +10,10 @@ What maps and where it goes:
   NOMAD_*_DIR variables to those paths), then Nomad's ``mounts`` and ``devices``;
 - the network: ``network_isolation_spec.path`` (GROUP: the namespace Nomad made at
   /var/run/netns/<allocID>) is joined, never created or removed; no spec means host;
+- /etc/hosts, /etc/hostname and /etc/resolv.conf of a GROUP task (:func:`alloc_addresses`,
+  :func:`alloc_hostname`, :func:`_dns`): a real agent sends no ``hostsConfig`` to a
+  driver that does not create the network (Nomad fills it only from the docker
+  driver's sandbox labels), so the alloc's address is read from the namespace itself;
 - the job's ``config {}`` block (see :mod:`ctrexec.nomad.config`), checked against
   what the plugin config allows (:mod:`ctrexec.nomad.policy`).
 """
@@ -17,9 +21,11 @@ What maps and where it goes:
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import logging
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,7 @@ from ctrexec._api.nomad.drivers import driver_pb2 as pb
 from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.images.reference import parse_reference
 from ctrexec.images.registry import auth as registry_auth
+from ctrexec.net import hostfiles, nsinfo
 from ctrexec.nomad import policy
 from ctrexec.nomad.config import PluginConfig
 from ctrexec.tasks.config import TaskConfig
@@ -40,6 +47,8 @@ log = logging.getLogger("ctrexec.nomad")
 GROUP = pb.NetworkIsolationSpec.GROUP
 HOST = pb.NetworkIsolationSpec.HOST
 STATE_VERSION = 1
+#: The interface Nomad's bridge (CNI) gives the alloc's namespace.
+_ALLOC_IFNAME = "eth0"
 
 
 def container_id(nomad_id: str) -> str:
@@ -52,16 +61,54 @@ def container_id(nomad_id: str) -> str:
     return f"{(task or 'task')[:40]}-{alloc}-{digest}"
 
 
-def owner_labels(task: pb.TaskConfig) -> dict[str, str]:
+def owner_labels(task: pb.TaskConfig, addresses: Sequence[str] = ()) -> dict[str, str]:
+    """Who the container is to Nomad, and the alloc's ``addresses`` (the task's own
+    /etc/hosts line; :func:`alloc_addresses`)."""
     labels = {
         lbl.NOMAD_TASK_ID: task.id,
         lbl.NOMAD_ALLOC_ID: task.alloc_id,
         lbl.NOMAD_TASK_NAME: task.name,
     }
-    spec = task.network_isolation_spec if task.HasField("network_isolation_spec") else None
-    if spec is not None and spec.hostsConfig.address:  # the task's own /etc/hosts line
-        labels[lbl.ADDRESSES] = spec.hostsConfig.address
+    if addresses:
+        labels[lbl.ADDRESSES] = ",".join(addresses)
     return labels
+
+
+def _group_spec(task: pb.TaskConfig) -> pb.NetworkIsolationSpec | None:
+    spec = task.network_isolation_spec if task.HasField("network_isolation_spec") else None
+    return spec if spec is not None and spec.mode == GROUP else None
+
+
+def alloc_addresses(task: pb.TaskConfig) -> tuple[str, ...]:
+    """The alloc's addresses, for the task's own /etc/hosts line: ``hostsConfig``'s when
+    Nomad sends it, else what the alloc namespace's eth0 holds, read over netlink
+    (fork-free). Nomad's network hook runs CNI before any task starts, so eth0 has its
+    address by StartTask; a namespace without eth0 (mode "none") gives none, and the
+    line names 127.0.1.1. Link-local IPv6 is left out: no one reaches the task by it."""
+    spec = _group_spec(task)
+    if spec is None:
+        return ()
+    if spec.hostsConfig.address:
+        return (spec.hostsConfig.address,)
+    found = nsinfo.inspect(spec.path).addresses_of(_ALLOC_IFNAME)
+    ips = [ipaddress.ip_address(a.address) for a in found]
+    kept = [ip for ip in ips if not (ip.version == 6 and ip.is_link_local)]
+    return tuple(str(ip) for ip in sorted(kept, key=lambda ip: ip.version))
+
+
+def alloc_hostname(task: pb.TaskConfig) -> str | None:
+    """The hostname of a GROUP task: ``hostsConfig``'s when Nomad sends it, else the
+    alloc's short ID (the first 8 characters, as Nomad's CLI prints it). One name for
+    the whole alloc, as the docker driver's tasks share their pause container's name;
+    a job can't name it: Nomad refuses ``network { hostname }`` for a driver that does
+    not create the network. None (the task's own default) outside a GROUP network."""
+    spec = _group_spec(task)
+    if spec is None:
+        return None
+    if spec.hostsConfig.hostname:
+        return spec.hostsConfig.hostname
+    short = re.sub(r"[^A-Za-z0-9]+", "-", task.alloc_id[:8]).strip("-")
+    return short or None
 
 
 @attrs.frozen(kw_only=True)
@@ -197,14 +244,26 @@ def _process(opts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _dns(task: pb.TaskConfig) -> dict[str, Any]:
-    """The group's ``network { dns { } }``: its resolv.conf instead of the host's."""
-    if not task.HasField("dns") or not task.dns.servers:
+    """The group's ``network { dns { } }`` (or CNI's DNS result): its resolv.conf
+    instead of the host's. As Nomad's GenerateDNSMount does, a part the block leaves
+    out (servers, searches, options) comes from the host's resolv.conf; the host's
+    loopback servers are not reachable from the alloc's namespace and are left out. No
+    server at all: the host's resolver as for a task without the block."""
+    if not task.HasField("dns"):
         return {}
     dns = task.dns
+    if not (dns.servers or dns.searches or dns.options):
+        return {}
+    host = hostfiles.Resolver()
+    if not (dns.servers and dns.searches and dns.options):
+        host = hostfiles.parse_resolv_conf(hostfiles.read_host_file(hostfiles.HOST_RESOLV))
+    servers = tuple(dns.servers) or host.servers
+    if not servers:
+        return {}
     return {
-        "dns": tuple(dns.servers),
-        "dns_search": tuple(dns.searches),
-        "dns_options": tuple(dns.options),
+        "dns": servers,
+        "dns_search": tuple(dns.searches) or host.searches,
+        "dns_options": tuple(dns.options) or host.options,
     }
 
 
@@ -221,16 +280,13 @@ def to_task_config(task: pb.TaskConfig, opts: dict[str, Any], plugin: PluginConf
     netns = _netns(task, opts)
     policy.check_allowed(opts, plugin, own_netns=netns != "host")
     volumes, tmpfs = _mounts(task, opts)
-    spec = task.network_isolation_spec
     return TaskConfig(
         name=container_id(task.id),
         image=opts["image"],
         env=dict(task.env),
         user=task.user or None,
         netns=netns,
-        hostname=spec.hostsConfig.hostname or None
-        if task.HasField("network_isolation_spec")
-        else None,
+        hostname=alloc_hostname(task),
         extra_hosts=tuple(opts["extra_hosts"]),
         volumes=tuple(volumes),
         tmpfs=tuple(tmpfs),
