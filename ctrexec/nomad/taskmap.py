@@ -4,7 +4,8 @@ What maps and where it goes:
 
 - ``env`` and ``user`` as they are: Nomad interpolated the env already;
 - resources: ``linux_resources.cpu_shares``, ``memory_limit_bytes`` (Nomad's
-  max(memory, memory_max)) as the hard limit, ``cpuset_cpus``;
+  max(memory, memory_max)) as the hard limit, ``cpuset_cpus``; the task runs in the
+  cgroup Nomad's client made for it (``cpuset_cgroup``, :func:`_cgroups`);
 - the alloc dir: ``<alloc_dir>/alloc`` at /alloc, ``<alloc_dir>/<task>/local`` at
   /local and ``.../secrets`` at /secrets (FS isolation IMAGE: Nomad set the
   NOMAD_*_DIR variables to those paths), then Nomad's ``mounts`` and ``devices``;
@@ -32,6 +33,7 @@ from typing import Any
 
 import attrs
 
+from ctrexec import _linux
 from ctrexec import labels as lbl
 from ctrexec._api.nomad.drivers import driver_pb2 as pb
 from ctrexec.errors import InvalidArgument, InvalidField
@@ -40,6 +42,7 @@ from ctrexec.images.registry import auth as registry_auth
 from ctrexec.net import hostfiles, nsinfo
 from ctrexec.nomad import policy
 from ctrexec.nomad.config import PluginConfig
+from ctrexec.oci import resources
 from ctrexec.tasks.config import TaskConfig
 
 log = logging.getLogger("ctrexec.nomad")
@@ -233,6 +236,50 @@ def _resources(task: pb.TaskConfig, opts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _cgroups(task: pb.TaskConfig) -> dict[str, Any]:
+    """The task's cgroup, where Nomad's client made it (``cpuset_cgroup``: an absolute
+    path under /sys/fs/cgroup), as Nomad's exec driver places its tasks:
+
+    - cgroup v2: the path itself, ``<parent>/{share,reserve}.slice/<alloc>.<task>.scope``;
+    - cgroup v1: the path is the cpuset hierarchy's ``<parent>/share`` (shared cores, one
+      cgroup for all such tasks) or ``<parent>/reserve/<alloc>.<task>`` (reserved ones),
+      which the task's init joins; every other hierarchy gets ``<parent>/<alloc>.<task>``.
+
+    Not set (an older agent, no cgroups): ctrexec's own cgroup. A path that would
+    leave the cgroup root, or is not of that shape, is refused before anything is made.
+    """
+    given = task.resources.linux_resources.cpuset_cgroup
+    if not given:
+        return {}
+    root = str(_linux.CGROUP_ROOT)
+    try:
+        path = resources.check_cgroupfs_path(given)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"Nomad's cpuset_cgroup: {exc}") from exc
+    if not path.startswith(root + "/"):
+        raise InvalidArgument(f"Nomad's cpuset_cgroup {given!r} is not under {root}")
+    relative = path[len(root) :]
+    if _linux.cgroup_v2_only():
+        return {"cgroup": relative}
+    scope = f"{task.alloc_id}.{task.name}"  # Nomad's cgroup v1 task scope
+    parts = relative.split("/")[1:]
+    if parts[:1] != ["cpuset"] or "/" in scope or scope.startswith("."):
+        raise InvalidArgument(f"Nomad's cpuset_cgroup {given!r} is not in the cpuset hierarchy")
+    if parts[-1] == "share":
+        parent = parts[1:-1]
+    elif parts[-2:] == ["reserve", scope]:
+        parent = parts[1:-2]
+    else:
+        raise InvalidArgument(
+            f"Nomad's cpuset_cgroup {given!r} is neither <parent>/share nor"
+            f" <parent>/reserve/{scope}"
+        )
+    return {
+        "cgroup": "/" + "/".join([*parent, scope]),
+        "cpuset_cgroup": "/" + "/".join(parts[1:]),
+    }
+
+
 def _process(opts: dict[str, Any]) -> dict[str, Any]:
     args = tuple(opts["args"])
     command = (opts["command"], *args) if opts["command"] else (args or None)
@@ -299,6 +346,7 @@ def to_task_config(task: pb.TaskConfig, opts: dict[str, Any], plugin: PluginConf
         labels=dict(opts["labels"]),
         runtime=opts["runtime"] or plugin.default_runtime or None,
         **_output(task),
+        **_cgroups(task),
         **_dns(task),
         **_process(opts),
         **_resources(task, opts),

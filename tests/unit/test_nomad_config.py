@@ -343,3 +343,67 @@ def test_hclog_survives_a_broken_pipe() -> None:
     finally:
         logging.getLogger().handlers.clear()
     assert err.getvalue() == ""
+
+
+ALLOC = "0b5e7c1a-9a3d-4a61-9d33-1f5a3c2e8d10"
+
+
+def _cgroup_task(path: str) -> dpb.TaskConfig:
+    task = _task("/var/run/netns/x")
+    task.resources.linux_resources.cpuset_cgroup = path
+    return task
+
+
+@pytest.mark.parametrize(
+    ("given", "cgroup", "cpuset"),
+    [
+        ("/sys/fs/cgroup/cpuset/nomad/share", f"/nomad/{ALLOC}.web", "/nomad/share"),
+        (
+            f"/sys/fs/cgroup/cpuset/nomad/reserve/{ALLOC}.web",
+            f"/nomad/{ALLOC}.web",
+            f"/nomad/reserve/{ALLOC}.web",
+        ),
+    ],
+)
+def test_cgroup_v1_places_the_task_as_nomads_exec_driver(
+    monkeypatch: pytest.MonkeyPatch, given: str, cgroup: str, cpuset: str
+) -> None:
+    """v1: the cpuset hierarchy's share or reserve cgroup for the init process,
+    <parent>/<alloc>.<task> in every other hierarchy."""
+    from ctrexec import _linux
+
+    monkeypatch.setattr(_linux, "cgroup_v2_only", lambda: False)
+    cfg = to_task_config(_cgroup_task(given), _opts(), _plugin())
+    assert (cfg.cgroup, cfg.cpuset_cgroup) == (cgroup, cpuset)
+
+
+def test_cgroup_v2_places_the_task_in_the_scope_nomad_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctrexec import _linux
+
+    monkeypatch.setattr(_linux, "cgroup_v2_only", lambda: True)
+    scope = f"/nomad.slice/share.slice/{ALLOC}.web.scope"
+    cfg = to_task_config(_cgroup_task("/sys/fs/cgroup" + scope), _opts(), _plugin())
+    assert (cfg.cgroup, cfg.cpuset_cgroup) == (scope, None)
+    assert to_task_config(_task(), _opts(), _plugin()).cgroup is None  # not sent: ctrexec's
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ("/sys/fs/cgroup/cpuset/nomad/../../../etc", "'..'"),
+        ("/sys/fs/cgroup/../cgroup/cpuset/nomad/share", "'..'"),
+        ("nomad/share", "absolute"),
+        ("/etc/cpuset/nomad/share", "not under /sys/fs/cgroup"),
+        ("/sys/fs/cgroup/memory/nomad/share", "not in the cpuset hierarchy"),
+        ("/sys/fs/cgroup/cpuset/nomad/reserve/other.task", "neither"),
+    ],
+)
+def test_a_cgroup_path_that_escapes_or_is_not_nomads_is_refused(
+    monkeypatch: pytest.MonkeyPatch, given: str, says: str
+) -> None:
+    from ctrexec import _linux
+
+    monkeypatch.setattr(_linux, "cgroup_v2_only", lambda: False)
+    with pytest.raises(InvalidArgument) as err:
+        to_task_config(_cgroup_task(given), _opts(), _plugin())
+    assert says in str(err.value) and "\n" not in str(err.value)
