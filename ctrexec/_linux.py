@@ -451,6 +451,28 @@ def unmount_all(points: list[str]) -> None:
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
+def cgroup_v2_only() -> bool:
+    """Whether the host has one unified (v2) hierarchy at the root; a v1 or hybrid
+    host has one directory per controller there."""
+    return (CGROUP_ROOT / "cgroup.controllers").exists()
+
+
+def join_cpuset_cgroup(relative: str, pid: int, *, cpus: str | None = None) -> None:
+    """Move ``pid`` into the v1 cpuset cgroup at ``relative`` (from the cpuset
+    hierarchy's root), a cgroup someone else made: its children follow. ``cpus`` are
+    written to it first (a cpuset cgroup takes no process until it has cpus). Raises
+    FailedPrecondition, naming the file, when the kernel refuses."""
+    path = CGROUP_ROOT / "cpuset" / relative.lstrip("/")
+    for name, value in (("cpuset.cpus", cpus), ("cgroup.procs", str(pid))):
+        if value:
+            try:
+                (path / name).write_text(value)
+            except OSError as exc:
+                raise errors.FailedPrecondition(
+                    f"cannot write {value} to {path / name}: {exc.strerror}"
+                ) from exc
+
+
 def remove_empty_cgroups(relative: str, *, parents: bool = True) -> bool:
     """rmdir a task's cgroup and, with ``parents``, the parents runc made for it.
 

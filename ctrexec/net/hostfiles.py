@@ -161,12 +161,43 @@ def render_resolv_conf(host_text: str, *, keep_loopback: bool = False) -> str:
     kept = []
     for line in host_text.splitlines():
         words = line.split()
-        if not keep_loopback and words[:1] == ["nameserver"] and len(words) > 1:
-            addr = words[1]
-            if addr.startswith("127.") or addr == "::1":
-                continue
+        nameserver = words[:1] == ["nameserver"] and len(words) > 1
+        if nameserver and not keep_loopback and _is_loopback(words[1]):
+            continue
         kept.append(line)
     return "\n".join(kept).strip() + "\n"
+
+
+def _is_loopback(server: str) -> bool:
+    return server.startswith("127.") or server == "::1"
+
+
+@attrs.frozen(kw_only=True)
+class Resolver:
+    """A resolv.conf's nameservers, search domains and options, in the file's order."""
+
+    servers: tuple[str, ...] = ()
+    searches: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+
+
+def parse_resolv_conf(text: str, *, keep_loopback: bool = False) -> Resolver:
+    """The parts of a resolv.conf (the last ``search`` line wins, as in glibc); loopback
+    servers are left out unless ``keep_loopback``, for the reason
+    :func:`render_resolv_conf` gives."""
+    servers: list[str] = []
+    searches: list[str] = []
+    options: list[str] = []
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split(";", 1)[0].split()
+        if words[:1] == ["nameserver"] and len(words) > 1:
+            if keep_loopback or not _is_loopback(words[1]):
+                servers.append(words[1])
+        elif words[:1] in (["search"], ["domain"]):
+            searches = words[1:]
+        elif words[:1] == ["options"]:
+            options += words[1:]
+    return Resolver(servers=tuple(servers), searches=tuple(searches), options=tuple(options))
 
 
 def render_dns(

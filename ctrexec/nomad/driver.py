@@ -41,6 +41,7 @@ from ctrexec.nomad.config import PLUGIN_SCHEMA, TASK_SCHEMA, PluginConfig
 from ctrexec.nomad.stats import Compute, StatsSampler
 from ctrexec.nomad.taskmap import (
     DriverState,
+    alloc_addresses,
     container_id,
     owner_labels,
     pull_options,
@@ -337,7 +338,9 @@ class NomadDriver:
         try:
             pull = await self._run(pull_options, opts, plugin)
             await self._run(_ensure_image, executor, config, pull)
-            handle = await self._run(executor.start_task, config, owner_labels=owner_labels(task))
+            addresses = await self._run(alloc_addresses, task)
+            labels = owner_labels(task, addresses)
+            handle = await self._run(executor.start_task, config, owner_labels=labels)
         finally:
             self._starting.discard(config.name)
         self._tasks[task.id] = (handle.id, task, handle.started_at)

@@ -4,12 +4,17 @@ What maps and where it goes:
 
 - ``env`` and ``user`` as they are: Nomad interpolated the env already;
 - resources: ``linux_resources.cpu_shares``, ``memory_limit_bytes`` (Nomad's
-  max(memory, memory_max)) as the hard limit, ``cpuset_cpus``;
+  max(memory, memory_max)) as the hard limit, ``cpuset_cpus``; the task runs in the
+  cgroup Nomad's client made for it (``cpuset_cgroup``, :func:`_cgroups`);
 - the alloc dir: ``<alloc_dir>/alloc`` at /alloc, ``<alloc_dir>/<task>/local`` at
   /local and ``.../secrets`` at /secrets (FS isolation IMAGE: Nomad set the
   NOMAD_*_DIR variables to those paths), then Nomad's ``mounts`` and ``devices``;
 - the network: ``network_isolation_spec.path`` (GROUP: the namespace Nomad made at
   /var/run/netns/<allocID>) is joined, never created or removed; no spec means host;
+- /etc/hosts, /etc/hostname and /etc/resolv.conf of a GROUP task (:func:`alloc_addresses`,
+  :func:`alloc_hostname`, :func:`_dns`): a real agent sends no ``hostsConfig`` to a
+  driver that does not create the network (Nomad fills it only from the docker
+  driver's sandbox labels), so the alloc's address is read from the namespace itself;
 - the job's ``config {}`` block (see :mod:`ctrexec.nomad.config`), checked against
   what the plugin config allows (:mod:`ctrexec.nomad.policy`).
 """
@@ -17,23 +22,27 @@ What maps and where it goes:
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from ctrexec import _linux
 from ctrexec import labels as lbl
 from ctrexec._api.nomad.drivers import driver_pb2 as pb
 from ctrexec.errors import FailedPrecondition, InvalidArgument, InvalidField
 from ctrexec.images.reference import parse_reference
 from ctrexec.images.registry import auth as registry_auth
+from ctrexec.net import hostfiles, nsinfo
 from ctrexec.nomad import policy
 from ctrexec.nomad.config import PluginConfig
+from ctrexec.oci import resources
 from ctrexec.tasks.config import TaskConfig
 
 log = logging.getLogger("ctrexec.nomad")
@@ -41,6 +50,8 @@ log = logging.getLogger("ctrexec.nomad")
 GROUP = pb.NetworkIsolationSpec.GROUP
 HOST = pb.NetworkIsolationSpec.HOST
 STATE_VERSION = 1
+#: The interface Nomad's bridge (CNI) gives the alloc's namespace.
+_ALLOC_IFNAME = "eth0"
 
 
 def container_id(nomad_id: str) -> str:
@@ -53,16 +64,54 @@ def container_id(nomad_id: str) -> str:
     return f"{(task or 'task')[:40]}-{alloc}-{digest}"
 
 
-def owner_labels(task: pb.TaskConfig) -> dict[str, str]:
+def owner_labels(task: pb.TaskConfig, addresses: Sequence[str] = ()) -> dict[str, str]:
+    """Who the container is to Nomad, and the alloc's ``addresses`` (the task's own
+    /etc/hosts line; :func:`alloc_addresses`)."""
     labels = {
         lbl.NOMAD_TASK_ID: task.id,
         lbl.NOMAD_ALLOC_ID: task.alloc_id,
         lbl.NOMAD_TASK_NAME: task.name,
     }
-    spec = task.network_isolation_spec if task.HasField("network_isolation_spec") else None
-    if spec is not None and spec.hostsConfig.address:  # the task's own /etc/hosts line
-        labels[lbl.ADDRESSES] = spec.hostsConfig.address
+    if addresses:
+        labels[lbl.ADDRESSES] = ",".join(addresses)
     return labels
+
+
+def _group_spec(task: pb.TaskConfig) -> pb.NetworkIsolationSpec | None:
+    spec = task.network_isolation_spec if task.HasField("network_isolation_spec") else None
+    return spec if spec is not None and spec.mode == GROUP else None
+
+
+def alloc_addresses(task: pb.TaskConfig) -> tuple[str, ...]:
+    """The alloc's addresses, for the task's own /etc/hosts line: ``hostsConfig``'s when
+    Nomad sends it, else what the alloc namespace's eth0 holds, read over netlink
+    (fork-free). Nomad's network hook runs CNI before any task starts, so eth0 has its
+    address by StartTask; a namespace without eth0 (mode "none") gives none, and the
+    line names 127.0.1.1. Link-local IPv6 is left out: no one reaches the task by it."""
+    spec = _group_spec(task)
+    if spec is None:
+        return ()
+    if spec.hostsConfig.address:
+        return (spec.hostsConfig.address,)
+    found = nsinfo.inspect(spec.path).addresses_of(_ALLOC_IFNAME)
+    ips = [ipaddress.ip_address(a.address) for a in found]
+    kept = [ip for ip in ips if not (ip.version == 6 and ip.is_link_local)]
+    return tuple(str(ip) for ip in sorted(kept, key=lambda ip: ip.version))
+
+
+def alloc_hostname(task: pb.TaskConfig) -> str | None:
+    """The hostname of a GROUP task: ``hostsConfig``'s when Nomad sends it, else the
+    alloc's short ID (the first 8 characters, as Nomad's CLI prints it). One name for
+    the whole alloc, as the docker driver's tasks share their pause container's name;
+    a job can't name it: Nomad refuses ``network { hostname }`` for a driver that does
+    not create the network. None (the task's own default) outside a GROUP network."""
+    spec = _group_spec(task)
+    if spec is None:
+        return None
+    if spec.hostsConfig.hostname:
+        return spec.hostsConfig.hostname
+    short = re.sub(r"[^A-Za-z0-9]+", "-", task.alloc_id[:8]).strip("-")
+    return short or None
 
 
 @attrs.frozen(kw_only=True)
@@ -223,6 +272,50 @@ def _resources(task: pb.TaskConfig, opts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _cgroups(task: pb.TaskConfig) -> dict[str, Any]:
+    """The task's cgroup, where Nomad's client made it (``cpuset_cgroup``: an absolute
+    path under /sys/fs/cgroup), as Nomad's exec driver places its tasks:
+
+    - cgroup v2: the path itself, ``<parent>/{share,reserve}.slice/<alloc>.<task>.scope``;
+    - cgroup v1: the path is the cpuset hierarchy's ``<parent>/share`` (shared cores, one
+      cgroup for all such tasks) or ``<parent>/reserve/<alloc>.<task>`` (reserved ones),
+      which the task's init joins; every other hierarchy gets ``<parent>/<alloc>.<task>``.
+
+    Not set (an older agent, no cgroups): ctrexec's own cgroup. A path that would
+    leave the cgroup root, or is not of that shape, is refused before anything is made.
+    """
+    given = task.resources.linux_resources.cpuset_cgroup
+    if not given:
+        return {}
+    root = str(_linux.CGROUP_ROOT)
+    try:
+        path = resources.check_cgroupfs_path(given)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"Nomad's cpuset_cgroup: {exc}") from exc
+    if not path.startswith(root + "/"):
+        raise InvalidArgument(f"Nomad's cpuset_cgroup {given!r} is not under {root}")
+    relative = path[len(root) :]
+    if _linux.cgroup_v2_only():
+        return {"cgroup": relative}
+    scope = f"{task.alloc_id}.{task.name}"  # Nomad's cgroup v1 task scope
+    parts = relative.split("/")[1:]
+    if parts[:1] != ["cpuset"] or "/" in scope or scope.startswith("."):
+        raise InvalidArgument(f"Nomad's cpuset_cgroup {given!r} is not in the cpuset hierarchy")
+    if parts[-1] == "share":
+        parent = parts[1:-1]
+    elif parts[-2:] == ["reserve", scope]:
+        parent = parts[1:-2]
+    else:
+        raise InvalidArgument(
+            f"Nomad's cpuset_cgroup {given!r} is neither <parent>/share nor"
+            f" <parent>/reserve/{scope}"
+        )
+    return {
+        "cgroup": "/" + "/".join([*parent, scope]),
+        "cpuset_cgroup": "/" + "/".join(parts[1:]),
+    }
+
+
 def _process(opts: dict[str, Any]) -> dict[str, Any]:
     args = tuple(opts["args"])
     command = (opts["command"], *args) if opts["command"] else (args or None)
@@ -234,14 +327,26 @@ def _process(opts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _dns(task: pb.TaskConfig) -> dict[str, Any]:
-    """The group's ``network { dns { } }``: its resolv.conf instead of the host's."""
-    if not task.HasField("dns") or not task.dns.servers:
+    """The group's ``network { dns { } }`` (or CNI's DNS result): its resolv.conf
+    instead of the host's. As Nomad's GenerateDNSMount does, a part the block leaves
+    out (servers, searches, options) comes from the host's resolv.conf; the host's
+    loopback servers are not reachable from the alloc's namespace and are left out. No
+    server at all: the host's resolver as for a task without the block."""
+    if not task.HasField("dns"):
         return {}
     dns = task.dns
+    if not (dns.servers or dns.searches or dns.options):
+        return {}
+    host = hostfiles.Resolver()
+    if not (dns.servers and dns.searches and dns.options):
+        host = hostfiles.parse_resolv_conf(hostfiles.read_host_file(hostfiles.HOST_RESOLV))
+    servers = tuple(dns.servers) or host.servers
+    if not servers:
+        return {}
     return {
-        "dns": tuple(dns.servers),
-        "dns_search": tuple(dns.searches),
-        "dns_options": tuple(dns.options),
+        "dns": servers,
+        "dns_search": tuple(dns.searches) or host.searches,
+        "dns_options": tuple(dns.options) or host.options,
     }
 
 
@@ -258,16 +363,13 @@ def to_task_config(task: pb.TaskConfig, opts: dict[str, Any], plugin: PluginConf
     netns = _netns(task, opts)
     policy.check_allowed(opts, plugin, own_netns=netns != "host")
     volumes, tmpfs = _mounts(task, opts)
-    spec = task.network_isolation_spec
     return TaskConfig(
         name=container_id(task.id),
         image=opts["image"],
         env=dict(task.env),
         user=task.user or None,
         netns=netns,
-        hostname=spec.hostsConfig.hostname or None
-        if task.HasField("network_isolation_spec")
-        else None,
+        hostname=alloc_hostname(task),
         extra_hosts=tuple(opts["extra_hosts"]),
         volumes=tuple(volumes),
         tmpfs=tuple(tmpfs),
@@ -280,6 +382,7 @@ def to_task_config(task: pb.TaskConfig, opts: dict[str, Any], plugin: PluginConf
         labels=dict(opts["labels"]),
         runtime=opts["runtime"] or plugin.default_runtime or None,
         **_output(task),
+        **_cgroups(task),
         **_dns(task),
         **_process(opts),
         **_resources(task, opts),

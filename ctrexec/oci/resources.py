@@ -194,6 +194,21 @@ def check_cgroups_path(path: str) -> str:
     return "/" + posixpath.normpath(path).lstrip("/")
 
 
+def check_cgroupfs_path(path: str) -> str:
+    """A cgroupfs path someone else names (no systemd form): absolute, normal, and
+    with no ``..``, so it stays under the hierarchy's root."""
+    if (
+        not isinstance(path, str)
+        or not path.startswith("/")
+        or path == "/"
+        or ".." in path.split("/")
+        or "\x00" in path
+        or posixpath.normpath(path) != path
+    ):
+        raise InvalidArgument(f"cgroup path {path!r} must be absolute and normal, without '..'")
+    return path
+
+
 def with_cgroups_path(path: str) -> SpecOpt:
     """Put the task's cgroup at ``path`` (the executor uses ``/<namespace>/<id>``)."""
     checked = check_cgroups_path(path)

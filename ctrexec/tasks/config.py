@@ -189,6 +189,20 @@ class TaskConfig:
     pids_limit: int | None = attrs.field(
         default=None, validator=fields.integer(resources.with_pids_limit, optional=True)
     )
+    #: A cgroup of the caller's to run in instead of ctrexec's own
+    #: (``/ctrexec/<namespace>/<id>``): a cgroupfs path from each hierarchy's root, such
+    #: as the one Nomad's client made for the task. ctrexec never removes it (runc
+    #: removes the directory it ran the task in when the task is deleted).
+    cgroup: str | None = attrs.field(
+        default=None, validator=fields.text(resources.check_cgroupfs_path, optional=True)
+    )
+    #: cgroup v1: a cgroup of the cpuset hierarchy (a path from its root) that the task's
+    #: init process joins before it runs, with ``cpuset_cpus`` written to it when set;
+    #: ``cgroup`` places it in every other hierarchy (how Nomad's exec driver runs its
+    #: tasks in Nomad's cpuset partition).
+    cpuset_cgroup: str | None = attrs.field(
+        default=None, validator=fields.text(resources.check_cgroupfs_path, optional=True)
+    )
     cap_add: tuple[str, ...] = attrs.field(
         default=(), converter=fields.to_tuple, validator=fields.strings(caps.expand_capabilities)
     )

@@ -245,13 +245,13 @@ class Executor:
         try:
             with taskio.task_stdio(record.labels, cfg, logged) as stdio:
                 try:
-                    pid = self._run_task(record, mounts, stdio)
+                    pid = self._run_task(record, mounts, stdio, cfg)
                 except AlreadyExists:
                     if not fresh:
                         raise
                     # A shim left by an earlier container of this name (containerd#6860).
                     self._clear_previous_run(task_id, by_policy=True, next_run=False)
-                    pid = self._run_task(record, mounts, stdio)
+                    pid = self._run_task(record, mounts, stdio, cfg)
         except BaseException:
             if log_token:  # the shim never opened the FIFOs: the daemon would wait for them
                 taskoutput.forget(self.state_dir, token=log_token[0])
@@ -306,9 +306,12 @@ class Executor:
         record: containers.Container,
         mounts: Sequence[snapshots.RootfsMount],
         stdio: Stdio,
+        cfg: TaskConfig | None,
     ) -> int:
         """Create and start the task; its pid. A failed start leaves no task behind; what
         a create cut short by a killed ctrexec left in the way is cleared (:mod:`stale`).
+        A config's v1 ``cpuset_cgroup`` is joined between the two, before anything of
+        the task's own runs.
 
         No Wait is armed here: nothing of this call reads the exit, and wait()
         arms its own (containerd keeps a stopped task's exit until it is deleted).
@@ -317,7 +320,7 @@ class Executor:
         from ctrexec.tasks import stale  # start-up: only a start clears a killed create
 
         try:
-            stale.create_task(
+            created = stale.create_task(
                 self.client,
                 record,
                 lambda: tasks.create(self.client, task_id, rootfs=rootfs, stdio=stdio),
@@ -327,6 +330,8 @@ class Executor:
         except CtrexecError as exc:
             raise tasks.command_error(exc) from exc
         try:
+            if cfg is not None and cfg.cpuset_cgroup:
+                _linux.join_cpuset_cgroup(cfg.cpuset_cgroup, created, cpus=cfg.cpuset_cpus)
             return tasks.start(self.client, task_id)
         except CtrexecError as exc:
             tasks.force_delete(self.client, task_id)

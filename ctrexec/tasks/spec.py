@@ -196,9 +196,10 @@ def _filesystem_opts(
 
 
 def _resource_opts(checked: CheckedConfig, namespace: str) -> list[oci.SpecOpt]:
-    """The task's cgroup (where ctrexec finds it again) and its limits."""
+    """The task's cgroup (ctrexec's own, where it finds it again, unless the caller
+    names one) and its limits."""
     cfg = checked.config
-    opts = [resources.with_cgroups_path(ids.task_cgroup(namespace, cfg.name))]
+    opts = [resources.with_cgroups_path(cfg.cgroup or ids.task_cgroup(namespace, cfg.name))]
     if checked.memory is not None:
         opts.append(resources.with_memory_limit(checked.memory))
     if checked.memory_reservation is not None:

@@ -438,8 +438,16 @@ def task_config(
     netns_path: str | None = None,
     env: Mapping[str, str] | None = None,
     memory_mb: int = 64,
+    hosts_config: tuple[str, str] | None = None,
 ) -> dpb.TaskConfig:
-    """The TaskConfig Nomad's task runner builds (buildTaskConfig), new id per start."""
+    """The TaskConfig Nomad's task runner builds (buildTaskConfig), new id per start.
+
+    With ``netns_path``, the network isolation spec a real agent sends a driver that
+    does not create the network: GROUP, the path, empty labels and no hostsConfig
+    (Nomad's network hook fills that only from the docker driver's sandbox labels).
+    ``hosts_config`` (hostname, address) sends one anyway, as a driver that creates
+    the network would get it.
+    """
     stdout, stderr = alloc.add_task(name)
     task_env = {
         "NOMAD_ALLOC_DIR": "/alloc",
@@ -470,6 +478,10 @@ def task_config(
     if netns_path is not None:
         tc.network_isolation_spec.mode = dpb.NetworkIsolationSpec.GROUP
         tc.network_isolation_spec.path = netns_path
+        if hosts_config is not None:
+            hostname, address = hosts_config
+            tc.network_isolation_spec.hostsConfig.hostname = hostname
+            tc.network_isolation_spec.hostsConfig.address = address
     return tc
 
 

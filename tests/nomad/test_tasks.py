@@ -66,29 +66,61 @@ def test_bridge_group_two_tasks(node: Node, alloc: AllocDir, group: GroupNetwork
     assert len(got) == 2 and all(p.read_text() == "hello from ctrexec\n" for p in got)
 
 
-def test_a_group_task_has_its_own_hosts_file(
-    node: Node, alloc: AllocDir, group: GroupNetwork, nomad_client: Any
-) -> None:
-    """Nomad's hostsConfig (the task's hostname and the alloc's address) and the job's
-    extra_hosts, in the task's own files; another task of the alloc has its own."""
+SHOW_FILES = "cat /etc/hostname; echo --; tail -n 2 /etc/hosts; echo --; cat /etc/resolv.conf"
+
+
+def _host_files(
+    node: Node, alloc: AllocDir, group: GroupNetwork, nomad_client: Any, **kw: Any
+) -> dict[str, str]:
+    """Two tasks of one alloc, with extra_hosts and the group's dns block (servers
+    and searches; options left to the host's), as StartTask gets them with ``kw``:
+    task name -> what the task reads of its hostname, hosts tail and resolv.conf.
+    Each task's files go with its DestroyTask."""
     config = {"image": IMAGE, "command": "sleep", "args": ["600"], "extra_hosts": ["db:10.9.0.1"]}
-    handles = []
+    seen = {}
     for name in ("hf-a", "hf-b"):
-        tc = task_config(alloc, name, node.task_spec, config, netns_path=group.path)
-        tc.network_isolation_spec.hostsConfig.hostname = f"{name}-host"
-        tc.network_isolation_spec.hostsConfig.address = group.ip
+        tc = task_config(alloc, name, node.task_spec, config, netns_path=group.path, **kw)
+        tc.dns.servers.append("192.0.2.53")
+        tc.dns.searches.append("svc.test")
         resp = node.start(tc)
         check_start_response(resp)
-        handles.append(resp.handle)
-    for h in handles:
+        h = resp.handle
         wait_for(lambda h=h: running(node, h.config.id), timeout=30, what="task running")
-        resp = _exec(node, h.config.id, "cat /etc/hostname; tail -n 2 /etc/hosts")
-        me = f"{h.config.name}-host"
-        assert resp.stdout.decode() == f"{me}\n10.9.0.1\tdb\n{group.ip}\t{me}\n", resp.stderr
+        got = _exec(node, h.config.id, SHOW_FILES)
+        assert got.result.exit_code == 0, got.stderr
+        seen[name] = got.stdout.decode()
         node.plugin.driver.DestroyTask(dpb.DestroyTaskRequest(task_id=h.config.id, force=True))
         cid = container_id(h.config.id)
         files = hostfiles.task_dir(hostfiles.DEFAULT_DIR, nomad_client.namespace, cid)
         assert not files.directory.exists()
+    return seen
+
+
+def _want_resolv_conf() -> str:
+    host = hostfiles.parse_resolv_conf(hostfiles.read_host_file(hostfiles.HOST_RESOLV))
+    return hostfiles.render_dns(["192.0.2.53"], ["svc.test"], host.options)
+
+
+def test_a_group_task_gets_its_hosts_files_as_under_a_real_agent(
+    node: Node, alloc: AllocDir, group: GroupNetwork, nomad_client: Any
+) -> None:
+    """No hostsConfig (what a real agent sends this driver): the alloc's short id as
+    every task's hostname, on the address the namespace's eth0 holds; the job's
+    extra_hosts; the dns block, with the host's options for the part it leaves out."""
+    seen = _host_files(node, alloc, group, nomad_client)
+    me = alloc.alloc_id[:8]
+    want = f"{me}\n--\n10.9.0.1\tdb\n{group.ip}\t{me}\n--\n{_want_resolv_conf()}"
+    assert seen == {"hf-a": want, "hf-b": want}
+
+
+def test_a_group_task_uses_hostsconfig_when_nomad_sends_it(
+    node: Node, alloc: AllocDir, group: GroupNetwork, nomad_client: Any
+) -> None:
+    """hostsConfig's hostname and address win over the alloc's own (here an address
+    the namespace doesn't hold, so the line can only have come from hostsConfig)."""
+    seen = _host_files(node, alloc, group, nomad_client, hosts_config=("nomad-host", "10.9.0.7"))
+    want = f"nomad-host\n--\n10.9.0.1\tdb\n10.9.0.7\tnomad-host\n--\n{_want_resolv_conf()}"
+    assert seen == {"hf-a": want, "hf-b": want}
 
 
 def test_killed_task_restarts_into_the_same_namespace(

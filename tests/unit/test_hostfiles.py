@@ -222,3 +222,15 @@ def test_the_legacy_key_of_an_ip_netns_name_is_the_name(tmp_path: Path) -> None:
     pin.write_text("")
     st = pin.stat()
     assert hostfiles.legacy_key(str(pin)) == f"ino-{st.st_dev}-{st.st_ino}"
+
+
+def test_a_resolv_conf_parses_into_its_parts() -> None:
+    text = (
+        "# made by hand\nnameserver 127.0.0.53\nnameserver 192.0.2.1 # main\n"
+        "domain old.test\nsearch a.test b.test\noptions ndots:2\noptions rotate\n"
+    )
+    got = hostfiles.parse_resolv_conf(text)
+    assert got == hostfiles.Resolver(
+        servers=("192.0.2.1",), searches=("a.test", "b.test"), options=("ndots:2", "rotate")
+    )
+    assert hostfiles.parse_resolv_conf(text, keep_loopback=True).servers[0] == "127.0.0.53"

@@ -17,7 +17,13 @@ from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.ids import is_valid_id
 from ctrexec.nomad import hclog, hclspec
 from ctrexec.nomad.config import PLUGIN_SCHEMA, TASK_SCHEMA, PluginConfig, parse_duration
-from ctrexec.nomad.taskmap import DriverState, container_id, owner_labels, to_task_config
+from ctrexec.nomad.taskmap import (
+    DriverState,
+    alloc_addresses,
+    container_id,
+    owner_labels,
+    to_task_config,
+)
 
 
 def _walk(spec, path=""):  # type: ignore[no-untyped-def]
@@ -140,8 +146,18 @@ def test_extra_hosts_and_the_alloc_address_reach_the_hosts_file() -> None:
     task.network_isolation_spec.hostsConfig.hostname = "web-host"
     cfg = to_task_config(task, _opts(extra_hosts=["db:10.1.2.3"]), _plugin())
     assert (cfg.extra_hosts, cfg.hostname) == (("db:10.1.2.3",), "web-host")
-    assert owner_labels(task)[lbl.ADDRESSES] == "172.26.64.5"
+    assert alloc_addresses(task) == ("172.26.64.5",)  # no netlink: hostsConfig says
+    assert owner_labels(task, alloc_addresses(task))[lbl.ADDRESSES] == "172.26.64.5"
     assert lbl.ADDRESSES not in owner_labels(_task())
+
+
+def test_without_hostsconfig_the_alloc_shares_its_short_id_as_hostname() -> None:
+    """What a real agent sends a driver that does not create the network: a GROUP
+    spec with empty labels and no hostsConfig."""
+    group = to_task_config(_task("/var/run/netns/0b5e7c1a"), _opts(), _plugin())
+    assert group.hostname == "0b5e7c1a"
+    assert to_task_config(_task(), _opts(), _plugin()).hostname is None  # host: its own
+    assert alloc_addresses(_task()) == ()  # host network: no alloc address
 
 
 @pytest.mark.parametrize(
@@ -180,6 +196,25 @@ def test_the_groups_dns_block_becomes_the_tasks_resolver() -> None:
         ("ndots:2",),
     )
     assert to_task_config(_task("/var/run/netns/x"), _opts(), _plugin()).dns == ()
+
+
+def test_a_dns_block_part_left_out_comes_from_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nomad's GenerateDNSMount: servers, searches and options each default to the
+    host's; the host's loopback servers are unreachable from the alloc's namespace."""
+    from ctrexec.net import hostfiles
+
+    host = "nameserver 127.0.0.53\nnameserver 192.0.2.1\nsearch host.test\noptions rotate\n"
+    monkeypatch.setattr(hostfiles, "read_host_file", lambda _p: host)
+    task = _task("/var/run/netns/x")
+    task.dns.searches.extend(["svc.test"])
+    cfg = to_task_config(task, _opts(), _plugin())
+    assert (cfg.dns, cfg.dns_search, cfg.dns_options) == (
+        ("192.0.2.1",),
+        ("svc.test",),
+        ("rotate",),
+    )
+    monkeypatch.setattr(hostfiles, "read_host_file", lambda _p: "nameserver 127.0.0.53\n")
+    assert to_task_config(task, _opts(), _plugin()).dns == ()  # no server: the host's file
 
 
 def test_pull_credentials_come_from_the_plugin_when_the_task_has_none(tmp_path: Path) -> None:
@@ -308,3 +343,67 @@ def test_hclog_survives_a_broken_pipe() -> None:
     finally:
         logging.getLogger().handlers.clear()
     assert err.getvalue() == ""
+
+
+ALLOC = "0b5e7c1a-9a3d-4a61-9d33-1f5a3c2e8d10"
+
+
+def _cgroup_task(path: str) -> dpb.TaskConfig:
+    task = _task("/var/run/netns/x")
+    task.resources.linux_resources.cpuset_cgroup = path
+    return task
+
+
+@pytest.mark.parametrize(
+    ("given", "cgroup", "cpuset"),
+    [
+        ("/sys/fs/cgroup/cpuset/nomad/share", f"/nomad/{ALLOC}.web", "/nomad/share"),
+        (
+            f"/sys/fs/cgroup/cpuset/nomad/reserve/{ALLOC}.web",
+            f"/nomad/{ALLOC}.web",
+            f"/nomad/reserve/{ALLOC}.web",
+        ),
+    ],
+)
+def test_cgroup_v1_places_the_task_as_nomads_exec_driver(
+    monkeypatch: pytest.MonkeyPatch, given: str, cgroup: str, cpuset: str
+) -> None:
+    """v1: the cpuset hierarchy's share or reserve cgroup for the init process,
+    <parent>/<alloc>.<task> in every other hierarchy."""
+    from ctrexec import _linux
+
+    monkeypatch.setattr(_linux, "cgroup_v2_only", lambda: False)
+    cfg = to_task_config(_cgroup_task(given), _opts(), _plugin())
+    assert (cfg.cgroup, cfg.cpuset_cgroup) == (cgroup, cpuset)
+
+
+def test_cgroup_v2_places_the_task_in_the_scope_nomad_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctrexec import _linux
+
+    monkeypatch.setattr(_linux, "cgroup_v2_only", lambda: True)
+    scope = f"/nomad.slice/share.slice/{ALLOC}.web.scope"
+    cfg = to_task_config(_cgroup_task("/sys/fs/cgroup" + scope), _opts(), _plugin())
+    assert (cfg.cgroup, cfg.cpuset_cgroup) == (scope, None)
+    assert to_task_config(_task(), _opts(), _plugin()).cgroup is None  # not sent: ctrexec's
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ("/sys/fs/cgroup/cpuset/nomad/../../../etc", "'..'"),
+        ("/sys/fs/cgroup/../cgroup/cpuset/nomad/share", "'..'"),
+        ("nomad/share", "absolute"),
+        ("/etc/cpuset/nomad/share", "not under /sys/fs/cgroup"),
+        ("/sys/fs/cgroup/memory/nomad/share", "not in the cpuset hierarchy"),
+        ("/sys/fs/cgroup/cpuset/nomad/reserve/other.task", "neither"),
+    ],
+)
+def test_a_cgroup_path_that_escapes_or_is_not_nomads_is_refused(
+    monkeypatch: pytest.MonkeyPatch, given: str, says: str
+) -> None:
+    from ctrexec import _linux
+
+    monkeypatch.setattr(_linux, "cgroup_v2_only", lambda: False)
+    with pytest.raises(InvalidArgument) as err:
+        to_task_config(_cgroup_task(given), _opts(), _plugin())
+    assert says in str(err.value) and "\n" not in str(err.value)

@@ -73,3 +73,19 @@ def test_privileged_grants_this_process_bounding_set() -> None:
     caps = _caps(_spec(privileged=True))
     for kind in ("bounding", "effective", "permitted"):
         assert caps[kind] == held
+
+
+def test_a_cgroup_the_caller_names_replaces_ctrexecs_own() -> None:
+    assert _spec()["linux"]["cgroupsPath"] == "/ctrexec/ns/t"
+    nomad = "/nomad.slice/share.slice/a1.web.scope"
+    assert _spec(cgroup=nomad)["linux"]["cgroupsPath"] == nomad
+
+
+@pytest.mark.parametrize("bad", ["nomad/x", "/nomad/../x", "/nomad//x", "/", "a:b:c"])
+def test_a_named_cgroup_must_be_absolute_and_normal(bad: str) -> None:
+    from ctrexec.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument):
+        TaskConfig(name="t", image="img", cgroup=bad)
+    with pytest.raises(InvalidArgument):
+        TaskConfig(name="t", image="img", cpuset_cgroup=bad)
