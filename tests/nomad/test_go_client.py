@@ -13,6 +13,7 @@ from the plugin's own protos, so the two sides share no proto text.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -22,10 +23,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from _harness import PLUGIN, cty_encode
-from _node import NOMAD_NAMESPACE
+from _node import NOMAD_NAMESPACE, launch_long_lived
 
+from ctrexec._api.nomad.drivers import driver_pb2 as dpb
 from ctrexec.nomad import config as nconfig
 from ctrexec.nomad import hclspec
 from ctrexec.nomad.hclspec import Attr, Block
@@ -263,6 +266,7 @@ def run(
         },
     }
     (tmp_path / "plan.json").write_text(json.dumps(plan))
+    done = None
     try:
         done = subprocess.run(
             [str(goclient), str(tmp_path / "plan.json")],
@@ -273,7 +277,27 @@ def run(
         )
         yield done
     finally:
+        if done is None or done.returncode != 0:
+            _destroy_started(done.stdout if done else "", agent)
         netns.remove(ns.path)
+
+
+def _destroy_started(stdout: str, agent: dict[str, Any]) -> None:
+    """After a failed run, what Nomad would do: DestroyTask(force) each task it started."""
+    events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    started = [e["task_id"] for e in events if e["step"] == "starting"]
+    if not started:
+        return
+    p = launch_long_lived(agent)
+    try:
+        for task_id in started:
+            # never created, or destroyed by the run itself
+            with contextlib.suppress(grpc.RpcError):
+                p.driver.DestroyTask(
+                    dpb.DestroyTaskRequest(task_id=task_id, force=True), timeout=60
+                )
+    finally:
+        p.kill()
 
 
 def _rpcs(events: list[dict[str, Any]], instance: int) -> list[str]:

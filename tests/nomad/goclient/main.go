@@ -37,21 +37,20 @@ var handshake = plugin.HandshakeConfig{
 const apiVersion = "v0.1.0"
 
 type plan struct {
-	Plugin  string                       `json:"plugin"`
-	Wire    string                       `json:"wire"`
-	OutDir  string                       `json:"out_dir"`
-	AllocID string                       `json:"alloc_id"`
-	Netns   string                       `json:"netns"`
-	Env     map[string]string            `json:"env"`
-	Plugins map[string]source            `json:"plugin_configs"`
-	Tasks   map[string]source            `json:"task_configs"`
-	Agent   source                       `json:"agent"`
-	Away    source                       `json:"away"`
-	BadPlug []bad                        `json:"bad_plugin_configs"`
-	BadTask []bad                        `json:"bad_task_configs"`
-	Run     source                       `json:"run"`
-	Long    source                       `json:"long"`
-	Extra   map[string]map[string]string `json:"extra"`
+	Plugin  string            `json:"plugin"`
+	Wire    string            `json:"wire"`
+	OutDir  string            `json:"out_dir"`
+	AllocID string            `json:"alloc_id"`
+	Netns   string            `json:"netns"`
+	Env     map[string]string `json:"env"`
+	Plugins map[string]source `json:"plugin_configs"`
+	Tasks   map[string]source `json:"task_configs"`
+	Agent   source            `json:"agent"`
+	Away    source            `json:"away"`
+	BadPlug []bad             `json:"bad_plugin_configs"`
+	BadTask []bad             `json:"bad_task_configs"`
+	Run     source            `json:"run"`
+	Long    source            `json:"long"`
 }
 
 // bad is a config hcldec rejects, and the same fault put straight into a payload.
@@ -81,6 +80,7 @@ func emit(step string, kv map[string]interface{}) {
 
 func fail(what string, err error) {
 	emit("fatal", map[string]interface{}{"what": what, "error": err.Error()})
+	plugin.CleanupClients() // no plugin process outlives a failed run
 	os.Exit(1)
 }
 
@@ -103,6 +103,7 @@ func connect(n int, cfg *plugin.ClientConfig, p *plan) *instance {
 	cfg.HandshakeConfig = handshake
 	cfg.Plugins = map[string]plugin.Plugin{"driver": driverPlugin{}}
 	cfg.AllowedProtocols = []plugin.Protocol{plugin.ProtocolGRPC}
+	cfg.Managed = true
 	stderr, err := os.Create(filepath.Join(p.OutDir, fmt.Sprintf("stderr-%d.log", n)))
 	if err != nil {
 		fail("stderr file", err)
@@ -193,7 +194,8 @@ func schema(in *instance, method, what string) hcldec.Spec {
 	return spec
 }
 
-// encodeBoth decodes a config from HCL and from JSON; both must give the same bytes.
+// encodeAll decodes each config from HCL and through Nomad's JSON path, and prints
+// cty's msgpack of each (the test compares them).
 func encodeAll(which string, spec hcldec.Spec, configs map[string]source, vars map[string]cty.Value) map[string][]byte {
 	out := map[string][]byte{}
 	for name, src := range configs {
@@ -220,7 +222,8 @@ func encodeAll(which string, spec hcldec.Spec, configs map[string]source, vars m
 	return out
 }
 
-// rejectBoth: hcldec's verdict on the HCL, then the same fault sent to the plugin.
+// badPayload prints hcldec's verdict on the HCL, and returns the same fault as the
+// msgpack hcldec would never produce, for the plugin's own checks.
 func badPayload(spec hcldec.Spec, b bad, vars map[string]cty.Value) []byte {
 	_, diags := decode(spec, source{HCL: b.HCL}, vars)
 	emit("hcldec_rejects", map[string]interface{}{"name": b.Name, "diags": diagList(diags)})
@@ -406,12 +409,14 @@ func main() {
 	encodeAll("task", taskSpec, p.Tasks, vars)
 	for _, b := range p.BadTask {
 		tc, _ := taskConfig(&p, b.Name, badPayload(taskSpec, b, vars))
+		emit("starting", map[string]interface{}{"task_id": tc["id"]})
 		_, err := long.driver("StartTask", map[string]interface{}{"task": tc})
 		emit("plugin_rejects", map[string]interface{}{"name": b.Name, "rejected": err != nil})
 	}
 
 	// The task flow: StartTask in the netns, WaitTask, StopTask, DestroyTask.
 	tc, out := taskConfig(&p, "run", mustEncode(taskSpec, p.Run, vars))
+	emit("starting", map[string]interface{}{"task_id": tc["id"]})
 	started := must(long.driver("StartTask", map[string]interface{}{"task": tc}))
 	handle := asMap(started["handle"])
 	emit("started", map[string]interface{}{"task": "run", "handle_version": handle["version"], "has_config": handle["config"] != nil})
@@ -423,6 +428,7 @@ func main() {
 	// A long task, then Nomad's agent "crashes": a new client reattaches to the same
 	// process (PluginInfo, Init, no SetConfig) and recovers the task from its handle.
 	lc, _ := taskConfig(&p, "long", mustEncode(taskSpec, p.Long, vars))
+	emit("starting", map[string]interface{}{"task_id": lc["id"]})
 	lstarted := must(long.driver("StartTask", map[string]interface{}{"task": lc}))
 	lhandle := asMap(lstarted["handle"])
 	re := connect(4, &plugin.ClientConfig{Reattach: long.client.ReattachConfig()}, &p)
@@ -436,7 +442,10 @@ func main() {
 	if err := syscall.Kill(long.client.ReattachConfig().Pid, syscall.SIGKILL); err != nil {
 		fail("sigkill", err)
 	}
-	for !long.client.Exited() {
+	for deadline := time.Now().Add(60 * time.Second); !long.client.Exited(); {
+		if time.Now().After(deadline) {
+			fail("sigkill", fmt.Errorf("the plugin still runs a minute after SIGKILL"))
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	emit("plugin_killed", map[string]interface{}{"instance": 3})
