@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -283,8 +284,14 @@ def run(
 
 
 def _destroy_started(stdout: str, agent: dict[str, Any]) -> None:
-    """After a failed run, what Nomad would do: DestroyTask(force) each task it started."""
+    """After a failed run: no plugin left running, and what Nomad would do, DestroyTask
+    (force) for each task the run started."""
     events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    for e in events:  # a crash of the program itself leaves its plugins running
+        if e["step"] == "connected" and not e["reattach"]:
+            with contextlib.suppress(OSError):
+                if PLUGIN.name.encode() in Path(f"/proc/{e['pid']}/cmdline").read_bytes():
+                    os.kill(e["pid"], signal.SIGKILL)
     started = [e["task_id"] for e in events if e["step"] == "starting"]
     if not started:
         return
