@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from _cli import TEST_NAMESPACE
 
+from ctrexec._linux import remove_empty_cgroups
 from ctrexec.logs.reader import log_uri, read_logs, rotated_paths, write_launcher
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,7 +164,10 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ctr]:
             subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
         leftover = _mounts_under(base)
         shutil.rmtree(base, ignore_errors=True)
+        # ctr runs a task in /<namespace>/<id>; runc removes only the task's own level.
+        cgroup_gone = remove_empty_cgroups(NAMESPACE, parents=False)
         assert not leftover, f"mounts left behind: {leftover}"
+        assert cgroup_gone, f"cgroup /{NAMESPACE} left behind (a task still in it?)"
 
 
 @pytest.fixture(scope="module")
