@@ -89,7 +89,9 @@ def _lines(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
 
 def _what_was_met(ex: Executor, name: str, shim: int) -> str:
     """The task as a list shows it now, and the shim's process state (T: stopped)."""
-    listed = [(i.status.value, i.pid, i.unknown_reason) for i in ex.list(all_tasks=True) if i.id == name]
+    listed = [
+        (i.status.value, i.pid, i.unknown_reason) for i in ex.list(all_tasks=True) if i.id == name
+    ]
     stat = Path(f"/proc/{shim}/stat").read_text().rsplit(")", 1)[-1].split()
     return f"listed as {listed}; shim {shim} in state {stat[0]}"
 
