@@ -218,6 +218,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "implicit",
         "missing",
         "outage",
+        "changes",
         "updown",
         "presence",
         "supervisor",
