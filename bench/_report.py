@@ -174,6 +174,9 @@ def targets(r: Results) -> Table:
         _ratio_row(f"library, {r.burst} groups started at once, groups/s",
                    r.med("burst", "lib"), f"{r.burst} parallel `ctr run -d`",
                    r.med("burst", "ctr"), target=">= 1.4", unit="/s"),
+        _ratio_row(f"library, {r.burst} groups started at once, groups/s",
+                   r.med("burst", "lib"), f"{r.burst} parallel `ctr run -d --seccomp`",
+                   r.med("burst", "ctr-seccomp"), target="", unit="/s"),
         _ratio_row("restart of a killed task into its group", r.med("restart", "lib"),
                    "docker, pause alive: `docker start`", r.med("restart", "docker"), target=""),
     ]  # fmt: skip

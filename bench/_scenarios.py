@@ -76,8 +76,11 @@ class Bench:
     def ctr(self, *args: str) -> list[str]:
         return ["ctr", "-a", self.address, "-n", NAMESPACE, *args]
 
-    def ctr_run(self, name: str, *, ns: str | None = None, rm: bool = False) -> list[str]:
+    def ctr_run(
+        self, name: str, *, ns: str | None = None, rm: bool = False, seccomp: bool = False
+    ) -> list[str]:
         extra = ["--with-ns", f"network:/run/netns/{ns}"] if ns else []
+        extra += ["--seccomp"] if seccomp else []
         mode = "--rm" if rm else "-d"
         cmd = ("true",) if rm else SLEEP
         return self.ctr("run", mode, "--fifo-dir", str(self.fifo_dir), *extra, IMAGE, name, *cmd)
@@ -296,10 +299,12 @@ def burst(b: Bench, n: int, groups: int) -> Samples:
             for f in [pool.submit(b.lib_group, f"{name}-{i}") for i in range(groups)]:
                 f.result()
 
-    def ctr(name: str) -> None:
-        run_parallel([b.ctr_run(f"{name}-{i}") for i in range(groups)])
+    def ctr(name: str, seccomp: bool = False) -> None:
+        run_parallel([b.ctr_run(f"{name}-{i}", seccomp=seccomp) for i in range(groups)])
 
-    ms = rounds(n, {"ctr": ctr, "lib": lib}, b.cleanup)
+    # ctr applies no seccomp profile unless asked; ctrexec applies its default, whose
+    # compile in each task's runc init is ~12 ms of CPU (bench/profile-burst).
+    ms = rounds(n, {"ctr": ctr, "ctr-seccomp": partial(ctr, seccomp=True), "lib": lib}, b.cleanup)
     b.check_clean("burst")
     return {k: [groups * 1000.0 / v for v in values] for k, values in ms.items()}
 
