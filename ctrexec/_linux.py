@@ -341,22 +341,24 @@ def compact_lowerdir(data: list[str], limit: int) -> tuple[list[str], str | None
     return [*data[:idx], "lowerdir=" + ":".join(rel), *data[idx + 1 :]], common
 
 
-def mount_readonly(mounts: Sequence[MountLike], target: str) -> None:
-    """Mount ``mounts`` one over the other on ``target``, read-only and inert.
+def mount_readonly(mounts: Sequence[MountLike], target: str, *, writable: bool = False) -> None:
+    """Mount ``mounts`` one over the other on ``target``, read-only (unless ``writable``:
+    ``cp`` into a stopped container) and always without setuid, devices or exec.
 
     Call only from a thread inside :func:`in_private_mount_namespace`: a relative
     ``lowerdir`` changes that thread's working directory.
     """
+    safe = _SAFE_FLAGS & ~MS_RDONLY if writable else _SAFE_FLAGS
     for m in mounts:
         flags, data = split_options(m.options)
         if m.type == "bind" or flags & MS_BIND:
             _mount_or_raise(m.source, target, None, MS_BIND | (flags & MS_REC), "")
-            _mount_or_raise(None, target, None, MS_REMOUNT | MS_BIND | _SAFE_FLAGS, "")
+            _mount_or_raise(None, target, None, MS_REMOUNT | MS_BIND | safe, "")
             continue
         data, chdir = compact_lowerdir(data, os.sysconf("SC_PAGE_SIZE") - 1)
         if chdir is not None:
             os.chdir(chdir)
-        flags = (flags & ~MS_BIND) | _SAFE_FLAGS
+        flags = (flags & ~MS_BIND) | safe
         _mount_or_raise(m.source, target, m.type, flags, ",".join(data))
 
 
@@ -567,6 +569,23 @@ def openat2_in_root(root_fd: int, path: str, flags: int, mode: int = 0) -> int:
         if err != errno.EAGAIN:
             break
     raise OSError(err, os.strerror(err), path)
+
+
+def open_root(path: str) -> int:
+    """An O_PATH fd of the directory ``path``, to resolve below with the calls here."""
+    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def path_in_root(root_fd: int, path: str, *, follow: bool = True, directory: bool = False) -> int:
+    """An O_PATH fd of ``path`` below the root; the final symlink itself unless ``follow``."""
+    flags = os.O_PATH | (0 if follow else os.O_NOFOLLOW) | (os.O_DIRECTORY if directory else 0)
+    return openat2_in_root(root_fd, path, flags)
+
+
+def child_path(dir_fd: int, name: str, *, directory: bool = False) -> int:
+    """An O_PATH fd of the entry ``name`` of ``dir_fd``, a symlink never followed."""
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
+    return os.open(name, flags, dir_fd=dir_fd)
 
 
 def open_in_root(root_fd: int, path: str) -> int | None:
