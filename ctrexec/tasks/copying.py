@@ -170,8 +170,28 @@ def _source(root_fd: int, path: str, follow: bool, missing: str) -> os.stat_resu
     return st
 
 
+def _final_link(root_fd: int, path: str) -> str:
+    """``path`` with its final symlinks followed (inside the root), as docker follows a
+    destination that is a link: the file it names is overwritten, not the link."""
+    for _ in range(40):
+        try:
+            fd = _linux.path_in_root(root_fd, path, follow=False)
+        except OSError:
+            return path
+        try:
+            if not stat.S_ISLNK(os.fstat(fd).st_mode):
+                return path
+            target = os.readlink("", dir_fd=fd)
+        finally:
+            os.close(fd)
+        path = clean(posixpath.join(posixpath.dirname(path), target))
+    return path
+
+
 def _target(root_fd: int, name: str, src_is_dir: bool, arcname: str, dst: str) -> Target:
-    cleaned = clean(dst)
+    cleaned = _final_link(root_fd, clean(dst))
+    if cleaned != clean(dst):
+        dst = cleaned
     kind = _kind(_stat(root_fd, cleaned, follow=True))
     parent = _stat(root_fd, posixpath.dirname(cleaned), follow=True)
     if kind is None and (parent is None or not stat.S_ISDIR(parent.st_mode)):
