@@ -31,6 +31,8 @@ from typing import IO
 from ctrexec import _linux, errors
 
 _CHUNK = 1 << 20
+#: docker's words for a write into a ``--read-only`` container's root.
+READ_ONLY = "container rootfs is marked read-only"
 
 
 def clean(path: str) -> str:
@@ -311,8 +313,8 @@ def kind_error(exc: OSError, path: str) -> errors.CtrexecError:
     """An OSError of a walk below a root, in the words docker's archive code uses."""
     if exc.errno == errno.ENOTDIR:
         return errors.InvalidArgument(f"{path}: not a directory")
-    if exc.errno in (errno.EROFS,):
-        return errors.FailedPrecondition(f"{path}: read-only file system")
+    if exc.errno == errno.EROFS:
+        return errors.FailedPrecondition(READ_ONLY)
     if exc.errno in (errno.EPERM, errno.EACCES):
         return errors.PermissionDenied(f"{path}: {exc.strerror}")
     return errors.Internal(f"{path}: {exc.strerror or exc}")

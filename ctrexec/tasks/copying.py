@@ -36,7 +36,7 @@ from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.images import ImageCache
 from ctrexec.tasks import records
-from ctrexec.tasks.copyarchive import clean, extract_tar, kind_error, write_tar
+from ctrexec.tasks.copyarchive import READ_ONLY, clean, extract_tar, kind_error, write_tar
 
 T = TypeVar("T")
 
@@ -115,9 +115,12 @@ def in_container_root(
     """Call ``fn`` with an O_PATH fd of the container's root (see the module's docstring)."""
     record = containers.get(client, name)
     state = tasks.find(client, name)
+    live = state is not None and state.status in _LIVE and state.pid > 0
+    if write and not live and record.spec.get("root", {}).get("readonly"):
+        raise errors.FailedPrecondition(READ_ONLY)  # a running one: EROFS, but its volumes
     if state is not None and state.status is tasks.Status.UNKNOWN:
         raise errors.FailedPrecondition(f"{name}: {state.reason}")
-    if state is not None and state.status in _LIVE and state.pid > 0:
+    if live and state is not None:
         fd = _linux.open_root(f"/proc/{state.pid}/root")
         try:
             again = tasks.find(client, name)  # the pid is still the task's: not reused

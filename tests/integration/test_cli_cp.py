@@ -207,3 +207,21 @@ def test_a_running_container_is_copied_through_its_volumes(
     (tmp_path / "w").write_text("into the volume\n")
     _ok(_cp(cli, str(tmp_path / "w"), "cp-vol:/vol/"))
     assert (vol / "w").read_text() == "into the volume\n"
+
+
+def test_a_read_only_container_is_not_written(
+    cli: Cli, test_image: str, made: list[str], tmp_path: Path
+) -> None:
+    made += ["cp-ro-run", "cp-ro-stopped"]
+    for name, cmd in (("cp-ro-run", ["-d"]), ("cp-ro-stopped", [])):
+        argv = ["--read-only", "--name", name, *cmd, test_image]
+        out = cli("run", *argv, *(["sleep", "3600"] if cmd else ["true"]))
+        assert out.returncode == 0, out.stderr
+    (tmp_path / "f").write_text("x")
+    for name in ("cp-ro-run", "cp-ro-stopped"):
+        out = _cp(cli, str(tmp_path / "f"), f"{name}:/f")
+        assert (out.returncode, out.stderr) == (
+            1,
+            b"ctrexec: container rootfs is marked read-only\n",
+        )
+        _ok(_cp(cli, f"{name}:/etc/hostname", str(tmp_path / f"{name}.out")))  # reading is fine
