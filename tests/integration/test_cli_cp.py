@@ -225,3 +225,32 @@ def test_a_read_only_container_is_not_written(
             b"ctrexec: container rootfs is marked read-only\n",
         )
         _ok(_cp(cli, f"{name}:/etc/hostname", str(tmp_path / f"{name}.out")))  # reading is fine
+
+
+def test_a_link_swapped_in_meanwhile_leads_nowhere_on_the_host(
+    cli: Cli, test_image: str, made: list[str], tmp_path: Path, host: Path
+) -> None:
+    """The container flips /swap between a directory and a link to the host's directory
+    (and its own copy of that path) while cp goes in and out through it: whatever the
+    interleaving, cp succeeds or fails inside the container, and the host is untouched."""
+    made.append("cp-swap")
+    flip = (
+        f"mkdir -p {host} && echo inside > {host}/secret; "
+        f"while :; do rm -rf /swap; mkdir /swap; echo dir > /swap/secret; rm -rf /swap; "
+        f"ln -s {host} /swap; done"
+    )
+    out = cli("run", "-d", "--name", "cp-swap", test_image, "sh", "-c", flip)
+    assert out.returncode == 0, out.stderr
+    (tmp_path / "secret").write_text("payload\n")
+    before = {p.name: p.read_bytes() for p in host.iterdir()}
+    seen = set()
+    for i in range(6):
+        _cp(cli, str(tmp_path / "secret"), "cp-swap:/swap/")
+        got = _cp(cli, "cp-swap:/swap/secret", "-")
+        if got.returncode == 0:
+            with tarfile.open(fileobj=io.BytesIO(got.stdout)) as tar:
+                member = tar.extractfile("secret")
+                assert member is not None
+                seen.add(member.read())
+        assert {p.name: p.read_bytes() for p in host.iterdir()} == before, i
+    assert seen <= {b"inside\n", b"dir\n", b"payload\n", b""}  # b"": caught mid-write
