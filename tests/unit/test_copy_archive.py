@@ -187,3 +187,21 @@ def test_contents_rebase_to_a_new_name(tmp_path: Path) -> None:
 )
 def test_endpoint_split_like_docker(word: str, container: str, path: str) -> None:
     assert copying.Endpoint.parse(word) == copying.Endpoint(container, path)
+
+
+def test_a_link_swapped_in_after_the_check_is_not_written_through(
+    hostile: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worst moment: the name was cleared, and a link to the host appears before the
+    file is opened. The open refuses it (O_EXCL, O_NOFOLLOW); the host file is unchanged."""
+    root, host = hostile
+    cleared = copyarchive._clear
+
+    def swap(pfd: int, base: str, path: str) -> None:
+        cleared(pfd, base, path)
+        os.symlink(host / "secret", base, dir_fd=pfd)
+
+    monkeypatch.setattr(copyarchive, "_clear", swap)
+    with pytest.raises(FileExistsError):
+        _extract(root, "/", [(_file("victim"), b"overwritten")])
+    assert (host / "secret").read_text() == "host"
