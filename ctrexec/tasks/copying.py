@@ -227,6 +227,8 @@ def copy_out(
     the host belong to the caller, as docker's do."""
     missing = f"Could not find the file {clean(src)} in container {name}"
     arcname = arcname_of(src)
+    if dst == "-" and stdout is None:
+        raise errors.InvalidArgument("cp NAME:SRC -: no standard output to write to")
     if dst != "-":
         _check_host_parent(dst)
     with tempfile.TemporaryFile(prefix="ctrexec-cp-") as spool:
@@ -234,7 +236,7 @@ def copy_out(
         def read(root_fd: int) -> bool:
             st = _source(root_fd, src, follow, missing)
             path = clean(src)
-            out = stdout if dst == "-" and stdout is not None else spool
+            out = stdout if dst == "-" and stdout is not None else spool  # None: refused above
             _guarded(src, lambda: write_tar(root_fd, path, out, arcname=arcname, follow=follow))
             return stat.S_ISDIR(st.st_mode)
 
