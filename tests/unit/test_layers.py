@@ -198,6 +198,8 @@ ORDER: dict[str, tuple[str, ...]] = {
         "spec",
         "files",
         "records",
+        "copyarchive",
+        "copying",
         "health",
         "info",
         "procs",
