@@ -1,4 +1,4 @@
-"""``ctrexec images``, ``rmi`` and ``image-ensure``: containerd's image store."""
+"""``ctrexec images``, ``rmi``, ``tag`` and ``image-ensure``: containerd's image store."""
 
 from __future__ import annotations
 
@@ -59,6 +59,14 @@ def cmd_rmi(args: argparse.Namespace) -> int:
         return each(args.refs, lambda ref: imageuse.remove(client, ref, force=args.force))
 
 
+def cmd_tag(args: argparse.Namespace) -> int:
+    from ctrexec.images.tagging import tag_image
+
+    with connect(args) as client:
+        tag_image(client, args.source, args.target)
+    return 0
+
+
 def cmd_ensure(args: argparse.Namespace) -> int:
     """Make an image usable here: adopt it from another namespace and unpack it."""
     from ctrexec.images.lookup import ensure_image
@@ -81,6 +89,10 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("-f", "--force", action="store_true", help="even if a container uses it")
     p.add_argument("refs", nargs="+")
     p.set_defaults(func=cmd_rmi)
+    p = sub.add_parser("tag", parents=[conn], help="name an image also TARGET (no copy)")
+    p.add_argument("source", metavar="SOURCE_IMAGE[:TAG]")
+    p.add_argument("target", metavar="TARGET_IMAGE[:TAG]")
+    p.set_defaults(func=cmd_tag, missing_exit=1)  # docker's exit for "No such image"
     p = sub.add_parser(
         "image-ensure",
         parents=[conn],
