@@ -92,6 +92,8 @@ if TYPE_CHECKING:
     from ctrexec.images.prune import PruneReport, prune_images
     from ctrexec.images.reference import normalize_reference
     from ctrexec.images.registry.pull import PullEvent, ensure_pulled, pull
+    from ctrexec.images.registry.push import PushResult, push
+    from ctrexec.images.tagging import tag_image
     from ctrexec.images.usage import image_usage
     from ctrexec.logs.reader import LogEntry, read_logs, read_task_logs
     from ctrexec.net.cni import PortMapping
@@ -153,6 +155,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.images.prune": ("PruneReport", "prune_images"),
     "ctrexec.images.reference": ("normalize_reference",),
     "ctrexec.images.usage": ("image_usage",),
+    "ctrexec.images.tagging": ("tag_image",),
+    "ctrexec.images.registry.push": ("PushResult", "push"),
     "ctrexec.containerd.stats": ("Stats",),
     "ctrexec.containerd.streams": (
         "OutputCallback",
@@ -265,6 +269,7 @@ __all__ = [
     "Process",
     "PruneReport",
     "PullEvent",
+    "PushResult",
     "RegistryError",
     "RegistryRefused",
     "ResourceExhausted",
@@ -313,11 +318,13 @@ __all__ = [
     "prune_images",
     "prune_system",
     "pull",
+    "push",
     "read_logs",
     "read_task_logs",
     "remove_image",
     "remove_netns",
     "rename",
+    "tag_image",
 ]
 
 
