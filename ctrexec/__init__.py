@@ -86,6 +86,7 @@ if TYPE_CHECKING:
     from ctrexec.groups.spec import GroupSpec, load_group_file, parse_group
     from ctrexec.groups.supervisor import Supervisor
     from ctrexec.groups.updown import Groups
+    from ctrexec.images.commit import commit_container
     from ctrexec.images.exporter import export_archive
     from ctrexec.images.importer import ImportedImage, import_archive
     from ctrexec.images.lookup import ensure_image, get_image, remove_image
@@ -156,6 +157,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.images.reference": ("normalize_reference",),
     "ctrexec.images.usage": ("image_usage",),
     "ctrexec.images.tagging": ("tag_image",),
+    "ctrexec.images.commit": ("commit_container",),
     "ctrexec.images.registry.push": ("PushResult", "push"),
     "ctrexec.containerd.stats": ("Stats",),
     "ctrexec.containerd.streams": (
@@ -298,6 +300,7 @@ __all__ = [
     "Unavailable",
     "Unimplemented",
     "UnknownCommand",
+    "commit_container",
     "create_netns",
     "doctor",
     "ensure_image",
