@@ -118,9 +118,10 @@ def commit_container(
     message: str = "",
     author: str = "",
 ) -> images.Image:
-    """Make the image ``ref`` of the container's image plus its changes (see above)."""
+    """Make the image ``ref`` of the container's image plus its changes (see above);
+    ``container_id`` may be a unique prefix, as docker's IDs."""
     name = lookup.image_name(ref).name  # a bad name makes nothing
-    c = containers.get(client, container_id)
+    c = containers.get(client, containers.Lookup(client)(container_id))  # docker's prefixes
     if not c.snapshot_key or not c.image:
         raise errors.FailedPrecondition(f"container {container_id} has no image or rootfs")
     base = lookup.get_image(client, c.image)
