@@ -34,7 +34,7 @@ def test_commit_keeps_the_file_and_the_changes(cli: Cli, client: Client, test_im
             "tester",
             name[:-1],
             ref,
-        )  # fmt: skip  (a unique prefix of the name, as docker's IDs)
+        )  # name[:-1]: a unique prefix of the name, as docker takes IDs
         assert out.returncode == 0, out.stderr
         image = lookup.get_image(client, ref)
         assert out.stdout == f"{image.config_digest}\n"
