@@ -119,6 +119,30 @@ class Lines:
                 self._out.flush()
 
 
+class PushLines:
+    """A push's steps as docker prints them: ``<id>: Pushing 2.1MB``, ``<id>: Pushed``,
+    ``<id>: Layer already exists`` (a line each, no bars: a push is mostly waiting on
+    the registry, and the lines read the same in a log)."""
+
+    def __init__(self, out: IO[str] = sys.stderr) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+
+    def __call__(self, ev: PullEvent) -> None:
+        text = {
+            "pushing": f"The push refers to repository [{ev.ref}]",
+            "partial": f"{ev.ref}: only the {ev.media_type} manifest is pushed: not every "
+            "platform of its index is in the content store (import with --all-platforms)",
+            "exists": f"{_short(ev.digest)}: Layer already exists",
+            "start": f"{_short(ev.digest)}: Pushing {human(ev.total)}",
+            "done": f"{_short(ev.digest)}: Pushed",
+        }.get(ev.action)
+        if text is not None:
+            with self._lock:
+                self._out.write(text + "\n")
+                self._out.flush()
+
+
 class JsonEvents:
     """One JSON object per line; byte progress at most every half second per blob."""
 

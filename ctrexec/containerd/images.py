@@ -446,6 +446,12 @@ def record_image(
         )
 
 
+def record_target(client: Client, name: str | ImageName) -> Descriptor:
+    """The whole target descriptor of the record ``name`` names (NotFound if none):
+    what a second name for the same image (``tag``) points to."""
+    return Descriptor.from_proto(_get_record(client, _named(name)).target)
+
+
 def recorded_target(client: Client, name: str) -> str | None:
     """The target digest the record ``name`` has now; None when there is none."""
     resp = client.call_or_none(

@@ -309,6 +309,34 @@ def _apply(
         )
 
 
+def diff_mounts(
+    client: Client,
+    lower: Sequence[RootfsMount],
+    upper: Sequence[RootfsMount],
+    *,
+    media_type: str,
+    ref: str,
+    lease: str,
+) -> Descriptor:
+    """Diff.Diff: what changed from ``lower`` to ``upper``, as a layer blob containerd
+    writes into the content store under ``lease`` (with its ``containerd.io/uncompressed``
+    label, the layer's diff ID). ``ref``: the ingest's name, unique per call."""
+    resp = client.call(
+        _rpc.DIFF,
+        "Diff",
+        diff_pb2.DiffRequest(
+            left=[m.to_proto() for m in lower],
+            right=[m.to_proto() for m in upper],
+            media_type=media_type,
+            ref=ref,
+        ),
+        diff_pb2.DiffResponse,
+        lease=lease,
+        timeout=DATA_TIMEOUT,
+    )
+    return Descriptor.from_proto(resp.diff)
+
+
 # -- reading files of a snapshot ----------------------------------------------------------
 
 
