@@ -152,7 +152,8 @@ class BlobProxy:
         if ours:
             self.asked.set()
             if self.release is not None:
-                self.release.wait(120)  # bounded: a test that never releases still ends
+                # bounded, and longer than any test waits before it releases
+                self.release.wait(300)
         conn = http.client.HTTPConnection(self.upstream, timeout=30)
         headers = {k: v for k, v in handler.headers.items() if k.lower() != "host"}
         conn.request(method, handler.path, headers=headers)

@@ -436,9 +436,12 @@ def test_layers_unpack_while_the_top_one_downloads(
         ref = f"{proxy.host}/ctrexec-layered:latest"
         t, failure = _pull_in_thread(ns, ref, events)
         try:
-            until(lambda: _committed(ns, chains[1]), "the layer below the top one unpacked", 120)
-            assert proxy.asked.is_set()  # asked for, and still held back
-            assert not content.exists(ns, str(extra[1]))
+            until(
+                lambda: proxy.asked.is_set() and _committed(ns, chains[1]),
+                "the top layer asked for and the layer below it unpacked",
+                120,
+            )
+            assert not content.exists(ns, str(extra[1]))  # still held back
             assert not _committed(ns, chains[2])
             assert t.is_alive()
         finally:
