@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from ctrexec.images.registry.pull import PullEvent
 
 _REDRAW = 0.1  # seconds between two redraws of the bars
+#: A blob's state after each step: ``done`` is stored and checked (a pull's or an
+#: import's); a pulled layer is then extracted, docker's "Extracting", "Pull complete".
+_STATES = {"done": "done", "extracting": "extracting", "extracted": "pull complete"}
 _BAR = 30
 
 
@@ -70,9 +73,9 @@ class Bars:
                     self._blobs[ev.digest].done = ev.total
             elif ev.action == "progress" and ev.digest in self._blobs:
                 self._blobs[ev.digest].done = ev.done
-            elif ev.action == "done" and ev.digest in self._blobs:
+            elif ev.action in _STATES and ev.digest in self._blobs:
                 self._blobs[ev.digest].done = ev.total
-                self._blobs[ev.digest].state = "done"
+                self._blobs[ev.digest].state = _STATES[ev.action]
             now = time.monotonic()
             if ev.action == "progress" and now - self._last < _REDRAW:
                 return
@@ -110,6 +113,8 @@ class Lines:
             "start": f"{_short(ev.digest)}: downloading {human(ev.total)}"
             + (f" (resuming at {human(ev.done)})" if ev.done else ""),
             "done": f"{_short(ev.digest)}: done",
+            "extracting": f"{_short(ev.digest)}: extracting",
+            "extracted": f"{_short(ev.digest)}: pull complete",
             "unpacking": f"{ev.ref}: unpacking",
             "pulled": f"{ev.ref}: pulled {ev.digest}",
         }.get(ev.action)

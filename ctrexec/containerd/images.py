@@ -557,11 +557,15 @@ def unpack(
     top = snapshots.unpack_layers(
         client, image.layers, image.diff_ids, snapshotter=snapshotter, lease=lease
     )
-    if top:
-        content.ensure_labels(
-            client, image.config_digest, {content.gc_snapshot_label(snapshotter): top}
-        )
+    mark_unpacked(client, image.config_digest, top, snapshotter=snapshotter)
     return top
+
+
+def mark_unpacked(client: Client, config_digest: str, top: str, *, snapshotter: str) -> None:
+    """Label the config with its top snapshot, as containerd's unpacker does: the image
+    record then keeps the snapshots alive once the unpack's lease is gone."""
+    if top:
+        content.ensure_labels(client, config_digest, {content.gc_snapshot_label(snapshotter): top})
 
 
 def ensure_image(
