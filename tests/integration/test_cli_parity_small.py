@@ -29,3 +29,16 @@ def test_read_only_makes_the_host_files_read_only(
     out = cli("exec", "ps-rw", "sh", "-c", "echo '10.9.9.9 added' >> /etc/hosts; cat /etc/hosts")
     assert out.returncode == 0, out.stderr
     assert "10.9.9.9 added" in out.stdout
+
+
+def test_id_lists_the_primary_group(cli: Cli, test_image: str, made: list[str]) -> None:
+    made.append("ps-id")
+    out = cli("run", "--name", "ps-id", "-u", "1000", test_image, "id")
+    # the image's app user (1000) is in staff (50); the kernel sorts the groups
+    want = "uid=1000(app) gid=1000(app) groups=50(staff),1000(app)\n"
+    assert (out.returncode, out.stdout) == (0, want), out.stderr
+    _run(cli, made, "ps-id2", "-u", "4242", test_image, "sleep", "300")
+    out = cli("exec", "ps-id2", "id")  # a uid the image does not list: gid 0, as docker's
+    assert (out.returncode, out.stdout) == (0, "uid=4242 gid=0(root) groups=0(root)\n")
+    out = cli("exec", "-u", "4242:50", "ps-id2", "id")  # an exec's own user alike
+    assert (out.returncode, out.stdout) == (0, "uid=4242 gid=50(staff) groups=50(staff)\n")
