@@ -164,7 +164,8 @@ def cmd_port(args: argparse.Namespace) -> int:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    """The task's processes as the host sees them (docker runs ps on the host too)."""
+    """The task's processes as the host sees them (docker runs ps on the host too):
+    read from /proc, or with ps options, the host's ``ps`` with them."""
     from ctrexec.containerd.tasks import Status
     from ctrexec.tasks import procs
 
@@ -172,6 +173,9 @@ def cmd_top(args: argparse.Namespace) -> int:
     info = ex.inspect(ex.lookup()(args.id), addresses=False)
     if info.status not in (Status.RUNNING, Status.PAUSED) or not info.pid:
         raise FailedPrecondition(f"container {args.id} is not running")
+    if args.ps_options:
+        print_table(*procs.ps_table(info.pid, args.ps_options))
+        return 0
     rows = [
         [p.user, p.pid, p.ppid, time.strftime("%H:%M:%S", time.gmtime(p.cpu_seconds)), p.command]
         for p in procs.of_task(info.pid)
@@ -271,6 +275,9 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.set_defaults(func=cmd_port)
     p = sub.add_parser("top", parents=[conn], help="a task's processes")
     p.add_argument("id")
+    p.add_argument(
+        "ps_options", nargs=argparse.REMAINDER, metavar="PS_OPTIONS", help="the host's ps's"
+    )
     p.set_defaults(func=cmd_top)
     p = sub.add_parser(
         "stats", parents=[conn, json_flag()], help="cpu, memory and pids of tasks, live"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from _cli import Cli
 
+from ctrexec.testing import wait_for
+
 pytestmark = pytest.mark.integration
 
 
@@ -42,3 +44,24 @@ def test_id_lists_the_primary_group(cli: Cli, test_image: str, made: list[str]) 
     assert (out.returncode, out.stdout) == (0, "uid=4242 gid=0(root) groups=0(root)\n")
     out = cli("exec", "-u", "4242:50", "ps-id2", "id")  # an exec's own user alike
     assert (out.returncode, out.stdout) == (0, "uid=4242 gid=50(staff) groups=50(staff)\n")
+
+
+def test_top_takes_ps_options(cli: Cli, test_image: str, made: list[str]) -> None:
+    _run(cli, made, "ps-top", test_image, "sh", "-c", "sleep 301 & sleep 302")
+    wait_for(lambda: "sleep 301" in cli("top", "ps-top").stdout, timeout=30, what="both sleeps")
+    out = cli("top", "ps-top", "-eo", "pid,args")
+    assert out.returncode == 0, out.stderr
+    header, *rows = out.stdout.splitlines()
+    assert header.split() == ["PID", "COMMAND"]
+    assert sorted(r.split(None, 1)[1] for r in rows) == ["sleep 301", "sleep 302"]
+    out = cli("top", "ps-top", "aux")  # BSD options; the command's spaces stay one column
+    assert out.returncode == 0, out.stderr
+    header, *rows = out.stdout.splitlines()
+    assert header.split()[:2] == ["USER", "PID"] and header.split()[-1] == "COMMAND"
+    assert sorted(r.split(None, 10)[10] for r in rows) == ["sleep 301", "sleep 302"]
+    out = cli("top", "ps-top", "-eo", "comm")
+    assert (out.returncode, out.stdout) == (125, "")
+    assert out.stderr == "ctrexec: Couldn't find PID field in ps output\n"
+    out = cli("top", "ps-top", "--no-such-option")
+    assert (out.returncode, out.stdout) == (125, "")
+    assert out.stderr.startswith("ctrexec: ps: ")
