@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from ctrexec.containerd.tasks import Status
 from ctrexec.errors import InvalidArgument
+from ctrexec.labels import NETWORK_MODE
 from ctrexec.tasks.config import TaskInfo
 from ctrexec.views import gotemplate
 
@@ -112,6 +113,19 @@ def _labels(info: TaskInfo) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
+def _networks(info: TaskInfo) -> str:
+    """docker's NETWORKS: the network's name (``run -p``'s, a group's), else the mode
+    (``none``, ``host``, or ``path`` for a namespace given by path)."""
+    return info.labels.get(NETWORK_MODE, "").removeprefix("cni:") or info.netns_mode
+
+
+def _mounts(info: TaskInfo, *, trunc: bool = True) -> str:
+    """docker's MOUNTS: each volume's source (a name or a host path), cut to 15
+    characters unless ``--no-trunc``."""
+    sources = [v.split(":", 1)[0] for v in (info.config.volumes if info.config else ())]
+    return ",".join(f"{s[:14]}…" if trunc and len(s) > 15 else s for s in sources)
+
+
 def _ports(info: TaskInfo) -> str:
     return ", ".join(
         f"{p.host_ip or '0.0.0.0'}:{p.host_port}->{p.container_port}/{p.protocol}"  # noqa: S104
@@ -134,11 +148,14 @@ PS_FIELDS: dict[str, tuple[str, Callable[[TaskInfo, datetime], object]]] = {
     "Group": ("GROUP", lambda i, _: i.group or ""),
     "Pid": ("PID", lambda i, _: i.pid if i.status in _LIVE else ""),
     "Labels": ("LABELS", lambda i, _: _labels(i)),
+    "Networks": ("NETWORKS", lambda i, _: _networks(i)),
+    "Mounts": ("MOUNTS", lambda i, _: _mounts(i)),
 }
 #: What ``ps --no-trunc`` shows instead: whole ids (a name any verb takes) and commands.
 PS_UNTRUNCATED: dict[str, Callable[[TaskInfo, datetime], object]] = {
     "ID": lambda i, _: i.id,
     "Command": lambda i, _: _command(i, trunc=False),
+    "Mounts": lambda i, _: _mounts(i, trunc=False),
 }
 PS_DEFAULT = (
     "table {{.ID}}\t{{.Image}}\t{{.Command}}\t{{.RunningFor}}\t{{.Status}}\t{{.Ports}}"

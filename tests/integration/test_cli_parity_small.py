@@ -4,6 +4,9 @@ json``, ``stats --format`` and its I/O columns, ``attach`` to a task without -i/
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from _cli import Cli
 
@@ -65,3 +68,44 @@ def test_top_takes_ps_options(cli: Cli, test_image: str, made: list[str]) -> Non
     out = cli("top", "ps-top", "--no-such-option")
     assert (out.returncode, out.stdout) == (125, "")
     assert out.stderr.startswith("ctrexec: ps: ")
+
+
+#: The keys of docker's ``ps --format json`` that ctrexec has (not Size, LocalVolumes).
+DOCKER_PS_KEYS = {
+    "Command", "CreatedAt", "ID", "Image", "Labels", "Mounts", "Names", "Networks", "Ports",
+    "RunningFor", "State", "Status",
+}  # fmt: skip
+
+
+def test_ps_format_json_is_a_json_object_a_line(
+    cli: Cli, test_image: str, made: list[str], tmp_path: Path
+) -> None:
+    _run(
+        cli,
+        made,
+        "ps-json1",
+        "-l",
+        "tier=web",
+        "-v",
+        f"{tmp_path}:/data",
+        test_image,
+        "sleep",
+        "300",
+    )
+    made.append("ps-json2")
+    assert cli("create", "--name", "ps-json2", test_image, "true").returncode == 0
+    out = cli("ps", "-a", "--filter", "name=ps-json", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    rows = {r["Names"]: r for r in map(json.loads, out.stdout.splitlines())}
+    assert set(rows) == {"ps-json1", "ps-json2"}
+    assert all(set(r) >= DOCKER_PS_KEYS for r in rows.values())
+    up, created = rows["ps-json1"], rows["ps-json2"]
+    assert (up["State"], up["Labels"], up["Networks"]) == ("running", "tier=web", "none")
+    assert up["Command"] == '"sleep 300"' and up["Status"].startswith("Up ")
+    assert created["State"] == "created" and created["Mounts"] == ""
+    whole = cli("ps", "-a", "--no-trunc", "--filter", "name=ps-json1", "--format", "json")
+    assert json.loads(whole.stdout)["Mounts"] == str(tmp_path)
+    # ctrexec's own --json is kept: its whole view, as one document
+    own = cli("ps", "-a", "--filter", "name=ps-json", "--json")
+    assert own.returncode == 0, own.stderr
+    assert isinstance(json.loads(own.stdout), list)
