@@ -117,3 +117,19 @@ def ps_table(init_pid: int, options: Sequence[str]) -> tuple[list[str], list[lis
         if len(words) > at and words[at].isdigit() and int(words[at]) in pids:
             rows.append(words + [""] * (len(titles) - len(words)))
     return titles, rows
+
+
+def net_io(pid: int) -> tuple[int, int] | None:
+    """Bytes received and sent in the network namespace of ``pid``, over its interfaces
+    but loopback (docker's NET I/O); None once the process is gone."""
+    try:
+        lines = (PROC / str(pid) / "net" / "dev").read_text().splitlines()[2:]
+    except OSError:
+        return None
+    rx = tx = 0
+    for line in lines:
+        name, _, counters = line.partition(":")
+        fields = counters.split()
+        if name.strip() != "lo" and len(fields) >= 9:
+            rx, tx = rx + int(fields[0]), tx + int(fields[8])
+    return rx, tx

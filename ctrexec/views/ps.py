@@ -187,17 +187,23 @@ def _header() -> dict[str, object]:
 def ps_template(template: str) -> tuple[bool, gotemplate.Template]:
     """Whether ``template`` is a ``table`` one, and its body parsed; unknown fields are
     refused here, before anything is listed (docker's errors, or ``unknown field``)."""
-    if template.strip() == "json":  # docker's shorthand: each row as one JSON line
-        template = "{{json .}}"
-    template = template.replace("\\t", "\t").replace("\\n", "\n")
-    table = template.startswith("table")
-    body = template.removeprefix("table").strip() if table else template
-    parsed = parse_template(body)
+    table, parsed = table_template(template)
     known = {*PS_FIELDS, "Label"}
     for name in sorted(parsed.root_fields() - known):
         names = ", ".join(f".{f}" for f in PS_FIELDS)
         raise InvalidArgument(f"ps --format: unknown field .{name} (known: {names})")
     return table, parsed
+
+
+def table_template(template: str) -> tuple[bool, gotemplate.Template]:
+    """A listing's ``--format`` as docker reads it: ``json`` for ``{{json .}}``, ``\\t``
+    and ``\\n`` typed literally, and ``table`` in front for a header."""
+    if template.strip() == "json":  # docker's shorthand: each row as one JSON line
+        template = "{{json .}}"
+    template = template.replace("\\t", "\t").replace("\\n", "\n")
+    table = template.startswith("table")
+    body = template.removeprefix("table").strip() if table else template
+    return table, parse_template(body)
 
 
 def parse_template(text: str) -> gotemplate.Template:
@@ -226,10 +232,17 @@ def ps_lines(
     """
     now = now or datetime.now(UTC)
     table, parsed = ps_template(template)
-    rows = [execute(parsed, _row(i, now, trunc=trunc)) for i in infos]
-    if not table:
-        return rows
-    cells = [c.split("\t") for c in [execute(parsed, _header()), *rows]]
+    rows = [_row(i, now, trunc=trunc) for i in infos]
+    return render(parsed, rows, _header() if table else None)
+
+
+def render(parsed: gotemplate.Template, rows: Sequence[object], header: object | None) -> list[str]:
+    """A template's lines, one a row; with a ``header`` (a ``table`` template), that
+    header first and every ``\t``-separated column aligned, as docker's tabwriter."""
+    lines = [execute(parsed, row) for row in rows]
+    if header is None:
+        return lines
+    cells = [c.split("\t") for c in [execute(parsed, header), *lines]]
     widths = [max(len(r[i]) if i < len(r) else 0 for r in cells) for i in range(len(cells[0]))]
     return ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in cells]
 

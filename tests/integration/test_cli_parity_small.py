@@ -5,12 +5,20 @@ json``, ``stats --format`` and its I/O columns, ``attach`` to a task without -i/
 from __future__ import annotations
 
 import json
+import os
+import re
+import secrets
+import subprocess
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _cli import Cli
+from _nethelpers import free_port
 
 from ctrexec.testing import wait_for
+from ctrexec.views.stats import bytes_size
 
 pytestmark = pytest.mark.integration
 
@@ -109,3 +117,73 @@ def test_ps_format_json_is_a_json_object_a_line(
     own = cli("ps", "-a", "--filter", "name=ps-json", "--json")
     assert own.returncode == 0, own.stderr
     assert isinstance(json.loads(own.stdout), list)
+
+
+SUBNET = "10.231.222.0/24"
+
+
+@pytest.fixture
+def bridge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """ctrexec's bridge network under this file's names; all of it is gone after."""
+    name = f"cxps{secrets.token_hex(2)}"
+    monkeypatch.setenv("CTREXEC_NETWORK", name)
+    monkeypatch.setenv("CTREXEC_BRIDGE", name)
+    monkeypatch.setenv("CTREXEC_SUBNET", SUBNET)
+    monkeypatch.setenv("CTREXEC_CNI_CACHE_DIR", str(tmp_path / "cni-cache"))
+    monkeypatch.setenv("CTREXEC_IPAM_DIR", str(tmp_path / "ipam"))
+    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text()
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+        Path("/proc/sys/net/ipv4/ip_forward").write_text(forward)
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
+    assert "10.231.222." not in rules, "a port mapping or masquerade rule stayed"
+
+
+def _get(port: int) -> bool:
+    """One GET; False while nothing answers yet (httpd starts after ``run`` returns)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _stats(cli: Cli, fmt: str, *names: str) -> list[str]:
+    out = cli("stats", "--no-stream", "--interval", "0.1", "--format", fmt, *names)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def test_stats_format_and_its_io_and_limit_columns(
+    bridge: str, cli: Cli, test_image: str, made: list[str]
+) -> None:
+    """(``bridge`` first: its teardown, which looks for leftover rules, runs after the
+    tasks' removal.)"""
+    port = free_port()
+    httpd = ["httpd", "-f", "-p", "8080", "-h", "/var/www"]
+    _run(cli, made, "ps-stn", "-p", f"{port}:8080", test_image, *httpd)
+    _run(cli, made, "ps-stm", "--memory", "64m", test_image, "sleep", "300")
+    wait_for(lambda: _get(port), timeout=30, what="httpd answers")
+    lines = _stats(cli, "{{.Name}}|{{.NetIO}}|{{.BlockIO}}|{{.MemUsage}}|{{.PIDs}}", "ps-stn")
+    name, net, block, memory, pids = lines[0].split("|")
+    rx, tx = net.split(" / ")
+    assert name == "ps-stn" and pids.isdigit()  # httpd forks a child per request
+    # a GET went in and a page came out, over the task's eth0 (loopback is not counted)
+    assert rx != "0B" and tx != "0B", net
+    assert re.fullmatch(r"[0-9.]+(B|kB|MB|GB) / [0-9.]+(B|kB|MB|GB)", block), block
+    # no limit: the host's memory, as docker shows it
+    host = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert memory.endswith(f" / {bytes_size(host)}"), memory
+    (limited,) = _stats(cli, "{{.MemUsage}} {{.NetIO}}", "ps-stm")
+    assert limited.endswith(" / 64MiB 0B / 0B"), limited  # no network: nothing but lo
+    header, *rows = _stats(cli, r"table {{.Container}}\t{{.CPUPerc}}", "ps-stn", "ps-stm")
+    assert header.split() == ["CONTAINER", "CPU", "%"]
+    assert [r.split()[0] for r in rows] == ["ps-stn", "ps-stm"]
+    assert all(r.split()[1].endswith("%") for r in rows)
+    docs = [json.loads(line) for line in _stats(cli, "json", "ps-stm")]
+    assert (docs[0]["Name"], docs[0]["PIDs"]) == ("ps-stm", "1")
+    bad = cli("stats", "--no-stream", "--format", "{{.Nope}}", "ps-stm")
+    assert (bad.returncode, bad.stdout) == (125, "")
+    assert bad.stderr.startswith("ctrexec: stats --format: unknown field .Nope")
