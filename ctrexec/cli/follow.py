@@ -28,14 +28,15 @@ def driver_of(config: TaskConfig | None) -> str:
 
 
 def attached_entries(
-    driver: str, log_path: str, stop: Callable[[], bool]
+    driver: str, log_path: str, stop: Callable[[], bool], *, tail: int | None = None
 ) -> Iterator[logstore.LogEntry]:
-    """What an attached run prints: the log as it grows; with no log, nothing until stop."""
+    """What an attached run prints: the log as it grows (``tail=0``: only what comes
+    from now on); with no log, nothing until stop."""
     if driver != logmodes.NONE:
         from ctrexec.logs import reader as logstore
 
         yield from logstore.read_logs(
-            log_path, driver=driver, follow=True, stop=stop, poll_interval=0.01
+            log_path, driver=driver, follow=True, stop=stop, poll_interval=0.01, tail=tail
         )
         return
     while not stop():
@@ -43,9 +44,16 @@ def attached_entries(
 
 
 def stream_until_exit(
-    ex: Executor, task_id: str, log_path: str, driver: str, *, reap: bool = False
+    ex: Executor,
+    task_id: str,
+    log_path: str,
+    driver: str,
+    *,
+    reap: bool = False,
+    tail: int | None = None,
 ) -> int:
-    """Print the task's log as it grows; return the exit code once the task ends.
+    """Print the task's log as it grows (``tail=0``, ``attach``: only what comes from now
+    on); return the exit code once the task ends. SIGINT and SIGTERM go to the task.
 
     ``reap`` (``run --rm``): the task is deleted at its exit, which ends the log at once;
     otherwise the stopped task stays and its log is read for EXIT_SETTLE more.
@@ -79,12 +87,11 @@ def stream_until_exit(
         forward_pending()
         return stop()
 
-    def record(signum: int, _frame: object) -> None:
-        received.append(signum)
-
+    entries = attached_entries(driver, log_path, forward_then_stop, tail=tail)
+    record = lambda signum, _frame: received.append(signum)  # noqa: E731
     old = {s: signal.signal(s, record) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for entry in attached_entries(driver, log_path, forward_then_stop):
+        for entry in entries:
             forward_pending()
             out = sys.stderr if entry.stream == logstore.STDERR else sys.stdout
             out.write(entry.message)

@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 import subprocess
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,3 +188,36 @@ def test_stats_format_and_its_io_and_limit_columns(
     bad = cli("stats", "--no-stream", "--format", "{{.Nope}}", "ps-stm")
     assert (bad.returncode, bad.stdout) == (125, "")
     assert bad.stderr.startswith("ctrexec: stats --format: unknown field .Nope")
+
+
+def test_attach_to_a_task_without_i_or_t_streams_its_output(
+    cli: Cli, test_image: str, made: list[str], tmp_path: Path
+) -> None:
+    """docker's attach of a detached, non-interactive container: what it writes from
+    now on, stdout and stderr apart, until it exits; then its exit code."""
+    script = (
+        "i=0; while [ ! -e /x/stop ]; do echo $i; i=$((i+1)); sleep 0.1; done; echo err >&2; exit 7"
+    )
+    _run(cli, made, "ps-att", "-v", f"{tmp_path}:/x", test_image, "sh", "-c", script)
+    # two lines are in the log before the attach: it leaves them out, as docker's
+    wait_for(lambda: "1\n" in cli("logs", "ps-att").stdout, timeout=30, what="two lines")
+    argv = cli.argv("attach", "ps-att")
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        guard = threading.Timer(120, proc.kill)  # a broken attach fails, not hangs
+        guard.start()
+        try:
+            assert proc.stdout is not None
+            seen = [proc.stdout.readline() for _ in range(3)]
+            (tmp_path / "stop").touch()
+            rest, err = proc.communicate()
+        finally:
+            guard.cancel()
+    numbers = [int(n) for n in [*seen, *rest.splitlines()]]
+    assert numbers[0] >= 2, numbers
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+    assert (proc.returncode, err) == (7, "err\n")
+    stopped = cli("attach", "ps-att")
+    assert stopped.returncode == 125
+    assert stopped.stderr == (
+        "ctrexec: You cannot attach to a stopped container ps-att, start it first\n"
+    )
