@@ -10,7 +10,6 @@ and pyroute2. Type checkers and IDEs read the ``TYPE_CHECKING`` imports instead.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from ctrexec.defaults import DEFAULT_NAMESPACE
 from ctrexec.errors import (
@@ -45,7 +44,12 @@ from ctrexec.errors import (
     UnknownCommand,
 )
 
+#: ``typing`` would cost the command line's client (:mod:`ctrexec.cli.client`) most of
+#: its start-up (it loads ``re`` and ``collections``); mypy reads this name as typing's.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ctrexec.containerd.client import (
         Client,
         Lease,
