@@ -257,7 +257,7 @@ def spawn_server(lock_path: str) -> None:
         import fcntl
 
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a server holds it LOCK_EX
         except OSError:
             return  # a server holds it: starting up, or going away after a stale answer
         finally:

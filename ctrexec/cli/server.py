@@ -196,9 +196,9 @@ def _accept(state: _State) -> None:
         fds, request = _receive(conn)
         refusal = _refusal(conn, state)
         if refusal is not None:
-            conn.sendall(wire.REPLY.pack(wire.RUN_HERE, refusal))
-            if refusal == wire.STALE:
+            if refusal == wire.STALE:  # first: the client may start the next one at once
                 _stop_listening(state)
+            conn.sendall(wire.REPLY.pack(wire.RUN_HERE, refusal))
             conn.close()
             return
         pid = os.fork()
