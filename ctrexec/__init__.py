@@ -48,8 +48,6 @@ from ctrexec.errors import (
 #: its start-up (it loads ``re`` and ``collections``); mypy reads this name as typing's.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from ctrexec.containerd.client import (
         Client,
         Lease,
@@ -325,7 +323,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     where = _MODULE_OF.get(name)
     if where is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -160,7 +160,7 @@ def _send_request(sock: _socket.socket) -> bool:
     env = [key + b"=" + value for key, value in os.environb.items()]
     message = encode_request(argv, env, umask)
     try:
-        cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return False
     try:
