@@ -10,7 +10,6 @@ and pyroute2. Type checkers and IDEs read the ``TYPE_CHECKING`` imports instead.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from ctrexec.defaults import DEFAULT_NAMESPACE
 from ctrexec.errors import (
@@ -45,6 +44,9 @@ from ctrexec.errors import (
     UnknownCommand,
 )
 
+#: ``typing`` would cost the command line's client (:mod:`ctrexec.cli.client`) most of
+#: its start-up (it loads ``re`` and ``collections``); mypy reads this name as typing's.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ctrexec.containerd.client import (
         Client,
@@ -331,7 +333,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     where = _MODULE_OF.get(name)
     if where is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

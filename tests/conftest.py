@@ -6,7 +6,8 @@
   any skipped integration or chaos test, or a run with none, fails the session.
 - One private containerd serves the whole session unless ``CTREXEC_TEST_ADDRESS``
   names one; at the end, an audit fails the run if anything was left behind.
-- ``cli`` runs the real CLI against it (tests/_cli.py builds every argv).
+- ``cli`` runs the real CLI against it (tests/_cli.py builds every argv), in-process:
+  CTREXEC_NO_SERVER=1 unless the caller set it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import pytest
 from _cli import TEST_NAMESPACE, Cli
 
 ROOT = Path(__file__).resolve().parent.parent
+# Every CLI call runs in-process unless a test says otherwise: a command server would
+# outlive the session (tests/integration/test_command_server.py runs its own).
+os.environ.setdefault("CTREXEC_NO_SERVER", "1")
 TEST_IMAGE = "docker.io/library/ctrexec-test:latest"
 REQUIRE_ENV = "CTREXEC_REQUIRE_INTEGRATION"
 

@@ -91,7 +91,11 @@ def entry() -> NoReturn:
     joined (with ``concurrent.futures``' exit hooks), atexit handlers run (logging's
     flush among them), and stdout and stderr are flushed.
     """
-    code = main()
+    finish(main())
+
+
+def finish(code: int) -> NoReturn:
+    """Exit with ``code`` as :func:`entry` does (the command server's children too)."""
     if sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)  # cProfile, coverage or a debugger writes its results at exit
     _finish_like_finalization()

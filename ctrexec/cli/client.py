@@ -1,0 +1,279 @@
+"""The ``ctrexec`` program's first step: hand the command to the warm command server.
+
+Every command run in-process pays ~150 ms of imports (grpc, protobuf, the stubs, attrs)
+before its work; :mod:`ctrexec.cli.server` keeps them loaded and forks a child per
+command that takes this process's stdin, stdout, stderr and working directory (their
+fds, with ``SCM_RIGHTS``), its argv, environment and umask. So this module loads only
+builtin modules (``_socket`` and ``_signal``, not ``socket`` and ``signal``, which load
+``enum`` and ``selectors``); whenever the server can't take the command, it runs here
+exactly as before (:func:`ctrexec.cli.main.entry`).
+
+It is also the one owner of the socket's path and of the wire format, which the server
+imports from here.
+"""
+
+from __future__ import annotations
+
+# os.path, not pathlib: pathlib loads re, fnmatch and urllib (the client's whole budget).
+# ruff: noqa: PTH100, PTH118, PTH120
+import _signal  # type: ignore[import-not-found]
+import _socket
+import os
+import select
+import struct
+import sys
+import zlib
+
+from ctrexec.defaults import NO_SERVER_ENV, SERVER_DIR, SERVER_DIR_ENV
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+#: A request: ``MAGIC``, the body's length, then the body (see :func:`encode_request`).
+MAGIC = b"CTX1"
+_LENGTH = struct.Struct("!I")
+_HEAD = struct.Struct("!III")  # umask, argc, envc
+#: A request larger than this is refused (an environment is a few KiB).
+MAX_REQUEST = 4 << 20
+#: The fds a request carries: stdin, stdout, stderr and the working directory.
+PASSED_FDS = 4
+#: Server -> client replies, five bytes each: a kind and a signed 32-bit value.
+REPLY = struct.Struct("!ci")
+ACCEPTED = b"A"  # the child runs the command: from here on, never run it again here
+RUN_HERE = b"R"  # run it yourself; the value says why
+EXITED = b"X"  # the command's exit code
+KILLED = b"K"  # the command was killed by this signal
+#: Why a command is run here: refused (another uid or namespace: not an error), or the
+#: server's code changed on disk and it is going away (start a fresh one).
+REFUSED, STALE = 0, 1
+#: What the client forwards to the command, as one byte each (client -> server).
+FORWARDED = (
+    _signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGWINCH,
+    _signal.SIGUSR1, _signal.SIGUSR2,
+)  # fmt: skip
+
+
+def server_dir() -> str:
+    return os.environ.get(SERVER_DIR_ENV) or SERVER_DIR
+
+
+def install_key(executable: str, package_dir: str) -> str:
+    """A name for one install: a clone's venv never talks to another clone's server."""
+    key = f"{executable}\0{package_dir}".encode()
+    return f"{zlib.crc32(key):08x}{zlib.crc32(key[::-1]):08x}"
+
+
+def socket_paths(directory: str | None = None) -> tuple[str, str, str]:
+    """This install's socket, lock file and pid file."""
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    base = os.path.join(directory or server_dir(), install_key(sys.executable, package_dir))
+    return f"{base}.sock", f"{base}.lock", f"{base}.pid"
+
+
+def encode_request(argv: list[bytes], env: list[bytes], umask: int) -> bytes:
+    items = b"".join(_LENGTH.pack(len(item)) + item for item in (*argv, *env))
+    body = _HEAD.pack(umask, len(argv), len(env)) + items
+    return MAGIC + _LENGTH.pack(len(body)) + body
+
+
+def decode_request(body: bytes) -> tuple[list[bytes], list[bytes], int]:
+    """``(argv, env, umask)`` of a request's body; ValueError if it is malformed."""
+    if len(body) < _HEAD.size:
+        raise ValueError("request too short")
+    umask, argc, envc = _HEAD.unpack_from(body)
+    items: list[bytes] = []
+    at = _HEAD.size
+    for _ in range(argc + envc):
+        if at + _LENGTH.size > len(body):
+            raise ValueError("request truncated")
+        (size,) = _LENGTH.unpack_from(body, at)
+        at += _LENGTH.size
+        if at + size > len(body):
+            raise ValueError("request truncated")
+        items.append(body[at : at + size])
+        at += size
+    if at != len(body) or umask > 0o777 or argc == 0:
+        raise ValueError("malformed request")
+    return items[:argc], items[argc:], umask
+
+
+def entry() -> NoReturn:
+    """The ``ctrexec`` console script: through the server if it can, else in-process."""
+    if os.environ.get(NO_SERVER_ENV) != "1" and os.geteuid() == 0:
+        code = _through_server()
+        if code is not None:
+            os._exit(code)
+    from ctrexec.cli.main import entry as in_process
+
+    in_process()
+
+
+def _through_server() -> int | None:
+    """The command's exit code, or None when it is to run in this process."""
+    sock_path, lock_path, _ = socket_paths()
+    try:
+        for fd in range(3):
+            os.fstat(fd)  # a closed stdio fd: nothing to pass, run here as before
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    except OSError:
+        return None
+    try:
+        sock.connect(sock_path)
+    except OSError:
+        sock.close()
+        spawn_server(lock_path)
+        return None
+    try:
+        return _converse(sock, lock_path)
+    finally:
+        sock.close()
+
+
+def _converse(sock: _socket.socket, lock_path: str) -> int | None:
+    wake_read, wake_write = os.pipe()
+    old: dict[int, object] = {}
+    try:
+        os.set_blocking(wake_write, False)
+        # the C handler writes each number to the pipe; these Python handlers do nothing
+        old = {number: _signal.signal(number, _ignore) for number in FORWARDED}
+        _signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+        if not _send_request(sock):
+            return None
+        return _wait(sock, wake_read, lock_path)
+    finally:
+        _signal.set_wakeup_fd(-1)
+        for number, handler in old.items():
+            _signal.signal(number, handler)
+        os.close(wake_read)
+        os.close(wake_write)
+
+
+def _ignore(_number: int, _frame: object) -> None:
+    return None
+
+
+def _send_request(sock: _socket.socket) -> bool:
+    umask = os.umask(0o022)
+    os.umask(umask)
+    argv = [os.fsencode(arg) for arg in sys.argv]
+    env = [key + b"=" + value for key, value in os.environb.items()]
+    message = encode_request(argv, env, umask)
+    try:
+        cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        rights = struct.pack(f"{PASSED_FDS}i", 0, 1, 2, cwd)
+        sent = sock.sendmsg([message], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+        sock.sendall(message[sent:])
+    except OSError:
+        return False
+    finally:
+        os.close(cwd)
+    return True
+
+
+def _wait(sock: _socket.socket, wake: int, lock_path: str) -> int | None:
+    accepted = False
+    pending = held = b""  # replies read in part; signals that came before the child
+    while True:
+        ready = select.select([sock.fileno(), wake], [], [])[0]
+        if wake in ready:
+            held += _read_wake(wake)
+        if accepted:
+            held = _forward(sock, held)
+        if sock.fileno() not in ready:
+            continue
+        try:
+            data = sock.recv(64)
+        except OSError:
+            data = b""
+        if not data:
+            if not accepted:
+                leave = [n for n in held if n != _signal.SIGWINCH]
+                return _die_by(leave[0]) if leave else None  # nothing ran: run it here
+            os.write(2, b"ctrexec: the command server went away; the outcome is unknown\n")
+            return 125
+        pending += data
+        while len(pending) >= REPLY.size:
+            kind, value = REPLY.unpack_from(pending)
+            pending = pending[REPLY.size :]
+            if kind == ACCEPTED:
+                accepted = True
+                held = _forward(sock, held)
+            elif kind == RUN_HERE:
+                if value == STALE:
+                    spawn_server(lock_path)
+                leave = [n for n in held if n != _signal.SIGWINCH]
+                return _die_by(leave[0]) if leave else None
+            elif kind == EXITED:
+                return int(value)
+            elif kind == KILLED:
+                return _die_by(int(value))
+
+
+def _forward(sock: _socket.socket, numbers: bytes) -> bytes:
+    """Send the signals' numbers on to the command; what is left to send (nothing)."""
+    if numbers:
+        try:
+            sock.sendall(numbers)
+        except OSError:  # the reply, or the end of the connection, says what happened
+            return b""
+    return b""
+
+
+def _read_wake(wake: int) -> bytes:
+    try:
+        return os.read(wake, 64)
+    except BlockingIOError:
+        return b""
+
+
+def _die_by(number: int) -> int:
+    """End as the command ended, killed by ``number``: what a shell sees of it."""
+    _signal.set_wakeup_fd(-1)
+    try:
+        _signal.signal(number, _signal.SIG_DFL)
+        os.kill(os.getpid(), number)
+    except (OSError, ValueError):
+        pass
+    return 128 + number
+
+
+def spawn_server(lock_path: str) -> None:
+    """Start the server, detached, unless one holds the lock (it is starting up).
+
+    The caller does not wait: this command runs in-process and the next finds the
+    server warm. ``posix_spawn`` rather than ``subprocess``: nothing more to import.
+    """
+    try:
+        lock = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        lock = -1
+    except OSError:
+        return
+    if lock >= 0:
+        import fcntl
+
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a server holds it LOCK_EX
+        except OSError:
+            return  # a server holds it: starting up, or going away after a stale answer
+        finally:
+            os.close(lock)
+    argv = [sys.executable, "-P", "-m", "ctrexec.cli.server"]
+    null = os.devnull
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, null, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, null, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
+    try:
+        os.posix_spawn(sys.executable, argv, os.environ, file_actions=actions, setsid=True)
+    except OSError:
+        return
+
+
+if __name__ == "__main__":
+    entry()

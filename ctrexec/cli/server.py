@@ -1,0 +1,407 @@
+"""The command server: ctrexec's imports kept warm, one forked child per command.
+
+The client (:mod:`ctrexec.cli.client`) passes its stdio and working directory fds, argv,
+environment and umask; a child takes them on and runs :func:`ctrexec.cli.main.main`, so
+a command costs a fork instead of Python's start-up and ~150 ms of imports.
+
+Fork is only safe here because this process stays single-threaded and holds no gRPC
+channel, Executor or netlink socket: it imports modules and nothing else (grpc's own
+rule: no channel may exist in a parent that forks). It keeps no state: killing it costs
+the next command the slow start. A command must run in its caller's namespaces and as
+its caller, so a peer of another uid or mount, network, pid or user namespace is told
+to run the command itself, as is every peer once a loaded module's file has changed
+(the server then goes away, and the next command starts a fresh one).
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import fcntl
+import importlib
+import io
+import os
+import selectors
+import signal
+import socket
+import stat
+import struct
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+from ctrexec.cli import client as wire
+from ctrexec.defaults import DEFAULT_SERVER_IDLE, SERVER_IDLE_ENV
+
+#: What the verbs import, loaded once before the first fork. Import only: a module that
+#: started a thread or opened a channel here would break every child.
+WARM_MODULES = (
+    "ctrexec.cli.main", "ctrexec.cli.terminal", "ctrexec.cli.progress",
+    "ctrexec.cli.publish", "ctrexec.tasks.executor", "ctrexec.tasks.config",
+    "ctrexec.tasks.events", "ctrexec.views.ps", "ctrexec.views.inspect",
+    "ctrexec.views.images", "ctrexec.containerd.streams", "ctrexec.logs.reader",
+    "ctrexec.images.registry.pull", "ctrexec.images.lookup", "ctrexec.net.netns",
+    "ctrexec.net.networks", "ctrexec.groups.updown", "ctrexec.groups.spec",
+)  # fmt: skip
+#: The namespaces a command must share with its caller.
+NAMESPACES = ("mnt", "net", "pid", "user")
+#: How long a connected client may take to send its request.
+REQUEST_TIMEOUT = 5.0
+_FD_SIZE = array.array("i").itemsize
+
+
+@dataclass
+class _Command:
+    """One running child and the connection of the client that asked for it."""
+
+    pid: int
+    conn: socket.socket
+    pidfd: int
+    done: bool = False
+
+
+@dataclass
+class _State:
+    listener: socket.socket | None
+    lock: int
+    paths: tuple[str, str, str]
+    mtimes: dict[str, int]
+    selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
+    commands: dict[int, _Command] = field(default_factory=dict)  # by pidfd
+
+
+def main() -> None:
+    os.chdir("/")
+    directory = wire.server_dir()
+    paths = wire.socket_paths(directory)
+    _ensure_directory(directory)
+    lock = _take_lock(paths[1])
+    if lock is None:
+        return  # another server holds this install's lock
+    for name in WARM_MODULES:
+        importlib.import_module(name)
+    state = _State(None, lock, paths, _mtimes())
+    state.listener = _bind(paths)
+    state.selector.register(state.listener, selectors.EVENT_READ)
+    idle = float(os.environ.get(SERVER_IDLE_ENV) or DEFAULT_SERVER_IDLE)
+    _serve(state, idle)
+
+
+def _ensure_directory(directory: str) -> None:
+    """A root-only directory: no other user may reach the socket in it."""
+    Path(directory).mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise SystemExit(f"ctrexec: {directory} is not a directory of uid {os.geteuid()}")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        Path(directory).chmod(0o700)
+
+
+def _take_lock(path: str) -> int | None:
+    """This install's lock, held for the server's life; None if another server holds it.
+
+    A client holds it (shared) for an instant to see whether a server is starting, so
+    a few tries, not one.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    for _ in range(5):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            time.sleep(0.01)
+    os.close(fd)
+    return None
+
+
+def _bind(paths: tuple[str, str, str]) -> socket.socket:
+    """Listen on the socket path, replacing a stale file (the lock says no server owns it)."""
+    sock_path, _, pid_path = paths
+    Path(sock_path).unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sock_path)
+    listener.listen(64)
+    listener.setblocking(False)
+    tmp = Path(f"{pid_path}.{os.getpid()}")
+    tmp.write_text(f"{os.getpid()}\n")
+    tmp.replace(pid_path)
+    return listener
+
+
+def _mtimes() -> dict[str, int]:
+    files = {
+        module.__file__
+        for name, module in list(sys.modules.items())
+        if name.split(".")[0] == "ctrexec" and getattr(module, "__file__", None)
+    }
+    return {path: _mtime(path) for path in files if path}
+
+
+def _mtime(path: str) -> int:
+    try:
+        return Path(path).stat().st_mtime_ns
+    except OSError:
+        return -1
+
+
+def _stale(state: _State) -> bool:
+    return any(_mtime(path) != mtime for path, mtime in state.mtimes.items())
+
+
+def _serve(state: _State, idle: float) -> None:
+    last = time.monotonic()
+    while state.listener is not None or state.commands:
+        timeout = None if state.commands else max(0.0, last + idle - time.monotonic())
+        events = state.selector.select(timeout)
+        if not events and not state.commands:
+            break  # idle
+        for key, _mask in events:
+            if key.fileobj is state.listener:
+                _accept(state)
+            elif isinstance(key.data, _Command):
+                if key.fileobj is key.data.conn:
+                    _on_client(state, key.data)
+                else:
+                    _on_exit(state, key.data)
+        last = time.monotonic()
+    _stop_listening(state)
+
+
+def _stop_listening(state: _State) -> None:
+    """Give up the socket and the lock: the next client starts a fresh server."""
+    if state.listener is None:
+        return
+    sock_path, _, pid_path = state.paths
+    for path in (sock_path, pid_path):  # ours: no other server binds without the lock
+        with contextlib.suppress(OSError):
+            Path(path).unlink()
+    state.selector.unregister(state.listener)
+    state.listener.close()
+    state.listener = None
+    os.close(state.lock)
+
+
+def _accept(state: _State) -> None:
+    assert state.listener is not None
+    try:
+        conn, _ = state.listener.accept()
+    except (BlockingIOError, InterruptedError):
+        return
+    fds: list[int] = []
+    try:
+        conn.settimeout(REQUEST_TIMEOUT)
+        fds, request = _receive(conn)
+        refusal = _refusal(conn, state)
+        if refusal is not None:
+            if refusal == wire.STALE:  # first: the client may start the next one at once
+                _stop_listening(state)
+            conn.sendall(wire.REPLY.pack(wire.RUN_HERE, refusal))
+            conn.close()
+            return
+        pid = os.fork()
+        if pid == 0:
+            _child(state, conn, fds, request)
+    except (OSError, ValueError):
+        conn.close()
+        return
+    finally:
+        for fd in fds:
+            os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    command = _Command(pid, conn, pidfd)
+    conn.setblocking(False)
+    state.commands[pidfd] = command
+    state.selector.register(pidfd, selectors.EVENT_READ, command)
+    state.selector.register(conn, selectors.EVENT_READ, command)
+    with contextlib.suppress(OSError):
+        conn.sendall(wire.REPLY.pack(wire.ACCEPTED, 0))
+
+
+def _receive(conn: socket.socket) -> tuple[list[int], tuple[list[bytes], list[bytes], int]]:
+    """The passed fds and the decoded request; ValueError (fds closed) if malformed."""
+    data, ancillary, flags, _ = conn.recvmsg(
+        65536, socket.CMSG_SPACE(wire.PASSED_FDS * _FD_SIZE), socket.MSG_CMSG_CLOEXEC
+    )
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % _FD_SIZE])
+    try:
+        if flags & socket.MSG_CTRUNC or len(fds) != wire.PASSED_FDS:
+            data = b""  # refused below, with the fds closed
+        return list(fds), _read_body(conn, data)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _read_body(conn: socket.socket, data: bytes) -> tuple[list[bytes], list[bytes], int]:
+    if not data:
+        raise ValueError("expected stdin, stdout, stderr and the working directory")
+    head = len(wire.MAGIC) + 4
+    while len(data) < head:
+        data += _recv_some(conn)
+    if data[: len(wire.MAGIC)] != wire.MAGIC:
+        raise ValueError("not a ctrexec request")
+    (size,) = struct.unpack_from("!I", data, len(wire.MAGIC))
+    if size > wire.MAX_REQUEST:
+        raise ValueError("request too large")
+    while len(data) < head + size:
+        data += _recv_some(conn)
+    return wire.decode_request(data[head : head + size])
+
+
+def _recv_some(conn: socket.socket) -> bytes:
+    chunk = conn.recv(65536)
+    if not chunk:
+        raise ValueError("request cut short")
+    return chunk
+
+
+def _refusal(conn: socket.socket, state: _State) -> int | None:
+    """Why this peer must run the command itself, or None."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _gid = struct.unpack("3i", creds)
+    if uid != os.geteuid() or not _same_namespaces(pid):
+        return wire.REFUSED
+    if _stale(state):
+        return wire.STALE
+    return None
+
+
+def _same_namespaces(pid: int) -> bool:
+    try:
+        return all(
+            Path(f"/proc/{pid}/ns/{ns}").readlink() == Path(f"/proc/self/ns/{ns}").readlink()
+            for ns in NAMESPACES
+        )
+    except OSError:
+        return False
+
+
+def _on_client(state: _State, command: _Command) -> None:
+    """Signal numbers to pass on; the end of the connection kills the command."""
+    try:
+        data = command.conn.recv(64)
+    except BlockingIOError:
+        return
+    except OSError:
+        data = b""
+    if not data:
+        state.selector.unregister(command.conn)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(command.pid, signal.SIGKILL)  # as if the killed client had run it
+        command.done = True
+        return
+    for number in data:
+        if number in wire.FORWARDED:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(command.pid, number)
+
+
+def _on_exit(state: _State, command: _Command) -> None:
+    _, status = os.waitpid(command.pid, 0)
+    state.selector.unregister(command.pidfd)
+    os.close(command.pidfd)
+    del state.commands[command.pidfd]
+    if not command.done:
+        state.selector.unregister(command.conn)
+        if os.WIFSIGNALED(status):
+            reply = wire.REPLY.pack(wire.KILLED, os.WTERMSIG(status))
+        else:
+            reply = wire.REPLY.pack(wire.EXITED, os.waitstatus_to_exitcode(status))
+        command.conn.setblocking(True)
+        with contextlib.suppress(OSError):
+            command.conn.sendall(reply)
+    command.conn.close()
+
+
+def _child(
+    state: _State,
+    conn: socket.socket,
+    fds: list[int],
+    request: tuple[list[bytes], list[bytes], int],
+) -> NoReturn:
+    """Become the client's process and run its command; never returns."""
+    try:
+        os.setpgid(0, 0)
+        _drop_server(state, conn)
+        argv, env, umask = request
+        for target, fd in enumerate(fds[:3]):
+            os.dup2(fd, target)
+        os.fchdir(fds[3])
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        os.environb.clear()
+        for item in env:
+            key, sep, value = item.partition(b"=")
+            if sep and key:
+                os.environb[key] = value
+        os.umask(umask)
+        sys.argv = [os.fsdecode(arg) for arg in argv]
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _rebuild_stdio()
+    except BaseException:
+        os._exit(125)
+    _run_command()
+
+
+def _drop_server(state: _State, conn: socket.socket) -> None:
+    """Close the server's fds in the child: the lock above all, or it outlives us."""
+    state.selector.close()
+    if state.listener is not None:
+        state.listener.close()
+    os.close(state.lock)
+    for command in state.commands.values():
+        command.conn.close()
+        os.close(command.pidfd)
+    conn.close()
+
+
+def _rebuild_stdio() -> None:
+    """sys.stdin, stdout and stderr over the passed fds, as Python's start-up makes them."""
+    encoding, errors = sys.stdout.encoding, sys.stdout.errors
+    for fd, name, mode in ((0, "stdin", "rb"), (1, "stdout", "wb"), (2, "stderr", "wb")):
+        buffered = io.open(fd, mode, closefd=False)  # noqa: SIM115, UP020
+        text = io.TextIOWrapper(
+            buffered,
+            encoding=encoding,
+            errors="backslashreplace" if fd == 2 else errors,
+            newline="\n",
+            line_buffering=fd == 2 or (fd == 1 and os.isatty(fd)),
+        )
+        setattr(sys, name, text)
+        setattr(sys, f"__{name}__", text)
+
+
+def _run_command() -> NoReturn:
+    from ctrexec.cli.main import finish
+    from ctrexec.cli.main import main as run
+
+    try:
+        code = run()
+    except SystemExit as exc:  # argparse's usage errors and --help
+        code = _exit_code(exc.code)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finish(code)
+
+
+def _exit_code(value: object) -> int:
+    """What Python's start-up makes of ``SystemExit(value)``."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    print(value, file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""The command server (ctrexec.cli.server) as the ``ctrexec`` console script uses it.
+
+Every command here goes through the client (``python -m ctrexec.cli.client``) with a
+private server directory; the rest of the session runs in-process (tests/conftest.py
+sets CTREXEC_NO_SERVER=1). Whether a command ran in a child of the server is read
+from the server's /proc children while the command blocks, and whether the server
+refuses a peer from the wire reply itself.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _cli import TEST_NAMESPACE, Cli, cli_argv
+from _pty import PtyCli
+
+from ctrexec.cli import client as wire
+from ctrexec.defaults import NO_SERVER_ENV, SERVER_DIR_ENV
+from ctrexec.testing import wait_for
+
+CLIENT = (sys.executable, "-m", "ctrexec.cli.client")
+PROMPT = b"# "
+DETACH = b"\x10\x11"  # ctrl-p ctrl-q
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+class Server:
+    """The private server directory, and every server pid seen in it (stopped at the end)."""
+
+    def __init__(self, directory: Path, cli: Cli) -> None:
+        self.directory = directory
+        self.cli = cli
+        self.sock, self.lock, self.pidfile = (Path(p) for p in wire.socket_paths(str(directory)))
+        self.env = {k: v for k, v in os.environ.items() if k != NO_SERVER_ENV}
+        self.env[SERVER_DIR_ENV] = str(directory)
+        self.seen: set[int] = set()
+
+    def argv(self, command: str, *args: str, namespace: str | None = TEST_NAMESPACE) -> list[str]:
+        return cli_argv(
+            command,
+            self.cli.address,
+            *args,
+            namespace=namespace,
+            log_dir=self.cli.log_dir,
+            prog=CLIENT,
+        )
+
+    def __call__(
+        self,
+        command: str,
+        *args: str,
+        namespace: str | None = TEST_NAMESPACE,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        umask: int = -1,
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv(command, *args, namespace=namespace),
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**self.env, **(env or {})},
+            cwd=cwd,
+            umask=umask,
+        )
+
+    def pid(self) -> int:
+        """The listening server's pid (waits, bounded, for one to be up)."""
+        wait_for(self._listening, timeout=60, what="the command server to listen")
+        pid = int(self.pidfile.read_text())
+        self.seen.add(pid)
+        return pid
+
+    def _listening(self) -> bool:
+        if not (self.sock.exists() and self.pidfile.exists()):
+            return False
+        with socket.socket(socket.AF_UNIX) as probe:
+            return probe.connect_ex(str(self.sock)) == 0
+
+    def children(self) -> list[int]:
+        pid = self.pid()
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+    def note(self) -> None:
+        """Record the pid file's server, if any, without waiting for one."""
+        if self.pidfile.exists():
+            self.seen.add(int(self.pidfile.read_text()))
+
+    def stop(self) -> None:
+        self.note()
+        for pid in self.seen:
+            if _alive(pid):
+                os.kill(pid, signal.SIGTERM)
+        for pid in self.seen:
+            wait_for(lambda p=pid: not _alive(p), timeout=30, what=f"server {pid} to end")
+
+
+@pytest.fixture
+def server(cli: Cli) -> Iterator[Server]:
+    """A server started the way a first command starts it; every one seen stopped after.
+
+    Its directory is made with mkdtemp, not under pytest's (0700) tree, so that one
+    test can open it to another uid.
+    """
+    srv = Server(Path(tempfile.mkdtemp(prefix="cxsrv-")), cli)
+    try:
+        first = srv("version")  # no server yet: runs in-process and spawns one
+        assert first.returncode == 0, first.stderr
+        srv.pid()
+        yield srv
+    finally:
+        srv.stop()
+        shutil.rmtree(srv.directory)
+
+
+@pytest.fixture
+def names(cli: Cli) -> Iterator[list[str]]:
+    made: list[str] = []
+    yield made
+    if made:
+        cli("rm", "-f", *made)
+
+
+def test_server_has_one_thread_and_runs_commands_as_children(
+    server: Server, test_image: str
+) -> None:
+    pid = server.pid()
+    assert sorted(os.listdir(f"/proc/{pid}/task")) == [str(pid)]
+    with subprocess.Popen(
+        server.argv("run", "--rm", "-i", test_image, "cat"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=server.env,
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        wait_for(lambda: server.children() != [], timeout=60, what="the command's child")
+        proc.stdin.write(b"through the server\n")
+        proc.stdin.close()  # EOF reaches cat: it ends, and so does run
+        assert proc.stdout.read() == b"through the server\n"
+        assert proc.wait(timeout=60) == 0
+    assert sorted(os.listdir(f"/proc/{pid}/task")) == [str(pid)]
+
+
+def test_exit_codes_and_streams(server: Server, test_image: str) -> None:
+    ok = server("run", "--rm", test_image, "sh", "-c", "echo out; echo err >&2; exit 0")
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, "out\n", "err\n")
+    assert server("run", "--rm", test_image, "sh", "-c", "exit 1").returncode == 1
+    missing = server("run", "--rm", test_image, "no-such-binary")
+    assert missing.returncode == 127, missing.stderr
+    usage = server("run", "--no-such-flag")
+    assert usage.returncode == 125 and usage.stderr.startswith("ctrexec: ")
+    unknown = server("no-such-verb")
+    assert unknown.returncode != 0 and "is not a ctrexec command" in unknown.stderr
+
+
+def test_environment_cwd_and_umask_pass(server: Server, test_image: str, tmp_path: Path) -> None:
+    echoed = server(
+        "run",
+        "--rm",
+        "-e",
+        "FROM_CLIENT",
+        test_image,
+        "sh",
+        "-c",
+        "echo $FROM_CLIENT",
+        env={"FROM_CLIENT": "client value"},
+    )
+    assert echoed.stdout == "client value\n", echoed.stderr
+    server("run", "-d", "--name", "cs-envns", test_image, "sleep", "300")
+    try:
+        listed = server("ps", "-a", namespace=None, env={"CTREXEC_NAMESPACE": TEST_NAMESPACE})
+        assert "cs-envns" in listed.stdout, listed.stderr
+    finally:
+        server("rm", "-f", "cs-envns")
+    saved = server("export", test_image, "relative.tar", cwd=tmp_path, umask=0o027)
+    assert saved.returncode == 0, saved.stderr
+    assert (tmp_path / "relative.tar").stat().st_mode & 0o777 == 0o640
+
+
+def test_representative_verbs(server: Server, test_image: str, names: list[str]) -> None:
+    names.append("cs-verbs")
+    run = server(
+        "run", "-d", "--name", "cs-verbs", test_image, "sh", "-c", "echo logged; sleep 300"
+    )
+    assert run.returncode == 0, run.stderr
+    assert "cs-verbs" in server("ps").stdout
+    wait_for(lambda: server("logs", "cs-verbs").stdout == "logged\n", timeout=60, what="the log")
+    assert '"running"' in server("inspect", "cs-verbs").stdout
+    assert server("exec", "cs-verbs", "sh", "-c", "exit 7").returncode == 7
+    assert server("stop", "-t", "1", "cs-verbs").returncode == 0
+    assert server("rm", "cs-verbs").returncode == 0
+    assert "cs-verbs" not in server("ps", "-a").stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
+def test_signals_reach_an_attached_run(
+    server: Server, test_image: str, names: list[str], sig: int
+) -> None:
+    name = f"cs-sig{int(sig)}"
+    names.append(name)
+    # PID 1 ignores signals it has no handler for: the shell traps them
+    script = "trap 'exit 42' INT TERM; echo ready; sleep 300 & wait"
+    proc = subprocess.Popen(
+        server.argv("run", "--name", name, test_image, "sh", "-c", script),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=server.env,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n"
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == 42  # the trap ran: the signal reached the command
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+
+
+def test_it_on_a_pty_and_detach(server: Server, test_image: str, names: list[str]) -> None:
+    names.append("cs-tty")
+    p = PtyCli(server.argv("run", "-it", "--name", "cs-tty", test_image, "sh"), rows=24, cols=80)
+    try:
+        p.expect(PROMPT)
+        p.write(b"echo $((6*7)); stty size\r")
+        p.expect(b"42")
+        p.expect(b"24 80")
+        p.resize(30, 90)  # SIGWINCH to the client, forwarded to the command
+        p.write(b"stty size\r")
+        p.expect(b"30 90")
+        p.write(DETACH)
+        assert p.wait() == 0
+        assert p.attrs() == p.before
+    finally:
+        p.close()
+    assert '"running"' in server("inspect", "cs-tty").stdout
+
+
+def test_killed_server_and_stale_socket(server: Server) -> None:
+    old = server.pid()
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: not _alive(old), timeout=30, what="the killed server to end")
+    assert server.sock.exists()  # a stale socket: no one listens on it
+    again = server("version")
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert server.pid() != old  # the command started a new one, which bound the path
+    assert server("version").returncode == 0
+
+
+def _ask(server: Server, prefix: list[str], user: int | None = None) -> bytes:
+    """Send a raw request for ``--help``, as ``user`` behind ``prefix``; the replies."""
+    message = wire.encode_request([b"ctrexec", b"--help"], [b"PATH=/usr/bin"], 0o022)
+    code = textwrap.dedent(
+        """
+        import os, socket, struct, sys
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(sys.argv[1])
+        cwd = os.open(".", os.O_PATH)
+        null = os.open("/dev/null", os.O_RDWR)  # the command's output is not the reply
+        s.sendmsg([bytes.fromhex(sys.argv[2])], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                                  struct.pack("4i", null, null, null, cwd))])
+        out = b""
+        while chunk := s.recv(64):
+            out += chunk
+        sys.stdout.buffer.write(out)
+        """
+    )
+    # the system's python: uid 65534 may not reach the venv's interpreter
+    done = subprocess.run(
+        [*prefix, "/usr/bin/python3", "-I", "-c", code, str(server.sock), message.hex()],
+        check=False,
+        capture_output=True,
+        timeout=60,
+        user=user,
+        cwd="/",
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _replies(data: bytes) -> list[tuple[bytes, int]]:
+    size = wire.REPLY.size
+    return [wire.REPLY.unpack_from(data, i) for i in range(0, len(data), size)]
+
+
+def test_other_uid_and_namespace_are_refused(server: Server) -> None:
+    assert _replies(_ask(server, [])) == [(wire.ACCEPTED, 0), (wire.EXITED, 0)]
+    server.directory.chmod(0o755)  # let uid 65534 reach the socket
+    server.sock.chmod(0o777)
+    assert _replies(_ask(server, [], user=65534)) == [(wire.RUN_HERE, wire.REFUSED)]
+    other_net = _ask(server, ["unshare", "--net"])
+    assert _replies(other_net) == [(wire.RUN_HERE, wire.REFUSED)]
+    # and the client, refused in another namespace, runs the command itself
+    fell_back = subprocess.run(
+        ["unshare", "--net", *CLIENT, "--help"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=server.env,
+    )
+    assert fell_back.returncode == 0 and fell_back.stdout.startswith("usage: ctrexec")
+
+
+def test_a_changed_module_makes_the_server_go_away(server: Server) -> None:
+    old = server.pid()
+    module = Path(wire.__file__)
+    stamp = module.stat()
+    os.utime(module, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000_000))
+    try:
+        assert server("version").returncode == 0  # stale: run here, and a fresh one starts
+        wait_for(lambda: not _alive(old), timeout=30, what="the stale server to leave")
+        assert server.pid() != old
+    finally:
+        os.utime(module, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
