@@ -43,7 +43,7 @@ def _scope(args: argparse.Namespace) -> Scope:
 
 
 def _since(finding: Finding) -> str:
-    from ctrexec.views.ps import human_duration
+    from ctrexec.views.durations import human_duration
 
     if finding.since is None:
         return "-"
