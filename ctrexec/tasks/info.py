@@ -64,11 +64,14 @@ def with_oom(client: Client, exits: Mapping[str, ExitStatus]) -> dict[str, ExitS
 
 
 def group_ports(labels: Mapping[str, str]) -> tuple[PortMapping, ...]:
+    published = [text for text in labels.get(lbl.GROUP_PORTS, "").split(",") if text]
+    if not published:
+        return ()
     # Here, for start-up cost: only a task that publishes ports loads the port parser.
     from ctrexec.net.ports import parse_port
 
     out = []
-    for text in filter(None, labels.get(lbl.GROUP_PORTS, "").split(",")):
+    for text in published:
         with contextlib.suppress(InvalidArgument):
             out.append(parse_port(text))
     return tuple(out)

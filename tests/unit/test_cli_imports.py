@@ -1,7 +1,7 @@
 """The CLI loads only what a command uses: checked by which modules load, not by time.
 
-Each check runs in a fresh interpreter, since this test process has long imported
-the whole library.
+Each check runs in a fresh interpreter (tests/_imports.py, the probe this shares with
+tests/integration/test_verb_imports.py, which keeps each verb's import set).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _imports import probe
 
 from ctrexec.cli.main import build_parser
 
@@ -23,41 +23,9 @@ from ctrexec.cli.main import build_parser
 #: netlink, and attrs (the library's value types).
 HEAVY = ("grpc", "google.protobuf", "pyroute2", "ctrexec._api", "ctrexec._rpc", "attr", "attrs")
 
-# Runs each argv through main() in turn and records, after each, the heavy modules
-# loaded so far, so a failure names the first command that pulled one in.
-_PROBE = textwrap.dedent(
-    """
-    import contextlib, io, json, sys
-    from ctrexec.cli.main import main
-    heavy = tuple(sys.argv[1].split(","))
-    report = []
-    for argv in json.loads(sys.argv[2]):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(argv)
-            except SystemExit as exc:
-                code = exc.code
-        loaded = sorted(m for m in sys.modules if m.split(".")[0] in heavy
-                        or any(m == h or m.startswith(h + ".") for h in heavy))
-        report.append({"argv": argv, "code": code, "loaded": loaded, "out": out.getvalue(),
-                       "err": err.getvalue()})
-    print(json.dumps(report))
-    """
-)
-
 
 def _probe(argvs: list[list[str]], env: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE, ",".join(HEAVY), json.dumps(argvs)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-        env=env,
-    )
-    report: list[dict[str, Any]] = json.loads(out.stdout.strip().splitlines()[-1])
-    return report
+    return probe(argvs, HEAVY, env=env)
 
 
 def _command_paths(parser: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
