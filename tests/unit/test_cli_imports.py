@@ -111,3 +111,36 @@ def test_version_reports_the_packaged_version(
     out = json.loads(capsys.readouterr().out)
     assert out["client"] == {"version": version("ctrexec")}
     assert out["server"]["version"] == "1.6.20"
+
+
+def _help_of(parser: argparse.ArgumentParser) -> str:
+    return parser.format_help()
+
+
+def test_a_command_line_builds_its_verb_s_parser_alone() -> None:
+    """The verb list and help read the same whichever verbs are built; a command line
+    builds the one it names (the flags before it skipped), all when it names none."""
+    from ctrexec.cli import main as climain
+
+    assert _help_of(climain.build_parser(only=())) == _help_of(build_parser())
+    assert climain.verb_of(["-H", "x", "--namespace=y", "-n", "z", "ps", "-a"]) == "ps"
+    assert climain.verb_of(["--help"]) is None
+    built = climain.build_parser(only=("ps",))
+    (verbs,) = [a for a in built._actions if isinstance(a, argparse._SubParsersAction)]
+    assert isinstance(verbs.choices["ps"], argparse.ArgumentParser)
+    assert not isinstance(verbs.choices["run"], argparse.ArgumentParser)
+    args = climain.parse(["-n", "before", "ps", "-a", "-N", "after"])
+    assert (args.command, args.all, args.namespace) == ("ps", True, "after")
+
+
+def test_a_wrong_guess_of_the_verb_builds_them_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should the guess miss (a flag before the verb that takes a value, added to
+    ``global_flags`` but not to the guess), the verb's parser is built after all."""
+    from ctrexec.cli import _common
+    from ctrexec.cli import main as climain
+
+    with pytest.raises(_common.NotBuilt):
+        climain.build_parser(only=("ps",)).parse_args(["images"])
+    monkeypatch.setattr(climain, "verb_of", lambda _argv: "ps")
+    args = climain.parse(["images", "-q"])
+    assert (args.command, args.quiet) == ("images", True)
