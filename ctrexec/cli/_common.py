@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
 import select
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from ctrexec.defaults import (
     ADDRESS_ENV,
@@ -57,6 +55,53 @@ class ArgumentParser(argparse.ArgumentParser):
         if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
             raise unknown_command(self.prog, str(value), list(action.choices))
         super()._check_value(action, value)
+
+
+if TYPE_CHECKING:
+    _SubParsers = argparse._SubParsersAction[ArgumentParser]
+else:  # not subscriptable at run time
+    _SubParsers = argparse._SubParsersAction
+
+
+class VerbParsers(_SubParsers):
+    """The verbs' parsers, built only for the verbs in ``only`` (None: every one).
+
+    Building all of them (about a hundred parsers and their flags) costs more than
+    importing the CLI, and a command line uses one. A verb left out is registered by
+    its name, aliases and help alone, so the verb list, ``--help`` and a mistyped
+    verb's suggestions read exactly as with every parser built; parsing into one
+    raises :class:`NotBuilt`, and the caller builds them all.
+    """
+
+    only: Collection[str] | None = None
+
+    def add_parser(self, name: str, **kwargs: Any) -> ArgumentParser:
+        if self.only is None or name in self.only:
+            return super().add_parser(name, **kwargs)
+        aliases = kwargs.get("aliases", ())
+        if "help" in kwargs:  # the line of the verb list, as argparse makes it
+            self._choices_actions.append(self._ChoicesPseudoAction(name, aliases, kwargs["help"]))
+        unbuilt = cast(ArgumentParser, _Unbuilt())
+        for word in (name, *aliases):
+            self._name_parser_map[word] = unbuilt
+        return unbuilt
+
+
+class NotBuilt(Exception):
+    """A command line reached a verb whose parser :class:`VerbParsers` left out."""
+
+
+class _Unbuilt:
+    """A left-out verb's parser: takes every call of a ``register`` and does nothing."""
+
+    def __getattr__(self, _name: str) -> Callable[..., _Unbuilt]:
+        return self._ignore
+
+    def _ignore(self, *_args: Any, **_kwargs: Any) -> _Unbuilt:
+        return self
+
+    def parse_known_args(self, *_args: Any, **_kwargs: Any) -> NoReturn:
+        raise NotBuilt
 
 
 def unknown_command(prog: str, word: str, verbs: Sequence[str]) -> UnknownCommand:
@@ -144,6 +189,8 @@ def connect(args: argparse.Namespace) -> Client:
     gives an error naming the socket rather than a silently started private daemon.
     Imported here, not at the top: parsing and ``--help`` load no grpc.
     """
+    from pathlib import Path
+
     from ctrexec.containerd.client import Client
 
     address = getattr(args, "address", None) or os.environ.get(ADDRESS_ENV)
@@ -170,6 +217,8 @@ def executor(args: argparse.Namespace, client: Client | None = None) -> Executor
     the flag still reads and removes the logs of a task made with it.
     Imported here, not at the top: parsing and ``--help`` load none of the library.
     """
+    from pathlib import Path
+
     from ctrexec.tasks.executor import Executor
 
     log_dir = Path(getattr(args, "log_dir", None) or DEFAULT_LOG_DIR)
@@ -178,6 +227,8 @@ def executor(args: argparse.Namespace, client: Client | None = None) -> Executor
 
 def print_json(value: Any, *, sort_keys: bool = True) -> None:
     """Indented JSON; ``sort_keys=False`` keeps the order it was built in (docker's)."""
+    import json
+
     json.dump(value, sys.stdout, indent=2, sort_keys=sort_keys, default=str)
     sys.stdout.write("\n")
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import re
-from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -12,6 +15,8 @@ _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 def point_in_time(text: str, now: datetime | None = None) -> datetime:
     """``2026-12-01T10:00:00Z``, ``1764583200`` (seconds), or ``1h30m`` ago (Go's units)."""
+    from datetime import UTC, datetime, timedelta
+
     now = now or datetime.now(UTC)
     if text and re.fullmatch(f"(?:{_AGE.pattern})+", text):
         seconds = sum(float(n) * _UNIT[u] for n, u in _AGE.findall(text))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctrexec.cli._common import (
@@ -35,6 +34,8 @@ FOUND = 1
 
 
 def _scope(args: argparse.Namespace) -> Scope:
+    from pathlib import Path
+
     from ctrexec.doctor.findings import DEFAULT_GRACE, Scope
 
     grace = getattr(args, "grace", None)
@@ -43,7 +44,7 @@ def _scope(args: argparse.Namespace) -> Scope:
 
 
 def _since(finding: Finding) -> str:
-    from ctrexec.views.ps import human_duration
+    from ctrexec.views.durations import human_duration
 
     if finding.since is None:
         return "-"

@@ -7,7 +7,6 @@ only streams what is published while it is registered).
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import threading
@@ -76,6 +75,8 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def _print_events(stream: TaskEvents, failure: list[BaseException]) -> None:
+    import json
+
     try:
         for event in stream:
             sys.stdout.write(json.dumps(event.to_json(), sort_keys=True) + "\n")

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from ctrexec.cli._common import (
     ArgumentParser,
+    connect,
     connection_flags,
-    executor,
     json_flag,
     print_json,
 )
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
+    from ctrexec.tasks import info as taskinfo
     from ctrexec.views import inspect as inspectdoc
     from ctrexec.views import ps as psformat
 
@@ -28,7 +29,9 @@ def cmd_ps(args: argparse.Namespace) -> int:
     if args.format:
         psformat.ps_template(args.format)  # bad templates and fields are refused with no row
     last = 1 if args.latest else args.last
-    infos = executor(args).list(all_tasks=args.all or last is not None)
+    # Not the Executor, whose modules (exec, streams, net, spec) a listing never uses.
+    with connect(args) as client:
+        infos = taskinfo.list_infos(client, all_tasks=args.all or last is not None)
     infos = [i for i in infos if psformat.matches(i, filters)]
     infos.sort(key=_created, reverse=True)  # newest first, as docker lists
     if last is not None:
@@ -52,26 +55,29 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """docker's document for each container found (see ctrexec.views.inspect), or ``-f``'s
     text for each; a template that fails prints nothing (as docker's) and exits 125,
     ctrexec's code for bad input."""
+    from ctrexec.containerd.containers import Lookup
     from ctrexec.logs import modes as logmodes
     from ctrexec.logs import reader as logstore
+    from ctrexec.tasks import info as taskinfo
     from ctrexec.views import inspect as inspectdoc
     from ctrexec.views import ps as psformat
 
     template = psformat.parse_template(args.format) if args.format else None  # before connecting
-    ex = executor(args)
+    client = connect(args)  # not the Executor: inspecting needs none of its own modules
     docs: list[dict[str, Any]] = []  # docker prints those it found, then exits 1
 
     def add(task_id: str) -> bool:
-        info = ex.inspect(task_id)
+        info = taskinfo.inspect(client, task_id)
         dropped = logstore.dropped_bytes(
             info.config.log_driver if info.config else logmodes.DEFAULT_DRIVER,
             info.log_path,
-            daemon_dir=logmodes.daemon_dir(ex.state_dir),
+            daemon_dir=None,  # the shared log daemon's default place, as the CLI's tasks
         )
         docs.append(inspectdoc.document(info, log_dropped=dropped))
         return True
 
-    code = each(args.ids, add, ex.lookup())
+    with client:
+        code = each(args.ids, add, Lookup(client))
     if template is None:
         print_json(docs, sort_keys=False)
         return code

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import contextlib
 import os
 import sys
 import threading
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Collection, Sequence
+from typing import NoReturn, cast
 
 from ctrexec.cli import (
     _common,
@@ -44,15 +45,21 @@ COMMAND_MODULES = (
 )  # fmt: skip
 
 
-def build_parser() -> _common.ArgumentParser:
+def build_parser(only: Collection[str] | None = None) -> _common.ArgumentParser:
+    """The whole parser; with ``only``, the parsers of those verbs alone are built (see
+    :class:`~ctrexec.cli._common.VerbParsers`), the others named with their help."""
     parser = _common.ArgumentParser(
         prog="ctrexec",
         description="Run containers through containerd in pre-created network namespaces.",
     )
     _common.global_flags(parser)
     sub = parser.add_subparsers(
-        dest="command", metavar="COMMAND", parser_class=_common.ArgumentParser
+        dest="command",
+        metavar="COMMAND",
+        parser_class=_common.ArgumentParser,
+        action=_common.VerbParsers,
     )
+    cast(_common.VerbParsers, sub).only = only
     sub.required = True
     for module in COMMAND_MODULES:
         module.register(sub)
@@ -61,10 +68,37 @@ def build_parser() -> _common.ArgumentParser:
     return parser
 
 
+#: The flags before the verb that take a value (``global_flags``).
+_VALUED_GLOBALS = frozenset({"--address", "-H", "--host", "--namespace", "-n"})
+
+
+def verb_of(argv: Sequence[str]) -> str | None:
+    """The word that should be the verb: the first that is neither a flag before it nor
+    such a flag's value; None when there is none (``ctrexec --help``)."""
+    words = iter(argv)
+    for word in words:
+        if word in _VALUED_GLOBALS:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line parsed by the one verb's parser it needs; all of them are built
+    only when the guess of :func:`verb_of` led elsewhere."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    verb = verb_of(words)
+    try:
+        return build_parser(only=() if verb is None else (verb,)).parse_args(words)
+    except _common.NotBuilt:
+        return build_parser().parse_args(words)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     missing_exit = None
     try:
-        args = build_parser().parse_args(argv)
+        args = parse(argv)
         missing_exit = getattr(args, "missing_exit", None)
         code: int = args.func(args)
     except UnknownCommand as err:  # docker's two lines: what was typed, then a way on

@@ -4,21 +4,28 @@ and credentials."""
 from __future__ import annotations
 
 import argparse
-import getpass
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags
 from ctrexec.errors import InvalidArgument
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ctrexec.containerd.client import Client
     from ctrexec.containerd.images import ImageCache
     from ctrexec.images.registry.pull import PullEvent
 
 # The registry package (urllib3) and the progress renderers load in each command.
+
+
+def _path(text: str) -> Path:
+    """A path flag's value; pathlib loads once a command has one, not with the parser."""
+    from pathlib import Path
+
+    return Path(text)
 
 
 def registry_flags() -> ArgumentParser:
@@ -32,7 +39,7 @@ def registry_flags() -> ArgumentParser:
     )
     p.add_argument(
         "--hosts-dir",
-        type=Path,
+        type=_path,
         help="registry hosts.toml directory (default: $CTREXEC_REGISTRY_CONFIG, "
         "else /etc/ctrexec/certs.d)",
     )
@@ -48,7 +55,7 @@ def add_pull_policy(p: ArgumentParser) -> None:
         help="pull the image: when missing (default), always, or never",
     )
     p.add_argument("--plain-http", action="store_true", help="pull over HTTP, not HTTPS")
-    p.add_argument("--hosts-dir", type=Path, help="registry hosts.toml directory")
+    p.add_argument("--hosts-dir", type=_path, help="registry hosts.toml directory")
     p.add_argument("-q", "--quiet", action="store_true", help="print no pull progress")
 
 
@@ -151,6 +158,8 @@ def _secret(args: argparse.Namespace) -> str:
         return str(args.password)
     if not sys.stdin.isatty():
         raise InvalidArgument("login: no password: use --password-stdin or -p")
+    import getpass
+
     return getpass.getpass("Password: ")
 
 
@@ -209,7 +218,7 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("--password", "-p")
     p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
     p.add_argument("--plain-http", action="store_true", help="talk HTTP to the registry")
-    p.add_argument("--hosts-dir", type=Path, help="registry hosts.toml directory")
+    p.add_argument("--hosts-dir", type=_path, help="registry hosts.toml directory")
     p.set_defaults(func=cmd_login)
     p = sub.add_parser("logout", help="forget a registry's credentials")
     p.add_argument("server", nargs="?", default="docker.io")

@@ -13,6 +13,7 @@ from ctrexec import labels as lbl
 from ctrexec.cli import attach, follow, publish
 from ctrexec.cli._common import (
     ArgumentParser,
+    connect,
     connection_flags,
     executor,
     json_flag,
@@ -333,17 +334,19 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    from ctrexec.containerd.containers import Lookup
     from ctrexec.containerd.tasks import Status
     from ctrexec.logs import reader as logstore
+    from ctrexec.tasks import info as taskinfo
 
-    ex = executor(args)
-    task_id = ex.lookup()(args.id)
-    info = ex.inspect(task_id, addresses=False)
+    client = connect(args)  # not the Executor: reading a log needs none of its modules
+    task_id = Lookup(client)(args.id)
+    info = taskinfo.inspect(client, task_id, addresses=False)
     stop = None
     if args.follow:
 
         def exited() -> bool:
-            state = ex.inspect(task_id, addresses=False).status
+            state = taskinfo.inspect(client, task_id, addresses=False).status
             return state not in (Status.RUNNING, Status.PAUSED, Status.CREATED)
 
         stop = follow.stop_after_exit(exited)

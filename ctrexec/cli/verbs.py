@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ctrexec.cli._common import (
@@ -30,6 +29,8 @@ from ctrexec.cli._common import (
 from ctrexec.errors import CtrexecError, FailedPrecondition, NotFound
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from ctrexec.containerd.stats import Stats
     from ctrexec.logs.reader import LogEntry
     from ctrexec.tasks.events import TaskEvents

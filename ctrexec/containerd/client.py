@@ -22,12 +22,7 @@ from google.protobuf import any_pb2, empty_pb2
 from google.protobuf.message import Message
 
 from ctrexec import _rpc, defaults, errors
-from ctrexec._api.containerd.services.introspection.v1 import introspection_pb2
-from ctrexec._api.containerd.services.leases.v1 import leases_pb2
-from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
 from ctrexec._api.containerd.services.version.v1 import version_pb2
-from ctrexec._api.containerd.types import introspection_pb2 as runtime_pb2
-from ctrexec._api.runc.options import oci_pb2
 from ctrexec.containerd._proto import from_timestamp
 from ctrexec.ids import validate_id
 
@@ -275,6 +270,9 @@ class Client:
         return ServerVersion(version=resp.version, revision=resp.revision)
 
     def namespaces(self) -> list[str]:
+        # start-up: the Namespaces service's messages load on its first use
+        from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
+
         resp = self._conn.unary(
             _rpc.NAMESPACES,
             "List",
@@ -287,10 +285,16 @@ class Client:
         """Remove this client's namespace. containerd refuses (FailedPrecondition) while
         it holds images, content, snapshots or containers, and answers NotFound when
         there is none."""
+        # start-up: the Namespaces service's messages load on its first use
+        from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
+
         req = namespace_pb2.DeleteNamespaceRequest(name=self.namespace)
         self.call(_rpc.NAMESPACES, "Delete", req, empty_pb2.Empty)
 
     def plugins(self, *filters: str) -> list[Plugin]:
+        # start-up: the Introspection service's messages load on its first use
+        from ctrexec._api.containerd.services.introspection.v1 import introspection_pb2
+
         resp = self._conn.unary(
             _rpc.INTROSPECTION,
             "Plugins",
@@ -309,6 +313,9 @@ class Client:
 
     def server(self) -> ServerDetails:
         """Introspection.Server, with 2.x's deprecations when the daemon reports them."""
+        # start-up: the Introspection service's messages load on its first use
+        from ctrexec._api.containerd.services.introspection.v1 import introspection_pb2
+
         resp = self._conn.unary(
             _rpc.INTROSPECTION, "Server", empty_pb2.Empty(), introspection_pb2.ServerResponse
         )
@@ -325,6 +332,11 @@ class Client:
         containerd 2.x): the daemon runs the shim it would run, with its own PATH. None
         when the daemon has no such call (1.x answers Unimplemented). ``binary``: ask
         about another runc-compatible binary (the runc options' BinaryName)."""
+        # start-up: the Introspection service's messages load on its first use
+        from ctrexec._api.containerd.services.introspection.v1 import introspection_pb2
+        from ctrexec._api.containerd.types import introspection_pb2 as runtime_pb2
+        from ctrexec._api.runc.options import oci_pb2
+
         request = runtime_pb2.RuntimeRequest(runtime_path=runtime)
         if binary:
             opts = oci_pb2.Options(binary_name=binary).SerializeToString()
@@ -381,6 +393,9 @@ class Client:
         labels: Mapping[str, str] | None = None,
     ) -> Lease:
         """Create a lease; with a ``ttl`` containerd expires it if we never delete it."""
+        # start-up: the Leases service's messages load on its first use
+        from ctrexec._api.containerd.services.leases.v1 import leases_pb2
+
         lid = (
             validate_id(lease_id, kind="lease id")
             if lease_id
@@ -399,6 +414,9 @@ class Client:
         return Lease(id=resp.lease.id, labels=dict(resp.lease.labels))
 
     def delete_lease(self, lease_id: str, *, sync: bool = False) -> None:
+        # start-up: the Leases service's messages load on its first use
+        from ctrexec._api.containerd.services.leases.v1 import leases_pb2
+
         self.call(
             _rpc.LEASES,
             "Delete",
@@ -407,6 +425,9 @@ class Client:
         )
 
     def leases(self) -> list[Lease]:
+        # start-up: the Leases service's messages load on its first use
+        from ctrexec._api.containerd.services.leases.v1 import leases_pb2
+
         resp = self.call(_rpc.LEASES, "List", leases_pb2.ListRequest(), leases_pb2.ListResponse)
         return [
             Lease(id=le.id, labels=dict(le.labels), created_at=from_timestamp(le.created_at))
@@ -416,6 +437,9 @@ class Client:
     def lease_resources(self, lease_id: str) -> list[tuple[str, str]]:
         """What a lease holds, as (type, id): ``snapshots/overlayfs`` and a key, ``content``
         and a digest, ... (empty when the lease is gone)."""
+        # start-up: the Leases service's messages load on its first use
+        from ctrexec._api.containerd.services.leases.v1 import leases_pb2
+
         resp = self.call_or_none(
             _rpc.LEASES,
             "ListResources",
@@ -443,6 +467,10 @@ def _runtime_features(runtime: str, extra: any_pb2.Any) -> RuntimeFeatures:
     the name is compared here."""
     if extra.type_url.rsplit("/", 1)[-1] != _RUNTIME_INFO:
         raise errors.Internal(f"PluginInfo for {runtime} answered with {extra.type_url!r}")
+    # start-up: the runtime's messages load with the Introspection call that needs them
+    from ctrexec._api.containerd.types import introspection_pb2 as runtime_pb2
+    from ctrexec._api.runc.options import oci_pb2
+
     info = runtime_pb2.RuntimeInfo.FromString(extra.value)
     binary = "runc" if runtime == RUNC_V2 else ""
     if info.options.type_url.rsplit("/", 1)[-1] == _RUNC_OPTIONS:

@@ -27,9 +27,8 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import platform
+import os
 from collections.abc import Iterable, Mapping
-from importlib import resources
 from typing import Any
 
 from ctrexec.errors import InvalidArgument
@@ -37,7 +36,7 @@ from ctrexec.oci._base import Spec, SpecOpt, linux_of, mutating, process_of
 
 _DATA_FILE = "seccomp_default.json"
 
-#: ``platform.machine()`` spellings mapped to the profile's machine keys.
+#: ``uname -m`` (``platform.machine()``) spellings mapped to the profile's machine keys.
 _MACHINE_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 _ACTIONS = frozenset(
@@ -58,6 +57,10 @@ _ACTIONS = frozenset(
 @functools.cache
 def _profile_data() -> Mapping[str, Any]:
     """The parsed data file, read once per process."""
+    # start-up: importlib.resources (pathlib, tempfile, zipfile) loads with the first
+    # spec that has a seccomp profile, not with every reader of a TaskConfig
+    from importlib import resources
+
     text = resources.files("ctrexec.oci").joinpath(_DATA_FILE).read_text(encoding="utf-8")
     data: dict[str, Any] = json.loads(text)
     return data
@@ -65,7 +68,7 @@ def _profile_data() -> Mapping[str, Any]:
 
 def host_machine() -> str:
     """This host's machine name as the profile spells it (``x86_64``, ``aarch64``...)."""
-    machine = platform.machine().lower()
+    machine = os.uname().machine.lower()  # what platform.machine() says on Linux
     return _MACHINE_ALIASES.get(machine, machine)
 
 

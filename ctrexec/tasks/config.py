@@ -52,6 +52,8 @@ def _nameservers(servers: tuple[str, ...]) -> None:
 
 
 def _extra_hosts(entries: tuple[str, ...]) -> None:
+    if not entries:
+        return
     from ctrexec.net.hostfiles import parse_extra_host  # only for a config that has some
 
     for entry in entries:

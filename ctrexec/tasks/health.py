@@ -14,6 +14,7 @@ The group's running members come from the GROUP label and containerd's task pids
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -22,8 +23,10 @@ from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.errors import CtrexecError
-from ctrexec.net import groupns, grouppin
 from ctrexec.tasks.config import Problem, TaskInfo
+
+if TYPE_CHECKING:
+    from ctrexec.net import grouppin
 
 _LIVE = (Status.RUNNING, Status.PAUSED, Status.PAUSING)
 PIN_LOST = "namespace pin lost"
@@ -37,6 +40,10 @@ def pin_of(labels: Mapping[str, str]) -> str | None:
     group, path = labels.get(lbl.GROUP), labels.get(lbl.NETNS_PATH)
     if not group or not path or labels.get(lbl.NETNS_MODE, "path") != "path":
         return None
+    # start-up: the namespace names load for a group member only, so ``ps`` of tasks
+    # outside groups loads no net/ module
+    from ctrexec.net import groupns
+
     return path if path == groupns.netns_path(group) else None
 
 
@@ -93,10 +100,11 @@ def pin_problems(found: grouppin.PinCheck, name: str) -> tuple[Problem, ...]:
 def annotate(
     infos: Sequence[TaskInfo],
     pids: Mapping[str, Mapping[str, int]] | None = None,
-    stat_id: Callable[[str], grouppin.NsId | None] = grouppin.ns_id,
+    stat_id: Callable[[str], grouppin.NsId | None] | None = None,
 ) -> list[TaskInfo]:
     """The infos with their problems. ``pids``: each group's running members, when
-    ``infos`` are not all of them (inspect of one); else read from the infos."""
+    ``infos`` are not all of them (inspect of one); else read from the infos.
+    ``stat_id``: how a namespace file is identified (:func:`grouppin.ns_id`)."""
     groups: dict[str, dict[str, int]] = {}
     for info in infos:
         if info.group and info.status in _LIVE and info.pid > 0 and pin_of(info.labels):
@@ -111,8 +119,11 @@ def annotate(
             out.append(info)
             continue
         if info.group not in checks:
+            # start-up: the pin check loads with the first group member listed
+            from ctrexec.net import grouppin
+
             members_pids = groups.get(info.group, {})
-            checks[info.group] = grouppin.check(pin, members_pids, stat_id)
+            checks[info.group] = grouppin.check(pin, members_pids, stat_id or grouppin.ns_id)
         found = pin_problems(checks[info.group], info.id)
         out.append(attrs.evolve(info, problems=(*info.problems, *found)) if found else info)
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -20,11 +20,12 @@ from ctrexec.containerd import containers, stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, HandleMismatch, InvalidArgument, NotFound
-from ctrexec.net import nsinfo, nsrefs
-from ctrexec.net.cni import PortMapping
-from ctrexec.net.nsinfo import Address
 from ctrexec.tasks import health, runs
 from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
+
+if TYPE_CHECKING:
+    from ctrexec.net.cni import PortMapping
+    from ctrexec.net.nsinfo import Address
 
 #: What ``list`` shows without ``all_tasks``: what runs, and what may (UNKNOWN).
 _LISTED = (Status.RUNNING, Status.PAUSED, Status.PAUSING, Status.UNKNOWN)
@@ -63,11 +64,14 @@ def with_oom(client: Client, exits: Mapping[str, ExitStatus]) -> dict[str, ExitS
 
 
 def group_ports(labels: Mapping[str, str]) -> tuple[PortMapping, ...]:
+    published = [text for text in labels.get(lbl.GROUP_PORTS, "").split(",") if text]
+    if not published:
+        return ()
     # Here, for start-up cost: only a task that publishes ports loads the port parser.
     from ctrexec.net.ports import parse_port
 
     out = []
-    for text in filter(None, labels.get(lbl.GROUP_PORTS, "").split(",")):
+    for text in published:
         with contextlib.suppress(InvalidArgument):
             out.append(parse_port(text))
     return tuple(out)
@@ -83,6 +87,9 @@ def addresses_of(record: containers.Container, pid: int) -> tuple[Address, ...] 
         path = f"/proc/{pid}/ns/net"  # a fresh namespace, alive as long as its task
     if not path:
         return None
+    # start-up: netlink (pyroute2) loads only when a namespace is looked into
+    from ctrexec.net import nsinfo
+
     try:
         found = nsinfo.inspect(path)
     except CtrexecError:
@@ -307,6 +314,9 @@ def netns_users(path: str, infos: Sequence[TaskInfo]) -> list[str]:
     """What holds the namespace at ``path``, in a user's words: the live tasks of
     ``infos`` and every process or mount :func:`nsrefs.users_of` finds; a task whose
     processes were found is named once, under its container."""
+    # start-up: the /proc walk's module loads for ``netns rm`` alone
+    from ctrexec.net import nsrefs
+
     running = [i.id for i in infos if i.status in (Status.RUNNING, Status.PAUSED)]
     others = nsrefs.users_of(path)
     named = {u.container for u in others}

@@ -2,8 +2,9 @@
 
 What it holds: ``gotemplate`` and ``gofuncs`` (Go's text/template, the one engine of
 ``--format``; standard library and ``errors`` only, so a template is parsed before the
-CLI connects), ``ps`` (columns, filters, states), ``images`` (the ``images`` table) and
-``inspect`` (inspect's document in docker's shape).
+CLI connects), ``ps`` (columns, filters, states), ``durations`` (docker's wording of an
+age; standard library only), ``images`` (the ``images`` table) and ``inspect``
+(inspect's document in docker's shape).
 
 May import: ``tasks/`` value types, ``containerd/`` value types, ``oci/``, ``labels``,
 ``errors``. Never a front end.

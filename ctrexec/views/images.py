@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from ctrexec.containerd.images import ImageSummary
 from ctrexec.errors import InvalidArgument
 from ctrexec.images.reference import Reference, parse_reference
-from ctrexec.views.ps import human_duration
+from ctrexec.views.durations import human_duration
 
 NONE = "<none>"
 _DECIMAL_UNITS = ("B", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")

@@ -17,31 +17,11 @@ from ctrexec.errors import InvalidArgument
 from ctrexec.labels import NETWORK_MODE
 from ctrexec.tasks.config import TaskInfo
 from ctrexec.views import gotemplate
+from ctrexec.views.durations import human_duration
 
 _LIVE = (Status.RUNNING, Status.PAUSED)
 #: What ``Unknown`` says in ``ps``'s STATUS (``inspect``'s State.Error has the details).
 UNKNOWN_WHY = "shim not answering"
-
-
-def human_duration(seconds: float) -> str:
-    """docker's (go-units') wording of an age: ``About a minute``, ``3 hours``."""
-    s = int(seconds)
-    steps = [
-        (1, "Less than a second", None),
-        (2, "1 second", None),
-        (60, None, (1, "seconds")),
-        (120, "About a minute", None),
-        (3600, None, (60, "minutes")),
-        (7200, "About an hour", None),
-        (48 * 3600, None, (3600, "hours")),
-        (14 * 86400, None, (86400, "days")),
-        (90 * 86400, None, (7 * 86400, "weeks")),
-        (2 * 365 * 86400, None, (30 * 86400, "months")),
-    ]
-    for limit, fixed, unit in steps:
-        if s < limit:
-            return fixed if fixed else f"{s // unit[0]} {unit[1]}"  # type: ignore[index]
-    return f"{s // (365 * 86400)} years"
 
 
 def _ago(when: datetime | None, now: datetime) -> str:

@@ -1,7 +1,7 @@
 """The CLI loads only what a command uses: checked by which modules load, not by time.
 
-Each check runs in a fresh interpreter, since this test process has long imported
-the whole library.
+Each check runs in a fresh interpreter (tests/_imports.py, the probe this shares with
+tests/integration/test_verb_imports.py, which keeps each verb's import set).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _imports import probe
 
 from ctrexec.cli.main import build_parser
 
@@ -23,41 +23,9 @@ from ctrexec.cli.main import build_parser
 #: netlink, and attrs (the library's value types).
 HEAVY = ("grpc", "google.protobuf", "pyroute2", "ctrexec._api", "ctrexec._rpc", "attr", "attrs")
 
-# Runs each argv through main() in turn and records, after each, the heavy modules
-# loaded so far, so a failure names the first command that pulled one in.
-_PROBE = textwrap.dedent(
-    """
-    import contextlib, io, json, sys
-    from ctrexec.cli.main import main
-    heavy = tuple(sys.argv[1].split(","))
-    report = []
-    for argv in json.loads(sys.argv[2]):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(argv)
-            except SystemExit as exc:
-                code = exc.code
-        loaded = sorted(m for m in sys.modules if m.split(".")[0] in heavy
-                        or any(m == h or m.startswith(h + ".") for h in heavy))
-        report.append({"argv": argv, "code": code, "loaded": loaded, "out": out.getvalue(),
-                       "err": err.getvalue()})
-    print(json.dumps(report))
-    """
-)
-
 
 def _probe(argvs: list[list[str]], env: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE, ",".join(HEAVY), json.dumps(argvs)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-        env=env,
-    )
-    report: list[dict[str, Any]] = json.loads(out.stdout.strip().splitlines()[-1])
-    return report
+    return probe(argvs, HEAVY, env=env)
 
 
 def _command_paths(parser: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
@@ -143,3 +111,36 @@ def test_version_reports_the_packaged_version(
     out = json.loads(capsys.readouterr().out)
     assert out["client"] == {"version": version("ctrexec")}
     assert out["server"]["version"] == "1.6.20"
+
+
+def _help_of(parser: argparse.ArgumentParser) -> str:
+    return parser.format_help()
+
+
+def test_a_command_line_builds_its_verb_s_parser_alone() -> None:
+    """The verb list and help read the same whichever verbs are built; a command line
+    builds the one it names (the flags before it skipped), all when it names none."""
+    from ctrexec.cli import main as climain
+
+    assert _help_of(climain.build_parser(only=())) == _help_of(build_parser())
+    assert climain.verb_of(["-H", "x", "--namespace=y", "-n", "z", "ps", "-a"]) == "ps"
+    assert climain.verb_of(["--help"]) is None
+    built = climain.build_parser(only=("ps",))
+    (verbs,) = [a for a in built._actions if isinstance(a, argparse._SubParsersAction)]
+    assert isinstance(verbs.choices["ps"], argparse.ArgumentParser)
+    assert not isinstance(verbs.choices["run"], argparse.ArgumentParser)
+    args = climain.parse(["-n", "before", "ps", "-a", "-N", "after"])
+    assert (args.command, args.all, args.namespace) == ("ps", True, "after")
+
+
+def test_a_wrong_guess_of_the_verb_builds_them_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should the guess miss (a flag before the verb that takes a value, added to
+    ``global_flags`` but not to the guess), the verb's parser is built after all."""
+    from ctrexec.cli import _common
+    from ctrexec.cli import main as climain
+
+    with pytest.raises(_common.NotBuilt):
+        climain.build_parser(only=("ps",)).parse_args(["images"])
+    monkeypatch.setattr(climain, "verb_of", lambda _argv: "ps")
+    args = climain.parse(["images", "-q"])
+    assert (args.command, args.quiet) == ("images", True)

@@ -150,19 +150,16 @@ def test_logs_timestamps_refused_for_the_file_driver(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ctrexec.cli import tasks as cli_tasks
+    from ctrexec.containerd import containers
+    from ctrexec.tasks import info as taskinfo
 
     class _Info:
         config = TaskConfig(name="t", image="img", log_driver="file")
         log_path = str(tmp_path / "task.log")
 
-    class _Ex:
-        def inspect(self, _task_id: str, **_kw: object) -> _Info:
-            return _Info()
-
-        def lookup(self) -> object:
-            return lambda word: word
-
-    monkeypatch.setattr(cli_tasks, "executor", lambda _args: _Ex())
+    monkeypatch.setattr(cli_tasks, "connect", lambda _args: object())
+    monkeypatch.setattr(containers, "Lookup", lambda _client: lambda word: word)
+    monkeypatch.setattr(taskinfo, "inspect", lambda *_a, **_kw: _Info())
     assert main(["logs", "-t", "t"]) == 125
     assert capsys.readouterr().err.strip() == "ctrexec: the file log driver keeps no timestamps"
 

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -34,9 +34,10 @@ from ctrexec.ids import validate_id
 from ctrexec.images import lookup
 from ctrexec.images import store as imagestore
 from ctrexec.images.reference import normalize_reference, parse_reference
-from ctrexec.images.registry import auth, hosts
-from ctrexec.images.registry.auth import Credentials
-from ctrexec.images.registry.client import Repository
+
+if TYPE_CHECKING:
+    from ctrexec.images.registry.auth import Credentials
+    from ctrexec.images.registry.client import Repository
 
 DEFAULT_PARALLEL = 3
 #: Attempts per blob within one pull; each resumes where the last stopped.
@@ -261,6 +262,11 @@ def pull(
     """Pull ``ref`` into the client's namespace for ``platform`` (the host's) and unpack
     it. Credentials: ``credentials``, else docker's config (``docker_config`` or
     ``$DOCKER_CONFIG``), else anonymous. Endpoints: ``hosts_dir``'s hosts.toml."""
+    # start-up: the HTTP client (urllib3), credentials and hosts.toml load for a pull
+    # only, not for a ``run`` whose image is there already (ensure_pulled)
+    from ctrexec.images.registry import auth, hosts
+    from ctrexec.images.registry.client import Repository
+
     parsed = parse_reference(ref)
     want = content.as_platform(platform)
     validate_id(snapshotter, kind="snapshotter")
