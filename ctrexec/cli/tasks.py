@@ -133,6 +133,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
     import secrets
 
     from ctrexec.tasks.config import TaskConfig
+    from ctrexec.tasks.envfile import read_env_files
 
     driver = logmodes.DEFAULT_DRIVER if args.log_driver is None else args.log_driver
     max_size, max_files, transport = logmodes.parse_log_opts(driver, args.log_opt)
@@ -142,7 +143,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         image=args.image,
         command=tuple(args.command) if args.command else None,
         entrypoint=_entrypoint(args.entrypoint),
-        env=_env(args.env),
+        env={**read_env_files(args.env_file, os.environ), **_env(args.env)},
         workdir=args.workdir,
         user=args.user,
         netns=publish.netns_value(args),
@@ -515,6 +516,7 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("--netns", default="none", help="NAME, /path, host or none (default: none)")
     publish.add_flags(p)
     p.add_argument("-e", "--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--env-file", action="append", default=[], metavar="FILE")
     p.add_argument("-w", "--workdir")
     p.add_argument("-u", "--user")
     p.add_argument("-v", "--volume", action="append", default=[], metavar="SRC:DST[:ro]")
