@@ -52,3 +52,7 @@ TASK_STATE_TIMEOUT = 5.0
 #: How long ctrexec waits for Tasks.List: containerd asks every shim in turn, and up to
 #: 2.1 waits those 2 s for each task whose shim does not answer.
 TASK_LIST_TIMEOUT = 30.0
+
+#: The host's init for ``--init``, best first: Debian's tini, the static build (it runs in
+#: any image), then the dynamic one (it needs the image to have a glibc).
+INIT_BINARIES = ("/usr/bin/tini-static", "/usr/bin/tini")

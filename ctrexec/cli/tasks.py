@@ -168,6 +168,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         oom_score_adj=args.oom_score_adj,
         annotations=parse_key_values(args.annotation, what="annotation"),
         labels=parse_key_values(args.label),
+        init=args.init,
         tty=args.tty,
         stdin_open=args.interactive,
         group=args.group,
@@ -534,6 +535,7 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("--cap-add", action="append", default=[])
     p.add_argument("--cap-drop", action="append", default=[])
     p.add_argument("--privileged", action="store_true")
+    p.add_argument("--init", action="store_true", help="run tini as pid 1: reaps, forwards signals")
     p.add_argument("--device", action="append", default=[])
     p.add_argument("--sysctl", action="append", default=[], metavar="K=V")
     p.add_argument("--oom-score-adj", type=int)

@@ -33,7 +33,7 @@ _TASK_KEYS = {
     "read_only", "memory", "cpus", "cpu_shares", "pids_limit", "cap_add", "cap_drop",
     "stop_signal", "stop_timeout", "restart", "labels", "sysctls", "runtime",
     "log_driver", "log_max_size", "log_max_files", "log_transport", "hostname",
-    "extra_hosts", "dns", "dns_search", "dns_options", "env_file",
+    "extra_hosts", "dns", "dns_search", "dns_options", "env_file", "init",
 }  # fmt: skip
 
 

@@ -252,3 +252,27 @@ def with_user_ids(uid: int, gid: int, additional_gids: Iterable[int] = ()) -> Sp
         process_of(spec)["user"] = dict(user)
 
     return mutating(apply)
+
+
+#: Where ``--init`` puts the init binary in the task, and what ``inspect`` leaves out of
+#: the argv: docker's own path, so tools that look for docker's init find it.
+INIT_PATH = "/sbin/docker-init"
+
+
+def with_init() -> SpecOpt:
+    """Run the args set so far under the init at :data:`INIT_PATH` (``--init``).
+
+    ``--`` ends the init's own options, so an argv that starts with ``-`` is the task's.
+    Applied after :func:`with_args`; the binary is bound in by the caller.
+    """
+
+    def apply(spec: Spec) -> None:
+        process = process_of(spec)
+        process["args"] = [INIT_PATH, "--", *(process.get("args") or [])]
+
+    return mutating(apply)
+
+
+def without_init(args: Sequence[str]) -> list[str]:
+    """The task's own argv out of one :func:`with_init` wrapped."""
+    return list(args[2:]) if list(args[:2]) == [INIT_PATH, "--"] else list(args)

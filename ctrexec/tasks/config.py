@@ -229,6 +229,9 @@ class TaskConfig:
         converter=fields.to_string_map,
         validator=fields.string_map(lbl.validate_user_labels),
     )
+    #: docker's ``--init``: an init (tini) as pid 1 that runs the task's argv, reaps
+    #: orphans and forwards signals; the host's binary is found by ``check_config``.
+    init: bool = attrs.field(default=False, validator=fields.boolean())
     #: docker's ``-t`` and ``-i``: a pseudo-terminal, an open stdin. Either makes the
     #: task interactive: its stdio is FIFOs for ``attach``, not the log driver.
     tty: bool = attrs.field(default=False, validator=fields.boolean())

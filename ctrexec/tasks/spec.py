@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ctrexec import ids, oci
+from ctrexec import defaults, ids, oci
 from ctrexec import labels as lbl
 from ctrexec.containerd.runtimes import RuntimeChoice
 from ctrexec.containerd.runtimes import resolve as resolve_runtime
@@ -44,6 +44,8 @@ class CheckedConfig:
     memory: int | None
     labels: Mapping[str, str]
     memory_reservation: int | None = None
+    #: The host's init binary (``init``), bound read-only into the task.
+    init_binary: str | None = None
 
 
 def parse_signal(value: str | int) -> int:
@@ -67,6 +69,19 @@ def host_bounding_capabilities() -> list[str]:
     Read here, not in :mod:`ctrexec.oci`, so the spec builders stay free of I/O.
     """
     return caps.bounding_capabilities(Path("/proc/self/status").read_text())
+
+
+def find_init(candidates: Sequence[str] | None = None) -> str:
+    """The host's init for ``init``: the first of ``candidates`` (defaults.INIT_BINARIES)
+    that is an executable file."""
+    candidates = defaults.INIT_BINARIES if candidates is None else candidates
+    for path in candidates:
+        if Path(path).is_file() and os.access(path, os.X_OK):
+            return path
+    raise InvalidArgument(
+        f"no init binary on this host (looked for {', '.join(candidates)}); "
+        "install Debian's tini: apt-get install tini"
+    )
 
 
 def check_host_cpus(cpus: float) -> None:
@@ -106,6 +121,10 @@ def check_config(config: TaskConfig, *, containerd_address: str | None = None) -
             parse_signal(config.stop_signal)
     if config.cpus is not None:
         check_host_cpus(config.cpus)
+    init_binary = None
+    if config.init:
+        with fields.naming("init", config.init):
+            init_binary = find_init()
     return CheckedConfig(
         config=config,
         runtime=runtime,
@@ -119,6 +138,7 @@ def check_config(config: TaskConfig, *, containerd_address: str | None = None) -
             else resources.parse_size(config.memory_reservation)
         ),
         labels=dict(config.labels),
+        init_binary=init_binary,
     )
 
 
@@ -136,7 +156,7 @@ def build(
     """The OCI spec for one task; ``image``: the defaults its image carries."""
     cfg = checked.config
     return oci.build_spec(
-        *_process_opts(cfg, image, user),
+        *_process_opts(cfg, image, user, init=checked.init_binary is not None),
         *_network_opts(cfg, netns_path, host_network=host_network),
         *_filesystem_opts(checked, hostfiles, containerd_address),
         *_resource_opts(checked, namespace),
@@ -145,11 +165,14 @@ def build(
     )
 
 
-def _process_opts(cfg: TaskConfig, image: ImageConfig, user: ResolvedUser) -> list[oci.SpecOpt]:
+def _process_opts(
+    cfg: TaskConfig, image: ImageConfig, user: ResolvedUser, *, init: bool
+) -> list[oci.SpecOpt]:
     """What runs and as whom: the config's values over the image's defaults."""
     args = process.resolve_args(image.entrypoint, image.cmd, cfg.entrypoint, cfg.command)
     opts = [
         process.with_args(args),
+        *([process.with_init()] if init else []),
         # docker's default for a terminal, which the image and the user may override
         process.with_env(
             process.merge_env(["TERM=xterm"] * cfg.tty + list(image.env), dict(cfg.env))
@@ -188,6 +211,8 @@ def _filesystem_opts(
             mounts.with_bind_mount(str(src), dst, readonly=dst != "/etc/hosts")
             for src, dst in hostfiles.mounts()
         ]
+    if checked.init_binary is not None:
+        opts.append(mounts.with_bind_mount(checked.init_binary, process.INIT_PATH, readonly=True))
     for m in (*checked.volumes, *checked.tmpfs):
         opts.append(mounts.with_mount(m, containerd_address=containerd_address))
     if checked.config.read_only:

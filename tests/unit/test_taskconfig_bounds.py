@@ -54,6 +54,7 @@ WRONG_TYPE: dict[str, tuple[Any, str]] = {
     "annotations": ("a=b", "expected a table of strings"),
     "labels": ({"a": ["b"]}, "expected a table of strings"),
     "tty": (0, "expected true or false"),
+    "init": ("yes", "expected true or false"),
     "stdin_open": (0, "expected true or false"),
     "group": (["g"], "expected a string"),
     "share_shim": ("true", "expected true or false"),
@@ -123,6 +124,7 @@ NO_RANGE = {
     "netns",
     "read_only",
     "privileged",
+    "init",
     "tty",
     "stdin_open",
     "share_shim",
@@ -168,6 +170,7 @@ GOOD_TASK: dict[str, Any] = {
     "dns": ["192.0.2.53"],
     "dns_search": ["example.test"],
     "dns_options": ["ndots:2"],
+    "init": False,  # True needs the host's tini: tests/unit/test_oci_process.py
 }
 
 

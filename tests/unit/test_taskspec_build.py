@@ -17,7 +17,7 @@ from ctrexec.tasks.config import TaskConfig
 pytestmark = pytest.mark.unit
 
 
-def _spec(**kw: Any) -> dict[str, Any]:
+def _spec(*, init_binary: str | None = None, **kw: Any) -> dict[str, Any]:
     cfg = TaskConfig(name="t", image="img", **kw)
     checked = taskspec.CheckedConfig(
         config=cfg,
@@ -27,6 +27,7 @@ def _spec(**kw: Any) -> dict[str, Any]:
         devices=(),
         memory=None,
         labels={},
+        init_binary=init_binary,
     )
     return taskspec.build(
         checked,
@@ -37,6 +38,15 @@ def _spec(**kw: Any) -> dict[str, Any]:
         hostfiles=None,
         namespace="ns",
     )
+
+
+def test_init_binds_tini_read_only_and_runs_the_argv_under_it() -> None:
+    spec = _spec(init=True, init_binary="/usr/bin/tini-static", command=["echo", "hi"])
+    assert spec["process"]["args"] == ["/sbin/docker-init", "--", "echo", "hi"]
+    (mount,) = [m for m in spec["mounts"] if m["destination"] == "/sbin/docker-init"]
+    assert mount["source"] == "/usr/bin/tini-static"
+    assert {"ro", "rbind"} <= set(mount["options"])
+    assert _spec(command=["echo"])["process"]["args"] == ["echo"]
 
 
 def _caps(spec: dict[str, Any]) -> dict[str, list[str]]:
