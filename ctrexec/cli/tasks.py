@@ -114,6 +114,7 @@ _FLAGS = {
     "extra_hosts": "--add-host",
     "dns_search": "--dns-search",
     "dns_options": "--dns-option",
+    "ulimits": "--ulimit",
 }
 
 
@@ -156,6 +157,9 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         tmpfs=args.tmpfs,
         read_only=args.read_only,
         memory=args.memory,
+        memory_swap=args.memory_swap,
+        shm_size=args.shm_size,
+        ulimits=args.ulimit,
         cpus=args.cpus,
         cpu_shares=args.cpu_shares,
         cpuset_cpus=args.cpuset_cpus,
@@ -524,6 +528,9 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("--tmpfs", action="append", default=[], metavar="DST[:OPTS]")
     p.add_argument("--read-only", action="store_true")
     p.add_argument("-m", "--memory")
+    p.add_argument("--memory-swap", help="memory plus swap; -1: unlimited swap")
+    p.add_argument("--shm-size", help="size of /dev/shm (default 64m)")
+    p.add_argument("--ulimit", action="append", default=[], metavar="NAME=SOFT[:HARD]")
     p.add_argument("--cpus", type=_cpus, help="CPUs' worth of time; 0 means no limit")
     p.add_argument("--cpu-shares", type=int)
     p.add_argument("--cpuset-cpus")

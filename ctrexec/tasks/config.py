@@ -176,6 +176,25 @@ class TaskConfig:
             (str, int), "a size such as 256m", resources.parse_size, optional=True
         ),
     )
+    #: docker's --memory-swap: memory plus swap (a size, or -1 for unlimited swap); needs
+    #: ``memory``, and is at least that.
+    memory_swap: str | int | None = attrs.field(
+        default=None,
+        validator=fields.field(
+            (str, int), "a size such as 1g, or -1", resources.parse_memory_swap, optional=True
+        ),
+    )
+    #: docker's --shm-size: the size of /dev/shm (64m unless set).
+    shm_size: str | int | None = attrs.field(
+        default=None,
+        validator=fields.field(
+            (str, int), "a size such as 256m", resources.parse_shm_size, optional=True
+        ),
+    )
+    #: docker's --ulimit, ``NAME=SOFT[:HARD]`` each (``nofile=1024:4096``).
+    ulimits: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings(process.check_ulimits)
+    )
     cpus: float | None = attrs.field(
         default=None, validator=fields.number(resources.with_cpus, optional=True)
     )
@@ -284,10 +303,17 @@ class TaskConfig:
     log_dir: str | None = attrs.field(default=None, validator=fields.text(_absolute, optional=True))
 
     def __attrs_post_init__(self) -> None:
-        """Only ``json-file`` rotates: limits given to another driver would be ignored.
+        """A swap limit needs a memory limit, as docker's. Only ``json-file`` rotates:
+        limits given to another driver would be ignored.
 
         Output sent to the caller's paths has no log driver at all.
         """
+        if self.memory_swap is not None and self.memory is None:
+            raise InvalidField(
+                "memory_swap",
+                self.memory_swap,
+                "You should always set the Memory limit when using Memoryswap limit, see usage",
+            )
         if self.stdout_path is not None or self.stderr_path is not None:
             self._no_log_settings()
             return

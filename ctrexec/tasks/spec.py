@@ -20,7 +20,7 @@ from ctrexec import defaults, ids, oci
 from ctrexec import labels as lbl
 from ctrexec.containerd.runtimes import RuntimeChoice
 from ctrexec.containerd.runtimes import resolve as resolve_runtime
-from ctrexec.errors import InvalidArgument
+from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.net import hostfiles
 from ctrexec.net.hostfiles import HostFiles
 from ctrexec.oci import caps, mounts, namespaces, process, resources
@@ -121,6 +121,14 @@ def check_config(config: TaskConfig, *, containerd_address: str | None = None) -
             parse_signal(config.stop_signal)
     if config.cpus is not None:
         check_host_cpus(config.cpus)
+    if config.memory is not None and config.memory_swap is not None:
+        swap = resources.parse_memory_swap(config.memory_swap)
+        if swap != -1 and swap < resources.parse_size(config.memory):
+            raise InvalidField(
+                "memory_swap",
+                config.memory_swap,
+                "Minimum memoryswap limit should be larger than memory limit, see usage",
+            )
     init_binary = None
     if config.init:
         with fields.naming("init", config.init):
@@ -183,6 +191,8 @@ def _process_opts(
     ]
     if cfg.oom_score_adj is not None:
         opts.append(process.with_oom_score_adj(cfg.oom_score_adj))
+    if cfg.ulimits:
+        opts.append(process.with_rlimits(process.check_ulimits(cfg.ulimits)))
     return opts
 
 
@@ -211,6 +221,8 @@ def _filesystem_opts(
             mounts.with_bind_mount(str(src), dst, readonly=dst != "/etc/hosts")
             for src, dst in hostfiles.mounts()
         ]
+    if checked.config.shm_size is not None:
+        opts.append(mounts.with_shm_size(resources.parse_shm_size(checked.config.shm_size)))
     if checked.init_binary is not None:
         opts.append(mounts.with_bind_mount(checked.init_binary, process.INIT_PATH, readonly=True))
     for m in (*checked.volumes, *checked.tmpfs):
@@ -227,6 +239,8 @@ def _resource_opts(checked: CheckedConfig, namespace: str) -> list[oci.SpecOpt]:
     opts = [resources.with_cgroups_path(cfg.cgroup or ids.task_cgroup(namespace, cfg.name))]
     if checked.memory is not None:
         opts.append(resources.with_memory_limit(checked.memory))
+    if cfg.memory_swap is not None:
+        opts.append(resources.with_memory_swap(cfg.memory_swap))
     if checked.memory_reservation is not None:
         opts.append(resources.with_memory_reservation(checked.memory_reservation))
     if cfg.cpus is not None:

@@ -1,5 +1,5 @@
 """docker's run/create flags of the second parity round, through the real binary:
---env-file, --init."""
+--env-file, --init, --ulimit, --shm-size, --memory-swap."""
 
 from __future__ import annotations
 
@@ -91,3 +91,54 @@ def test_init_forwards_stop_signal(cli: Cli, made: list[str], test_image: str) -
     assert _exit_code(cli, "fl-init-stop") == "143"
     assert cli("stop", "-t", "1", "fl-noinit-stop").returncode == 0
     assert _exit_code(cli, "fl-noinit-stop") == "137"
+
+
+def test_ulimit_and_shm_size_inside(cli: Cli, test_image: str) -> None:
+    out = cli(
+        "run", "--rm", "--ulimit", "nofile=1000:2000", "--ulimit", "core=-1",
+        "--shm-size", "2m", test_image, "sh", "-c",
+        "grep -e 'open files' -e 'core file' /proc/self/limits; grep ' /dev/shm ' /proc/mounts",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = [line.split() for line in out.stdout.splitlines()]
+    assert lines[0][:5] == ["Max", "core", "file", "size", "unlimited"], out.stdout
+    assert lines[0][5] == "unlimited", out.stdout
+    assert lines[1][3:5] == ["1000", "2000"], out.stdout
+    assert "size=2048k" in lines[2][3].split(","), out.stdout
+
+
+def test_memory_swap_reaches_the_cgroup(cli: Cli, test_image: str) -> None:
+    """cgroup v1's memory+swap limit (v2's memory.swap.max is swap alone: 64m here)."""
+    out = cli(
+        "run", "--rm", "-m", "64m", "--memory-swap", "128m", test_image, "sh", "-c",
+        "cat /sys/fs/cgroup/memory/memory.memsw.limit_in_bytes"
+        " 2>/dev/null || cat /sys/fs/cgroup/memory.swap.max",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() in (str(128 << 20), str(64 << 20)), out.stdout
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--memory-swap", "1g"],
+            "invalid value '1g' for --memory-swap: You should always set the Memory limit "
+            "when using Memoryswap limit, see usage",
+        ),
+        (
+            ["-m", "1g", "--memory-swap", "512m"],
+            "invalid value '512m' for --memory-swap: Minimum memoryswap limit should be "
+            "larger than memory limit, see usage",
+        ),
+        (["--ulimit", "nofiles=1"], "invalid --ulimit: invalid ulimit type: nofiles"),
+        (["--shm-size", "lots"], "invalid value 'lots' for --shm-size: invalid size 'lots'"),
+    ],
+)
+def test_limit_errors_create_nothing(
+    cli: Cli, test_image: str, flags: list[str], message: str
+) -> None:
+    out = cli("create", "--name", "fl-limits", *flags, test_image, "true")
+    assert out.returncode == 125
+    assert out.stderr.startswith(f"ctrexec: {message}"), out.stderr
+    assert cli("inspect", "fl-limits").returncode == 1

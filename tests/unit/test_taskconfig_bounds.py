@@ -55,6 +55,9 @@ WRONG_TYPE: dict[str, tuple[Any, str]] = {
     "labels": ({"a": ["b"]}, "expected a table of strings"),
     "tty": (0, "expected true or false"),
     "init": ("yes", "expected true or false"),
+    "memory_swap": (1.5, "expected a size such as 1g, or -1"),
+    "shm_size": ([1], "expected a size such as 256m"),
+    "ulimits": ("nofile=1", "expected a list of strings"),
     "stdin_open": (0, "expected true or false"),
     "group": (["g"], "expected a string"),
     "share_shim": ("true", "expected true or false"),
@@ -87,6 +90,12 @@ OUT_OF_RANGE: dict[str, tuple[Any, str]] = {
     "extra_hosts": (["db:host-gateway"], "host-gateway is not supported"),
     "memory": ("1k", "Minimum memory limit allowed is 6MB"),
     "memory_reservation": ("lots", "invalid size"),
+    "memory_swap": ("lots", "invalid size"),
+    "shm_size": ("0", "shm size must be above 0"),
+    "ulimits": (
+        ["nofile=2:1"],
+        "ulimit soft limit must be less than or equal to hard limit: 2 > 1",
+    ),
     "cpus": (5000, f"between {resources.MIN_CPUS} and {resources.MAX_CPUS}"),
     "cpu_shares": (1, "between 2 and 262144"),
     "cpuset_cpus": ("3-1", "backwards"),
@@ -170,6 +179,9 @@ GOOD_TASK: dict[str, Any] = {
     "dns": ["192.0.2.53"],
     "dns_search": ["example.test"],
     "dns_options": ["ndots:2"],
+    "memory_swap": "128m",
+    "shm_size": "1g",
+    "ulimits": ["nofile=2048:4096", "core=0"],
     "init": False,  # True needs the host's tini: tests/unit/test_oci_process.py
 }
 

@@ -25,7 +25,7 @@ def _spec(*, init_binary: str | None = None, **kw: Any) -> dict[str, Any]:
         volumes=(),
         tmpfs=(),
         devices=(),
-        memory=None,
+        memory=taskspec.resources.parse_size(cfg.memory) if cfg.memory else None,
         labels={},
         init_binary=init_binary,
     )
@@ -47,6 +47,14 @@ def test_init_binds_tini_read_only_and_runs_the_argv_under_it() -> None:
     assert mount["source"] == "/usr/bin/tini-static"
     assert {"ro", "rbind"} <= set(mount["options"])
     assert _spec(command=["echo"])["process"]["args"] == ["echo"]
+
+
+def test_limits_reach_the_spec() -> None:
+    spec = _spec(memory="64m", memory_swap="-1", shm_size="1m", ulimits=["nofile=10:20"])
+    assert spec["linux"]["resources"]["memory"] == {"limit": 64 << 20, "swap": -1}
+    (shm,) = [m for m in spec["mounts"] if m["destination"] == "/dev/shm"]
+    assert f"size={1 << 20}" in shm["options"]
+    assert spec["process"]["rlimits"] == [{"type": "RLIMIT_NOFILE", "soft": 10, "hard": 20}]
 
 
 def _caps(spec: dict[str, Any]) -> dict[str, list[str]]:
