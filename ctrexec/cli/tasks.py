@@ -147,6 +147,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         env={**read_env_files(args.env_file, os.environ), **_env(args.env)},
         workdir=args.workdir,
         user=args.user,
+        group_add=args.group_add,
         netns=publish.netns_value(args),
         hostname=args.hostname,
         extra_hosts=args.add_host,
@@ -524,6 +525,7 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("--env-file", action="append", default=[], metavar="FILE")
     p.add_argument("-w", "--workdir")
     p.add_argument("-u", "--user")
+    p.add_argument("--group-add", action="append", default=[], metavar="GROUP")
     p.add_argument("-v", "--volume", action="append", default=[], metavar="SRC:DST[:ro]")
     p.add_argument("--tmpfs", action="append", default=[], metavar="DST[:OPTS]")
     p.add_argument("--read-only", action="store_true")

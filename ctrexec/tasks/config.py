@@ -24,7 +24,7 @@ from ctrexec.logs import modes as logmodes
 from ctrexec.logs.driver import check_limits
 from ctrexec.oci import caps, namespaces, process, resources
 from ctrexec.oci.spec import with_annotations
-from ctrexec.oci.user import split_user_spec
+from ctrexec.oci.user import check_group_add, split_user_spec
 from ctrexec.tasks import fields
 
 if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
@@ -136,6 +136,10 @@ class TaskConfig:
     )
     user: str | None = attrs.field(
         default=None, validator=fields.text(split_user_spec, optional=True)
+    )
+    #: docker's --group-add: more supplementary groups, names from the image's /etc/group.
+    group_add: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings(check_group_add)
     )
     netns: str = attrs.field(default="none", validator=fields.text())
     hostname: str | None = attrs.field(

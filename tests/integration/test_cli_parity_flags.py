@@ -142,3 +142,19 @@ def test_limit_errors_create_nothing(
     assert out.returncode == 125
     assert out.stderr.startswith(f"ctrexec: {message}"), out.stderr
     assert cli("inspect", "fl-limits").returncode == 1
+
+
+def test_group_add_by_name_and_number(cli: Cli, test_image: str) -> None:
+    """The test image's /etc/group has ``staff`` (50); 4321 is in no file."""
+    out = cli(
+        "run", "--rm", "-u", "1000", "--group-add", "staff", "--group-add", "4321",
+        test_image, "sh", "-c", "grep ^Groups: /proc/self/status",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert {"50", "4321"} <= set(out.stdout.split()[1:]), out.stdout
+    bad = cli("run", "--rm", "--name", "fl-groupadd", "--group-add", "nosuch", test_image, "true")
+    assert bad.returncode == 125
+    assert bad.stderr == (
+        "ctrexec: Unable to find group nosuch: no matching entries in group file\n"
+    ), bad.stderr
+    assert cli("inspect", "fl-groupadd").returncode == 1

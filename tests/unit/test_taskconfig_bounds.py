@@ -55,6 +55,7 @@ WRONG_TYPE: dict[str, tuple[Any, str]] = {
     "labels": ({"a": ["b"]}, "expected a table of strings"),
     "tty": (0, "expected true or false"),
     "init": ("yes", "expected true or false"),
+    "group_add": ("audio", "expected a list of strings"),
     "memory_swap": (1.5, "expected a size such as 1g, or -1"),
     "shm_size": ([1], "expected a size such as 256m"),
     "ulimits": ("nofile=1", "expected a list of strings"),
@@ -91,6 +92,7 @@ OUT_OF_RANGE: dict[str, tuple[Any, str]] = {
     "memory": ("1k", "Minimum memory limit allowed is 6MB"),
     "memory_reservation": ("lots", "invalid size"),
     "memory_swap": ("lots", "invalid size"),
+    "group_add": (["99999999999"], "gid 99999999999 is out of range"),
     "shm_size": ("0", "shm size must be above 0"),
     "ulimits": (
         ["nofile=2:1"],
@@ -182,6 +184,7 @@ GOOD_TASK: dict[str, Any] = {
     "memory_swap": "128m",
     "shm_size": "1g",
     "ulimits": ["nofile=2048:4096", "core=0"],
+    "group_add": ["audio", "1234"],
     "init": False,  # True needs the host's tini: tests/unit/test_oci_process.py
 }
 
