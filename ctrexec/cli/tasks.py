@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from ctrexec import labels as lbl
-from ctrexec.cli import attach, publish
+from ctrexec.cli import attach, cidfile, publish
 from ctrexec.cli._common import (
     ArgumentParser,
     connection_flags,
@@ -317,8 +317,9 @@ def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, Wiring | 
 def cmd_run(args: argparse.Namespace) -> int:
     attached = (args.interactive or args.tty) and not args.detach
     keys = attach.prepare(args) if attached else b""
-    with _by_flag():
+    with _by_flag(), cidfile.written(args.cidfile) as write_cid:
         ex, config, wired = _prepared(args)
+        write_cid(config.name)
         with publish.own_network(ex, config, wired) as (config, owned):
             if attached:
                 if owned:  # the record needs its owner labels before the attached start
@@ -365,8 +366,9 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    with _by_flag():
+    with _by_flag(), cidfile.written(args.cidfile) as write_cid:
         ex, config, wired = _prepared(args)
+        write_cid(config.name)
         with publish.own_network(ex, config, wired) as (config, owned):
             record = ex.create(config, owner_labels=owned)
     publish.warn_unsupervised(ex.client, [config])
@@ -519,6 +521,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
 def _run_flags(p: ArgumentParser) -> None:
     attach.interactive_flags(p)
     p.add_argument("--name", help="container id (default: generated)")
+    p.add_argument("--cidfile", help="write the container's ID to this file (must not exist)")
     p.add_argument("--netns", default="none", help="NAME, /path, host or none (default: none)")
     publish.add_flags(p)
     p.add_argument("-e", "--env", action="append", default=[], metavar="K=V")

@@ -158,3 +158,23 @@ def test_group_add_by_name_and_number(cli: Cli, test_image: str) -> None:
         "ctrexec: Unable to find group nosuch: no matching entries in group file\n"
     ), bad.stderr
     assert cli("inspect", "fl-groupadd").returncode == 1
+
+
+def test_cidfile(cli: Cli, made: list[str], test_image: str, tmp_path: Path) -> None:
+    made.append("fl-cid")
+    path = tmp_path / "cid"
+    out = cli("create", "--name", "fl-cid", "--cidfile", str(path), test_image, "true")
+    assert out.returncode == 0, out.stderr
+    assert path.read_text() == "fl-cid"
+    again = cli("run", "--rm", "--name", "fl-cid-2", "--cidfile", str(path), test_image, "true")
+    assert (again.returncode, again.stderr) == (
+        125,
+        "ctrexec: container ID file found, make sure the other container isn't running "
+        f"or delete {path}\n",
+    )
+    assert cli("inspect", "fl-cid-2").returncode == 1
+    # A run that fails before its container exists leaves no file behind.
+    gone = tmp_path / "gone"
+    bad = cli("run", "--rm", "--cidfile", str(gone), "--ulimit", "x=1", test_image, "true")
+    assert bad.returncode == 125
+    assert not gone.exists()
