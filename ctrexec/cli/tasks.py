@@ -168,6 +168,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         cap_add=args.cap_add,
         cap_drop=args.cap_drop,
         privileged=args.privileged,
+        security_opt=args.security_opt,
         devices=args.device,
         sysctls=parse_key_values(args.sysctl, what="sysctl"),
         oom_score_adj=args.oom_score_adj,
@@ -518,24 +519,31 @@ def cmd_pause(args: argparse.Namespace) -> int:
     return each(args.ids, ex.pause if args.command_name == "pause" else ex.resume, ex.lookup())
 
 
+def _more_run_flags(p: ArgumentParser) -> None:
+    """The flags of docker's second parity round (README's "coming from docker")."""
+    p.add_argument("--cidfile", help="write the container's ID to this file (must not exist)")
+    p.add_argument("--env-file", action="append", default=[], metavar="FILE")
+    p.add_argument("--group-add", action="append", default=[], metavar="GROUP")
+    p.add_argument("--memory-swap", help="memory plus swap; -1: unlimited swap")
+    p.add_argument("--shm-size", help="size of /dev/shm (default 64m)")
+    p.add_argument("--ulimit", action="append", default=[], metavar="NAME=SOFT[:HARD]")
+    p.add_argument("--init", action="store_true", help="run tini as pid 1: reaps, forwards signals")
+    p.add_argument("--security-opt", action="append", default=[], metavar="OPT")
+
+
 def _run_flags(p: ArgumentParser) -> None:
     attach.interactive_flags(p)
+    _more_run_flags(p)
     p.add_argument("--name", help="container id (default: generated)")
-    p.add_argument("--cidfile", help="write the container's ID to this file (must not exist)")
     p.add_argument("--netns", default="none", help="NAME, /path, host or none (default: none)")
     publish.add_flags(p)
     p.add_argument("-e", "--env", action="append", default=[], metavar="K=V")
-    p.add_argument("--env-file", action="append", default=[], metavar="FILE")
     p.add_argument("-w", "--workdir")
     p.add_argument("-u", "--user")
-    p.add_argument("--group-add", action="append", default=[], metavar="GROUP")
     p.add_argument("-v", "--volume", action="append", default=[], metavar="SRC:DST[:ro]")
     p.add_argument("--tmpfs", action="append", default=[], metavar="DST[:OPTS]")
     p.add_argument("--read-only", action="store_true")
     p.add_argument("-m", "--memory")
-    p.add_argument("--memory-swap", help="memory plus swap; -1: unlimited swap")
-    p.add_argument("--shm-size", help="size of /dev/shm (default 64m)")
-    p.add_argument("--ulimit", action="append", default=[], metavar="NAME=SOFT[:HARD]")
     p.add_argument("--cpus", type=_cpus, help="CPUs' worth of time; 0 means no limit")
     p.add_argument("--cpu-shares", type=int)
     p.add_argument("--cpuset-cpus")
@@ -547,7 +555,6 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("--cap-add", action="append", default=[])
     p.add_argument("--cap-drop", action="append", default=[])
     p.add_argument("--privileged", action="store_true")
-    p.add_argument("--init", action="store_true", help="run tini as pid 1: reaps, forwards signals")
     p.add_argument("--device", action="append", default=[])
     p.add_argument("--sysctl", action="append", default=[], metavar="K=V")
     p.add_argument("--oom-score-adj", type=int)

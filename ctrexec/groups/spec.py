@@ -34,7 +34,7 @@ _TASK_KEYS = {
     "stop_signal", "stop_timeout", "restart", "labels", "sysctls", "runtime",
     "log_driver", "log_max_size", "log_max_files", "log_transport", "hostname",
     "extra_hosts", "dns", "dns_search", "dns_options", "env_file", "init",
-    "memory_swap", "shm_size", "ulimits", "group_add",
+    "memory_swap", "shm_size", "ulimits", "group_add", "security_opt",
 }  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.ids import validate_id
 from ctrexec.logs import modes as logmodes
 from ctrexec.logs.driver import check_limits
-from ctrexec.oci import caps, namespaces, process, resources
+from ctrexec.oci import caps, namespaces, process, resources, secopts
 from ctrexec.oci.spec import with_annotations
 from ctrexec.oci.user import check_group_add, split_user_spec
 from ctrexec.tasks import fields
@@ -233,6 +233,13 @@ class TaskConfig:
         default=(), converter=fields.to_tuple, validator=fields.strings(caps.expand_capabilities)
     )
     privileged: bool = attrs.field(default=False, validator=fields.boolean())
+    #: docker's --security-opt: ``no-new-privileges[=true|false]``, ``seccomp=unconfined``,
+    #: ``seccomp=PATH`` (a profile file, read when the task is created).
+    security_opt: tuple[str, ...] = attrs.field(
+        default=(),
+        converter=fields.to_tuple,
+        validator=fields.strings(secopts.parse_security_opts),
+    )
     devices: tuple[str, ...] = attrs.field(
         default=(), converter=fields.to_tuple, validator=fields.strings()
     )

@@ -23,7 +23,7 @@ from ctrexec.containerd.runtimes import resolve as resolve_runtime
 from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.net import hostfiles
 from ctrexec.net.hostfiles import HostFiles
-from ctrexec.oci import caps, mounts, namespaces, process, resources
+from ctrexec.oci import caps, mounts, namespaces, process, resources, seccomp, secopts
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import fields
 from ctrexec.tasks.config import TaskConfig
@@ -46,6 +46,9 @@ class CheckedConfig:
     memory_reservation: int | None = None
     #: The host's init binary (``init``), bound read-only into the task.
     init_binary: str | None = None
+    #: ``security_opt``'s parts; ``seccomp_profile`` is the file's, as read.
+    security: secopts.SecurityOpts = attrs.field(factory=secopts.SecurityOpts)
+    seccomp_profile: Mapping[str, Any] | None = None
 
 
 def parse_signal(value: str | int) -> int:
@@ -82,6 +85,20 @@ def find_init(candidates: Sequence[str] | None = None) -> str:
         f"no init binary on this host (looked for {', '.join(candidates)}); "
         "install Debian's tini: apt-get install tini"
     )
+
+
+def read_seccomp_profile(path: str) -> Mapping[str, Any]:
+    """A ``seccomp=PATH`` profile file, its shape checked (:mod:`ctrexec.oci.secopts`)."""
+    import json  # here, for start-up cost: only a config with a profile file reads one
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"opening seccomp profile ({path}) failed: {exc}") from exc
+    except ValueError as exc:
+        raise InvalidArgument(f"Decoding seccomp profile failed: {exc}") from exc
+    secopts.oci_profile(data, [])
+    return data if isinstance(data, dict) else {}
 
 
 def check_host_cpus(cpus: float) -> None:
@@ -133,6 +150,11 @@ def check_config(config: TaskConfig, *, containerd_address: str | None = None) -
     if config.init:
         with fields.naming("init", config.init):
             init_binary = find_init()
+    security = secopts.parse_security_opts(config.security_opt)
+    profile = None
+    if security.seccomp not in (None, "unconfined"):
+        with fields.naming("security_opt", config.security_opt):
+            profile = read_seccomp_profile(security.seccomp)
     return CheckedConfig(
         config=config,
         runtime=runtime,
@@ -147,6 +169,8 @@ def check_config(config: TaskConfig, *, containerd_address: str | None = None) -
         ),
         labels=dict(config.labels),
         init_binary=init_binary,
+        security=security,
+        seccomp_profile=profile,
     )
 
 
@@ -269,6 +293,14 @@ def _privilege_opts(checked: CheckedConfig) -> list[oci.SpecOpt]:
             opts.append(caps.with_added_capabilities(cfg.cap_add))
     if checked.devices:
         opts.append(mounts.with_devices(checked.devices))
+    if checked.security.no_new_privileges is not None:
+        opts.append(process.with_no_new_privileges(checked.security.no_new_privileges))
+    if cfg.privileged:  # no filter at all
+        return opts
+    if checked.security.seccomp == "unconfined":
+        opts.append(seccomp.with_seccomp(None))
+    elif checked.seccomp_profile is not None:
+        opts.append(secopts.with_seccomp_profile(checked.seccomp_profile))
     return opts
 
 

@@ -178,3 +178,40 @@ def test_cidfile(cli: Cli, made: list[str], test_image: str, tmp_path: Path) -> 
     bad = cli("run", "--rm", "--cidfile", str(gone), "--ulimit", "x=1", test_image, "true")
     assert bad.returncode == 125
     assert not gone.exists()
+
+
+def _status(cli: Cli, test_image: str, *flags: str) -> dict[str, str]:
+    """NoNewPrivs and Seccomp of /proc/self/status in a task run with ``flags``."""
+    out = cli("run", "--rm", *flags, test_image, "grep", "-e", "^NoNewPrivs", "-e", "^Seccomp:",
+              "/proc/self/status")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return dict(line.split(":\t") for line in out.stdout.splitlines())
+
+
+def test_security_opt_no_new_privileges_and_unconfined(cli: Cli, test_image: str) -> None:
+    assert _status(cli, test_image) == {"NoNewPrivs": "1", "Seccomp": "2"}
+    assert _status(cli, test_image, "--security-opt", "no-new-privileges=false") == {
+        "NoNewPrivs": "0",
+        "Seccomp": "2",
+    }
+    assert _status(cli, test_image, "--security-opt", "seccomp=unconfined")["Seccomp"] == "0"
+
+
+def test_security_opt_seccomp_file(cli: Cli, test_image: str, tmp_path: Path) -> None:
+    profile = tmp_path / "deny-mkdir.json"
+    profile.write_text(
+        '{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": ['
+        '{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13}]}'
+    )
+    out = cli("run", "--rm", "--security-opt", f"seccomp={profile}", test_image,
+              "sh", "-c", "mkdir /tmp/d; echo $?; touch /tmp/f && echo touched")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "1\ntouched\n", out.stdout
+    assert "Permission denied" in out.stderr, out.stderr
+    missing = cli("create", "--name", "fl-seccomp", "--security-opt", "seccomp=/nonexistent.json",
+                  test_image, "true")  # fmt: skip
+    assert missing.returncode == 125
+    assert missing.stderr.startswith(
+        "ctrexec: invalid --security-opt: opening seccomp profile (/nonexistent.json) failed:"
+    ), missing.stderr
+    assert cli("inspect", "fl-seccomp").returncode == 1
