@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from ctrexec import labels as lbl
-from ctrexec.cli import attach, cidfile, publish
+from ctrexec.cli import attach, publish, runflags
 from ctrexec.cli._common import (
     ArgumentParser,
     connection_flags,
@@ -169,6 +169,8 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         cap_drop=args.cap_drop,
         privileged=args.privileged,
         security_opt=args.security_opt,
+        pid=args.pid,
+        ipc=args.ipc,
         devices=args.device,
         sysctls=parse_key_values(args.sysctl, what="sysctl"),
         oom_score_adj=args.oom_score_adj,
@@ -318,7 +320,7 @@ def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, Wiring | 
 def cmd_run(args: argparse.Namespace) -> int:
     attached = (args.interactive or args.tty) and not args.detach
     keys = attach.prepare(args) if attached else b""
-    with _by_flag(), cidfile.written(args.cidfile) as write_cid:
+    with _by_flag(), runflags.cidfile(args.cidfile) as write_cid:
         ex, config, wired = _prepared(args)
         write_cid(config.name)
         with publish.own_network(ex, config, wired) as (config, owned):
@@ -367,7 +369,7 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    with _by_flag(), cidfile.written(args.cidfile) as write_cid:
+    with _by_flag(), runflags.cidfile(args.cidfile) as write_cid:
         ex, config, wired = _prepared(args)
         write_cid(config.name)
         with publish.own_network(ex, config, wired) as (config, owned):
@@ -519,21 +521,9 @@ def cmd_pause(args: argparse.Namespace) -> int:
     return each(args.ids, ex.pause if args.command_name == "pause" else ex.resume, ex.lookup())
 
 
-def _more_run_flags(p: ArgumentParser) -> None:
-    """The flags of docker's second parity round (README's "coming from docker")."""
-    p.add_argument("--cidfile", help="write the container's ID to this file (must not exist)")
-    p.add_argument("--env-file", action="append", default=[], metavar="FILE")
-    p.add_argument("--group-add", action="append", default=[], metavar="GROUP")
-    p.add_argument("--memory-swap", help="memory plus swap; -1: unlimited swap")
-    p.add_argument("--shm-size", help="size of /dev/shm (default 64m)")
-    p.add_argument("--ulimit", action="append", default=[], metavar="NAME=SOFT[:HARD]")
-    p.add_argument("--init", action="store_true", help="run tini as pid 1: reaps, forwards signals")
-    p.add_argument("--security-opt", action="append", default=[], metavar="OPT")
-
-
 def _run_flags(p: ArgumentParser) -> None:
     attach.interactive_flags(p)
-    _more_run_flags(p)
+    runflags.add_flags(p)
     p.add_argument("--name", help="container id (default: generated)")
     p.add_argument("--netns", default="none", help="NAME, /path, host or none (default: none)")
     publish.add_flags(p)

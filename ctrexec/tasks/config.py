@@ -142,6 +142,14 @@ class TaskConfig:
         default=(), converter=fields.to_tuple, validator=fields.strings(check_group_add)
     )
     netns: str = attrs.field(default="none", validator=fields.text())
+    #: docker's --pid and --ipc: ``host`` shares the host's namespace (``ipc = "host"``
+    #: also its /dev/shm); the default is the task's own.
+    pid: str | None = attrs.field(
+        default=None, validator=fields.text(namespaces.check_pid_mode, optional=True)
+    )
+    ipc: str | None = attrs.field(
+        default=None, validator=fields.text(namespaces.check_ipc_mode, optional=True)
+    )
     hostname: str | None = attrs.field(
         default=None, validator=fields.text(namespaces.with_hostname, optional=True)
     )

@@ -230,6 +230,10 @@ def _network_opts(
     elif netns_path is not None:
         opts.append(namespaces.with_network_namespace(netns_path))
     opts.append(namespaces.with_hostname(cfg.hostname or default_hostname(cfg)))
+    if cfg.pid == "host":
+        opts.append(namespaces.with_host_namespace("pid"))
+    if cfg.ipc == "host":
+        opts.append(namespaces.with_host_namespace("ipc"))
     if cfg.sysctls:
         opts.append(namespaces.with_sysctls(cfg.sysctls))
     return opts
@@ -247,6 +251,8 @@ def _filesystem_opts(
         ]
     if checked.config.shm_size is not None:
         opts.append(mounts.with_shm_size(resources.parse_shm_size(checked.config.shm_size)))
+    if checked.config.ipc == "host":  # POSIX shared memory is /dev/shm's files
+        opts.append(mounts.with_bind_mount(mounts.SHM_PATH, mounts.SHM_PATH))
     if checked.init_binary is not None:
         opts.append(mounts.with_bind_mount(checked.init_binary, process.INIT_PATH, readonly=True))
     for m in (*checked.volumes, *checked.tmpfs):

@@ -1,8 +1,10 @@
 """docker's run/create flags of the second parity round, through the real binary:
---env-file, --init, --ulimit, --shm-size, --memory-swap."""
+--env-file, --init, --ulimit, --shm-size, --memory-swap,
+--group-add, --cidfile, --security-opt, --pid, --ipc."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -215,3 +217,41 @@ def test_security_opt_seccomp_file(cli: Cli, test_image: str, tmp_path: Path) ->
         "ctrexec: invalid --security-opt: opening seccomp profile (/nonexistent.json) failed:"
     ), missing.stderr
     assert cli("inspect", "fl-seccomp").returncode == 1
+
+
+def _task_ns(cli: Cli, test_image: str, *flags: str) -> list[str]:
+    out = cli("run", "--rm", *flags, test_image, "sh", "-c",
+              "readlink /proc/self/ns/pid; readlink /proc/self/ns/ipc")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_pid_and_ipc_host(cli: Cli, test_image: str) -> None:
+    host = [os.readlink("/proc/self/ns/pid"), os.readlink("/proc/self/ns/ipc")]
+    own = _task_ns(cli, test_image)
+    assert own[0] != host[0] and own[1] != host[1]
+    pid_host = _task_ns(cli, test_image, "--pid", "host", "--ipc", "private")
+    assert pid_host[0] == host[0] and pid_host[1] != host[1]
+    assert _task_ns(cli, test_image, "--ipc", "host")[1] == host[1]
+
+
+def test_ipc_host_shares_dev_shm(cli: Cli, test_image: str) -> None:
+    marker = Path(f"/dev/shm/ctrexec-test-flags-{os.getpid()}")
+    marker.write_text("shared")
+    try:
+        out = cli("run", "--rm", "--ipc", "host", test_image, "cat", str(marker))
+        assert (out.returncode, out.stdout) == (0, "shared"), out.stderr
+        own = cli("run", "--rm", test_image, "cat", str(marker))
+        assert own.returncode == 1
+    finally:
+        marker.unlink()
+
+
+def test_pid_container_is_refused(cli: Cli, test_image: str) -> None:
+    out = cli("create", "--name", "fl-pid", "--pid", "container:web", test_image, "true")
+    assert (out.returncode, out.stderr) == (
+        125,
+        "ctrexec: invalid value 'container:web' for --pid: --pid: container:NAME is not "
+        "supported by ctrexec; a group's tasks share only the network namespace\n",
+    )
+    assert cli("inspect", "fl-pid").returncode == 1

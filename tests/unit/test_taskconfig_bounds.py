@@ -55,6 +55,8 @@ WRONG_TYPE: dict[str, tuple[Any, str]] = {
     "labels": ({"a": ["b"]}, "expected a table of strings"),
     "tty": (0, "expected true or false"),
     "init": ("yes", "expected true or false"),
+    "pid": (1, "expected a string"),
+    "ipc": (["host"], "expected a string"),
     "security_opt": ("seccomp=unconfined", "expected a list of strings"),
     "group_add": ("audio", "expected a list of strings"),
     "memory_swap": (1.5, "expected a size such as 1g, or -1"),
@@ -93,6 +95,8 @@ OUT_OF_RANGE: dict[str, tuple[Any, str]] = {
     "memory": ("1k", "Minimum memory limit allowed is 6MB"),
     "memory_reservation": ("lots", "invalid size"),
     "memory_swap": ("lots", "invalid size"),
+    "pid": ("container:web", "container:NAME is not supported by ctrexec"),
+    "ipc": ("hots", "--ipc: invalid IPC mode 'hots'"),
     "security_opt": (["apparmor=x"], "--security-opt apparmor is not supported by ctrexec"),
     "group_add": (["99999999999"], "gid 99999999999 is out of range"),
     "shm_size": ("0", "shm size must be above 0"),
@@ -187,6 +191,8 @@ GOOD_TASK: dict[str, Any] = {
     "shm_size": "1g",
     "ulimits": ["nofile=2048:4096", "core=0"],
     "group_add": ["audio", "1234"],
+    "pid": "host",
+    "ipc": "private",
     "security_opt": ["no-new-privileges=false", "seccomp=unconfined"],
     "init": False,  # True needs the host's tini: tests/unit/test_oci_process.py
 }

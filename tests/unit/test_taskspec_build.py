@@ -57,6 +57,19 @@ def test_limits_reach_the_spec() -> None:
     assert spec["process"]["rlimits"] == [{"type": "RLIMIT_NOFILE", "soft": 10, "hard": 20}]
 
 
+def test_pid_and_ipc_host_leave_those_namespaces_and_share_dev_shm() -> None:
+    def types(spec: dict[str, Any]) -> set[str]:
+        return {n["type"] for n in spec["linux"]["namespaces"]}
+
+    assert {"pid", "ipc"} <= types(_spec())
+    assert "pid" not in types(_spec(pid="host"))
+    spec = _spec(ipc="host")
+    assert "ipc" not in types(spec)
+    (shm,) = [m for m in spec["mounts"] if m["destination"] == "/dev/shm"]
+    assert (shm["type"], shm["source"]) == ("bind", "/dev/shm")
+    assert {"pid", "ipc"} <= types(_spec(pid="private", ipc="shareable"))
+
+
 def _caps(spec: dict[str, Any]) -> dict[str, list[str]]:
     caps: dict[str, list[str]] = spec["process"]["capabilities"]
     return caps
