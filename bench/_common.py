@@ -6,6 +6,7 @@ must not depend on the code being measured.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import math
@@ -13,6 +14,7 @@ import os
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -100,6 +102,26 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise BenchError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.05)
+
+
+class Recorder:
+    """Counts gRPC calls and sums their seconds, by method; thread-safe (set as a
+    connection's ``observer``: bench/profile-start, bench/profile-burst)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count: collections.Counter[str] = collections.Counter()
+        self.seconds: collections.Counter[str] = collections.Counter()
+
+    def __call__(self, method: str, seconds: float) -> None:
+        with self.lock:
+            self.count[method] += 1
+            self.seconds[method] += seconds
+
+    def reset(self) -> None:
+        with self.lock:
+            self.count.clear()
+            self.seconds.clear()
 
 
 # -- processes and memory ------------------------------------------------------------

@@ -4,6 +4,7 @@ load hits them alike; set-up and removal stay outside the timed part."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from _common import (
     timed_ms,
     wait_until,
 )
+from _docker import IMAGE as DOCKER_IMAGE
 from _docker import Dockerd, restart_attempt, wait_exited
 
 from ctrexec.containerd.client import Client
@@ -43,6 +45,14 @@ SETTLE_SECONDS = 1.0
 GONE_TIMEOUT = 15.0
 SLEEP = ("sleep", "600")
 HEAVY = ("grpc", "google.protobuf", "pyroute2", "ctrexec._api")
+#: Set to 1, the ``ctrexec`` script runs the command in its own process instead of
+#: asking the command server (issue 24); unset, it is the path a user gets.
+NO_SERVER = "CTREXEC_NO_SERVER"
+#: The two ways the CLI rows run ``ctrexec``: as installed (through the command server
+#: where there is one; the first command starts it, so every row warms up first), and
+#: in-process. Sample keys are "cli" and "cli-inproc".
+CLI_MODES = {"cli": False, "cli-inproc": True}
+STOPPED = "cxb-stopped"  # the stopped task the inspect and logs rows read
 
 Samples = dict[str, list[float]]
 
@@ -57,13 +67,20 @@ class Bench:
     docker: Dockerd
     ctr_netns: list[str] = field(default_factory=list)
 
+    def cli_env(self, inproc: bool) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != NO_SERVER}
+        return {**env, NO_SERVER: "1"} if inproc else env
+
     # -- ctr --------------------------------------------------------------------------
 
     def ctr(self, *args: str) -> list[str]:
         return ["ctr", "-a", self.address, "-n", NAMESPACE, *args]
 
-    def ctr_run(self, name: str, *, ns: str | None = None, rm: bool = False) -> list[str]:
+    def ctr_run(
+        self, name: str, *, ns: str | None = None, rm: bool = False, seccomp: bool = False
+    ) -> list[str]:
         extra = ["--with-ns", f"network:/run/netns/{ns}"] if ns else []
+        extra += ["--seccomp"] if seccomp else []
         mode = "--rm" if rm else "-d"
         cmd = ("true",) if rm else SLEEP
         return self.ctr("run", mode, "--fifo-dir", str(self.fifo_dir), *extra, IMAGE, name, *cmd)
@@ -104,18 +121,21 @@ class Bench:
     def cli_conn(self) -> list[str]:
         return ["--address", self.address, "--namespace", NAMESPACE]
 
-    def cli_run_rm(self, name: str) -> None:
+    def cli_run_rm(self, name: str, inproc: bool = False) -> None:
         run(
             self.cli("run", "--rm", *self.cli_conn(), "--log-dir", str(self.cli_log_dir),
-                     "--name", name, IMAGE, "true")
+                     "--name", name, IMAGE, "true"),
+            self.cli_env(inproc),
         )  # fmt: skip
 
-    def cli_group(self, name: str) -> None:
+    def cli_group(self, name: str, inproc: bool = False) -> None:
         """``ctrexec netns create`` + ``ctrexec run -d --netns`` (a 1-task group)."""
-        run(self.cli("netns", "create", name))
+        env = self.cli_env(inproc)
+        run(self.cli("netns", "create", name), env)
         run(
             self.cli("run", "-d", *self.cli_conn(), "--log-dir", str(self.cli_log_dir),
-                     "--name", name, "--netns", name, IMAGE, *SLEEP)
+                     "--name", name, "--netns", name, IMAGE, *SLEEP),
+            env,
         )  # fmt: skip
 
     # -- library ------------------------------------------------------------------------
@@ -186,39 +206,47 @@ def rounds(
 
 
 def run_rm(b: Bench, n: int) -> Samples:
+    """``run --rm IMAGE true``: ctr's, docker's, the CLI both ways, the library's."""
+
+    def docker(name: str) -> None:
+        run(b.docker.cli("run", "--rm", "--network=none", DOCKER_IMAGE, "true"), b.docker.env)
+
     run(b.ctr_run("warm-ctr", rm=True))
-    b.cli_run_rm("warm-cli")
+    docker("warm-docker")
+    for key, inproc in CLI_MODES.items():
+        b.cli_run_rm(f"warm-{key}", inproc)
     b.lib_run_rm("warm-lib")
-    out = rounds(
-        n,
-        {
-            "ctr": lambda name: run(b.ctr_run(name, rm=True)),
-            "cli": lambda name: b.cli_run_rm(name.replace(NS_PREFIX, "")),
-            "lib": lambda name: b.lib_run_rm(name.replace(NS_PREFIX, "")),
-        },
-        lambda: None,
-    )
+    methods: dict[str, Callable[[str], object]] = {
+        "ctr": lambda name: run(b.ctr_run(name, rm=True)),
+        "docker": docker,
+    }
+    for key, inproc in CLI_MODES.items():
+        methods[key] = partial(_strip_prefix, partial(b.cli_run_rm, inproc=inproc))
+    methods["lib"] = partial(_strip_prefix, b.lib_run_rm)
+    out = rounds(n, methods, lambda: None)
     b.check_clean("run --rm")
     return out
 
 
+def _strip_prefix(fn: Callable[[str], object], name: str) -> object:
+    """Container names without the namespace prefix (the CLI's and library's ``true``)."""
+    return fn(name.replace(NS_PREFIX, ""))
+
+
 def one_task_group(b: Bench, n: int) -> Samples:
-    """The CLI and library 1-task groups against ctr's and docker's."""
+    """The CLI (both ways) and library 1-task groups against ctr's and docker's."""
 
     def docker(name: str) -> None:
         b.docker.pause(f"{name}-pause")
         b.docker.join([name], f"{name}-pause", SLEEP)
 
-    out = rounds(
-        n,
-        {
-            "ctr": b.ctr_group,
-            "docker": docker,
-            "cli": b.cli_group,
-            "lib": b.lib_group,
-        },
-        b.cleanup,
-    )
+    b.cli_group(f"{NS_PREFIX}warm-cli")  # the first command starts the command server
+    b.cleanup()
+    methods: dict[str, Callable[[str], object]] = {"ctr": b.ctr_group, "docker": docker}
+    for key, inproc in CLI_MODES.items():
+        methods[key] = partial(b.cli_group, inproc=inproc)
+    methods["lib"] = b.lib_group
+    out = rounds(n, methods, b.cleanup)
     b.check_clean("1-task groups")
     return out
 
@@ -271,10 +299,12 @@ def burst(b: Bench, n: int, groups: int) -> Samples:
             for f in [pool.submit(b.lib_group, f"{name}-{i}") for i in range(groups)]:
                 f.result()
 
-    def ctr(name: str) -> None:
-        run_parallel([b.ctr_run(f"{name}-{i}") for i in range(groups)])
+    def ctr(name: str, seccomp: bool = False) -> None:
+        run_parallel([b.ctr_run(f"{name}-{i}", seccomp=seccomp) for i in range(groups)])
 
-    ms = rounds(n, {"ctr": ctr, "lib": lib}, b.cleanup)
+    # ctr applies no seccomp profile unless asked; ctrexec applies its default, whose
+    # compile in each task's runc init is ~12 ms of CPU (bench/profile-burst).
+    ms = rounds(n, {"ctr": ctr, "ctr-seccomp": partial(ctr, seccomp=True), "lib": lib}, b.cleanup)
     b.check_clean("burst")
     return {k: [groups * 1000.0 / v for v in values] for k, values in ms.items()}
 
@@ -363,10 +393,11 @@ def memory(b: Bench, g: int, how: str) -> MemResult:
 
 
 def heavy_imports(argv: Sequence[str]) -> list[str]:
-    """Which of HEAVY a command imports (``python -X importtime``, not a timing)."""
+    """Which of HEAVY a command imports in-process (``python -X importtime``, not a
+    timing; with the command server, the client's own imports are its business)."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", CTREXEC_CLI, *argv],
-        capture_output=True, text=True, check=False,
+        capture_output=True, text=True, check=False, env={**os.environ, NO_SERVER: "1"},
     )  # fmt: skip
     names = set()
     for line in proc.stderr.splitlines():
@@ -376,23 +407,49 @@ def heavy_imports(argv: Sequence[str]) -> list[str]:
     return [h for h in HEAVY if any(n == h or n.startswith(h + ".") for n in names)]
 
 
+#: The start-up rows' commands, each read-only: row key -> ctrexec's verb and arguments
+#: (the connection flags go after the verb), and docker's.
+READS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "help": (("--help",), ("--help",)),
+    "version": (("version",), ("version",)),
+    "ps": (("ps", "-a"), ("ps", "-a")),
+    "inspect": (("inspect", STOPPED), ("inspect", STOPPED)),
+    "logs": (("logs", STOPPED), ("logs", STOPPED)),
+}
+
+
+def _make_stopped(b: Bench) -> None:
+    """One task that ran ``echo`` and exited, in ctrexec and in docker (same name)."""
+    run(b.cli("run", *b.cli_conn(), "--log-dir", str(b.cli_log_dir), "--name", STOPPED,
+              IMAGE, "echo", "hello from a stopped task"))  # fmt: skip
+    b.docker.names.append(STOPPED)
+    b.docker.docker("run", "--name", STOPPED, "--network=none", DOCKER_IMAGE,
+                    "echo", "hello from a stopped task")  # fmt: skip
+
+
 def startup(b: Bench, n: int) -> tuple[Samples, dict[str, list[str]]]:
+    """Start-up and the read-only commands: ctrexec both ways, docker, ctr (context)."""
     conn = b.cli_conn()
-    cmds = {
-        "cli-help": b.cli("--help"),
-        "cli-version": b.cli("version", *conn),
-        "ctr-help": ["ctr", "--help"],
-        "ctr-version": ["ctr", "-a", b.address, "version"],
-        "docker-help": b.docker.cli("--help"),
-        "docker-version": b.docker.cli("version"),
-    }
-    for cmd in cmds.values():
-        run(cmd, env=b.docker.env)  # warm the page cache
-    out: Samples = {k: [] for k in cmds}
-    for _ in range(n):
-        for key, cmd in cmds.items():
-            out[key].append(timed_ms(partial(run, cmd, b.docker.env)))
-    mods = {"--help": heavy_imports(["--help"]), "version": heavy_imports(["version", *conn])}
+    cmds: dict[str, tuple[list[str], dict[str, str]]] = {}
+    for key, (mine, theirs) in READS.items():
+        args = [*mine[:1], *(conn if key != "help" else ()), *mine[1:]]
+        for mode, inproc in CLI_MODES.items():
+            cmds[f"{mode}-{key}"] = (b.cli(*args), b.cli_env(inproc))
+        cmds[f"docker-{key}"] = (b.docker.cli(*theirs), b.docker.env)
+    cmds["ctr-help"] = (["ctr", "--help"], b.docker.env)
+    cmds["ctr-version"] = (["ctr", "-a", b.address, "version"], b.docker.env)
+    _make_stopped(b)
+    try:
+        for cmd, env in cmds.values():
+            run(cmd, env)  # warm the page cache (and start the command server)
+        out: Samples = {k: [] for k in cmds}
+        for _ in range(n):
+            for key, (cmd, env) in cmds.items():
+                out[key].append(timed_ms(partial(run, cmd, env)))
+        mods = {"--help": heavy_imports(["--help"]), "version": heavy_imports(["version", *conn])}
+    finally:
+        b.cleanup()
+    b.check_clean("start-up and reads")
     return out, mods
 
 

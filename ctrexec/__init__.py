@@ -86,12 +86,15 @@ if TYPE_CHECKING:
     from ctrexec.groups.spec import GroupSpec, load_group_file, parse_group
     from ctrexec.groups.supervisor import Supervisor
     from ctrexec.groups.updown import Groups
+    from ctrexec.images.commit import commit_container
     from ctrexec.images.exporter import export_archive
     from ctrexec.images.importer import ImportedImage, import_archive
     from ctrexec.images.lookup import ensure_image, get_image, remove_image
     from ctrexec.images.prune import PruneReport, prune_images
     from ctrexec.images.reference import normalize_reference
     from ctrexec.images.registry.pull import PullEvent, ensure_pulled, pull
+    from ctrexec.images.registry.push import PushResult, push
+    from ctrexec.images.tagging import tag_image
     from ctrexec.images.usage import image_usage
     from ctrexec.logs.reader import LogEntry, read_logs, read_task_logs
     from ctrexec.net.cni import PortMapping
@@ -153,6 +156,9 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.images.prune": ("PruneReport", "prune_images"),
     "ctrexec.images.reference": ("normalize_reference",),
     "ctrexec.images.usage": ("image_usage",),
+    "ctrexec.images.tagging": ("tag_image",),
+    "ctrexec.images.commit": ("commit_container",),
+    "ctrexec.images.registry.push": ("PushResult", "push"),
     "ctrexec.containerd.stats": ("Stats",),
     "ctrexec.containerd.streams": (
         "OutputCallback",
@@ -265,6 +271,7 @@ __all__ = [
     "Process",
     "PruneReport",
     "PullEvent",
+    "PushResult",
     "RegistryError",
     "RegistryRefused",
     "ResourceExhausted",
@@ -293,6 +300,7 @@ __all__ = [
     "Unavailable",
     "Unimplemented",
     "UnknownCommand",
+    "commit_container",
     "create_netns",
     "doctor",
     "ensure_image",
@@ -313,11 +321,13 @@ __all__ = [
     "prune_images",
     "prune_system",
     "pull",
+    "push",
     "read_logs",
     "read_task_logs",
     "remove_image",
     "remove_netns",
     "rename",
+    "tag_image",
 ]
 
 

@@ -31,7 +31,6 @@ import socket
 import stat
 import struct
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -82,6 +81,7 @@ def _libc() -> ctypes.CDLL:
     libc.umount2.restype = ctypes.c_int
     libc.fstatfs.argtypes = [ctypes.c_int, ctypes.c_void_p]
     libc.fstatfs.restype = ctypes.c_int
+    libc.syscall.restype = ctypes.c_long
     return libc
 
 
@@ -341,22 +341,24 @@ def compact_lowerdir(data: list[str], limit: int) -> tuple[list[str], str | None
     return [*data[:idx], "lowerdir=" + ":".join(rel), *data[idx + 1 :]], common
 
 
-def mount_readonly(mounts: Sequence[MountLike], target: str) -> None:
-    """Mount ``mounts`` one over the other on ``target``, read-only and inert.
+def mount_readonly(mounts: Sequence[MountLike], target: str, *, writable: bool = False) -> None:
+    """Mount ``mounts`` one over the other on ``target``, read-only (unless ``writable``:
+    ``cp`` into a stopped container) and always without setuid, devices or exec.
 
     Call only from a thread inside :func:`in_private_mount_namespace`: a relative
     ``lowerdir`` changes that thread's working directory.
     """
+    safe = _SAFE_FLAGS & ~MS_RDONLY if writable else _SAFE_FLAGS
     for m in mounts:
         flags, data = split_options(m.options)
         if m.type == "bind" or flags & MS_BIND:
             _mount_or_raise(m.source, target, None, MS_BIND | (flags & MS_REC), "")
-            _mount_or_raise(None, target, None, MS_REMOUNT | MS_BIND | _SAFE_FLAGS, "")
+            _mount_or_raise(None, target, None, MS_REMOUNT | MS_BIND | safe, "")
             continue
         data, chdir = compact_lowerdir(data, os.sysconf("SC_PAGE_SIZE") - 1)
         if chdir is not None:
             os.chdir(chdir)
-        flags = (flags & ~MS_BIND) | _SAFE_FLAGS
+        flags = (flags & ~MS_BIND) | safe
         _mount_or_raise(m.source, target, m.type, flags, ",".join(data))
 
 
@@ -537,68 +539,76 @@ def _cgroup_pids(relative: str) -> set[int]:
     return pids
 
 
-# -- reading files inside a root, never escaping it ---------------------------------------------
+# -- files inside a root, never escaping it -------------------------------------------------------
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
-_MAX_SYMLINKS = 40
+_SYS_OPENAT2 = 437  # the same number on every architecture (added after the unified table)
+RESOLVE_NO_MAGICLINKS, RESOLVE_IN_ROOT = 0x02, 0x10
 
 
-def _components(path: str) -> list[str]:
-    return [p for p in path.split("/") if p not in ("", ".")]
+def openat2_in_root(root_fd: int, path: str, flags: int, mode: int = 0) -> int:
+    """openat2(2) with ``RESOLVE_IN_ROOT``: open ``path`` as if ``root_fd`` were ``/``.
+
+    A container's files are untrusted: a link such as ``/etc/passwd -> /../../etc/shadow``
+    resolves the way the task sees it after pivot_root, and ``..`` stops at the root. The
+    kernel does the walk, so a symlink swapped in meanwhile is resolved inside the root
+    too; magic links (``/proc/*/root``) are refused. Mount points below the root are
+    crossed, as the task crosses them. Raises OSError with the real errno; EAGAIN (a
+    rename raced the walk) is retried.
+    """
+    how = struct.pack("QQQ", flags | os.O_CLOEXEC, mode, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+    raw = os.fsencode(path.lstrip("/") or ".")
+    libc = _libc()
+    for _ in range(16):
+        fd = libc.syscall(
+            ctypes.c_long(_SYS_OPENAT2), ctypes.c_long(root_fd), raw, how, ctypes.c_size_t(len(how))
+        )
+        if fd >= 0:
+            return int(fd)
+        err = ctypes.get_errno()
+        if err != errno.EAGAIN:
+            break
+    raise OSError(err, os.strerror(err), path)
+
+
+def open_root(path: str) -> int:
+    """An O_PATH fd of the directory ``path``, to resolve below with the calls here."""
+    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def path_in_root(root_fd: int, path: str, *, follow: bool = True, directory: bool = False) -> int:
+    """An O_PATH fd of ``path`` below the root; the final symlink itself unless ``follow``."""
+    flags = os.O_PATH | (0 if follow else os.O_NOFOLLOW) | (os.O_DIRECTORY if directory else 0)
+    return openat2_in_root(root_fd, path, flags)
+
+
+def child_path(dir_fd: int, name: str, *, directory: bool = False) -> int:
+    """An O_PATH fd of the entry ``name`` of ``dir_fd``, a symlink never followed."""
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
+    return os.open(name, flags, dir_fd=dir_fd)
 
 
 def open_in_root(root_fd: int, path: str) -> int | None:
-    """Open a regular file as if ``root_fd`` were ``/`` (symlinks and ``..`` stay inside).
+    """Open a regular file below ``root_fd`` (see :func:`openat2_in_root`) for reading.
 
-    An image is untrusted: a link such as ``/etc/passwd -> /../../etc/shadow`` must
-    resolve the way the task will see it after pivot_root, like ``openat2`` with
-    ``RESOLVE_IN_ROOT`` (which Python does not expose). Each component is looked at
-    with no symlink following; symlinks are resolved by hand against the root.
     Returns an fd, or None when there is no regular file there (a FIFO is never
     opened, so it cannot block).
     """
-    todo = deque(_components(path))
-    stack = [os.dup(root_fd)]
-    links = 0
     try:
-        while todo:
-            name = todo.popleft()
-            if name == "..":
-                if len(stack) > 1:
-                    os.close(stack.pop())
-                continue
-            try:
-                st = os.stat(name, dir_fd=stack[-1], follow_symlinks=False)
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-            if stat.S_ISLNK(st.st_mode):
-                links += 1
-                if links > _MAX_SYMLINKS:
-                    return None
-                target = os.readlink(name, dir_fd=stack[-1])
-                if target.startswith("/"):
-                    while len(stack) > 1:
-                        os.close(stack.pop())
-                todo.extendleft(reversed(_components(target)))
-                continue
-            if todo:
-                if not stat.S_ISDIR(st.st_mode):
-                    return None
-                flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-                stack.append(os.open(name, flags, dir_fd=stack[-1]))
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                return None
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            fd = os.open(name, flags, dir_fd=stack[-1])
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                os.close(fd)
-                return None
-            return fd
-        return None  # the root itself, or a path ending in a directory
+        pfd = openat2_in_root(root_fd, path, os.O_PATH)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EXDEV, errno.ENAMETOOLONG):
+            return None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(pfd).st_mode):
+            return None
+        # Re-opening the resolved O_PATH fd through procfs: no second walk to race.
+        return os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     finally:
-        for fd in stack:
-            os.close(fd)
+        os.close(pfd)
 
 
 def read_in_root(

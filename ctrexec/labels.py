@@ -62,6 +62,9 @@ RESTART_ERROR = "io.ctrexec.restart.error"
 NETWORK_MODE = "io.ctrexec.network.mode"
 #: A hash of the group definition, so a second, different group of one name is refused.
 GROUP_SPEC = "io.ctrexec.group.spec-hash"
+#: A hash of one member's own definition (its task in the group file), so ``group up``
+#: of an edited file recreates only the members whose definition changed.
+MEMBER_SPEC = "io.ctrexec.group.member-hash"
 #: The group's published ports (``[IP:]HOST:CONTAINER/PROTO``, comma-separated), so
 #: ``inspect`` can say them without reading CNI's cache.
 GROUP_PORTS = "io.ctrexec.group.ports"

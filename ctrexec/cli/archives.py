@@ -1,8 +1,10 @@
-"""``ctrexec import``, ``export`` and ``image prune``: archives in, archives out, cleanup."""
+"""``ctrexec import``, ``export`` and ``image prune``: archives in, archives out, cleanup;
+``load`` and ``save`` are docker's names and flags for the same import and export."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import TYPE_CHECKING, cast
 
@@ -10,7 +12,7 @@ from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_
 from ctrexec.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from ctrexec.images.importer import ImportProgress
+    from ctrexec.images.importer import ImportedImage, ImportProgress
 
 # The library (grpc, stubs) is imported by each command, not by the parser.
 
@@ -47,13 +49,57 @@ def cmd_import(args: argparse.Namespace) -> int:
             progress=_progress(args),
         )
     if not (args.quiet or args.json):
-        for image in done:
-            if image.replaced:  # docker load's "renaming the old one", once it happened
-                print(
-                    f"The image {image.name} already existed; the name now points to the "
-                    f"imported image, not to ID {image.replaced}"
-                )
-            print(f"Loaded image: {image.name} ({image.digest[:19]})")
+        _report(done, docker=False)
+    return 0
+
+
+def _report(done: list[ImportedImage], *, docker: bool) -> None:
+    """The lines after an import; ``docker``: load's, each name as docker prints it
+    (``busybox:latest``) with no digest."""
+    from ctrexec.images.reference import parse_reference
+
+    for image in done:
+        name = image.name
+        if docker:
+            with contextlib.suppress(InvalidArgument):  # no reference: as stored
+                name = parse_reference(image.name).familiar
+        if image.replaced:  # docker load's "renaming the old one", once it happened
+            print(
+                f"The image {name} already existed; the name now points to the "
+                f"imported image, not to ID {image.replaced}"
+            )
+        print(f"Loaded image: {name}" if docker else f"Loaded image: {name} ({image.digest[:19]})")
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    """docker's ``load [-i FILE] [-q]``: stdin by default, and only the
+    ``Loaded image: NAME`` lines (bars on a terminal unless ``-q``)."""
+    from ctrexec.cli import progress
+    from ctrexec.images.importer import import_archive
+
+    if args.input is None and sys.stdin.isatty():
+        raise InvalidArgument("requested load from stdin, but stdin is empty")
+    source = sys.stdin.buffer if args.input in (None, "-") else args.input
+    shown = None if args.quiet or not sys.stderr.isatty() else progress.Bars(sys.stderr)
+    with connect(args) as client:
+        done = import_archive(client, source, progress=cast("ImportProgress | None", shown))
+    _report(done, docker=True)
+    return 0
+
+
+def cmd_save(args: argparse.Namespace) -> int:
+    """docker's ``save [-o FILE] IMAGE...``: stdout by default, never to a terminal."""
+    from ctrexec.images.exporter import export_archive
+
+    if args.output is None and sys.stdout.isatty():
+        raise InvalidArgument(
+            "cowardly refusing to save to a terminal. Use the -o flag or redirect"
+        )
+    dest = sys.stdout.buffer if args.output in (None, "-") else args.output
+    with connect(args) as client:
+        export_archive(client, args.images, dest, platform=args.platform)
+    if dest is sys.stdout.buffer:
+        sys.stdout.buffer.flush()
     return 0
 
 
@@ -127,6 +173,15 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
         "--skip-manifest-json", action="store_true", help="no docker-compatible manifest.json"
     )
     p.set_defaults(func=cmd_export)
+    p = sub.add_parser("save", parents=[conn], help="docker's save: export to -o FILE or stdout")
+    p.add_argument("images", nargs="+", metavar="IMAGE")
+    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE, not stdout")
+    p.add_argument("--platform", help="save this platform's content (default: the host's)")
+    p.set_defaults(func=cmd_save)
+    p = sub.add_parser("load", parents=[conn], help="docker's load: import from -i FILE or stdin")
+    p.add_argument("--input", "-i", metavar="FILE", help="read FILE, not stdin")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_load)
     image = sub.add_parser("image", help="manage images (prune)")
     image_sub = image.add_subparsers(
         dest="image_command", metavar="COMMAND", parser_class=ArgumentParser

@@ -12,10 +12,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from ctrexec.cli._common import ArgumentParser, connection_flags, executor
+from ctrexec.errors import FailedPrecondition
 
 if TYPE_CHECKING:
     from ctrexec.containerd.streams import Process, StreamOptions
-    from ctrexec.tasks.config import TaskConfig
+    from ctrexec.tasks.config import TaskConfig, TaskInfo
     from ctrexec.tasks.executor import Executor
 
 
@@ -149,10 +150,15 @@ def start_attached(ex: Executor, task_id: str, tty: bool, args: argparse.Namespa
 
 def cmd_attach(args: argparse.Namespace) -> int:
     from ctrexec.cli import terminal
+    from ctrexec.tasks import output as taskoutput
 
     keys = terminal.parse_detach_keys(args.detach_keys)
     ex = executor(args)
-    proc = ex.attach(ex.lookup()(args.id), stdin=not args.no_stdin, **_outputs())
+    task_id = ex.lookup()(args.id)
+    info = ex.inspect(task_id, addresses=False)
+    if not taskoutput.is_interactive(info.config):
+        return _follow_output(ex, task_id, info)
+    proc = ex.attach(task_id, stdin=not args.no_stdin, **_outputs())
     stdin = proc.stdin is not None
     try:
         terminal.check_input(stdin, proc.tty)
@@ -164,11 +170,35 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return 0 if code is None else code
 
 
+def _follow_output(ex: Executor, task_id: str, info: TaskInfo) -> int:
+    """``attach`` to a task without -i/-t, as docker's: its output from now on until it
+    exits, then its exit code; ^C is forwarded to it. Its output is in its log (see
+    :mod:`ctrexec.cli.follow`), so a task whose log driver is ``none`` has none to give.
+    """
+    from ctrexec.cli import follow
+    from ctrexec.containerd.tasks import Status
+    from ctrexec.logs import modes as logmodes
+    from ctrexec.tasks import output as taskoutput
+
+    if info.status not in (Status.RUNNING, Status.PAUSED):
+        raise FailedPrecondition(
+            f"You cannot attach to a stopped container {task_id}, start it first"
+        )
+    taskoutput.check_logged(info.config, task_id)
+    driver = follow.driver_of(info.config)
+    if driver == logmodes.NONE:
+        raise FailedPrecondition(
+            f"container {task_id} was started without -i/-t and logs with the none driver: "
+            "attach reads a task's output from its log"
+        )
+    return follow.stream_until_exit(ex, task_id, info.log_path, driver, tail=0)
+
+
 def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p = sub.add_parser(
         "attach",
         parents=[connection_flags()],
-        help="attach to a running task started with -i or -t",
+        help="attach to a running task: its terminal or stdio (-i/-t), else its output",
     )
     p.add_argument("--no-stdin", action="store_true", help="do not attach stdin")
     detach_keys_flag(p)

@@ -74,7 +74,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         groups.executor.images,
     )
     publish.warn_unsupervised(groups.executor.client, spec.task_configs())
-    _print(groups.up(spec), args.json)
+    said = lambda what: print(f"group {spec.name}: {what}", file=sys.stderr)  # noqa: E731
+    _print(groups.up(spec, force_recreate=args.force_recreate, on_change=said), args.json)
     return 0
 
 
@@ -152,8 +153,15 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p = sub.add_parser("group", help="groups: one network namespace plus its tasks")
     gsub = p.add_subparsers(dest="group_command", metavar="COMMAND", parser_class=ArgumentParser)
     gsub.required = True
-    c = gsub.add_parser("up", parents=[conn, common, json_flag()], help="create or recover a group")
+    c = gsub.add_parser(
+        "up", parents=[conn, common, json_flag()], help="create, recover or update a group"
+    )
     c.add_argument("file", help="group file (TOML)")
+    c.add_argument(
+        "--force-recreate",
+        action="store_true",
+        help="recreate every member, changed or not (the namespace and address stay)",
+    )
     add_pull_policy(c)
     c.set_defaults(func=cmd_up)
     c = gsub.add_parser("down", parents=[conn, common], help="stop and remove a group")

@@ -1,4 +1,5 @@
-"""``ctrexec images``, ``rmi`` and ``image-ensure``: containerd's image store."""
+"""``ctrexec images``, ``rmi``, ``tag``, ``commit`` and ``image-ensure``: containerd's
+image store."""
 
 from __future__ import annotations
 
@@ -59,6 +60,34 @@ def cmd_rmi(args: argparse.Namespace) -> int:
         return each(args.refs, lambda ref: imageuse.remove(client, ref, force=args.force))
 
 
+def cmd_tag(args: argparse.Namespace) -> int:
+    from ctrexec.images.tagging import tag_image
+
+    with connect(args) as client:
+        tag_image(client, args.source, args.target)
+    return 0
+
+
+def cmd_commit(args: argparse.Namespace) -> int:
+    """docker's ``commit``: the new image's ID (its config digest) on stdout."""
+    from ctrexec.images.commit import apply_changes, commit_container
+    from ctrexec.images.lookup import image_name
+
+    image_name(args.ref)  # a typo starts no daemon
+    apply_changes({}, args.change)  # nor does an instruction ctrexec does not take
+    with connect(args) as client:
+        image = commit_container(
+            client,
+            args.container,
+            args.ref,
+            changes=args.change,
+            message=args.message or "",
+            author=args.author or "",
+        )
+    print(image.config_digest)
+    return 0
+
+
 def cmd_ensure(args: argparse.Namespace) -> int:
     """Make an image usable here: adopt it from another namespace and unpack it."""
     from ctrexec.images.lookup import ensure_image
@@ -81,6 +110,17 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("-f", "--force", action="store_true", help="even if a container uses it")
     p.add_argument("refs", nargs="+")
     p.set_defaults(func=cmd_rmi)
+    p = sub.add_parser("tag", parents=[conn], help="name an image also TARGET (no copy)")
+    p.add_argument("source", metavar="SOURCE_IMAGE[:TAG]")
+    p.add_argument("target", metavar="TARGET_IMAGE[:TAG]")
+    p.set_defaults(func=cmd_tag, missing_exit=1)  # docker's exit for "No such image"
+    p = sub.add_parser("commit", parents=[conn], help="a new image from a container's changes")
+    p.add_argument("container", metavar="CONTAINER")
+    p.add_argument("ref", metavar="REPOSITORY[:TAG]")
+    p.add_argument("--change", "-c", action="append", default=[], help="CMD, ENTRYPOINT, ENV...")
+    p.add_argument("--message", "-m", help="the history entry's comment")
+    p.add_argument("--author", "-a", help="the image's author")
+    p.set_defaults(func=cmd_commit, missing_exit=1)  # docker's exit for "No such container"
     p = sub.add_parser(
         "image-ensure",
         parents=[conn],

@@ -14,6 +14,7 @@ from ctrexec.cli import (
     _common,
     archives,
     attach,
+    copy,
     daemon,
     doctor,
     events,
@@ -38,8 +39,8 @@ SINGLE_CONTAINER_VERBS = frozenset(
 NO_SUCH_CONTAINER = 1
 
 COMMAND_MODULES = (
-    info, tasks, inspect, verbs, attach, images, registry, archives, groups, events, netns, daemon,
-    doctor,
+    info, tasks, inspect, verbs, attach, copy, images, registry, archives, groups, events, netns,
+    daemon, doctor,
 )  # fmt: skip
 
 

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from ctrexec.images.registry.pull import PullEvent
 
 _REDRAW = 0.1  # seconds between two redraws of the bars
+#: A blob's state after each step: ``done`` is stored and checked (a pull's or an
+#: import's); a pulled layer is then extracted, docker's "Extracting", "Pull complete".
+_STATES = {"done": "done", "extracting": "extracting", "extracted": "pull complete"}
 _BAR = 30
 
 
@@ -70,9 +73,9 @@ class Bars:
                     self._blobs[ev.digest].done = ev.total
             elif ev.action == "progress" and ev.digest in self._blobs:
                 self._blobs[ev.digest].done = ev.done
-            elif ev.action == "done" and ev.digest in self._blobs:
+            elif ev.action in _STATES and ev.digest in self._blobs:
                 self._blobs[ev.digest].done = ev.total
-                self._blobs[ev.digest].state = "done"
+                self._blobs[ev.digest].state = _STATES[ev.action]
             now = time.monotonic()
             if ev.action == "progress" and now - self._last < _REDRAW:
                 return
@@ -110,8 +113,34 @@ class Lines:
             "start": f"{_short(ev.digest)}: downloading {human(ev.total)}"
             + (f" (resuming at {human(ev.done)})" if ev.done else ""),
             "done": f"{_short(ev.digest)}: done",
+            "extracting": f"{_short(ev.digest)}: extracting",
+            "extracted": f"{_short(ev.digest)}: pull complete",
             "unpacking": f"{ev.ref}: unpacking",
             "pulled": f"{ev.ref}: pulled {ev.digest}",
+        }.get(ev.action)
+        if text is not None:
+            with self._lock:
+                self._out.write(text + "\n")
+                self._out.flush()
+
+
+class PushLines:
+    """A push's steps as docker prints them: ``<id>: Pushing 2.1MB``, ``<id>: Pushed``,
+    ``<id>: Layer already exists`` (a line each, no bars: a push is mostly waiting on
+    the registry, and the lines read the same in a log)."""
+
+    def __init__(self, out: IO[str] = sys.stderr) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+
+    def __call__(self, ev: PullEvent) -> None:
+        text = {
+            "pushing": f"The push refers to repository [{ev.ref}]",
+            "partial": f"{ev.ref}: only the {ev.media_type} manifest is pushed: not every "
+            "platform of its index is in the content store (import with --all-platforms)",
+            "exists": f"{_short(ev.digest)}: Layer already exists",
+            "start": f"{_short(ev.digest)}: Pushing {human(ev.total)}",
+            "done": f"{_short(ev.digest)}: Pushed",
         }.get(ev.action)
         if text is not None:
             with self._lock:

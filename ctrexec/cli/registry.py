@@ -1,4 +1,5 @@
-"""``ctrexec pull``, ``login`` and ``logout``: images from registries, and credentials."""
+"""``ctrexec pull``, ``push``, ``login`` and ``logout``: images from and to registries,
+and credentials."""
 
 from __future__ import annotations
 
@@ -112,6 +113,29 @@ def cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_push(args: argparse.Namespace) -> int:
+    """docker's ``push``: progress on stderr (``The push refers to repository [...]``,
+    then a line per layer), and docker's last line, ``TAG: digest: ... size: N``, on
+    stdout."""
+    from ctrexec.cli import progress
+    from ctrexec.images.reference import parse_reference
+    from ctrexec.images.registry.push import push
+
+    parse_reference(args.ref)  # a typo starts no daemon
+    shown = None if args.quiet else progress.PushLines(sys.stderr)
+    with connect(args) as client:
+        done = push(
+            client,
+            args.ref,
+            plain_http=args.plain_http,
+            hosts_dir=args.hosts_dir,
+            parallel=args.parallel,
+            progress=shown,
+        )
+    print(f"{done.tag or done.digest}: digest: {done.digest} size: {done.size}")
+    return 0
+
+
 def _domain(server: str) -> str:
     """``https://index.docker.io/v1/`` and ``docker.io`` both mean Docker Hub."""
     host = server.split("://", 1)[-1].split("/", 1)[0]
@@ -172,6 +196,13 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     out.add_argument("--json", action="store_true", help="print progress events as JSON lines")
     p.add_argument("--parallel", type=_count, default=3, help="blobs downloaded at once (3)")
     p.set_defaults(func=cmd_pull)
+    p = sub.add_parser("push", parents=[conn], help="push an image to a registry")
+    p.add_argument("ref", metavar="NAME[:TAG]")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the digest line")
+    p.add_argument("--parallel", type=_count, default=3, help="blobs uploaded at once (3)")
+    p.add_argument("--plain-http", action="store_true", help="talk HTTP to the registry")
+    p.add_argument("--hosts-dir", type=Path, help="registry hosts.toml directory")
+    p.set_defaults(func=cmd_push, missing_exit=1)  # docker's exit for "does not exist locally"
     p = sub.add_parser("login", help="log in to a registry (writes docker's config.json)")
     p.add_argument("server", nargs="?", default="docker.io")
     p.add_argument("--username", "-u")

@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from ctrexec import labels as lbl
-from ctrexec.cli import attach, publish, runflags
+from ctrexec.cli import attach, follow, publish, runflags
 from ctrexec.cli._common import (
     ArgumentParser,
     connection_flags,
@@ -40,7 +37,6 @@ from ctrexec.logs import modes as logmodes
 # parser, --help and bad flags must not load it.
 if TYPE_CHECKING:
     from ctrexec.groups.implicit import Wiring
-    from ctrexec.logs import reader as logstore
     from ctrexec.tasks.config import TaskConfig
     from ctrexec.tasks.executor import Executor
 
@@ -192,112 +188,6 @@ def _config(args: argparse.Namespace) -> TaskConfig:
     )
 
 
-def _driver_of(config: TaskConfig | None) -> str:
-    return config.log_driver if config else logmodes.DEFAULT_DRIVER
-
-
-def _attached_entries(
-    driver: str, log_path: str, stop: Callable[[], bool]
-) -> Iterator[logstore.LogEntry]:
-    """What an attached run prints: the log as it grows; with no log, nothing until stop."""
-    if driver != logmodes.NONE:
-        from ctrexec.logs import reader as logstore
-
-        yield from logstore.read_logs(
-            log_path, driver=driver, follow=True, stop=stop, poll_interval=0.01
-        )
-        return
-    while not stop():
-        time.sleep(0.05)
-
-
-def _stream_until_exit(
-    ex: Executor, task_id: str, log_path: str, driver: str, *, reap: bool = False
-) -> int:
-    """Print the task's log as it grows; return the exit code once the task ends.
-
-    ``reap`` (``run --rm``): the task is deleted at its exit, which ends the log at once;
-    otherwise the stopped task stays and its log is read for EXIT_SETTLE more.
-    """
-    from ctrexec.logs import reader as logstore
-
-    done = threading.Event()
-    result: dict[str, int] = {}
-    errors: list[CtrexecError] = []
-
-    def waiter() -> None:
-        try:
-            result["code"] = ex.wait(task_id).code
-        except CtrexecError as exc:
-            errors.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=waiter, daemon=True).start()
-    stop = _stop_after_reap(ex, task_id, done.is_set) if reap else _stop_after_exit(done.is_set)
-    # The handler only records the signal: an RPC there could deadlock on a lock the
-    # interrupted code holds. The read loop forwards it at its next poll.
-    received: list[int] = []
-
-    def forward_pending() -> None:
-        while received:
-            with contextlib.suppress(CtrexecError):  # the task may have exited meanwhile
-                ex.signal(task_id, received.pop(0))
-
-    def forward_then_stop() -> bool:
-        forward_pending()
-        return stop()
-
-    def record(signum: int, _frame: object) -> None:
-        received.append(signum)
-
-    old = {s: signal.signal(s, record) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        for entry in _attached_entries(driver, log_path, forward_then_stop):
-            forward_pending()
-            out = sys.stderr if entry.stream == logstore.STDERR else sys.stdout
-            out.write(entry.message)
-            out.flush()
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-    if errors:
-        raise errors[0]
-    return result["code"]
-
-
-def _stop_after_reap(ex: Executor, task_id: str, exited: Callable[[], bool]) -> Callable[[], bool]:
-    """A ``stop`` for read_logs: true once the exited task was deleted, so its log is whole."""
-    reaped: list[bool] = []
-
-    def stop() -> bool:
-        if not reaped and exited():
-            with contextlib.suppress(CtrexecError):  # destroy, after, does it all again
-                ex.reap(task_id)
-            reaped.append(True)
-        return bool(reaped)
-
-    return stop
-
-
-def _stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
-    """A ``stop`` for read_logs: true once the task has been gone for EXIT_SETTLE.
-
-    The log driver writes a last line without a newline only after the exit (once its
-    pipe is quiet), so stopping at the exit itself would lose it.
-    """
-    from ctrexec.logs import reader as logstore
-
-    since: list[float] = []
-
-    def stop() -> bool:
-        if not since and exited():
-            since.append(time.monotonic())
-        return bool(since) and time.monotonic() - since[0] >= logstore.EXIT_SETTLE
-
-    return stop
-
-
 def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, Wiring | None]:
     """What ``run`` and ``create`` do before the container: the config from the flags
     (checked before connecting: bad flags start no daemon), its image by ID or name and
@@ -340,7 +230,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_json(handle.to_json()) if args.json else print(handle.id)
         return 0
     try:
-        code = _stream_until_exit(ex, handle.id, handle.log_path, config.log_driver, reap=args.rm)
+        code = follow.stream_until_exit(
+            ex, handle.id, handle.log_path, config.log_driver, reap=args.rm
+        )
     finally:
         if args.rm:
             _remove(ex, handle.id, force=True)
@@ -390,8 +282,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         if config is not None and is_interactive(config):
             return attach.start_attached(ex, task_id, config.tty, args)
         handle = ex.start(task_id)
-        driver = _driver_of(ex.inspect(task_id, addresses=False).config)
-        return _stream_until_exit(ex, task_id, handle.log_path, driver)
+        driver = follow.driver_of(ex.inspect(task_id, addresses=False).config)
+        return follow.stream_until_exit(ex, task_id, handle.log_path, driver)
     return each(args.ids, lambda task_id: _start_one(ex, task_id, args.json), lookup)
 
 
@@ -466,7 +358,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             state = ex.inspect(task_id, addresses=False).status
             return state not in (Status.RUNNING, Status.PAUSED, Status.CREATED)
 
-        stop = _stop_after_exit(exited)
+        stop = follow.stop_after_exit(exited)
 
     from ctrexec.tasks import output as taskoutput
 
@@ -474,7 +366,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     reason = taskoutput.not_logged(task_id, info.config)
     if reason is not None:
         raise FailedPrecondition(reason)
-    driver = _driver_of(info.config)
+    driver = follow.driver_of(info.config)
     if args.timestamps and "timestamps" not in logmodes.FEATURES[driver]:
         raise InvalidArgument(f"the {driver} log driver keeps no timestamps")
     entries = logstore.read_logs(

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ctrexec.logs.reader import LogEntry
     from ctrexec.tasks.events import TaskEvents
     from ctrexec.tasks.executor import Executor
+    from ctrexec.views.stats import StatsRow
 
 #: docker's exit code when some of the names given failed.
 SOME_FAILED = 1
@@ -164,7 +165,8 @@ def cmd_port(args: argparse.Namespace) -> int:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    """The task's processes as the host sees them (docker runs ps on the host too)."""
+    """The task's processes as the host sees them (docker runs ps on the host too):
+    read from /proc, or with ps options, the host's ``ps`` with them."""
     from ctrexec.containerd.tasks import Status
     from ctrexec.tasks import procs
 
@@ -172,6 +174,9 @@ def cmd_top(args: argparse.Namespace) -> int:
     info = ex.inspect(ex.lookup()(args.id), addresses=False)
     if info.status not in (Status.RUNNING, Status.PAUSED) or not info.pid:
         raise FailedPrecondition(f"container {args.id} is not running")
+    if args.ps_options:
+        print_table(*procs.ps_table(info.pid, args.ps_options))
+        return 0
     rows = [
         [p.user, p.pid, p.ppid, time.strftime("%H:%M:%S", time.gmtime(p.cpu_seconds)), p.command]
         for p in procs.of_task(info.pid)
@@ -187,26 +192,47 @@ def cmd_stats(args: argparse.Namespace) -> int:
     between them (100 % is one CPU's worth), so the first table comes one interval
     after the first reading, and ``--no-stream`` reads twice, as docker does.
     """
+    from ctrexec.views import stats as statsview
+
+    if args.format is not None:
+        statsview.stats_template(args.format)  # a bad template before any reading
     ex = executor(args)
     lookup = ex.lookup()
     ids = list(dict.fromkeys(lookup(word) for word in args.ids))  # "No such container" first
+    host_memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     with signal_pipe((signal.SIGINT, signal.SIGTERM)) as wake:
         before = _sample(ex, ids)
         while True:
             if select.select([wake], [], [], args.interval)[0]:
                 return 128 + os.read(wake, 1)[0]  # interrupted, as docker's 130 for ^C
             results = _sample(ex, ids)
-            cpu = {k: cpu_percent(before.get(k), v) for k, v in results.items()}
+            rows = []
+            for task_id, (now, net) in results.items():
+                prev = before.get(task_id)
+                cpu = cpu_percent(prev[0] if prev else None, now)
+                rows.append(statsview.StatsRow(task_id, now, cpu, net, host_memory))
             if args.json:
-                print_json({k: {**v.to_json(), "cpu_percent": cpu[k]} for k, v in results.items()})
+                print_json({r.name: _stats_json(r) for r in rows})
             else:
-                _stats_table(results, cpu)
+                print(
+                    "\n".join(statsview.stats_lines(rows, args.format or statsview.STATS_DEFAULT))
+                )
             sys.stdout.flush()
             if args.no_stream:
                 return 0
             before = results
             if not args.json:
                 print()
+
+
+def _stats_json(row: StatsRow) -> dict[str, object]:
+    rx, tx = row.net or (None, None)
+    return {
+        **row.stats.to_json(),
+        "cpu_percent": row.cpu_percent,
+        "net_rx_bytes": rx,
+        "net_tx_bytes": tx,
+    }
 
 
 def cpu_percent(before: Stats | None, after: Stats) -> float:
@@ -221,29 +247,24 @@ def cpu_percent(before: Stats | None, after: Stats) -> float:
     return used_ns / wall_ns * 100
 
 
-def _sample(ex: Executor, ids: Sequence[str]) -> dict[str, Stats]:
-    """Named tasks must all exist; of all running ones, those that exited meanwhile drop out."""
-    if ids:
-        return {task_id: ex.stats(task_id) for task_id in ids}
+def _sample(ex: Executor, ids: Sequence[str]) -> dict[str, tuple[Stats, tuple[int, int] | None]]:
+    """Each task's metrics and its network counters (0 on the host's network, whose
+    counters are not the task's, as docker's). Named tasks must all exist; of all
+    running ones, those that exited meanwhile drop out."""
+    from ctrexec.tasks import procs
+
+    infos = [ex.inspect(task_id, addresses=False) for task_id in ids] if ids else ex.list()
     out = {}
-    for info in ex.list():
+    for info in infos:
         try:
-            out[info.id] = ex.stats(info.id)
+            stats = ex.stats(info.id)
         except NotFound:
+            if ids:
+                raise
             continue
+        net = (0, 0) if info.netns_mode == "host" else procs.net_io(info.pid)
+        out[info.id] = (stats, net)
     return out
-
-
-def _stats_table(results: dict[str, Stats], cpu: dict[str, float]) -> None:
-    """docker's columns, as far as containerd's metrics go (no network or block I/O)."""
-    rows = []
-    for task_id, s in results.items():
-        used = s.memory_working_set
-        limit = f"{s.memory_limit / 2**20:.1f}MiB" if s.memory_limit else "-"
-        share = f"{used / s.memory_limit * 100:.2f}%" if s.memory_limit else "-"
-        memory = f"{used / 2**20:.1f}MiB / {limit}"
-        rows.append([task_id, f"{cpu[task_id]:.2f}%", memory, share, s.pids_current])
-    print_table(["NAME", "CPU %", "MEM USAGE / LIMIT", "MEM %", "PIDS"], rows)
 
 
 def stop_flags(p: ArgumentParser) -> None:
@@ -271,11 +292,18 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.set_defaults(func=cmd_port)
     p = sub.add_parser("top", parents=[conn], help="a task's processes")
     p.add_argument("id")
+    p.add_argument(
+        "ps_options", nargs=argparse.REMAINDER, metavar="PS_OPTIONS", help="the host's ps's"
+    )
     p.set_defaults(func=cmd_top)
     p = sub.add_parser(
-        "stats", parents=[conn, json_flag()], help="cpu, memory and pids of tasks, live"
+        "stats", parents=[conn, json_flag()], help="cpu, memory, I/O and pids of tasks, live"
     )
     p.add_argument("--no-stream", action="store_true", help="print once and exit")
+    p.add_argument(
+        "--format",
+        help="a Go template, table in front for a header (.Name .CPUPerc .MemUsage .NetIO ...)",
+    )
     p.add_argument("--interval", type=float, default=1.0, help="seconds (default: 1.0)")
     p.add_argument("ids", nargs="*", help="tasks (default: all running)")
     p.set_defaults(func=cmd_stats)

@@ -18,6 +18,7 @@ snapshot alive. An image record keeps its target blob alive, so a chain of label
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -125,6 +126,8 @@ MAX_INDEX_ENTRIES = 1000
 #: Deadline for calls that move or unpack layer data.
 DATA_TIMEOUT = 3600.0
 _CHUNK = 1024 * 1024
+#: Writes of one blob sent ahead of containerd's answers (at most this many MiB held).
+_WINDOW = 4
 
 
 def digest_of(data: bytes, algorithm: str = "sha256") -> str:
@@ -501,18 +504,42 @@ class WriteSession:
         return int(self._send(action=content_pb2.STAT, total=total, expected=expected).offset)
 
     def write(self, start: int, chunks: Iterable[bytes], desc: Descriptor) -> int:
-        """Send ``chunks`` from ``start`` on; the offset reached."""
+        """Send ``chunks`` from ``start`` on; the offset reached.
+
+        Up to :data:`_WINDOW` writes are in flight before the first answer is read
+        (containerd answers each one, in order): waiting for each answer before the
+        next send left containerd idle while this side read its next chunk, and this
+        side idle while containerd wrote and hashed."""
         offset = start
+        pending: collections.deque[int] = collections.deque()
         for data in chunks:
             for i in range(0, len(data), _CHUNK):
                 piece = data[i : i + _CHUNK]
-                resp = self._send(action=content_pb2.WRITE, offset=offset, data=piece)
                 offset += len(piece)
-                if resp.offset != offset:
-                    raise errors.Internal(f"content {desc.digest}: write reached {resp.offset}")
                 if offset > desc.size:
                     raise errors.Internal(f"content {desc.digest}: more than {desc.size} bytes")
+                self._queue.put(
+                    content_pb2.WriteContentRequest(
+                        ref=self.ref,
+                        action=content_pb2.WRITE,
+                        offset=offset - len(piece),
+                        data=piece,
+                    )
+                )
+                pending.append(offset)
+                if len(pending) >= _WINDOW:
+                    self._written(pending.popleft(), desc)
+        while pending:
+            self._written(pending.popleft(), desc)
         return offset
+
+    def _written(self, want: int, desc: Descriptor) -> None:
+        try:
+            resp = next(self._stream)
+        except StopIteration:
+            raise errors.Internal(f"content write {self.ref}: stream ended early") from None
+        if resp.offset != want:
+            raise errors.Internal(f"content {desc.digest}: write reached {resp.offset}")
 
     def commit(self, desc: Descriptor, offset: int, labels: Mapping[str, str]) -> None:
         """containerd checks the digest and size: FailedPrecondition when they differ."""

@@ -446,6 +446,12 @@ def record_image(
         )
 
 
+def record_target(client: Client, name: str | ImageName) -> Descriptor:
+    """The whole target descriptor of the record ``name`` names (NotFound if none):
+    what a second name for the same image (``tag``) points to."""
+    return Descriptor.from_proto(_get_record(client, _named(name)).target)
+
+
 def recorded_target(client: Client, name: str) -> str | None:
     """The target digest the record ``name`` has now; None when there is none."""
     resp = client.call_or_none(
@@ -551,11 +557,15 @@ def unpack(
     top = snapshots.unpack_layers(
         client, image.layers, image.diff_ids, snapshotter=snapshotter, lease=lease
     )
-    if top:
-        content.ensure_labels(
-            client, image.config_digest, {content.gc_snapshot_label(snapshotter): top}
-        )
+    mark_unpacked(client, image.config_digest, top, snapshotter=snapshotter)
     return top
+
+
+def mark_unpacked(client: Client, config_digest: str, top: str, *, snapshotter: str) -> None:
+    """Label the config with its top snapshot, as containerd's unpacker does: the image
+    record then keeps the snapshots alive once the unpack's lease is gone."""
+    if top:
+        content.ensure_labels(client, config_digest, {content.gc_snapshot_label(snapshotter): top})
 
 
 def ensure_image(

@@ -210,13 +210,24 @@ def remove_snapshot(client: Client, key: str, snapshotter: str = DEFAULT_SNAPSHO
 # -- unpacking layers ------------------------------------------------------------------
 
 
-def _committed(client: Client, name: str, snapshotter: str) -> bool:
+def is_committed(client: Client, name: str, snapshotter: str) -> bool:
+    """True when ``name`` is a committed snapshot; FailedPrecondition when it is an
+    active or view snapshot (a key, not a layer)."""
     found = stat_snapshot(client, name, snapshotter)
     if found is not None and found.kind != "committed":
         raise errors.FailedPrecondition(
             f"snapshot {name} exists in {snapshotter} but is {found.kind}, not committed"
         )
     return found is not None
+
+
+def check_layers(layers: Sequence[Descriptor], diff_ids: Sequence[str]) -> None:
+    """Refuse, before anything is fetched or applied, an image whose layers Diff.Apply
+    cannot apply or whose config does not name one diff ID per layer."""
+    if len(layers) != len(diff_ids):
+        raise errors.InvalidArgument(f"image has {len(layers)} layers but {len(diff_ids)} diff_ids")
+    for layer in layers:
+        layer_compression(layer.media_type)
 
 
 def unpack_layers(
@@ -233,14 +244,11 @@ def unpack_layers(
     Returns the top chain ID ("" for an image without layers). Layers already
     committed are skipped; losing a race to a concurrent unpack is fine.
     """
-    if len(layers) != len(diff_ids):
-        raise errors.InvalidArgument(f"image has {len(layers)} layers but {len(diff_ids)} diff_ids")
-    for layer in layers:
-        layer_compression(layer.media_type)  # refuse what Diff.Apply cannot apply
+    check_layers(layers, diff_ids)
     parent = ""
     for layer, diff_id, chain_id in zip(layers, diff_ids, chain_ids(diff_ids), strict=True):
-        if not _committed(client, chain_id, snapshotter):
-            _apply_layer(
+        if not is_committed(client, chain_id, snapshotter):
+            apply_layer(
                 client,
                 layer,
                 diff_id=diff_id,
@@ -254,7 +262,7 @@ def unpack_layers(
     return parent
 
 
-def _apply_layer(
+def apply_layer(
     client: Client,
     layer: Descriptor,
     *,
@@ -263,14 +271,17 @@ def _apply_layer(
     parent: str,
     snapshotter: str,
     lease: str,
-    timeout: float,
+    timeout: float = DATA_TIMEOUT,
 ) -> None:
+    """One layer, whose blob is in the content store, onto the committed ``parent``:
+    Prepare, Diff.Apply, Commit as ``chain_id``. The active snapshot is removed when
+    any step fails; a concurrent unpack that committed ``chain_id`` first wins."""
     # containerd's own unpack key format: "extract-<unique> <chain id>".
     key = f"extract-{secrets.token_hex(8)} {chain_id}"
     try:
         mounts = prepare_rootfs(client, key, parent, snapshotter=snapshotter, lease=lease)
     except errors.AlreadyExists:
-        if _committed(client, chain_id, snapshotter):
+        if is_committed(client, chain_id, snapshotter):
             return
         raise
     try:
@@ -307,6 +318,34 @@ def _apply(
             f"layer {layer.digest} unpacked to {resp.applied.digest or '?'}, "
             f"but the image config says {diff_id}"
         )
+
+
+def diff_mounts(
+    client: Client,
+    lower: Sequence[RootfsMount],
+    upper: Sequence[RootfsMount],
+    *,
+    media_type: str,
+    ref: str,
+    lease: str,
+) -> Descriptor:
+    """Diff.Diff: what changed from ``lower`` to ``upper``, as a layer blob containerd
+    writes into the content store under ``lease`` (with its ``containerd.io/uncompressed``
+    label, the layer's diff ID). ``ref``: the ingest's name, unique per call."""
+    resp = client.call(
+        _rpc.DIFF,
+        "Diff",
+        diff_pb2.DiffRequest(
+            left=[m.to_proto() for m in lower],
+            right=[m.to_proto() for m in upper],
+            media_type=media_type,
+            ref=ref,
+        ),
+        diff_pb2.DiffResponse,
+        lease=lease,
+        timeout=DATA_TIMEOUT,
+    )
+    return Descriptor.from_proto(resp.diff)
 
 
 # -- reading files of a snapshot ----------------------------------------------------------

@@ -15,11 +15,15 @@ ones Nomad's TaskStats carries. What each cgroup version has:
 - v2: rss is ``anon`` and cache ``file`` of ``memory.stat``; swap is
   ``memory.swap.current``; containerd's v2 metrics carry no peak and no kernel
   memory (None); throttling from ``cpu.stat`` (``throttled_usec``, kept in ns).
+- both: BLOCK I/O, bytes read and written over all devices, from v1's
+  ``blkio.io_service_bytes_recursive`` and v2's ``io.stat`` (rbytes, wbytes).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 import attrs
 from google.protobuf import any_pb2
@@ -54,6 +58,8 @@ class Stats:
     memory_kernel_max_usage: int | None = None
     cpu_throttled_periods: int = 0
     cpu_throttled_ns: int = 0
+    block_read_bytes: int = 0
+    block_write_bytes: int = 0
 
     def to_json(self) -> dict[str, object]:
         data = attrs.asdict(self)
@@ -114,6 +120,8 @@ def decode(data: any_pb2.Any) -> Stats:
             memory_kernel_max_usage=mem.kernel.max,
             cpu_throttled_periods=m1.cpu.throttling.throttled_periods,
             cpu_throttled_ns=m1.cpu.throttling.throttled_time,
+            block_read_bytes=_v1_block(m1.blkio.io_service_bytes_recursive, "read"),
+            block_write_bytes=_v1_block(m1.blkio.io_service_bytes_recursive, "write"),
         )
     if name == V2_TYPE:
         m2 = v2.Metrics.FromString(data.value)
@@ -133,5 +141,13 @@ def decode(data: any_pb2.Any) -> Stats:
             memory_swap=mem2.swap_usage,
             cpu_throttled_periods=m2.cpu.nr_throttled,
             cpu_throttled_ns=m2.cpu.throttled_usec * 1000,
+            block_read_bytes=sum(e.rbytes for e in m2.io.usage),
+            block_write_bytes=sum(e.wbytes for e in m2.io.usage),
         )
     raise Internal(f"unknown metrics type {data.type_url!r}")
+
+
+def _v1_block(entries: Iterable[Any], op: str) -> int:
+    """Bytes read or written over all devices (``blkio.io_service_bytes_recursive``,
+    whose ops are Read, Write, Sync, Async and Total): docker's BLOCK I/O."""
+    return sum(e.value for e in entries if e.op.lower() == op)

@@ -10,21 +10,23 @@ after a crash reuses the surviving namespace and address instead of allocating a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.tasks import Status
-from ctrexec.errors import AlreadyExists, CtrexecError, FailedPrecondition, NotFound
-from ctrexec.groups import missing, outage
+from ctrexec.errors import CtrexecError, FailedPrecondition, NotFound
+from ctrexec.groups import changes, missing, outage
 from ctrexec.groups.spec import GroupSpec
 from ctrexec.ids import validate_id
 from ctrexec.images import lookup
 from ctrexec.net import groupns, hostfiles, netns, settings
-from ctrexec.net.networks import Networks, parse_mode, parse_port
+from ctrexec.net.networks import NetworkMode, Networks, parse_mode, parse_port
 from ctrexec.net.ports import PortMapping
+from ctrexec.tasks import files as taskfiles
 from ctrexec.tasks import groupnet, health, implicitnet, teardown
+from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks.config import TaskConfig, TaskInfo
 from ctrexec.tasks.executor import Executor
 
@@ -39,7 +41,7 @@ def _members(spec: GroupSpec, configs: list[TaskConfig]) -> str:
     )
 
 
-def _addresses(existing: list[containers.Container]) -> list[str]:
+def _addresses(existing: Iterable[containers.Container]) -> list[str]:
     """The address the group's members say it had, asked for again when re-made."""
     for record in existing:
         if found := [a for a in record.labels.get(lbl.ADDRESSES, "").split(",") if a]:
@@ -78,18 +80,25 @@ class Groups:
             self.executor.client, containers.label_filter(lbl.MANAGED, "true")
         )
 
-    def up(self, spec: GroupSpec) -> list[TaskInfo]:
-        """Create or recover the group, then make every task run."""
+    def up(
+        self,
+        spec: GroupSpec,
+        *,
+        force_recreate: bool = False,
+        on_change: Callable[[str], None] | None = None,
+    ) -> list[TaskInfo]:
+        """Create or recover the group, then make every task run.
+
+        Of an edited file, only the members whose definition changed are recreated
+        (all of them with ``force_recreate``), and members no longer in the file are
+        removed; the namespace, its address and ports stay (see :mod:`.changes`).
+        ``on_change`` is told each member recreated or removed, once it was.
+        """
         digest = spec.digest()
         existing = self.members(spec.name)
-        other = [c.id for c in existing if c.labels.get(lbl.GROUP_SPEC) != digest]
-        if other:
-            raise AlreadyExists(
-                f"group {spec.name} already exists with another definition; run group down first"
-            )
-        mode = parse_mode(spec.network)
-        ports = [parse_port(p) for p in spec.ports]
         configs = spec.task_configs()
+        todo = changes.plan(spec, configs, existing, force=force_recreate)
+        wiring = parse_mode(spec.network), [parse_port(p) for p in spec.ports]
         for cfg in configs:  # images first: a missing one stops everything, untouched
             lookup.ensure_image(self.executor.client, cfg.image, snapshotter=cfg.snapshotter)
         # The pin checked against the running members first: pinned again from one of
@@ -99,31 +108,20 @@ class Groups:
         if existing and pin.lost and not pin.members:
             self._release_network(spec.name, spec.network)
         fresh = not existing and not Path(spec.netns_path).exists()
+        gone = self._retire(existing, todo, on_change)
+        existing = [c for c in existing if c.id not in gone]
         made: list[str] = []
         try:
-            ns = netns.create(spec.netns_name, exist_ok=True)
-            attachment = self.networks.setup(
-                spec.name,
-                ns.path,
-                mode,
-                ports,
-                prefer=_addresses(existing),
-                held=self._held(spec.name),
-            )
-            # What every member's /etc/hosts says (see ctrexec.tasks.files).
-            shared = {lbl.GROUP_MEMBERS: _members(spec, configs)}
-            if attachment.addresses():
-                shared[lbl.ADDRESSES] = ",".join(attachment.addresses())
-                for c in existing:  # re-attached without its address: the files follow
-                    implicitnet.readdress(self.executor.client, c, shared[lbl.ADDRESSES])
-            have = {c.id for c in existing}
+            prefer = _addresses(existing) or _addresses(gone.values())
+            shared = self._wire(spec, configs, existing, wiring, prefer)
+            self._relabel(existing, digest, shared)
             known = {c.id: c.labels for c in existing}
             for cfg in configs:
-                if cfg.name not in have:  # a member deleted outside ctrexec left its files
-                    roots = [Path(cfg.log_dir)] if cfg.log_dir else []
-                    missing.remove_files(self.executor, cfg.name, known, roots)
-                    self._create_member(cfg, digest, spec, shared)
+                if cfg.name not in known:
+                    self._make_member(cfg, spec, shared, known, recreated=cfg.name in gone)
                     made.append(cfg.name)
+                    if cfg.name in gone and on_change is not None:
+                        on_change(f"recreated {cfg.name}")
                 state = self.executor.inspect(cfg.name, addresses=False)
                 if state.status not in (Status.RUNNING, Status.PAUSED):
                     self.executor.start(cfg.name)
@@ -137,6 +135,64 @@ class Groups:
             raise
         return self.ps(spec.name)
 
+    def _wire(
+        self,
+        spec: GroupSpec,
+        configs: list[TaskConfig],
+        existing: list[containers.Container],
+        wiring: tuple[NetworkMode, list[PortMapping]],
+        prefer: list[str],
+    ) -> dict[str, str]:
+        """Make the namespace and attach it (asking for ``prefer``, the address it had);
+        return the labels every member shares: what its /etc/hosts says (see
+        ctrexec.tasks.files). Members re-attached without their address follow."""
+        ns = netns.create(spec.netns_name, exist_ok=True)
+        attachment = self.networks.setup(
+            spec.name,
+            ns.path,
+            *wiring,
+            prefer=prefer,
+            held=self._held(spec.name),
+        )
+        shared = {lbl.GROUP_MEMBERS: _members(spec, configs)}
+        if attachment.addresses():
+            shared[lbl.ADDRESSES] = ",".join(attachment.addresses())
+            for c in existing:
+                implicitnet.readdress(self.executor.client, c, shared[lbl.ADDRESSES])
+        return shared
+
+    def _retire(
+        self,
+        existing: list[containers.Container],
+        todo: changes.Changes,
+        on_change: Callable[[str], None] | None,
+    ) -> dict[str, containers.Container]:
+        """Stop and remove the members to recreate and those no longer in the file;
+        return them by id. The namespace stays: it is pinned, not theirs."""
+        ids = [*todo.recreate, *todo.removed]
+        if not ids:
+            return {}
+        ex = self.executor
+        teardown.stop_and_destroy(
+            ids, stop=ex.stop, destroy=lambda task_id: ex.destroy(task_id, force=True)
+        )
+        if on_change is not None:
+            for task_id in todo.removed:
+                on_change(f"removed {task_id}, no longer in the group file")
+        return {c.id: c for c in existing if c.id in ids}
+
+    def _relabel(
+        self, kept: list[containers.Container], digest: str, shared: Mapping[str, str]
+    ) -> None:
+        """The members left running take the new definition's hash and member list;
+        their /etc/hosts is written again when the members changed."""
+        for record in kept:
+            wanted = {lbl.GROUP_SPEC: digest, lbl.GROUP_MEMBERS: shared[lbl.GROUP_MEMBERS]}
+            if all(record.labels.get(k) == v for k, v in wanted.items()):
+                continue
+            now = containers.update_labels(self.executor.client, record.id, wanted)
+            taskfiles.rewrite_hosts(now.id, now.labels, taskinfo.config_of(now))
+
     def _undo(self, made: list[str]) -> list[str]:
         """Destroy the members this up made; return those it could not."""
         left = []
@@ -149,11 +205,23 @@ class Groups:
                 left.append(task_id)
         return left
 
-    def _create_member(
-        self, cfg: TaskConfig, digest: str, spec: GroupSpec, shared: Mapping[str, str]
+    def _make_member(
+        self,
+        cfg: TaskConfig,
+        spec: GroupSpec,
+        shared: Mapping[str, str],
+        known: Mapping[str, Mapping[str, str]],
+        *,
+        recreated: bool,
     ) -> None:
+        """Create a member that has no record: one ``up`` has just removed to recreate
+        it, or one deleted outside ctrexec, whose log and host files are still there."""
+        if not recreated:
+            roots = [Path(cfg.log_dir)] if cfg.log_dir else []
+            missing.remove_files(self.executor, cfg.name, known, roots)
         owned = {
-            lbl.GROUP_SPEC: digest,
+            lbl.GROUP_SPEC: spec.digest(),
+            lbl.MEMBER_SPEC: changes.member_digest(cfg),
             lbl.NETWORK_MODE: spec.network,
             # How the namespace was wired, so any start can wire it again (groupnet).
             lbl.NETWORK_SETTINGS: settings.to_label(self.networks),

@@ -67,9 +67,13 @@ class ImageEvent:
     ``action``: ``missing`` (``ref`` is not in the store: a pull by the ``missing``
     policy begins), ``resolved`` (a pull's target: ``digest``), ``exists`` (the store had
     the blob: nothing sent), ``start`` (a blob begins: ``total``; ``done`` is a resume
-    offset), ``progress`` (``done``), ``done``, ``unpacking``, then ``pulled`` or
-    ``imported`` (``ref``, ``digest``). An imported blob that no name gives a digest (a
-    docker ``layer.tar``) goes by its member path until stored."""
+    offset), ``progress`` (``done``), ``done`` (stored, its digest checked),
+    ``unpacking`` (the image's: ``digest`` is the target), ``extracting`` and
+    ``extracted`` (a pull's layer, unpacked once the layers below it are: docker's
+    "Extracting" and "Pull complete"; none for a layer that was unpacked already), then
+    ``pulled`` or ``imported`` (``ref``, ``digest``). A pull reports ``unpacking`` and
+    its layers' unpacking while later blobs still download. An imported blob that no
+    name gives a digest (a docker ``layer.tar``) goes by its member path until stored."""
 
     action: str
     ref: str = ""

@@ -22,6 +22,8 @@ the client's metrics read the same fields from this driver.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
 from ctrexec._api.nomad.base import base_pb2 as bpb
@@ -87,14 +89,17 @@ class StatsSampler:
         last, self._last = self._last, now
         wall = (now.read_at - last.read_at).total_seconds() * 1e9 if last else 0.0
 
-        def pct(a: int, b: int) -> float:
-            return max(0.0, (a - b) / wall * 100.0) if wall > 0 else 0.0
+        def pct(read: Callable[[Stats], int]) -> float:
+            """The share of the wall time since the last sample; 0 for the first."""
+            if last is None or wall <= 0:
+                return 0.0
+            return max(0.0, (read(now) - read(last)) / wall * 100.0)
 
-        percent = pct(now.cpu_usage_ns, last.cpu_usage_ns) if last else 0.0
+        percent = pct(lambda s: s.cpu_usage_ns)
         return pb.CPUUsage(
             percent=percent,
-            user_mode=pct(now.cpu_user_ns, last.cpu_user_ns) if last else 0.0,
-            system_mode=pct(now.cpu_system_ns, last.cpu_system_ns) if last else 0.0,
+            user_mode=pct(lambda s: s.cpu_user_ns),
+            system_mode=pct(lambda s: s.cpu_system_ns),
             throttled_periods=now.cpu_throttled_periods,
             throttled_time=now.cpu_throttled_ns,
             total_ticks=self.compute.ticks(percent),

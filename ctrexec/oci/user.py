@@ -190,4 +190,6 @@ def resolve_user_spec(
     elif name is not None:
         additional = [g.gid for g in groups if name in g.members]
     additional += _added_gids(group_add, groups)
-    return ResolvedUser(uid, gid, tuple(dict.fromkeys(additional)), home, name)
+    # docker lists the primary group among the supplementary ones, so ``id`` in the
+    # task shows it in ``groups=`` and a process keeps it after a setgid of its own
+    return ResolvedUser(uid, gid, tuple(dict.fromkeys([gid, *additional])), home, name)

@@ -3,7 +3,8 @@
 What it holds: the config and its fields (``config``, ``fields``; ``envfile`` reads docker's
 env files into it), the OCI spec a config
 becomes (``spec``, ``users``, ``files``), the record and its rootfs (``records``), each
-start's run numbers (``runs``), reading a task back (``info``, ``procs``), a ``run -p``
+start's run numbers (``runs``), ``cp`` (``copyarchive``, ``copying``), reading a task
+back (``info``, ``procs``), a ``run -p``
 container's own network from its labels (``implicitnet``), where its output goes
 (``output``: the log driver's stdio, the caller's paths) and its interactive I/O
 (``stdio``), waiting and events (``waiting``, ``events``, ``aio``), what a killed ctrexec

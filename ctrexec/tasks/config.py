@@ -363,6 +363,20 @@ class TaskConfig:
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self, value_serializer=_serialize)
 
+    def to_record(self) -> dict[str, Any]:
+        """:meth:`to_json` without the fields left at their defaults: what the container
+        record keeps. An older ctrexec refuses a key it does not know (it could not
+        honour it), so a record names only what its task uses: a task that uses no
+        newer field stays readable by an older ctrexec (a downgrade)."""
+        data = self.to_json()
+        for field in attrs.fields(type(self)):
+            default = field.default
+            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                default = None if default.takes_self else default.factory()
+            if default is not attrs.NOTHING and getattr(self, field.name) == default:
+                del data[field.name]
+        return data
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TaskConfig:
         known = {f.name for f in attrs.fields(cls)}

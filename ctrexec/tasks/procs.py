@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import pwd
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 
 from ctrexec._linux import CGROUP_ROOT
-from ctrexec.errors import FailedPrecondition
+from ctrexec.errors import FailedPrecondition, InvalidArgument
 
 PROC = Path("/proc")
 
@@ -86,3 +88,48 @@ def read(pid: int) -> Proc | None:
 
 def of_task(init_pid: int) -> list[Proc]:
     return [p for pid in cgroup_pids(init_pid) if (p := read(pid)) is not None]
+
+
+def ps_table(init_pid: int, options: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """``top NAME OPTIONS``: the host's ``ps OPTIONS``, its rows cut to the task's pids.
+
+    docker's way: the header must have a PID column (else ``Couldn't find PID field in
+    ps output``); a row's words past the last title are its last column, so a command
+    with spaces stays one cell. ``ps``'s own errors are the user's (bad options).
+    """
+    pids = set(cgroup_pids(init_pid))
+    try:
+        out = subprocess.run(
+            ["ps", *options], capture_output=True, text=True, check=False, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise FailedPrecondition(f"ps: {exc}") from exc
+    if out.returncode != 0:
+        raise InvalidArgument(f"ps: {out.stderr.strip() or out.stdout.strip()}")
+    lines = out.stdout.splitlines()
+    titles = lines[0].split() if lines else []
+    if "PID" not in titles:
+        raise InvalidArgument("Couldn't find PID field in ps output")
+    at, last = titles.index("PID"), len(titles) - 1
+    rows = []
+    for line in lines[1:]:
+        words = line.split(None, last)
+        if len(words) > at and words[at].isdigit() and int(words[at]) in pids:
+            rows.append(words + [""] * (len(titles) - len(words)))
+    return titles, rows
+
+
+def net_io(pid: int) -> tuple[int, int] | None:
+    """Bytes received and sent in the network namespace of ``pid``, over its interfaces
+    but loopback (docker's NET I/O); None once the process is gone."""
+    try:
+        lines = (PROC / str(pid) / "net" / "dev").read_text().splitlines()[2:]
+    except OSError:
+        return None
+    rx = tx = 0
+    for line in lines:
+        name, _, counters = line.partition(":")
+        fields = counters.split()
+        if name.strip() != "lo" and len(fields) >= 9:
+            rx, tx = rx + int(fields[0]), tx + int(fields[8])
+    return rx, tx

@@ -58,7 +58,7 @@ def create(
             labels=record_labels,
             extensions={
                 lbl.CONFIG_EXTENSION: containers.json_extension(
-                    lbl.CONFIG_TYPE_URL, config.to_json()
+                    lbl.CONFIG_TYPE_URL, config.to_record()
                 )
             },
         )

@@ -178,7 +178,7 @@ def _copy_record(
         if implicit:  # run -p: its namespace and group are named after it
             renamed = attrs.evolve(renamed, group=new, netns=groupns.netns_path(new))
         extensions[lbl.CONFIG_EXTENSION] = containers.json_extension(
-            lbl.CONFIG_TYPE_URL, renamed.to_json()
+            lbl.CONFIG_TYPE_URL, renamed.to_record()
         )
     labels = _renamed_labels(record.labels, record.id, new, executor.client.namespace)
     spec = _renamed_spec(record.spec, record.id, new, implicit)

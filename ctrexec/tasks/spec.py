@@ -242,11 +242,16 @@ def _network_opts(
 def _filesystem_opts(
     checked: CheckedConfig, hostfiles: HostFiles | None, containerd_address: str | None
 ) -> list[oci.SpecOpt]:
-    """The task's own host files, the user's volumes and tmpfs, a read-only root."""
+    """The task's own host files, the user's volumes and tmpfs, a read-only root.
+
+    /etc/hosts stays writable, as docker's, unless the root is read-only: docker's
+    ``--read-only`` makes the three host files read-only too.
+    """
     opts: list[oci.SpecOpt] = []
+    read_only = checked.config.read_only
     if hostfiles is not None:
         opts += [
-            mounts.with_bind_mount(str(src), dst, readonly=dst != "/etc/hosts")
+            mounts.with_bind_mount(str(src), dst, readonly=read_only or dst != "/etc/hosts")
             for src, dst in hostfiles.mounts()
         ]
     if checked.config.shm_size is not None:
@@ -257,7 +262,7 @@ def _filesystem_opts(
         opts.append(mounts.with_bind_mount(checked.init_binary, process.INIT_PATH, readonly=True))
     for m in (*checked.volumes, *checked.tmpfs):
         opts.append(mounts.with_mount(m, containerd_address=containerd_address))
-    if checked.config.read_only:
+    if read_only:
         opts.append(mounts.with_readonly_rootfs())
     return opts
 

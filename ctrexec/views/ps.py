@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from ctrexec.containerd.tasks import Status
 from ctrexec.errors import InvalidArgument
+from ctrexec.labels import NETWORK_MODE
 from ctrexec.tasks.config import TaskInfo
 from ctrexec.views import gotemplate
 
@@ -112,6 +113,19 @@ def _labels(info: TaskInfo) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
+def _networks(info: TaskInfo) -> str:
+    """docker's NETWORKS: the network's name (``run -p``'s, a group's), else the mode
+    (``none``, ``host``, or ``path`` for a namespace given by path)."""
+    return info.labels.get(NETWORK_MODE, "").removeprefix("cni:") or info.netns_mode
+
+
+def _mounts(info: TaskInfo, *, trunc: bool = True) -> str:
+    """docker's MOUNTS: each volume's source (a name or a host path), cut to 15
+    characters unless ``--no-trunc``."""
+    sources = [v.split(":", 1)[0] for v in (info.config.volumes if info.config else ())]
+    return ",".join(f"{s[:14]}…" if trunc and len(s) > 15 else s for s in sources)
+
+
 def _ports(info: TaskInfo) -> str:
     return ", ".join(
         f"{p.host_ip or '0.0.0.0'}:{p.host_port}->{p.container_port}/{p.protocol}"  # noqa: S104
@@ -134,11 +148,14 @@ PS_FIELDS: dict[str, tuple[str, Callable[[TaskInfo, datetime], object]]] = {
     "Group": ("GROUP", lambda i, _: i.group or ""),
     "Pid": ("PID", lambda i, _: i.pid if i.status in _LIVE else ""),
     "Labels": ("LABELS", lambda i, _: _labels(i)),
+    "Networks": ("NETWORKS", lambda i, _: _networks(i)),
+    "Mounts": ("MOUNTS", lambda i, _: _mounts(i)),
 }
 #: What ``ps --no-trunc`` shows instead: whole ids (a name any verb takes) and commands.
 PS_UNTRUNCATED: dict[str, Callable[[TaskInfo, datetime], object]] = {
     "ID": lambda i, _: i.id,
     "Command": lambda i, _: _command(i, trunc=False),
+    "Mounts": lambda i, _: _mounts(i, trunc=False),
 }
 PS_DEFAULT = (
     "table {{.ID}}\t{{.Image}}\t{{.Command}}\t{{.RunningFor}}\t{{.Status}}\t{{.Ports}}"
@@ -170,17 +187,23 @@ def _header() -> dict[str, object]:
 def ps_template(template: str) -> tuple[bool, gotemplate.Template]:
     """Whether ``template`` is a ``table`` one, and its body parsed; unknown fields are
     refused here, before anything is listed (docker's errors, or ``unknown field``)."""
-    if template.strip() == "json":  # docker's shorthand: each row as one JSON line
-        template = "{{json .}}"
-    template = template.replace("\\t", "\t").replace("\\n", "\n")
-    table = template.startswith("table")
-    body = template.removeprefix("table").strip() if table else template
-    parsed = parse_template(body)
+    table, parsed = table_template(template)
     known = {*PS_FIELDS, "Label"}
     for name in sorted(parsed.root_fields() - known):
         names = ", ".join(f".{f}" for f in PS_FIELDS)
         raise InvalidArgument(f"ps --format: unknown field .{name} (known: {names})")
     return table, parsed
+
+
+def table_template(template: str) -> tuple[bool, gotemplate.Template]:
+    """A listing's ``--format`` as docker reads it: ``json`` for ``{{json .}}``, ``\\t``
+    and ``\\n`` typed literally, and ``table`` in front for a header."""
+    if template.strip() == "json":  # docker's shorthand: each row as one JSON line
+        template = "{{json .}}"
+    template = template.replace("\\t", "\t").replace("\\n", "\n")
+    table = template.startswith("table")
+    body = template.removeprefix("table").strip() if table else template
+    return table, parse_template(body)
 
 
 def parse_template(text: str) -> gotemplate.Template:
@@ -209,10 +232,17 @@ def ps_lines(
     """
     now = now or datetime.now(UTC)
     table, parsed = ps_template(template)
-    rows = [execute(parsed, _row(i, now, trunc=trunc)) for i in infos]
-    if not table:
-        return rows
-    cells = [c.split("\t") for c in [execute(parsed, _header()), *rows]]
+    rows = [_row(i, now, trunc=trunc) for i in infos]
+    return render(parsed, rows, _header() if table else None)
+
+
+def render(parsed: gotemplate.Template, rows: Sequence[object], header: object | None) -> list[str]:
+    """A template's lines, one a row; with a ``header`` (a ``table`` template), that
+    header first and every ``\t``-separated column aligned, as docker's tabwriter."""
+    lines = [execute(parsed, row) for row in rows]
+    if header is None:
+        return lines
+    cells = [c.split("\t") for c in [execute(parsed, header), *lines]]
     widths = [max(len(r[i]) if i < len(r) else 0 for r in cells) for i in range(len(cells[0]))]
     return ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in cells]
 

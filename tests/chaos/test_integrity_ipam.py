@@ -110,9 +110,7 @@ def test_a_wiped_cni_cache_leaves_no_stale_rule_and_down_is_complete(bridged: Br
     shutil.rmtree(g.cache)
     name = f"{g.name}p"
     other = g.tmp / f"{name}.toml"
-    other.write_text(
-        g.file.read_text().replace(f'name = "{g.name}"', f'name = "{name}"', 1)
-    )
+    other.write_text(g.file.read_text().replace(f'name = "{g.name}"', f'name = "{name}"', 1))
     g.extras.append(name)  # taken down after the test should it come up
     taken = g.run("group up", str(other))
     assert taken.returncode == 125, taken.stderr

@@ -52,9 +52,21 @@ def _stopped_shim(task_pid: int, address: str, namespace: str, name: str) -> Ite
     assert shim in shims(address, namespace, name), "not our task's shim"
     os.kill(shim, signal.SIGSTOP)
     try:
+        # kill() returns before every thread has stopped: a shim thread still running
+        # could reap a task killed next and report its exit, as if never stopped.
+        wait_for(lambda: _all_threads_stopped(shim), f"every thread of shim {shim} to stop")
         yield shim
     finally:
         os.kill(shim, signal.SIGCONT)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` in state T (stopped by a signal), read from /proc."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        with contextlib.suppress(FileNotFoundError):  # a thread that just exited
+            states.append(stat.read_text().rsplit(")", 1)[-1].split()[0])
+    return bool(states) and all(state == "T" for state in states)
 
 
 def _supervise(ex: Executor, lock_dir: Path) -> tuple[Supervisor, Callable[[], None]]:
@@ -77,7 +89,9 @@ def _lines(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
 
 def _what_was_met(ex: Executor, name: str, shim: int) -> str:
     """The task as a list shows it now, and the shim's process state (T: stopped)."""
-    listed = [(i.status.value, i.pid, i.unknown_reason) for i in ex.list(all_tasks=True) if i.id == name]
+    listed = [
+        (i.status.value, i.pid, i.unknown_reason) for i in ex.list(all_tasks=True) if i.id == name
+    ]
     stat = Path(f"/proc/{shim}/stat").read_text().rsplit(")", 1)[-1].split()
     return f"listed as {listed}; shim {shim} in state {stat[0]}"
 

@@ -12,9 +12,11 @@ in conftest.py) and check that nothing of the run tag is left.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import random
+import secrets
 import socket
 import subprocess
 import sys
@@ -201,3 +203,26 @@ def run_env(env: E) -> Iterator[E]:
     finally:
         env.cleanup()
     env.audit()
+
+
+@contextlib.contextmanager
+def cli_bridge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, subnet: str) -> Iterator[str]:
+    """ctrexec's bridge network under test names, for the CLI through its ``CTREXEC_*``
+    settings; everything of it is gone after (audited)."""
+    name = f"cxtr{secrets.token_hex(2)}"
+    monkeypatch.setenv("CTREXEC_NETWORK", name)
+    monkeypatch.setenv("CTREXEC_BRIDGE", name)
+    monkeypatch.setenv("CTREXEC_SUBNET", subnet)
+    monkeypatch.setenv("CTREXEC_CNI_CACHE_DIR", str(tmp_path / "cni-cache"))
+    monkeypatch.setenv("CTREXEC_IPAM_DIR", str(tmp_path / "ipam"))
+    forward = IP_FORWARD.read_text()
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+        IP_FORWARD.write_text(forward)
+    assert list((tmp_path / "ipam").rglob("10.*")) == [], "an address stayed allocated"
+    assert list((tmp_path / "cni-cache").rglob("*-eth0")) == [], "a CNI result stayed"
+    prefix = subnet.rsplit(".", 1)[0] + "."
+    assert prefix not in iptables_dump(), "a port mapping or masquerade rule stayed"
+

@@ -3,7 +3,8 @@
 :class:`Registry` runs ``docker-registry serve`` on a port it picks, with its data in
 a directory the test owns, optionally behind htpasswd basic auth; it is stopped (or
 killed, for the interruption test) by its pid. :func:`push` copies an OCI archive into
-it with skopeo. :class:`CorruptingProxy` sits in front and flips one byte of one blob.
+it with skopeo. :class:`BlobProxy` sits in front and holds back, or corrupts, one blob
+(:class:`CorruptingProxy`).
 """
 
 from __future__ import annotations
@@ -107,13 +108,25 @@ def push(archive: Path, dest: str, *, creds: bool = False) -> None:
     )
 
 
-class CorruptingProxy:
-    """HTTP on 127.0.0.1 that forwards to ``upstream`` and flips the middle byte of
-    the blob ``digest``'s body, every other request passing through untouched."""
+class BlobProxy:
+    """HTTP on 127.0.0.1 that forwards to ``upstream``. A GET of the blob ``digest``
+    waits for ``release`` (when given; bounded) before it is forwarded, and with
+    ``corrupt`` its body has the middle byte flipped; every other request passes
+    through untouched. ``asked`` is set once that blob has been asked for."""
 
-    def __init__(self, upstream: str, digest: str) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        digest: str,
+        *,
+        corrupt: bool = False,
+        release: threading.Event | None = None,
+    ) -> None:
         self.upstream = upstream
         self.digest = digest
+        self.corrupt = corrupt
+        self.release = release
+        self.asked = threading.Event()
         self.corrupted = 0
         proxy = self
 
@@ -135,12 +148,18 @@ class CorruptingProxy:
         return f"127.0.0.1:{self.server.server_address[1]}"
 
     def forward(self, handler: http.server.BaseHTTPRequestHandler, method: str) -> None:
+        ours = method == "GET" and handler.path.endswith(f"/blobs/{self.digest}")
+        if ours:
+            self.asked.set()
+            if self.release is not None:
+                # bounded, and longer than any test waits before it releases
+                self.release.wait(300)
         conn = http.client.HTTPConnection(self.upstream, timeout=30)
         headers = {k: v for k, v in handler.headers.items() if k.lower() != "host"}
         conn.request(method, handler.path, headers=headers)
         resp = conn.getresponse()
         body = resp.read()
-        if method == "GET" and handler.path.endswith(f"/blobs/{self.digest}") and body:
+        if ours and self.corrupt and body:
             mid = len(body) // 2
             body = body[:mid] + bytes([body[mid] ^ 0xFF]) + body[mid + 1 :]
             self.corrupted += 1
@@ -154,11 +173,20 @@ class CorruptingProxy:
             handler.wfile.write(body)
         conn.close()
 
-    def __enter__(self) -> CorruptingProxy:
+    def __enter__(self) -> BlobProxy:
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.release is not None:
+            self.release.set()  # a held request must not outlive the test
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=10)
+
+
+class CorruptingProxy(BlobProxy):
+    """A :class:`BlobProxy` that flips the middle byte of the blob ``digest``'s body."""
+
+    def __init__(self, upstream: str, digest: str) -> None:
+        super().__init__(upstream, digest, corrupt=True)

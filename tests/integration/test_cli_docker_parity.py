@@ -84,7 +84,9 @@ def _cpu_column(out: subprocess.CompletedProcess[str], name: str) -> float:
     """The CPU % of ``name`` in a stats table (columns are three spaces apart)."""
     assert out.returncode == 0, out.stderr
     header, *rows = (re.split(r"\s{3,}", line) for line in out.stdout.splitlines())
-    assert header == ["NAME", "CPU %", "MEM USAGE / LIMIT", "MEM %", "PIDS"]
+    assert header == [
+        "NAME", "CPU %", "MEM USAGE / LIMIT", "MEM %", "NET I/O", "BLOCK I/O", "PIDS",
+    ]  # fmt: skip
     (row,) = (r for r in rows if r[0] == name)
     assert re.fullmatch(r"\d+\.\d\d%", row[1]), row
     return float(row[1].rstrip("%"))

@@ -9,7 +9,6 @@ CNI directories, passed to the CLI through its ``CTREXEC_*`` settings.
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 import signal
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from _cli import TEST_NAMESPACE, Cli
-from _nethelpers import free_port
+from _nethelpers import cli_bridge, free_port
 from _support import gone, scratch_executor, until
 
 from ctrexec import labels as lbl
@@ -38,24 +37,8 @@ HTTPD = ["httpd", "-f", "-p", "8080", "-h", "/var/www"]
 
 @pytest.fixture
 def bridge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
-    """ctrexec's bridge network under test names; everything of it is gone after."""
-    tag = secrets.token_hex(2)
-    name = f"cxtr{tag}"
-    monkeypatch.setenv("CTREXEC_NETWORK", name)
-    monkeypatch.setenv("CTREXEC_BRIDGE", name)
-    monkeypatch.setenv("CTREXEC_SUBNET", SUBNET)
-    monkeypatch.setenv("CTREXEC_CNI_CACHE_DIR", str(tmp_path / "cni-cache"))
-    monkeypatch.setenv("CTREXEC_IPAM_DIR", str(tmp_path / "ipam"))
-    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text()
-    try:
+    with cli_bridge(monkeypatch, tmp_path, SUBNET) as name:
         yield name
-    finally:
-        subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
-        Path("/proc/sys/net/ipv4/ip_forward").write_text(forward)
-    assert list((tmp_path / "ipam").rglob("10.*")) == [], "an address stayed allocated"
-    assert list((tmp_path / "cni-cache").rglob("*-eth0")) == [], "a CNI result stayed"
-    rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
-    assert "10.231.188." not in rules, "a port mapping or masquerade rule stayed"
 
 
 @pytest.fixture

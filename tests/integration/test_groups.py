@@ -196,12 +196,17 @@ def test_down_releases_with_the_settings_the_group_was_wired_with(
     assert not (tmp_path / "other-cache").exists() or not any((tmp_path / "other-cache").iterdir())
 
 
-def test_second_group_with_same_name_is_refused(groups: Groups, test_image: str) -> None:
+def test_an_edit_of_every_member_recreates_them_in_the_same_namespace(
+    groups: Groups, test_image: str
+) -> None:
     name = f"cxt{secrets.token_hex(2)}"
     groups.up(_spec(name, test_image))
-    other = _spec(name, test_image, hostname="different")
-    with pytest.raises(errors.AlreadyExists):
-        groups.up(other)
+    inode = os.stat(f"/run/netns/cx-{name}").st_ino
+    said: list[str] = []
+    infos = groups.up(_spec(name, test_image, hostname="different"), on_change=said.append)
+    assert sorted(said) == [f"recreated {name}-client", f"recreated {name}-server"]
+    assert {i.hostname for i in infos} == {"different"}
+    assert os.stat(f"/run/netns/cx-{name}").st_ino == inode
     groups.down(name, timeout=1)
 
 

@@ -13,12 +13,13 @@ import shutil
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _cli import Cli
-from _registry import PASSWORD, USER, CorruptingProxy, Registry, push
+from _registry import PASSWORD, USER, BlobProxy, CorruptingProxy, Registry, push
 from _support import create_namespace, until
 from google.protobuf import empty_pb2
 
@@ -26,7 +27,7 @@ from ctrexec import _rpc, errors
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._api.containerd.services.images.v1 import images_pb2
 from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
-from ctrexec.containerd import content, images
+from ctrexec.containerd import content, images, snapshots
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Platform
 from ctrexec.images import lookup
@@ -57,10 +58,13 @@ def archives(
     # A layer of its own (no other test image has it), so the pull must download it: a
     # blob already in the store, from any namespace, is not fetched again.
     odd = _build(base / "odd.tar", "--extra-layers", "1", "--extra-layer-size", "65536")
+    # Three layers no other image has, for the overlap tests: the top one is held back.
+    layered = _build(base / "layered.tar", "--extra-layers", "2", "--extra-layer-size", "98304")
     yield {
         "index": (base / "index.tar", index),
         "big": (base / "big.tar", big),
         "odd": (base / "odd.tar", odd),
+        "layered": (base / "layered.tar", layered),
     }
     shutil.rmtree(base)
 
@@ -75,6 +79,7 @@ def registry(
         push(archives["index"][0], f"{reg.host}/ctrexec-test:latest")
         push(archives["big"][0], f"{reg.host}/ctrexec-big:latest")
         push(archives["odd"][0], f"{reg.host}/ctrexec-odd:latest")
+        push(archives["layered"][0], f"{reg.host}/ctrexec-layered:latest")
         yield reg
     finally:
         reg.stop()
@@ -366,6 +371,9 @@ def test_registry_killed_mid_pull_then_resumed(
         content_pb2.ListStatusesResponse,
     ).statuses
     assert any(0 < s.offset < s.total for s in partial)
+    # the layers unpacked before the registry went away are kept by the lease too
+    kept = {s.name for s in snapshots.list_snapshots(ns) if s.kind == "committed"}
+    assert not [s for s in snapshots.list_snapshots(ns) if s.kind != "committed"]
 
     registry.start()
     events: list[PullEvent] = []
@@ -373,7 +381,122 @@ def test_registry_killed_mid_pull_then_resumed(
     assert img.digest == summary["target"]
     starts = [e for e in events if e.action == "start" and e.total >= BIG_LAYER]
     assert len(starts) == 1 and 0 < starts[0].done < starts[0].total, starts
+    assert kept <= set(img.chain_ids)
+    extracted = [e.digest for e in events if e.action == "extracted"]
+    assert extracted == [
+        layer.digest
+        for layer, chain in zip(img.layers, img.chain_ids, strict=True)
+        if chain not in kept
+    ]
     assert ns.leases() == []
+
+
+def _chain_ids(registry: Registry, repo: str, config: str) -> tuple[str, ...]:
+    """The image's chain IDs, from its config as the registry serves it."""
+    with urllib.request.urlopen(f"http://{registry.host}/v2/{repo}/blobs/{config}") as resp:
+        return snapshots.chain_ids(json.load(resp)["rootfs"]["diff_ids"])
+
+
+def _pull_in_thread(
+    ns: Client, ref: str, events: list[PullEvent]
+) -> tuple[threading.Thread, list[BaseException]]:
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pull(ns, ref, progress=events.append)
+        except BaseException as exc:
+            failure.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, failure
+
+
+def _committed(ns: Client, chain_id: str) -> bool:
+    found = snapshots.stat_snapshot(ns, chain_id, snapshots.DEFAULT_SNAPSHOTTER)
+    return found is not None and found.kind == "committed"
+
+
+def test_layers_unpack_while_the_top_one_downloads(
+    ns: Client,
+    registry: Registry,
+    archives: dict[str, tuple[Path, dict[str, object]]],
+    docker_config: Path,
+) -> None:
+    """The proxy holds the top layer's blob until the layers below it are committed
+    snapshots: a pull that unpacked only after every download would never get there."""
+    summary = archives["layered"][1]
+    extra = summary["extra_layers"]
+    assert isinstance(extra, list) and len(extra) == 2
+    chains = _chain_ids(registry, "ctrexec-layered", str(summary["config"]))
+    release = threading.Event()
+    events: list[PullEvent] = []
+    with BlobProxy(registry.host, str(extra[1]), release=release) as proxy:
+        ref = f"{proxy.host}/ctrexec-layered:latest"
+        t, failure = _pull_in_thread(ns, ref, events)
+        try:
+            until(
+                lambda: proxy.asked.is_set() and _committed(ns, chains[1]),
+                "the top layer asked for and the layer below it unpacked",
+                120,
+            )
+            assert not content.exists(ns, str(extra[1]))  # still held back
+            assert not _committed(ns, chains[2])
+            assert t.is_alive()
+        finally:
+            release.set()
+            t.join(300)
+    assert not t.is_alive() and failure == [], failure
+    img = lookup.get_image(ns, ref)
+    assert img.chain_ids == chains and images.is_unpacked(ns, img)
+    actions = [(e.action, e.digest) for e in events]
+    layers = [str(summary["layer"]), *map(str, extra)]
+    # docker's order per layer: stored, extracting, extracted ("Pull complete")
+    assert [d for a, d in actions if a == "extracted"] == layers
+    for d in layers:
+        assert actions.index(("done", d)) < actions.index(("extracting", d))
+        assert actions.index(("extracting", d)) < actions.index(("extracted", d))
+    assert actions.index(("extracted", str(extra[0]))) < actions.index(("done", str(extra[1])))
+    assert actions[-1][0] == "pulled"
+    assert ns.leases() == []
+
+
+def test_top_layer_failing_after_the_lower_ones_unpacked_leaves_nothing(
+    ns: Client,
+    registry: Registry,
+    archives: dict[str, tuple[Path, dict[str, object]]],
+    docker_config: Path,
+) -> None:
+    summary = archives["layered"][1]
+    extra = summary["extra_layers"]
+    assert isinstance(extra, list)
+    chains = _chain_ids(registry, "ctrexec-layered", str(summary["config"]))
+    release = threading.Event()
+    with BlobProxy(registry.host, str(extra[1]), corrupt=True, release=release) as proxy:
+        ref = f"{proxy.host}/ctrexec-layered:latest"
+        t, failure = _pull_in_thread(ns, ref, [])
+        try:
+            until(lambda: _committed(ns, chains[1]), "the layer below the top one unpacked", 120)
+        finally:
+            release.set()
+            t.join(300)
+        assert proxy.corrupted >= 1
+    assert not t.is_alive()
+    assert len(failure) == 1 and isinstance(failure[0], errors.DigestMismatch), failure
+    with pytest.raises(errors.NotFound):
+        lookup.get_image(ns, ref)
+    assert ns.leases() == []
+    _gc(ns)
+    assert snapshots.list_snapshots(ns) == []
+    assert content_digests(ns) == set()
+    statuses = ns.call(
+        _rpc.CONTENT,
+        "ListStatuses",
+        content_pb2.ListStatusesRequest(),
+        content_pb2.ListStatusesResponse,
+    )
+    assert list(statuses.statuses) == []
 
 
 def test_ctr_pulled_image_adopted_without_writing(

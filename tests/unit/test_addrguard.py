@@ -55,7 +55,11 @@ def test_reconcile_reserves_lost_live_addresses_only(tmp_path: Path) -> None:
     assert made == [TARGET]
     assert (pool.directory / str(TARGET)).read_bytes() == b"a\r\neth0"
     assert (pool.directory / "10.231.77.3").read_bytes() == b"kept\r\neth0"
-    assert sorted(p.name for p in pool.directory.iterdir()) == ["10.231.77.3", "10.231.77.9", "lock"]
+    assert sorted(p.name for p in pool.directory.iterdir()) == [
+        "10.231.77.3",
+        "10.231.77.9",
+        "lock",
+    ]
     assert ipamstore.reconcile(pool, live, ifname="eth0", skip="me") == []
 
 
@@ -97,7 +101,11 @@ def test_parse_frame_refuses_other_frames() -> None:
     frame = arp.probe_frame(OWN, TARGET)
     assert arp.parse_frame(frame[:30]) is None
     assert arp.parse_frame(frame[:12] + b"\x08\x00" + frame[14:]) is None
-    assert arp.format_mac(OTHER) == "0a:00:00:00:00:02" == arp.format_mac(arp.parse_mac("0a:0:0:0:0:2"))
+    assert (
+        arp.format_mac(OTHER)
+        == "0a:00:00:00:00:02"
+        == arp.format_mac(arp.parse_mac("0a:0:0:0:0:2"))
+    )
 
 
 def test_conflict_message_names_both_holders() -> None:

@@ -291,3 +291,23 @@ def test_json_strings() -> None:
     assert content.json_strings(["a", "b"], "x") == ("a", "b")
     with pytest.raises(errors.InvalidArgument, match=r"^manifest\.json Layers must be a list"):
         content.json_strings(["a", 1], "manifest.json Layers")
+
+
+def test_write_sends_ahead_of_the_answers_and_checks_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(content, "_CHUNK", 4)  # 10 writes, more than the window
+    store, _, dst = _clients(shared=False)
+    data = bytes(range(37))
+    desc = Descriptor("application/octet-stream", content.digest_of(data), len(data))
+    session = content.WriteSession(dst, "ctrexec-test-ref", None)
+    assert content.begin_write(session, desc, {}) == 0
+    assert session.write(0, [data[:9], data[9:]], desc) == len(data)
+    session.commit(desc, len(data), {})
+    session.finish()
+    assert store.disk[desc.digest] == data
+
+    # an answer at another offset than the one sent is an error, not a silent gap
+    monkeypatch.setattr(_Write, "__next__", lambda self: content_pb2.WriteContentResponse(offset=1))
+    other = content.WriteSession(dst, "ctrexec-test-ref-2", None)
+    with pytest.raises(errors.Internal, match="write reached 1"):
+        other.write(0, [data], desc)
+    other.close()

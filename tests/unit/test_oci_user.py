@@ -57,22 +57,23 @@ def test_parse_group() -> None:
 @pytest.mark.parametrize(
     ("user", "expected"),
     [
-        ("", ResolvedUser(0, 0, (), "/root", "root")),
-        ("root", ResolvedUser(0, 0, (), "/root", "root")),
-        ("0", ResolvedUser(0, 0, (), "/root", "root")),
-        # by name: primary gid from passwd, supplementary groups from membership
-        ("app", ResolvedUser(1000, 1000, (33, 29), "/home/app", "app")),
+        ("", ResolvedUser(0, 0, (0,), "/root", "root")),
+        ("root", ResolvedUser(0, 0, (0,), "/root", "root")),
+        ("0", ResolvedUser(0, 0, (0,), "/root", "root")),
+        # by name: primary gid from passwd, supplementary groups from membership, and
+        # the primary gid first among them, as docker lists it
+        ("app", ResolvedUser(1000, 1000, (1000, 33, 29), "/home/app", "app")),
         # a numeric uid that is in passwd resolves like its name
-        ("1000", ResolvedUser(1000, 1000, (33, 29), "/home/app", "app")),
+        ("1000", ResolvedUser(1000, 1000, (1000, 33, 29), "/home/app", "app")),
         # a numeric uid that is not in passwd is allowed: gid 0, home /
-        ("4242", ResolvedUser(4242, 0, (), "/", None)),
-        ("4242:4243", ResolvedUser(4242, 4243, (), "/", None)),
-        # an explicit group replaces the primary gid and drops supplementary ones
-        ("app:staff", ResolvedUser(1000, 50, (), "/home/app", "app")),
-        ("app:7", ResolvedUser(1000, 7, (), "/home/app", "app")),
-        ("1000:audio", ResolvedUser(1000, 29, (), "/home/app", "app")),
-        ("4242:audio", ResolvedUser(4242, 29, (), "/", None)),
-        ("www", ResolvedUser(33, 33, (29,), "/var/www", "www")),
+        ("4242", ResolvedUser(4242, 0, (0,), "/", None)),
+        ("4242:4243", ResolvedUser(4242, 4243, (4243,), "/", None)),
+        # an explicit group replaces the primary gid and drops the other supplementary ones
+        ("app:staff", ResolvedUser(1000, 50, (50,), "/home/app", "app")),
+        ("app:7", ResolvedUser(1000, 7, (7,), "/home/app", "app")),
+        ("1000:audio", ResolvedUser(1000, 29, (29,), "/home/app", "app")),
+        ("4242:audio", ResolvedUser(4242, 29, (29,), "/", None)),
+        ("www", ResolvedUser(33, 33, (33, 29), "/var/www", "www")),
     ],
 )
 def test_resolve_user_spec(user: str, expected: ResolvedUser) -> None:
@@ -87,7 +88,7 @@ def test_unknown_names_are_refused() -> None:
 
 
 def test_missing_files_allow_numbers_only() -> None:
-    assert resolve_user_spec("1000:1000", None, None) == ResolvedUser(1000, 1000)
+    assert resolve_user_spec("1000:1000", None, None) == ResolvedUser(1000, 1000, (1000,))
     with pytest.raises(InvalidArgument, match="not found in image"):
         resolve_user_spec("app", None, None)
 
@@ -128,7 +129,9 @@ def _outside(tmp_path: Path) -> Path:
 def test_resolve_user_from_rootfs(tmp_path: Path) -> None:
     rootfs = _rootfs(tmp_path)
     (rootfs / "etc" / "passwd").write_text(PASSWD)
-    assert resolve_user(rootfs, "app") == ResolvedUser(1000, 1000, (33, 29), "/home/app", "app")
+    assert resolve_user(rootfs, "app") == ResolvedUser(
+        1000, 1000, (1000, 33, 29), "/home/app", "app"
+    )
 
 
 def test_symlink_inside_rootfs_is_followed(tmp_path: Path) -> None:
@@ -186,13 +189,13 @@ def test_directory_is_no_file(tmp_path: Path) -> None:
     rootfs = _rootfs(tmp_path)
     (rootfs / "etc" / "passwd").mkdir()
     assert read_rootfs_file(rootfs, "/etc/passwd") is None
-    assert resolve_user(rootfs, "1000") == ResolvedUser(1000, 0, (), "/", None)
+    assert resolve_user(rootfs, "1000") == ResolvedUser(1000, 0, (0,), "/", None)
 
 
 def test_missing_etc_allows_numeric_users(tmp_path: Path) -> None:
     rootfs = tmp_path / "empty"
     rootfs.mkdir()
-    assert resolve_user(rootfs, "123:456") == ResolvedUser(123, 456)
+    assert resolve_user(rootfs, "123:456") == ResolvedUser(123, 456, (456,))
     assert read_rootfs_file(rootfs, "/etc/passwd") is None
 
 
@@ -200,8 +203,8 @@ def test_group_add_after_the_users_own_groups() -> None:
     passwd = "app:x:1000:1000::/home/app:/bin/sh\n"
     group = "app:x:1000:\nstaff:x:50:app\naudio:x:29:\n"
     resolved = resolve_user_spec("app", passwd, group, ["audio", "4321", "staff"])
-    assert resolved.additional_gids == (50, 29, 4321)
-    assert resolve_user_spec("", None, group, ["29"]).additional_gids == (29,)
+    assert resolved.additional_gids == (1000, 50, 29, 4321)
+    assert resolve_user_spec("", None, group, ["29"]).additional_gids == (0, 29)
 
 
 def test_group_add_errors() -> None:

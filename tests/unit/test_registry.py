@@ -236,6 +236,8 @@ def _events() -> list[PullEvent]:
         PullEvent("start", "r", d, done=0, total=2_000_000),
         PullEvent("progress", "r", d, done=1_000_000, total=2_000_000),
         PullEvent("done", "r", d, done=2_000_000, total=2_000_000),
+        PullEvent("extracting", "r", d, total=2_000_000),
+        PullEvent("extracted", "r", d, done=2_000_000, total=2_000_000),
         PullEvent("pulled", "r", d),
     ]
 
@@ -248,6 +250,12 @@ def test_progress_lines_and_json() -> None:
     text = out.getvalue()
     assert "\x1b" not in text
     assert text.splitlines()[1] == "bbbbbbbbbbbb: downloading 2.0MB"
+    # docker's order of facts: stored, then extracted, and only then "pull complete"
+    assert text.splitlines()[2:5] == [
+        "bbbbbbbbbbbb: done",
+        "bbbbbbbbbbbb: extracting",
+        "bbbbbbbbbbbb: pull complete",
+    ]
     assert text.splitlines()[-1].startswith("r: pulled sha256:")
     out = io.StringIO()
     js = progress.JsonEvents(out)
@@ -258,6 +266,8 @@ def test_progress_lines_and_json() -> None:
         "start",
         "progress",
         "done",
+        "extracting",
+        "extracted",
         "pulled",
     ]
 
@@ -269,4 +279,6 @@ def test_progress_bars() -> None:
         bars(ev)
     text = out.getvalue()
     assert "bbbbbbbbbbbb [" in text and "2.0MB/2.0MB done" in text
+    assert "2.0MB/2.0MB extracting" in text
+    assert text.rstrip().endswith("2.0MB/2.0MB pull complete\npulled r " + "sha256:" + "b" * 64)
     assert "\x1b[1F" in text  # redrawn in place

@@ -50,6 +50,26 @@ def test_v2() -> None:
     assert s.to_json()["cgroup_version"] == 2
 
 
+def test_block_io_both_versions() -> None:
+    """docker's BLOCK I/O: bytes read and written, summed over devices; v1's Total,
+    Sync and Async lines repeat the same bytes and are not counted again."""
+    m1 = v1.Metrics()
+    for op, major, value in [
+        ("Read", 8, 100),
+        ("Write", 8, 40),
+        ("Read", 253, 5),
+        ("Total", 8, 140),
+    ]:
+        m1.blkio.io_service_bytes_recursive.add(op=op, major=major, value=value)
+    s1 = decode(_pack(m1, "io.containerd.cgroups.v1.Metrics"))
+    assert (s1.block_read_bytes, s1.block_write_bytes) == (105, 40)
+    m2 = v2.Metrics()
+    m2.io.usage.add(major=8, rbytes=7, wbytes=3)
+    m2.io.usage.add(major=253, rbytes=1, wbytes=2)
+    s2 = decode(_pack(m2, "io.containerd.cgroups.v2.Metrics"))
+    assert (s2.block_read_bytes, s2.block_write_bytes) == (8, 5)
+
+
 def test_unknown_type() -> None:
     with pytest.raises(errors.Internal):
         decode(any_pb2.Any(type_url="x.y/Other", value=b""))

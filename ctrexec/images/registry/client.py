@@ -13,9 +13,9 @@ import errno
 import json
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urljoin, urlsplit
 
 import urllib3
 from urllib3.exceptions import (
@@ -44,6 +44,8 @@ MANIFEST_ACCEPT = ", ".join(
         content.MT_DOCKER_MANIFEST,
     ]
 )
+#: A request body, made again for each request sent (a retry sends it whole).
+Body = Callable[[], bytes | Iterable[bytes]]
 _CHUNK = 1024 * 1024
 _TIMEOUT = urllib3.Timeout(connect=30.0, read=120.0)
 _USER_AGENT = "ctrexec"
@@ -141,15 +143,23 @@ class Repository:
         url: str,
         headers: dict[str, str],
         where: str = "",
+        *,
+        body: Body | None = None,
     ) -> urllib3.BaseHTTPResponse:
         """One request and its redirects, followed here and not by urllib3: at most
         hosts.MAX_REDIRECTS, none down from https, and a credential header only to the
-        origin it was made for (once dropped, it stays dropped)."""
+        origin it was made for (once dropped, it stays dropped). ``body`` is called for
+        each request sent, so a redirect or an auth retry sends the whole body again."""
         where = where or f"registry {host.origin}"
         for _ in range(hosts.MAX_REDIRECTS + 1):
             try:
                 resp = self._pools[host.api].request(
-                    method, url, headers=headers, preload_content=False, redirect=False
+                    method,
+                    url,
+                    headers=headers,
+                    body=body() if body is not None else None,
+                    preload_content=False,
+                    redirect=False,
                 )
             except HTTPError as exc:
                 raise errors.Unavailable(f"{where}: {_why(exc)}") from exc
@@ -165,22 +175,34 @@ class Repository:
         )
 
     def request(
-        self, host: RegistryHost, method: str, tail: str, headers: dict[str, str] | None = None
+        self,
+        host: RegistryHost,
+        method: str,
+        tail: str,
+        headers: dict[str, str] | None = None,
+        *,
+        body: Body | None = None,
+        url: str = "",
     ) -> urllib3.BaseHTTPResponse:
-        """``method <api>/<repo>/<tail>``, answering one auth challenge; the response is
-        open (the caller reads or releases it). Statuses >= 400 raise."""
-        url = f"{host.api}/{self.path}/{tail}" if tail else f"{host.api}/"
+        """``method <api>/<repo>/<tail>`` (or ``url``, an upload's location), answering
+        one auth challenge; the response is open (the caller reads or releases it).
+        Statuses >= 400 raise."""
+        url = url or (f"{host.api}/{self.path}/{tail}" if tail else f"{host.api}/")
         base = {"User-Agent": _USER_AGENT, **host.headers, **(headers or {})}
         with self._lock:
             cached = self._auth.get(host.api)
         resp = self._send(
-            host, method, url, {**base, **({"Authorization": cached} if cached else {})}
+            host,
+            method,
+            url,
+            {**base, **({"Authorization": cached} if cached else {})},
+            body=body,
         )
         if resp.status == 401:
             challenge = resp.headers.get("WWW-Authenticate", "")
             resp.drain_conn()
             value = self._authorize(host, challenge)
-            resp = self._send(host, method, url, {**base, "Authorization": value})
+            resp = self._send(host, method, url, {**base, "Authorization": value}, body=body)
         if resp.status >= 400:
             raise self._status_error(host, resp, url)
         return resp
@@ -365,3 +387,49 @@ class Repository:
         if desc.size > content.MAX_METADATA_BYTES:
             raise errors.ResourceExhausted(f"blob {desc.digest} is too large to read whole")
         return b"".join(self.blob(desc))
+
+    # -- pushing ------------------------------------------------------------------------------
+
+    def has_blob(self, digest: str) -> bool:
+        """``HEAD blobs/<digest>`` on the push endpoint: a blob it has is not sent again."""
+        host = next(self._each_host("push"))
+        try:
+            resp = self.request(host, "HEAD", f"blobs/{digest}")
+        except errors.NotFound:
+            return False
+        resp.drain_conn()
+        return True
+
+    def upload_blob(self, desc: Descriptor, chunks: Body) -> None:
+        """A blob in one piece: ``POST blobs/uploads/`` opens an upload, ``PUT <location>
+        ?digest=`` sends the bytes and closes it (the distribution spec's monolithic
+        upload). The registry checks the digest; its refusal raises."""
+        host = next(self._each_host("push"))
+        resp = self.request(host, "POST", "blobs/uploads/", {"Content-Length": "0"})
+        location = resp.headers.get("Location", "")
+        resp.drain_conn()
+        if not location:
+            raise errors.RegistryError(f"registry {host.origin}: upload has no Location")
+        target = urljoin(f"{host.api}/{self.path}/blobs/uploads/", location)
+        if urlsplit(target).netloc != urlsplit(host.api).netloc:
+            # a credential goes only to the origin it was made for (as _send's redirects)
+            raise errors.RegistryRefused(
+                f"registry {host.origin}: upload location {target} is on another host"
+            )
+        target += ("&" if "?" in target else "?") + urlencode({"digest": desc.digest})
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(desc.size)}
+        resp = self.request(host, "PUT", "", headers, body=chunks, url=target)
+        resp.drain_conn()
+
+    def put_manifest(self, reference: str, desc: Descriptor, data: bytes) -> None:
+        """``PUT manifests/<tag or digest>`` with the document's own media type; the
+        registry's Docker-Content-Digest, when it sends one, must be ``desc``'s."""
+        host = next(self._each_host("push"))
+        headers = {"Content-Type": desc.media_type, "Content-Length": str(len(data))}
+        resp = self.request(host, "PUT", f"manifests/{reference}", headers, body=lambda: data)
+        resp.drain_conn()
+        said = resp.headers.get("Docker-Content-Digest", "")
+        if said and said != desc.digest:
+            raise errors.DigestMismatch(
+                f"registry {self.domain}: manifest {reference} stored as {said}, not {desc.digest}"
+            )

@@ -4,27 +4,33 @@ The manifest is resolved by tag or digest; an index (or docker manifest list) is
 narrowed to the platform as :func:`content.select_manifests` ranks it. Config and
 layers then come in parallel (``parallel`` at most), each streamed into the content
 store by :func:`imagestore.store_blob`, which skips blobs the store already has (in
-any namespace) and resumes partial ones. Manifests and indexes are stored after their
-children, with containerd's GC labels, and the image record last, so a failure at
-any point leaves no record; a digest mismatch also drops the lease, and GC takes the
-rest. Everything runs under a lease keyed by the reference: an interrupted pull
-leaves its partial downloads there, and the next pull of the reference resumes them.
+any namespace) and resumes partial ones; containerd checks each digest as it commits.
+Each layer is unpacked (Prepare, Diff.Apply, Commit) as soon as its blob is committed
+and the layers below it are unpacked, while the later ones still download, as
+containerd's own pull does. Manifests and indexes are stored after their children,
+with containerd's GC labels, and the image record last, so a failure at any point
+leaves no record; a digest mismatch also drops the lease, and GC takes the rest
+(content and snapshots alike). Everything runs under a lease keyed by the reference:
+an interrupted pull leaves its partial downloads and the layers it unpacked there, and
+the next pull of the reference resumes them.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from ctrexec import errors
-from ctrexec.containerd import content, images
+from ctrexec.containerd import content, images, snapshots
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Descriptor, Platform
+from ctrexec.ids import validate_id
 from ctrexec.images import lookup
 from ctrexec.images import store as imagestore
 from ctrexec.images.reference import normalize_reference, parse_reference
@@ -131,58 +137,109 @@ def _store_one(
     emit("done", desc, desc.size)
 
 
-def _store_blobs(
-    client: Client,
-    repo: Repository,
-    blobs: list[Descriptor],
-    *,
-    lease: str,
-    labels: Mapping[str, str],
-    emit: Callable[..., None],
-    parallel: int,
-) -> None:
-    """Layers and config in parallel; the first failure cancels what has not begun and
-    is raised once the running ones have ended."""
+def _raise_first_failure(futures: Sequence[Future[None]]) -> None:
+    for f in futures:
+        if f.done() and not f.cancelled() and f.exception() is not None:
+            f.result()
+
+
+def _wait_for(futures: Sequence[Future[None]], fut: Future[None]) -> None:
+    """Until ``fut`` is done; a failure of any download raises at once, not when the
+    unpack reaches that layer."""
+    while True:
+        _raise_first_failure(futures)
+        if fut.done():
+            return
+        pending = [f for f in futures if not f.done()]
+        concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+
+
+@attrs.frozen
+class _Unpack:
+    """Where a pull unpacks to, and what it tells the progress display."""
+
+    client: Client
+    lease: str
+    snapshotter: str
+    emit: Callable[..., None]
+
+
+def _unpack_in_order(
+    u: _Unpack,
+    layers: Sequence[Descriptor],
+    diff_ids: Sequence[str],
+    ready: Callable[[Descriptor], None],
+) -> str:
+    """Each layer once ``ready`` says its blob is stored, on the one below it; a layer
+    already committed is skipped. Returns the top chain ID."""
+    parent = ""
+    for layer, diff_id, chain_id in zip(
+        layers, diff_ids, snapshots.chain_ids(diff_ids), strict=True
+    ):
+        ready(layer)
+        if not snapshots.is_committed(u.client, chain_id, u.snapshotter):
+            u.emit("extracting", layer)
+            snapshots.apply_layer(
+                u.client,
+                layer,
+                diff_id=diff_id,
+                chain_id=chain_id,
+                parent=parent,
+                snapshotter=u.snapshotter,
+                lease=u.lease,
+            )
+            u.emit("extracted", layer, layer.size)
+        parent = chain_id
+    return parent
+
+
+def _fetch_and_unpack(
+    repo: Repository, top: Descriptor, manifest: _Doc, u: _Unpack, *, parallel: int
+) -> str:
+    """Config and layers download in parallel (``parallel`` at most; config first, then
+    the layers bottom up), and each layer is unpacked as soon as it is stored and the
+    ones below it are unpacked, while the rest download, as containerd's own pull
+    does. The first failure, of a download or an unpack, cancels the downloads that
+    have not begun and is raised once the running ones have ended. Returns the top
+    chain ID."""
+    config, layers = content.parse_manifest(manifest.obj)
+    for layer in layers:
+        content.layer_compression(layer.media_type)  # refused before any download
+    labels = imagestore.distribution_source_label(repo.domain, repo.path)
     stop = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        futures = [
-            pool.submit(
-                _store_one, client, repo, d, lease=lease, labels=labels, emit=emit, stop=stop
-            )
-            for d in blobs
-        ]
+        futures: dict[str, Future[None]] = {}
+        for d in (config, *layers):  # a blob named twice is fetched once
+            if d.digest not in futures:
+                futures[d.digest] = pool.submit(
+                    _store_one,
+                    u.client,
+                    repo,
+                    d,
+                    lease=u.lease,
+                    labels=labels,
+                    emit=u.emit,
+                    stop=stop,
+                )
+        every = list(futures.values())
         try:
-            for fut in concurrent.futures.as_completed(futures):
-                fut.result()
+            _wait_for(every, futures[config.digest])
+            diff_ids = images.parse_config_blob(content.read_blob(u.client, config)).diff_ids
+            snapshots.check_layers(layers, diff_ids)
+            u.emit("unpacking", top)
+            return _unpack_in_order(
+                u, layers, diff_ids, lambda layer: _wait_for(every, futures[layer.digest])
+            )
         except BaseException:
             stop.set()  # the running downloads end at their next chunk
-            for f in futures:
+            for f in every:
                 f.cancel()
             raise
 
 
-def _store_content(
-    client: Client,
-    repo: Repository,
-    docs: list[_Doc],
-    *,
-    lease: str,
-    emit: Callable[..., None],
-    parallel: int,
-) -> None:
-    """Config and layers first, then the manifest and indexes bottom up: a document is
-    stored only once what its GC labels name is."""
-    config, layers = content.parse_manifest(docs[-1].obj)
+def _store_documents(client: Client, repo: Repository, docs: list[_Doc], *, lease: str) -> None:
+    """The manifest and indexes bottom up, once what their GC labels name is stored."""
     source = (repo.domain, repo.path)
-    _store_blobs(
-        client,
-        repo,
-        [*layers, config],
-        lease=lease,
-        labels=imagestore.distribution_source_label(*source),
-        emit=emit,
-        parallel=parallel,
-    )
     for doc in reversed(docs):
         labels = imagestore.manifest_labels(doc.kind, doc.obj, source=source)
         imagestore.store_bytes(client, doc.desc, doc.data, lease=lease, labels=labels)
@@ -206,6 +263,7 @@ def pull(
     ``$DOCKER_CONFIG``), else anonymous. Endpoints: ``hosts_dir``'s hosts.toml."""
     parsed = parse_reference(ref)
     want = content.as_platform(platform)
+    validate_id(snapshotter, kind="snapshotter")
     name = str(parsed)
     if credentials is None:
         credentials = auth.lookup(parsed.domain, docker_config)
@@ -231,12 +289,12 @@ def pull(
         if docs is None:
             raise errors.NotFound(f"image {ref!r} has no manifest for platform {want}")
         with imagestore.lease(client, key=f"{name} {want}") as le:
-            _store_content(client, repo, docs, lease=le.id, emit=emit, parallel=parallel)
+            u = _Unpack(client, le.id, snapshotter, emit)
+            top_chain = _fetch_and_unpack(repo, top, docs[-1], u, parallel=parallel)
+            _store_documents(client, repo, docs, lease=le.id)
             images.record_image(client, name, top, lease=le.id)
-            emit("unpacking", top)
-            image = imagestore.unpack_image(
-                client, name, lease=le.id, platform=want, snapshotter=snapshotter
-            )
+            image = images.get_image(client, name, platform=want)
+            images.mark_unpacked(client, image.config_digest, top_chain, snapshotter=snapshotter)
             emit("pulled", top)
             return image
     finally:

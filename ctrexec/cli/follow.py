@@ -1,0 +1,136 @@
+"""Following a task's output in its log until it exits: ``run`` without ``-d`` or
+``-i/-t``, ``start -a`` of such a task, and ``attach`` to one (docker streams their
+output from the container's stdio; ctrexec's is in the log, which the log driver
+copies, so the task never blocks on an attached client).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from ctrexec.errors import CtrexecError
+from ctrexec.logs import modes as logmodes
+
+if TYPE_CHECKING:
+    from ctrexec.logs import reader as logstore
+    from ctrexec.tasks.config import TaskConfig
+    from ctrexec.tasks.executor import Executor
+
+
+def driver_of(config: TaskConfig | None) -> str:
+    return config.log_driver if config else logmodes.DEFAULT_DRIVER
+
+
+def attached_entries(
+    driver: str, log_path: str, stop: Callable[[], bool], *, tail: int | None = None
+) -> Iterator[logstore.LogEntry]:
+    """What an attached run prints: the log as it grows (``tail=0``: only what comes
+    from now on); with no log, nothing until stop."""
+    if driver != logmodes.NONE:
+        from ctrexec.logs import reader as logstore
+
+        yield from logstore.read_logs(
+            log_path, driver=driver, follow=True, stop=stop, poll_interval=0.01, tail=tail
+        )
+        return
+    while not stop():
+        time.sleep(0.05)
+
+
+def stream_until_exit(
+    ex: Executor,
+    task_id: str,
+    log_path: str,
+    driver: str,
+    *,
+    reap: bool = False,
+    tail: int | None = None,
+) -> int:
+    """Print the task's log as it grows (``tail=0``, ``attach``: only what comes from now
+    on); return the exit code once the task ends. SIGINT and SIGTERM go to the task.
+
+    ``reap`` (``run --rm``): the task is deleted at its exit, which ends the log at once;
+    otherwise the stopped task stays and its log is read for EXIT_SETTLE more.
+    """
+    from ctrexec.logs import reader as logstore
+
+    done = threading.Event()
+    result: dict[str, int] = {}
+    errors: list[CtrexecError] = []
+
+    def waiter() -> None:
+        try:
+            result["code"] = ex.wait(task_id).code
+        except CtrexecError as exc:
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=waiter, daemon=True).start()
+    stop = stop_after_reap(ex, task_id, done.is_set) if reap else stop_after_exit(done.is_set)
+    # The handler only records the signal: an RPC there could deadlock on a lock the
+    # interrupted code holds. The read loop forwards it at its next poll.
+    received: list[int] = []
+
+    def forward_pending() -> None:
+        while received:
+            with contextlib.suppress(CtrexecError):  # the task may have exited meanwhile
+                ex.signal(task_id, received.pop(0))
+
+    def forward_then_stop() -> bool:
+        forward_pending()
+        return stop()
+
+    entries = attached_entries(driver, log_path, forward_then_stop, tail=tail)
+    record = lambda signum, _frame: received.append(signum)  # noqa: E731
+    old = {s: signal.signal(s, record) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for entry in entries:
+            forward_pending()
+            out = sys.stderr if entry.stream == logstore.STDERR else sys.stdout
+            out.write(entry.message)
+            out.flush()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if errors:
+        raise errors[0]
+    return result["code"]
+
+
+def stop_after_reap(ex: Executor, task_id: str, exited: Callable[[], bool]) -> Callable[[], bool]:
+    """A ``stop`` for read_logs: true once the exited task was deleted, so its log is whole."""
+    reaped: list[bool] = []
+
+    def stop() -> bool:
+        if not reaped and exited():
+            with contextlib.suppress(CtrexecError):  # destroy, after, does it all again
+                ex.reap(task_id)
+            reaped.append(True)
+        return bool(reaped)
+
+    return stop
+
+
+def stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
+    """A ``stop`` for read_logs: true once the task has been gone for EXIT_SETTLE.
+
+    The log driver writes a last line without a newline only after the exit (once its
+    pipe is quiet), so stopping at the exit itself would lose it.
+    """
+    from ctrexec.logs import reader as logstore
+
+    since: list[float] = []
+
+    def stop() -> bool:
+        if not since and exited():
+            since.append(time.monotonic())
+        return bool(since) and time.monotonic() - since[0] >= logstore.EXIT_SETTLE
+
+    return stop
