@@ -61,3 +61,7 @@ NO_SERVER_ENV = "CTREXEC_NO_SERVER"
 #: Seconds without a command after which the server exits.
 SERVER_IDLE_ENV = "CTREXEC_SERVER_IDLE"
 DEFAULT_SERVER_IDLE = 300.0
+
+#: The host's init for ``--init``, best first: Debian's tini, the static build (it runs in
+#: any image), then the dynamic one (it needs the image to have a glibc).
+INIT_BINARIES = ("/usr/bin/tini-static", "/usr/bin/tini")

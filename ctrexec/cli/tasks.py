@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from ctrexec import labels as lbl
-from ctrexec.cli import attach, follow, publish
+from ctrexec.cli import attach, follow, publish, runflags
 from ctrexec.cli._common import (
     ArgumentParser,
     connect,
@@ -111,6 +111,7 @@ _FLAGS = {
     "extra_hosts": "--add-host",
     "dns_search": "--dns-search",
     "dns_options": "--dns-option",
+    "ulimits": "--ulimit",
 }
 
 
@@ -130,6 +131,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
     import secrets
 
     from ctrexec.tasks.config import TaskConfig
+    from ctrexec.tasks.envfile import read_env_files
 
     driver = logmodes.DEFAULT_DRIVER if args.log_driver is None else args.log_driver
     max_size, max_files, transport = logmodes.parse_log_opts(driver, args.log_opt)
@@ -139,9 +141,10 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         image=args.image,
         command=tuple(args.command) if args.command else None,
         entrypoint=_entrypoint(args.entrypoint),
-        env=_env(args.env),
+        env={**read_env_files(args.env_file, os.environ), **_env(args.env)},
         workdir=args.workdir,
         user=args.user,
+        group_add=args.group_add,
         netns=publish.netns_value(args),
         hostname=args.hostname,
         extra_hosts=args.add_host,
@@ -152,6 +155,9 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         tmpfs=args.tmpfs,
         read_only=args.read_only,
         memory=args.memory,
+        memory_swap=args.memory_swap,
+        shm_size=args.shm_size,
+        ulimits=args.ulimit,
         cpus=args.cpus,
         cpu_shares=args.cpu_shares,
         cpuset_cpus=args.cpuset_cpus,
@@ -159,11 +165,15 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         cap_add=args.cap_add,
         cap_drop=args.cap_drop,
         privileged=args.privileged,
+        security_opt=args.security_opt,
+        pid=args.pid,
+        ipc=args.ipc,
         devices=args.device,
         sysctls=parse_key_values(args.sysctl, what="sysctl"),
         oom_score_adj=args.oom_score_adj,
         annotations=parse_key_values(args.annotation, what="annotation"),
         labels=parse_key_values(args.label),
+        init=args.init,
         tty=args.tty,
         stdin_open=args.interactive,
         group=args.group,
@@ -201,8 +211,9 @@ def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, Wiring | 
 def cmd_run(args: argparse.Namespace) -> int:
     attached = (args.interactive or args.tty) and not args.detach
     keys = attach.prepare(args) if attached else b""
-    with _by_flag():
+    with _by_flag(), runflags.cidfile(args.cidfile) as write_cid:
         ex, config, wired = _prepared(args)
+        write_cid(config.name)
         with publish.own_network(ex, config, wired) as (config, owned):
             if attached:
                 if owned:  # the record needs its owner labels before the attached start
@@ -251,8 +262,9 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    with _by_flag():
+    with _by_flag(), runflags.cidfile(args.cidfile) as write_cid:
         ex, config, wired = _prepared(args)
+        write_cid(config.name)
         with publish.own_network(ex, config, wired) as (config, owned):
             record = ex.create(config, owner_labels=owned)
     publish.warn_unsupervised(ex.client, [config])
@@ -406,6 +418,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 def _run_flags(p: ArgumentParser) -> None:
     attach.interactive_flags(p)
+    runflags.add_flags(p)
     p.add_argument("--name", help="container id (default: generated)")
     p.add_argument("--netns", default="none", help="NAME, /path, host or none (default: none)")
     publish.add_flags(p)

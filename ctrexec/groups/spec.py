@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +23,7 @@ from ctrexec.ids import validate_id
 from ctrexec.net import groupns
 from ctrexec.net.networks import parse_mode, parse_port
 from ctrexec.oci.namespaces import with_hostname
-from ctrexec.tasks import fields
+from ctrexec.tasks import envfile, fields
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks.config import TaskConfig
 
@@ -32,7 +33,9 @@ _TASK_KEYS = {
     "read_only", "memory", "cpus", "cpu_shares", "pids_limit", "cap_add", "cap_drop",
     "stop_signal", "stop_timeout", "restart", "labels", "sysctls", "runtime",
     "log_driver", "log_max_size", "log_max_files", "log_transport", "hostname",
-    "extra_hosts", "dns", "dns_search", "dns_options",
+    "extra_hosts", "dns", "dns_search", "dns_options", "env_file", "init",
+    "memory_swap", "shm_size", "ulimits", "group_add", "security_opt",
+    "pid", "ipc",
 }  # fmt: skip
 
 
@@ -84,20 +87,24 @@ def _unknown(keys: set[str], allowed: set[str]) -> None:
         )
 
 
-def parse_group(data: Mapping[str, Any], *, source: str = "group") -> GroupSpec:
+def parse_group(
+    data: Mapping[str, Any], *, source: str = "group", base: Path | None = None
+) -> GroupSpec:
     """Validate a group definition before any side effect.
 
     An error is one line that names ``source`` (the file), the task, the key, the
     value and what was expected: ``group file g.toml: task web: cpus = '2': expected
-    a number``.
+    a number``. A task's ``env_file`` paths are read here, relative to ``base`` (the
+    file's directory; else the current one), so the spec holds the variables: a file
+    edited between two ``group up`` is a changed definition.
     """
     try:
-        return _parse_group(data)
+        return _parse_group(data, base)
     except InvalidArgument as exc:
         raise InvalidArgument(f"{source}: {exc}") from exc
 
 
-def _parse_group(data: Mapping[str, Any]) -> GroupSpec:
+def _parse_group(data: Mapping[str, Any], base: Path | None) -> GroupSpec:
     _unknown(set(data), _GROUP_KEYS)
     if "name" not in data:
         raise InvalidArgument("'name' is required")
@@ -115,18 +122,43 @@ def _parse_group(data: Mapping[str, Any]) -> GroupSpec:
     raw_tasks = data.get("task")
     if not isinstance(raw_tasks, list) or not raw_tasks:
         raise InvalidArgument("at least one [[task]] table is required")
-    spec = GroupSpec(
-        name=name, network=network, hostname=hostname, ports=ports, tasks=tuple(raw_tasks)
-    )
+    where = [_where(task, i) for i, task in enumerate(raw_tasks)]
+    tasks = []
+    for label, task in zip(where, raw_tasks, strict=True):
+        try:
+            tasks.append(_with_env_files(task, base))
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{label}: {exc}") from exc
+    spec = GroupSpec(name=name, network=network, hostname=hostname, ports=ports, tasks=tuple(tasks))
     seen: set[str] = set()
-    for i, task in enumerate(raw_tasks):
-        label = task.get("name") if isinstance(task, dict) else None
-        where = f"task {label if isinstance(label, str) else i + 1}"
+    for label, task in zip(where, tasks, strict=True):
         try:
             _check_task(spec, task, seen)
         except InvalidArgument as exc:
-            raise InvalidArgument(f"{where}: {exc}") from exc
+            raise InvalidArgument(f"{label}: {exc}") from exc
     return spec
+
+
+def _where(task: Any, index: int) -> str:
+    label = task.get("name") if isinstance(task, dict) else None
+    return f"task {label if isinstance(label, str) else index + 1}"
+
+
+def _with_env_files(task: Any, base: Path | None) -> Any:
+    """A task whose ``env_file`` (a path or a list of them) is read into its ``env``,
+    under which the task's own ``env`` wins, as ``-e`` over ``--env-file``."""
+    if not isinstance(task, dict) or "env_file" not in task:
+        return task
+    values = dict(task)
+    given = values.pop("env_file")
+    files = (given,) if isinstance(given, str) else fields.to_tuple(given)
+    if not isinstance(files, tuple) or not all(isinstance(f, str) for f in files):
+        raise InvalidField("env_file", given, "expected a path or a list of paths")
+    with fields.naming("env_file", given):
+        env = envfile.read_env_files(files, os.environ, base=base)
+    own = fields.to_string_map(values.get("env", {}))
+    values["env"] = {**env, **own} if isinstance(own, Mapping) else own
+    return values
 
 
 def _group_name(name: str) -> None:
@@ -167,4 +199,4 @@ def load_group_file(path: str | Path) -> GroupSpec:
         raise InvalidArgument(f"cannot read group file {path}: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise InvalidArgument(f"group file {path} is not valid TOML: {exc}") from exc
-    return parse_group(data, source=f"group file {path}")
+    return parse_group(data, source=f"group file {path}", base=Path(path).parent)

@@ -340,6 +340,26 @@ def with_tmpfs(destination: str, options: Iterable[str] = ()) -> SpecOpt:
     return with_mount(Mount.tmpfs(destination, options))
 
 
+#: Where the task's shared memory is, a tmpfs of the default spec's.
+SHM_PATH = "/dev/shm"
+
+
+def with_shm_size(size: int) -> SpecOpt:
+    """``--shm-size``: the ``/dev/shm`` tmpfs's size in bytes, its other options kept."""
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise InvalidArgument(f"shm size must be a positive number of bytes, got {size!r}")
+
+    def apply(spec: Spec) -> None:
+        for mount in spec.get("mounts") or []:
+            if mount.get("destination") == SHM_PATH:
+                kept = [o for o in mount.get("options") or [] if not o.startswith("size=")]
+                mount["options"] = [*kept, f"size={size}"]
+                return
+        raise InvalidArgument(f"the spec has no {SHM_PATH} mount to size")
+
+    return mutating(apply)
+
+
 def with_readonly_rootfs(readonly: bool = True) -> SpecOpt:
     """Make the root filesystem read-only; writable mounts still work."""
 

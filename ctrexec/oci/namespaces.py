@@ -157,3 +157,30 @@ def with_sysctls(sysctls: Mapping[str, str]) -> SpecOpt:
         linux["sysctl"] = {**(linux.get("sysctl") or {}), **checked}
 
     return mutating(apply)
+
+
+#: ``--pid`` and ``--ipc`` values ctrexec takes: docker's, less ``container:NAME``.
+PID_MODES = ("host", "private")
+IPC_MODES = ("host", "private", "shareable", "none")
+
+
+def check_pid_mode(mode: str) -> None:
+    """docker's ``--pid``: ``host`` shares the host's; ``private`` (the default) is own."""
+    if mode not in PID_MODES:
+        raise InvalidArgument(_mode_error("pid", "PID", mode, PID_MODES))
+
+
+def check_ipc_mode(mode: str) -> None:
+    """docker's ``--ipc``; ``shareable`` and ``none`` are ``private`` here (nothing joins
+    another task's IPC namespace, and /dev/shm is the task's own tmpfs)."""
+    if mode not in IPC_MODES:
+        raise InvalidArgument(_mode_error("ipc", "IPC", mode, IPC_MODES))
+
+
+def _mode_error(flag: str, what: str, mode: str, modes: tuple[str, ...]) -> str:
+    if mode.startswith("container:"):
+        return (
+            f"--{flag}: container:NAME is not supported by ctrexec; a group's tasks share "
+            "only the network namespace"
+        )
+    return f"--{flag}: invalid {what} mode {mode!r}; expected one of {', '.join(modes)}"

@@ -211,6 +211,50 @@ def with_rlimits(limits: Mapping[str, tuple[int, int]]) -> SpecOpt:
     return mutating(apply)
 
 
+#: The names ``--ulimit`` takes: docker's (go-units), each an ``RLIMIT_*`` of runc.
+ULIMIT_NAMES = (
+    "core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc",
+    "rss", "rtprio", "rttime", "sigpending", "stack",
+)  # fmt: skip
+
+
+def parse_ulimit(text: str) -> tuple[str, int, int]:
+    """docker's ``--ulimit NAME=SOFT[:HARD]`` as ``(RLIMIT_NAME, soft, hard)``.
+
+    One value sets both; ``-1`` is unlimited. The errors are docker's.
+    """
+    name, sep, values = text.partition("=")
+    if not sep:
+        raise InvalidArgument(f"invalid ulimit argument: {text}")
+    if name not in ULIMIT_NAMES:
+        raise InvalidArgument(f"invalid ulimit type: {name}")
+    parts = values.split(":")
+    if len(parts) > 2:
+        raise InvalidArgument(
+            f"too many limit value arguments - {values}, can only have up to two, `soft[:hard]`"
+        )
+    numbers = []
+    for part in parts:
+        try:
+            number = int(part, 10)
+        except ValueError:
+            raise InvalidArgument(f'invalid ulimit value "{part}" in {text}') from None
+        if number < -1:
+            raise InvalidArgument(f'invalid ulimit value "{part}" in {text}: -1 is unlimited')
+        numbers.append(_RLIM_INFINITY if number == -1 else number)
+    soft, hard = numbers[0], numbers[-1]
+    if soft > hard:
+        raise InvalidArgument(
+            f"ulimit soft limit must be less than or equal to hard limit: {parts[0]} > {parts[-1]}"
+        )
+    return f"RLIMIT_{name.upper()}", soft, hard
+
+
+def check_ulimits(texts: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """Each ``--ulimit`` parsed, by limit; a later one of the same name wins, as docker's."""
+    return {name: (soft, hard) for name, soft, hard in map(parse_ulimit, texts)}
+
+
 def with_no_new_privileges(enabled: bool = True) -> SpecOpt:
     """Set ``noNewPrivileges``: with it, setuid binaries and file caps grant nothing."""
 
@@ -252,3 +296,27 @@ def with_user_ids(uid: int, gid: int, additional_gids: Iterable[int] = ()) -> Sp
         process_of(spec)["user"] = dict(user)
 
     return mutating(apply)
+
+
+#: Where ``--init`` puts the init binary in the task, and what ``inspect`` leaves out of
+#: the argv: docker's own path, so tools that look for docker's init find it.
+INIT_PATH = "/sbin/docker-init"
+
+
+def with_init() -> SpecOpt:
+    """Run the args set so far under the init at :data:`INIT_PATH` (``--init``).
+
+    ``--`` ends the init's own options, so an argv that starts with ``-`` is the task's.
+    Applied after :func:`with_args`; the binary is bound in by the caller.
+    """
+
+    def apply(spec: Spec) -> None:
+        process = process_of(spec)
+        process["args"] = [INIT_PATH, "--", *(process.get("args") or [])]
+
+    return mutating(apply)
+
+
+def without_init(args: Sequence[str]) -> list[str]:
+    """The task's own argv out of one :func:`with_init` wrapped."""
+    return list(args[2:]) if list(args[:2]) == [INIT_PATH, "--"] else list(args)

@@ -91,13 +91,26 @@ def with_memory_reservation(reservation: str | int) -> SpecOpt:
     return mutating(apply)
 
 
+def parse_memory_swap(total: str | int) -> int:
+    """``--memory-swap``: a size in bytes, or -1 for unlimited swap."""
+    return -1 if total in (-1, "-1") else parse_size(total)
+
+
+def parse_shm_size(size: str | int) -> int:
+    """``--shm-size``: a size in bytes above 0."""
+    value = parse_size(size)
+    if value <= 0:
+        raise InvalidArgument("shm size must be above 0")
+    return value
+
+
 def with_memory_swap(total: str | int) -> SpecOpt:
     """Limit memory plus swap, like ``docker run --memory-swap``; -1 is unlimited.
 
     Needs a memory limit first (the total only means something relative to it),
     and must be at least that limit; equal means no swap.
     """
-    size = -1 if total in (-1, "-1") else parse_size(total)
+    size = parse_memory_swap(total)
 
     def apply(spec: Spec) -> None:
         memory = resources_of(spec).setdefault("memory", {})

@@ -9,7 +9,8 @@ Docker's rules, which we keep:
   uid need not, and then gets gid 0 and home ``/``;
 - a numeric uid that *is* in passwd takes its primary gid from there;
 - without an explicit group, the user also gets the supplementary groups that
-  list it as a member in /etc/group; with one, it gets only that group.
+  list it as a member in /etc/group; with one, it gets only that group;
+- ``--group-add`` groups come after those: a gid as is, a name through /etc/group.
 
 Everything here is pure: functions take the files' text. The caller reads them
 from the image through the one root-confined reader
@@ -19,6 +20,8 @@ because an image is untrusted and a symlink such as
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import attrs
 
@@ -125,8 +128,39 @@ def split_user_spec(user: str) -> tuple[str, str]:
     return user_part, group_part
 
 
-def resolve_user_spec(user: str, passwd_text: str | None, group_text: str | None) -> ResolvedUser:
-    """Resolve ``user`` against passwd/group text (None: the image has no such file)."""
+def check_group_add(groups: Sequence[str]) -> None:
+    """``--group-add``: each a group name (looked up in the image) or a gid in range."""
+    for group in groups:
+        if not group.strip():
+            raise InvalidArgument("a group to add must not be empty")
+        if group.isdigit():
+            _check_numeric(int(group), "gid")
+
+
+def _added_gids(added: Sequence[str], groups: list[GroupEntry]) -> list[int]:
+    """docker's --group-add: a number as is, a name through the image's /etc/group."""
+    gids = []
+    for group in added:
+        if group.isdigit():
+            gids.append(_check_numeric(int(group), "gid"))
+            continue
+        entry = next((g for g in groups if g.name == group), None)
+        if entry is None:
+            raise InvalidArgument(
+                f"Unable to find group {group}: no matching entries in group file"
+            )
+        gids.append(entry.gid)
+    return gids
+
+
+def resolve_user_spec(
+    user: str,
+    passwd_text: str | None,
+    group_text: str | None,
+    group_add: Sequence[str] = (),
+) -> ResolvedUser:
+    """Resolve ``user`` against passwd/group text (None: the image has no such file);
+    ``group_add`` (``--group-add``) follows the user's own supplementary groups."""
     user_part, group_part = split_user_spec(user)
     passwd = parse_passwd(passwd_text or "")
     groups = parse_group(group_text or "")
@@ -155,6 +189,7 @@ def resolve_user_spec(user: str, passwd_text: str | None, group_text: str | None
             gid = group.gid
     elif name is not None:
         additional = [g.gid for g in groups if name in g.members]
+    additional += _added_gids(group_add, groups)
     # docker lists the primary group among the supplementary ones, so ``id`` in the
     # task shows it in ``groups=`` and a process keeps it after a setgid of its own
     return ResolvedUser(uid, gid, tuple(dict.fromkeys([gid, *additional])), home, name)

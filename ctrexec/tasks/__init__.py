@@ -1,6 +1,7 @@
 """Tasks: one container and its runs, from a TaskConfig to an exit status.
 
-What it holds: the config and its fields (``config``, ``fields``), the OCI spec a config
+What it holds: the config and its fields (``config``, ``fields``; ``envfile`` reads docker's
+env files into it), the OCI spec a config
 becomes (``spec``, ``users``, ``files``), the record and its rootfs (``records``), each
 start's run numbers (``runs``), ``cp`` (``copyarchive``, ``copying``), reading a task
 back (``info``, ``procs``), a ``run -p``

@@ -22,9 +22,9 @@ from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.ids import validate_id
 from ctrexec.logs import modes as logmodes
 from ctrexec.logs.driver import check_limits
-from ctrexec.oci import caps, namespaces, process, resources
+from ctrexec.oci import caps, namespaces, process, resources, secopts
 from ctrexec.oci.spec import with_annotations
-from ctrexec.oci.user import split_user_spec
+from ctrexec.oci.user import check_group_add, split_user_spec
 from ctrexec.tasks import fields
 
 if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
@@ -139,7 +139,19 @@ class TaskConfig:
     user: str | None = attrs.field(
         default=None, validator=fields.text(split_user_spec, optional=True)
     )
+    #: docker's --group-add: more supplementary groups, names from the image's /etc/group.
+    group_add: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings(check_group_add)
+    )
     netns: str = attrs.field(default="none", validator=fields.text())
+    #: docker's --pid and --ipc: ``host`` shares the host's namespace (``ipc = "host"``
+    #: also its /dev/shm); the default is the task's own.
+    pid: str | None = attrs.field(
+        default=None, validator=fields.text(namespaces.check_pid_mode, optional=True)
+    )
+    ipc: str | None = attrs.field(
+        default=None, validator=fields.text(namespaces.check_ipc_mode, optional=True)
+    )
     hostname: str | None = attrs.field(
         default=None, validator=fields.text(namespaces.with_hostname, optional=True)
     )
@@ -178,6 +190,25 @@ class TaskConfig:
             (str, int), "a size such as 256m", resources.parse_size, optional=True
         ),
     )
+    #: docker's --memory-swap: memory plus swap (a size, or -1 for unlimited swap); needs
+    #: ``memory``, and is at least that.
+    memory_swap: str | int | None = attrs.field(
+        default=None,
+        validator=fields.field(
+            (str, int), "a size such as 1g, or -1", resources.parse_memory_swap, optional=True
+        ),
+    )
+    #: docker's --shm-size: the size of /dev/shm (64m unless set).
+    shm_size: str | int | None = attrs.field(
+        default=None,
+        validator=fields.field(
+            (str, int), "a size such as 256m", resources.parse_shm_size, optional=True
+        ),
+    )
+    #: docker's --ulimit, ``NAME=SOFT[:HARD]`` each (``nofile=1024:4096``).
+    ulimits: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings(process.check_ulimits)
+    )
     cpus: float | None = attrs.field(
         default=None, validator=fields.number(resources.with_cpus, optional=True)
     )
@@ -212,6 +243,13 @@ class TaskConfig:
         default=(), converter=fields.to_tuple, validator=fields.strings(caps.expand_capabilities)
     )
     privileged: bool = attrs.field(default=False, validator=fields.boolean())
+    #: docker's --security-opt: ``no-new-privileges[=true|false]``, ``seccomp=unconfined``,
+    #: ``seccomp=PATH`` (a profile file, read when the task is created).
+    security_opt: tuple[str, ...] = attrs.field(
+        default=(),
+        converter=fields.to_tuple,
+        validator=fields.strings(secopts.parse_security_opts),
+    )
     devices: tuple[str, ...] = attrs.field(
         default=(), converter=fields.to_tuple, validator=fields.strings()
     )
@@ -231,6 +269,9 @@ class TaskConfig:
         converter=fields.to_string_map,
         validator=fields.string_map(lbl.validate_user_labels),
     )
+    #: docker's ``--init``: an init (tini) as pid 1 that runs the task's argv, reaps
+    #: orphans and forwards signals; the host's binary is found by ``check_config``.
+    init: bool = attrs.field(default=False, validator=fields.boolean())
     #: docker's ``-t`` and ``-i``: a pseudo-terminal, an open stdin. Either makes the
     #: task interactive: its stdio is FIFOs for ``attach``, not the log driver.
     tty: bool = attrs.field(default=False, validator=fields.boolean())
@@ -283,10 +324,17 @@ class TaskConfig:
     log_dir: str | None = attrs.field(default=None, validator=fields.text(_absolute, optional=True))
 
     def __attrs_post_init__(self) -> None:
-        """Only ``json-file`` rotates: limits given to another driver would be ignored.
+        """A swap limit needs a memory limit, as docker's. Only ``json-file`` rotates:
+        limits given to another driver would be ignored.
 
         Output sent to the caller's paths has no log driver at all.
         """
+        if self.memory_swap is not None and self.memory is None:
+            raise InvalidField(
+                "memory_swap",
+                self.memory_swap,
+                "You should always set the Memory limit when using Memoryswap limit, see usage",
+            )
         if self.stdout_path is not None or self.stderr_path is not None:
             self._no_log_settings()
             return

@@ -143,7 +143,7 @@ class Executor:
         image = lookup.ensure_image(
             self.client, config.image, snapshotter=config.snapshotter, cache=self.images
         )
-        user = self._resolve_user(image, config.user or image.config.user, config.snapshotter)
+        user = self._resolve_user(image, config.user or image.config.user, config)
         log_root = Path(config.log_dir) if config.log_dir else self.log_dir
         log_path = taskfiles.log_path(log_root, self.client.namespace, config.name)
         # The spec needs only the files' paths; they are written once the record exists
@@ -186,8 +186,9 @@ class Executor:
         netns.verify(path)
         return path, "path"
 
-    def _resolve_user(self, image: images.Image, user: str, snapshotter: str) -> ResolvedUser:
-        return self.users.resolve(self.client, image, user, snapshotter)
+    def _resolve_user(self, image: images.Image, user: str, config: TaskConfig) -> ResolvedUser:
+        """``user`` in the image, with the config's added groups (``--group-add``)."""
+        return self.users.resolve(self.client, image, user, config.snapshotter, config.group_add)
 
     # -- start ----------------------------------------------------------------------
 
@@ -550,7 +551,8 @@ class Executor:
         if user:
             cfg = self._config_of(record)
             image = images.get_image(self.client, record.image)
-            resolved = self._resolve_user(image, user, cfg.snapshotter if cfg else "overlayfs")
+            snapshotter = cfg.snapshotter if cfg else "overlayfs"
+            resolved = self.users.resolve(self.client, image, user, snapshotter)
         env, workdir = options.get("env"), options.get("workdir")
         return taskio.exec_spec(record.spec, args, env=env, workdir=workdir, user=resolved, tty=tty)
 

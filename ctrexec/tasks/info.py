@@ -20,6 +20,7 @@ from ctrexec.containerd import containers, stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, HandleMismatch, InvalidArgument, NotFound
+from ctrexec.oci import process
 from ctrexec.tasks import health, runs
 from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
 
@@ -153,11 +154,20 @@ def _process_facts(spec: Mapping[str, Any]) -> dict[str, Any]:
     proc = spec.get("process")
     proc = proc if isinstance(proc, dict) else {}
     return {
-        "args": tuple(str(a) for a in proc.get("args") or ()),
+        "args": tuple(str(a) for a in _without_init(spec, proc.get("args") or [])),
         "env": tuple(str(e) for e in proc.get("env") or ()),
         "workdir": str(proc.get("cwd") or ""),
         "hostname": str(spec.get("hostname") or ""),
     }
+
+
+def _without_init(spec: Mapping[str, Any], args: list[Any]) -> list[Any]:
+    """The task's own argv: docker's inspect leaves ``--init``'s out of it."""
+    mounts = spec.get("mounts")
+    inited = isinstance(mounts, list) and any(
+        isinstance(m, dict) and m.get("destination") == process.INIT_PATH for m in mounts
+    )
+    return process.without_init(args) if inited else args
 
 
 def _live_pid(state: tasks.ProcessState | None) -> int:

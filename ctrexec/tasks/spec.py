@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ctrexec import ids, oci
+from ctrexec import defaults, ids, oci
 from ctrexec import labels as lbl
 from ctrexec.containerd.runtimes import RuntimeChoice
 from ctrexec.containerd.runtimes import resolve as resolve_runtime
-from ctrexec.errors import InvalidArgument
+from ctrexec.errors import InvalidArgument, InvalidField
 from ctrexec.net import hostfiles
 from ctrexec.net.hostfiles import HostFiles
-from ctrexec.oci import caps, mounts, namespaces, process, resources
+from ctrexec.oci import caps, mounts, namespaces, process, resources, seccomp, secopts
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import fields
 from ctrexec.tasks.config import TaskConfig
@@ -44,6 +44,11 @@ class CheckedConfig:
     memory: int | None
     labels: Mapping[str, str]
     memory_reservation: int | None = None
+    #: The host's init binary (``init``), bound read-only into the task.
+    init_binary: str | None = None
+    #: ``security_opt``'s parts; ``seccomp_profile`` is the file's, as read.
+    security: secopts.SecurityOpts = attrs.field(factory=secopts.SecurityOpts)
+    seccomp_profile: Mapping[str, Any] | None = None
 
 
 def parse_signal(value: str | int) -> int:
@@ -67,6 +72,33 @@ def host_bounding_capabilities() -> list[str]:
     Read here, not in :mod:`ctrexec.oci`, so the spec builders stay free of I/O.
     """
     return caps.bounding_capabilities(Path("/proc/self/status").read_text())
+
+
+def find_init(candidates: Sequence[str] | None = None) -> str:
+    """The host's init for ``init``: the first of ``candidates`` (defaults.INIT_BINARIES)
+    that is an executable file."""
+    candidates = defaults.INIT_BINARIES if candidates is None else candidates
+    for path in candidates:
+        if Path(path).is_file() and os.access(path, os.X_OK):
+            return path
+    raise InvalidArgument(
+        f"no init binary on this host (looked for {', '.join(candidates)}); "
+        "install Debian's tini: apt-get install tini"
+    )
+
+
+def read_seccomp_profile(path: str) -> Mapping[str, Any]:
+    """A ``seccomp=PATH`` profile file, its shape checked (:mod:`ctrexec.oci.secopts`)."""
+    import json  # here, for start-up cost: only a config with a profile file reads one
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"opening seccomp profile ({path}) failed: {exc}") from exc
+    except ValueError as exc:
+        raise InvalidArgument(f"Decoding seccomp profile failed: {exc}") from exc
+    secopts.oci_profile(data, [])
+    return data if isinstance(data, dict) else {}
 
 
 def check_host_cpus(cpus: float) -> None:
@@ -106,6 +138,23 @@ def check_config(config: TaskConfig, *, containerd_address: str | None = None) -
             parse_signal(config.stop_signal)
     if config.cpus is not None:
         check_host_cpus(config.cpus)
+    if config.memory is not None and config.memory_swap is not None:
+        swap = resources.parse_memory_swap(config.memory_swap)
+        if swap != -1 and swap < resources.parse_size(config.memory):
+            raise InvalidField(
+                "memory_swap",
+                config.memory_swap,
+                "Minimum memoryswap limit should be larger than memory limit, see usage",
+            )
+    init_binary = None
+    if config.init:
+        with fields.naming("init", config.init):
+            init_binary = find_init()
+    security = secopts.parse_security_opts(config.security_opt)
+    profile = None
+    if security.seccomp not in (None, "unconfined"):
+        with fields.naming("security_opt", config.security_opt):
+            profile = read_seccomp_profile(security.seccomp)
     return CheckedConfig(
         config=config,
         runtime=runtime,
@@ -119,6 +168,9 @@ def check_config(config: TaskConfig, *, containerd_address: str | None = None) -
             else resources.parse_size(config.memory_reservation)
         ),
         labels=dict(config.labels),
+        init_binary=init_binary,
+        security=security,
+        seccomp_profile=profile,
     )
 
 
@@ -136,7 +188,7 @@ def build(
     """The OCI spec for one task; ``image``: the defaults its image carries."""
     cfg = checked.config
     return oci.build_spec(
-        *_process_opts(cfg, image, user),
+        *_process_opts(cfg, image, user, init=checked.init_binary is not None),
         *_network_opts(cfg, netns_path, host_network=host_network),
         *_filesystem_opts(checked, hostfiles, containerd_address),
         *_resource_opts(checked, namespace),
@@ -145,11 +197,14 @@ def build(
     )
 
 
-def _process_opts(cfg: TaskConfig, image: ImageConfig, user: ResolvedUser) -> list[oci.SpecOpt]:
+def _process_opts(
+    cfg: TaskConfig, image: ImageConfig, user: ResolvedUser, *, init: bool
+) -> list[oci.SpecOpt]:
     """What runs and as whom: the config's values over the image's defaults."""
     args = process.resolve_args(image.entrypoint, image.cmd, cfg.entrypoint, cfg.command)
     opts = [
         process.with_args(args),
+        *([process.with_init()] if init else []),
         # docker's default for a terminal, which the image and the user may override
         process.with_env(
             process.merge_env(["TERM=xterm"] * cfg.tty + list(image.env), dict(cfg.env))
@@ -160,6 +215,8 @@ def _process_opts(cfg: TaskConfig, image: ImageConfig, user: ResolvedUser) -> li
     ]
     if cfg.oom_score_adj is not None:
         opts.append(process.with_oom_score_adj(cfg.oom_score_adj))
+    if cfg.ulimits:
+        opts.append(process.with_rlimits(process.check_ulimits(cfg.ulimits)))
     return opts
 
 
@@ -173,6 +230,10 @@ def _network_opts(
     elif netns_path is not None:
         opts.append(namespaces.with_network_namespace(netns_path))
     opts.append(namespaces.with_hostname(cfg.hostname or default_hostname(cfg)))
+    if cfg.pid == "host":
+        opts.append(namespaces.with_host_namespace("pid"))
+    if cfg.ipc == "host":
+        opts.append(namespaces.with_host_namespace("ipc"))
     if cfg.sysctls:
         opts.append(namespaces.with_sysctls(cfg.sysctls))
     return opts
@@ -193,6 +254,12 @@ def _filesystem_opts(
             mounts.with_bind_mount(str(src), dst, readonly=read_only or dst != "/etc/hosts")
             for src, dst in hostfiles.mounts()
         ]
+    if checked.config.shm_size is not None:
+        opts.append(mounts.with_shm_size(resources.parse_shm_size(checked.config.shm_size)))
+    if checked.config.ipc == "host":  # POSIX shared memory is /dev/shm's files
+        opts.append(mounts.with_bind_mount(mounts.SHM_PATH, mounts.SHM_PATH))
+    if checked.init_binary is not None:
+        opts.append(mounts.with_bind_mount(checked.init_binary, process.INIT_PATH, readonly=True))
     for m in (*checked.volumes, *checked.tmpfs):
         opts.append(mounts.with_mount(m, containerd_address=containerd_address))
     if read_only:
@@ -207,6 +274,8 @@ def _resource_opts(checked: CheckedConfig, namespace: str) -> list[oci.SpecOpt]:
     opts = [resources.with_cgroups_path(cfg.cgroup or ids.task_cgroup(namespace, cfg.name))]
     if checked.memory is not None:
         opts.append(resources.with_memory_limit(checked.memory))
+    if cfg.memory_swap is not None:
+        opts.append(resources.with_memory_swap(cfg.memory_swap))
     if checked.memory_reservation is not None:
         opts.append(resources.with_memory_reservation(checked.memory_reservation))
     if cfg.cpus is not None:
@@ -235,6 +304,14 @@ def _privilege_opts(checked: CheckedConfig) -> list[oci.SpecOpt]:
             opts.append(caps.with_added_capabilities(cfg.cap_add))
     if checked.devices:
         opts.append(mounts.with_devices(checked.devices))
+    if checked.security.no_new_privileges is not None:
+        opts.append(process.with_no_new_privileges(checked.security.no_new_privileges))
+    if cfg.privileged:  # no filter at all
+        return opts
+    if checked.security.seccomp == "unconfined":
+        opts.append(seccomp.with_seccomp(None))
+    elif checked.seccomp_profile is not None:
+        opts.append(secopts.with_seccomp_profile(checked.seccomp_profile))
     return opts
 
 

@@ -13,13 +13,19 @@ from ctrexec.oci.user import ResolvedUser, resolve_user_spec
 
 
 class ImageUsers:
-    """Resolved users by (namespace, snapshotter, image top chain ID, user spec)."""
+    """Resolved users by (namespace, snapshotter, image top chain ID, user spec, added
+    groups)."""
 
     def __init__(self) -> None:
-        self._memo: Memo[tuple[str, str, str, str], ResolvedUser] = Memo()
+        self._memo: Memo[tuple[str, str, str, str, tuple[str, ...]], ResolvedUser] = Memo()
 
     def resolve(
-        self, client: Client, image: images.Image, user: str, snapshotter: str
+        self,
+        client: Client,
+        image: images.Image,
+        user: str,
+        snapshotter: str,
+        group_add: tuple[str, ...] = (),
     ) -> ResolvedUser:
         """Always through the image's files: docker takes even a numeric uid's primary
         and supplementary groups from /etc/passwd and /etc/group when it is listed.
@@ -28,13 +34,17 @@ class ImageUsers:
         snapshot, which its digest fixes; reading them mounts the image (a lease, a
         view, a private mount namespace), which costs more than the rest of a start.
         """
-        if not user:
+        if not user and not group_add:
             return ResolvedUser(uid=0, gid=0)
-        key = (client.namespace, snapshotter, image.top_chain_id, user)
-        return self._memo.get_or_compute(key, lambda: _read(client, image, user, snapshotter))
+        key = (client.namespace, snapshotter, image.top_chain_id, user, group_add)
+        return self._memo.get_or_compute(
+            key, lambda: _read(client, image, user, snapshotter, group_add)
+        )
 
 
-def _read(client: Client, image: images.Image, user: str, snapshotter: str) -> ResolvedUser:
+def _read(
+    client: Client, image: images.Image, user: str, snapshotter: str, group_add: tuple[str, ...]
+) -> ResolvedUser:
     files = images.read_rootfs_files(
         client, image, ["/etc/passwd", "/etc/group"], snapshotter=snapshotter
     )
@@ -43,4 +53,5 @@ def _read(client: Client, image: images.Image, user: str, snapshotter: str) -> R
         user,
         passwd.decode(errors="replace") if passwd is not None else None,
         group.decode(errors="replace") if group is not None else None,
+        group_add,
     )

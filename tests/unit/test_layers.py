@@ -190,6 +190,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 #: Inside these packages, a module imports only the modules listed before it.
 ORDER: dict[str, tuple[str, ...]] = {
     "ctrexec.tasks": (
+        "envfile",
         "fields",
         "config",
         "output",

@@ -16,6 +16,7 @@ from ctrexec.oci import (
     parse_passwd,
     resolve_user_spec,
 )
+from ctrexec.oci.user import check_group_add
 
 pytestmark = pytest.mark.unit
 
@@ -196,3 +197,21 @@ def test_missing_etc_allows_numeric_users(tmp_path: Path) -> None:
     rootfs.mkdir()
     assert resolve_user(rootfs, "123:456") == ResolvedUser(123, 456, (456,))
     assert read_rootfs_file(rootfs, "/etc/passwd") is None
+
+
+def test_group_add_after_the_users_own_groups() -> None:
+    passwd = "app:x:1000:1000::/home/app:/bin/sh\n"
+    group = "app:x:1000:\nstaff:x:50:app\naudio:x:29:\n"
+    resolved = resolve_user_spec("app", passwd, group, ["audio", "4321", "staff"])
+    assert resolved.additional_gids == (1000, 50, 29, 4321)
+    assert resolve_user_spec("", None, group, ["29"]).additional_gids == (0, 29)
+
+
+def test_group_add_errors() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        resolve_user_spec("", None, "audio:x:29:\n", ["video"])
+    assert str(info.value) == "Unable to find group video: no matching entries in group file"
+    with pytest.raises(InvalidArgument, match="out of range"):
+        check_group_add(["4294967296"])
+    with pytest.raises(InvalidArgument, match="must not be empty"):
+        check_group_add([" "])

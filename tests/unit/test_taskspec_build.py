@@ -17,7 +17,7 @@ from ctrexec.tasks.config import TaskConfig
 pytestmark = pytest.mark.unit
 
 
-def _spec(**kw: Any) -> dict[str, Any]:
+def _spec(*, init_binary: str | None = None, **kw: Any) -> dict[str, Any]:
     cfg = TaskConfig(name="t", image="img", **kw)
     checked = taskspec.CheckedConfig(
         config=cfg,
@@ -25,8 +25,9 @@ def _spec(**kw: Any) -> dict[str, Any]:
         volumes=(),
         tmpfs=(),
         devices=(),
-        memory=None,
+        memory=taskspec.resources.parse_size(cfg.memory) if cfg.memory else None,
         labels={},
+        init_binary=init_binary,
     )
     return taskspec.build(
         checked,
@@ -37,6 +38,36 @@ def _spec(**kw: Any) -> dict[str, Any]:
         hostfiles=None,
         namespace="ns",
     )
+
+
+def test_init_binds_tini_read_only_and_runs_the_argv_under_it() -> None:
+    spec = _spec(init=True, init_binary="/usr/bin/tini-static", command=["echo", "hi"])
+    assert spec["process"]["args"] == ["/sbin/docker-init", "--", "echo", "hi"]
+    (mount,) = [m for m in spec["mounts"] if m["destination"] == "/sbin/docker-init"]
+    assert mount["source"] == "/usr/bin/tini-static"
+    assert {"ro", "rbind"} <= set(mount["options"])
+    assert _spec(command=["echo"])["process"]["args"] == ["echo"]
+
+
+def test_limits_reach_the_spec() -> None:
+    spec = _spec(memory="64m", memory_swap="-1", shm_size="1m", ulimits=["nofile=10:20"])
+    assert spec["linux"]["resources"]["memory"] == {"limit": 64 << 20, "swap": -1}
+    (shm,) = [m for m in spec["mounts"] if m["destination"] == "/dev/shm"]
+    assert f"size={1 << 20}" in shm["options"]
+    assert spec["process"]["rlimits"] == [{"type": "RLIMIT_NOFILE", "soft": 10, "hard": 20}]
+
+
+def test_pid_and_ipc_host_leave_those_namespaces_and_share_dev_shm() -> None:
+    def types(spec: dict[str, Any]) -> set[str]:
+        return {n["type"] for n in spec["linux"]["namespaces"]}
+
+    assert {"pid", "ipc"} <= types(_spec())
+    assert "pid" not in types(_spec(pid="host"))
+    spec = _spec(ipc="host")
+    assert "ipc" not in types(spec)
+    (shm,) = [m for m in spec["mounts"] if m["destination"] == "/dev/shm"]
+    assert (shm["type"], shm["source"]) == ("bind", "/dev/shm")
+    assert {"pid", "ipc"} <= types(_spec(pid="private", ipc="shareable"))
 
 
 def _caps(spec: dict[str, Any]) -> dict[str, list[str]]:

@@ -1,0 +1,60 @@
+"""Flags of ``run`` and ``create`` from docker's second parity round, and ``--cidfile``.
+
+``--cidfile``: the container's ID written to a file, which must not exist. The file is
+made (exclusively) before anything else, so two runs given one path cannot both go
+ahead; the ID is written once the config is known (ctrexec's ID is the name), and the
+file is removed again if the command fails before the container exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ctrexec.cli._common import ArgumentParser
+from ctrexec.errors import Conflict, InvalidArgument
+
+
+def add_flags(p: ArgumentParser) -> None:
+    """The flags of docker's second parity round (README's "coming from docker")."""
+    p.add_argument("--cidfile", help="write the container's ID to this file (must not exist)")
+    p.add_argument("--env-file", action="append", default=[], metavar="FILE")
+    p.add_argument("--group-add", action="append", default=[], metavar="GROUP")
+    p.add_argument("--memory-swap", help="memory plus swap; -1: unlimited swap")
+    p.add_argument("--shm-size", help="size of /dev/shm (default 64m)")
+    p.add_argument("--ulimit", action="append", default=[], metavar="NAME=SOFT[:HARD]")
+    p.add_argument("--init", action="store_true", help="run tini as pid 1: reaps, forwards signals")
+    p.add_argument("--security-opt", action="append", default=[], metavar="OPT")
+    p.add_argument("--pid", help="host: the host's PID namespace")
+    p.add_argument("--ipc", help="host: the host's IPC namespace and /dev/shm; private")
+
+
+@contextlib.contextmanager
+def cidfile(path: str | None) -> Iterator[Callable[[str], None]]:
+    """A writer of the ID to ``path`` (None: no file, and the writer does nothing)."""
+    if path is None:
+        yield lambda _id: None
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise Conflict(
+            f"container ID file found, make sure the other container isn't running or delete {path}"
+        ) from None
+    except OSError as exc:
+        raise InvalidArgument(
+            f"failed to create the container ID file: {exc.strerror or exc}"
+        ) from exc
+    os.close(fd)
+
+    def write(container_id: str) -> None:
+        Path(path).write_text(container_id)
+
+    try:
+        yield write
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(path).unlink()
+        raise
