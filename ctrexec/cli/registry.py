@@ -210,7 +210,7 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="print only the digest line")
     p.add_argument("--parallel", type=_count, default=3, help="blobs uploaded at once (3)")
     p.add_argument("--plain-http", action="store_true", help="talk HTTP to the registry")
-    p.add_argument("--hosts-dir", type=Path, help="registry hosts.toml directory")
+    p.add_argument("--hosts-dir", type=_path, help="registry hosts.toml directory")
     p.set_defaults(func=cmd_push, missing_exit=1)  # docker's exit for "does not exist locally"
     p = sub.add_parser("login", help="log in to a registry (writes docker's config.json)")
     p.add_argument("server", nargs="?", default="docker.io")

@@ -225,4 +225,3 @@ def cli_bridge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, subnet: str) -> 
     assert list((tmp_path / "cni-cache").rglob("*-eth0")) == [], "a CNI result stayed"
     prefix = subnet.rsplit(".", 1)[0] + "."
     assert prefix not in iptables_dump(), "a port mapping or masquerade rule stayed"
-
