@@ -33,6 +33,7 @@ from ctrexec.errors import (
 from ctrexec.logs import client as logdaemon_client
 from ctrexec.logs import modes as logmodes
 from ctrexec.net import hostfiles, netns
+from ctrexec.oci.mounts import Mount
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import control as taskctl
 from ctrexec.tasks import files as taskfiles
@@ -41,6 +42,7 @@ from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks import runs, waiting
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks import stdio as taskio
+from ctrexec.tasks import volumes as volstore
 from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
 from ctrexec.tasks.users import ImageUsers
 
@@ -149,6 +151,9 @@ class Executor:
         # The spec needs only the files' paths; they are written once the record exists
         # (here, or by start()), so a crash in between leaves no orphan files behind.
         files = taskfiles.for_task(self.files_dir, self.client.namespace, config)
+        if any(not isinstance(m, Mount) for m in checked.volumes):
+            checked, used = volstore.bind_volumes(checked, self.client.namespace)
+            owner_labels = {**owner_labels, **used}
         spec = taskspec.build(
             checked,
             image=image.config,
@@ -497,8 +502,9 @@ class Executor:
     def resume(self, task_id: str) -> None:
         taskctl.resume(self.client, task_id)
 
-    def destroy(self, task_id: str, *, force: bool = False) -> None:
-        """Remove task, container, snapshot, logs and host files.
+    def destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None:
+        """Remove task, container, snapshot, logs and host files; with ``volumes``
+        (``rm -v``) or for a ``--rm`` container, its anonymous volumes too.
 
         The files and a ``run --network`` namespace go before the record, so a destroy
         cut short leaves a record that the next one finishes; without a record, the
@@ -534,6 +540,8 @@ class Executor:
             containers.delete(self.client, task_id)
             stale.after_delete(self.client, record)
             snapshots.remove_snapshot(self.client, record.snapshot_key, record.snapshotter)
+            if volumes or record.labels.get(lbl.AUTO_REMOVE) == "true":
+                volstore.remove_anonymous(self.client.namespace, record.labels)
             # The task's own cgroup can outlive Delete for a moment while the kernel
             # finishes tearing down its processes; the parents go with the last task.
             leaf = ids.task_cgroup(self.client.namespace, task_id).lstrip("/")

@@ -196,6 +196,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "runs",
         "users",
         "spec",
+        "volumes",
         "files",
         "records",
         "copyarchive",
