@@ -140,7 +140,6 @@ class Executor:
         netns_path, mode = self._resolve_netns(config.netns)
         # Start-up: ps, inspect and logs build an Executor too, and never create.
         from ctrexec.images import lookup
-        from ctrexec.tasks import records
 
         image = lookup.ensure_image(
             self.client, config.image, snapshotter=config.snapshotter, cache=self.images
@@ -151,9 +150,9 @@ class Executor:
         # The spec needs only the files' paths; they are written once the record exists
         # (here, or by start()), so a crash in between leaves no orphan files behind.
         files = taskfiles.for_task(self.files_dir, self.client.namespace, config)
-        if any(not isinstance(m, Mount) for m in checked.volumes):
-            checked, used = volstore.bind_volumes(checked, self.client.namespace)
-            owner_labels = {**owner_labels, **used}
+        bound = self._bind_volumes(checked)
+        if bound is not None:
+            checked, owner_labels = bound.checked, {**owner_labels, **bound.labels}
         spec = taskspec.build(
             checked,
             image=image.config,
@@ -176,11 +175,52 @@ class Executor:
             log_path=log_path,
             owner_labels=owner_labels,
         )
-        record, mounts = records.create(
-            self.client, checked, image, spec=spec, record_labels=record_labels, cache=self.images
-        )
+        record, mounts = self._record(checked, image, spec, record_labels, bound)
         taskfiles.write(record.id, record.labels, config, replace=True)
         return record, mounts
+
+    def _bind_volumes(self, checked: taskspec.CheckedConfig) -> volstore.Bound | None:
+        """The config's volumes made (named ones if missing) and bound, if it has any."""
+        if all(isinstance(m, Mount) for m in checked.volumes):
+            return None
+        return volstore.bind_volumes(checked, self.client.namespace)
+
+    def _record(
+        self,
+        checked: taskspec.CheckedConfig,
+        image: images.Image,
+        spec: dict[str, Any],
+        record_labels: Mapping[str, str],
+        bound: volstore.Bound | None,
+    ) -> tuple[containers.Container, list[snapshots.RootfsMount]]:
+        """The record, and the image's files in its new empty volumes. The anonymous
+        volumes made for a record that was not made go (named ones stay, as docker's
+        ``-v NAME:`` made them)."""
+        # Start-up: ps, inspect and logs build an Executor too, and never create.
+        from ctrexec.tasks import records
+
+        try:
+            record, mounts = records.create(
+                self.client, checked, image, spec=spec, record_labels=record_labels,
+                cache=self.images,
+            )  # fmt: skip
+        except BaseException:
+            if bound is not None:
+                volstore.remove_anonymous(self.client.namespace, bound.labels)
+            raise
+        if bound is not None and bound.fill:
+            self._populate(record.id, bound.fill)
+        return record, mounts
+
+    def _populate(self, task_id: str, fill: Sequence[tuple[str, Path]]) -> None:
+        """The image's files into the new container's empty volumes; if that fails,
+        the container goes (with its anonymous volumes), as if never created."""
+        try:
+            volstore.populate(self.client, self.images, task_id, fill)
+        except BaseException:
+            with contextlib.suppress(CtrexecError):
+                self.destroy(task_id, force=True, volumes=True)
+            raise
 
     def _resolve_netns(self, value: str) -> tuple[str | None, str]:
         if value == "host":

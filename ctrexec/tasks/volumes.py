@@ -7,27 +7,35 @@ which containers use a volume is read from their labels (:data:`labels.VOLUMES`)
 a volume is in use exactly while a container record names it. ``doctor``/``gc`` keep
 unused volumes, as docker keeps them until a prune.
 
-Not done (yet): docker copies the image's files at the mount point into an empty
-volume on first use; here a new volume starts empty (``nocopy`` is accepted).
+An empty volume takes the image's files at its mount point when a container that
+mounts it is created (docker's copy-up, :func:`populate`), unless ``nocopy``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
+import stat
+import tarfile
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import attrs
 
+from ctrexec import _linux
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
+from ctrexec.containerd.images import ImageCache
 from ctrexec.defaults import DEFAULT_VOLUME_DIR
 from ctrexec.errors import Conflict, InvalidArgument, NotFound
 from ctrexec.oci import mounts
+from ctrexec.tasks import copying
+from ctrexec.tasks.copyarchive import extract_tar, write_tar
 from ctrexec.tasks.spec import CheckedConfig
 
 _META = "volume.json"
@@ -167,15 +175,25 @@ def prune(client: Client, *, everything: bool = False, root: Path | None = None)
     return gone
 
 
-def bind_volumes(
-    checked: CheckedConfig, namespace: str, *, root: Path | None = None
-) -> tuple[CheckedConfig, dict[str, str]]:
+@attrs.frozen
+class Bound:
+    """What :func:`bind_volumes` made of a config's volumes."""
+
+    checked: CheckedConfig
+    #: The record's labels: which volumes the container uses, which are its own.
+    labels: Mapping[str, str]
+    #: (path in the container, volume directory) of the empty volumes that the
+    #: image's files at that path go into (docker's copy-up; not ``nocopy``).
+    fill: tuple[tuple[str, Path], ...]
+
+
+def bind_volumes(checked: CheckedConfig, namespace: str, *, root: Path | None = None) -> Bound:
     """Each VolumeMount made a bind mount of its volume's directory, the volume made
-    first if it does not exist (docker's ``-v NAME:/path``), an anonymous one named;
-    and the labels that record which volumes the container uses."""
+    first if it does not exist (docker's ``-v NAME:/path``), an anonymous one named."""
     bound: list[mounts.Mount] = []
     used: list[str] = []
     anonymous: list[str] = []
+    fill: list[tuple[str, Path]] = []
     for m in checked.volumes:
         if isinstance(m, mounts.Mount):
             bound.append(m)
@@ -184,11 +202,49 @@ def bind_volumes(
         used.append(volume.name)
         if m.name is None:
             anonymous.append(volume.name)
+        if not m.nocopy and not any(volume.mountpoint.iterdir()):
+            fill.append((m.destination, volume.mountpoint))
         bound.append(mounts.Mount.bind(str(volume.mountpoint), m.destination, readonly=m.readonly))
     found = {lbl.VOLUMES: ",".join(dict.fromkeys(used))} if used else {}
     if anonymous:
         found[lbl.ANONYMOUS_VOLUMES] = ",".join(anonymous)
-    return attrs.evolve(checked, volumes=tuple(bound)), found
+    return Bound(attrs.evolve(checked, volumes=tuple(bound)), found, tuple(fill))
+
+
+def populate(
+    client: Client, cache: ImageCache, task_id: str, fill: Sequence[tuple[str, Path]]
+) -> None:
+    """docker's copy-up: the files of the new container's rootfs at each path go into
+    its empty volume, with their owners and modes, and the volume's directory takes
+    the path's owner and mode. Read below the rootfs (mounted read-only, privately, by
+    :func:`copying.in_container_root`) and written below the volume's directory, so
+    a symlink in the image leads nowhere else. A path the image lacks copies nothing."""
+    if not fill:
+        return
+
+    def copy(root_fd: int) -> None:
+        for dest, data in fill:
+            try:
+                top = _linux.path_in_root(root_fd, dest, directory=True)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            try:
+                st = os.fstat(top)
+            finally:
+                os.close(top)
+            with tempfile.TemporaryFile(prefix="ctrexec-volume-") as spool:
+                write_tar(root_fd, dest, spool, arcname=".")
+                spool.seek(0)
+                volume_fd = _linux.open_root(str(data))
+                try:
+                    with tarfile.open(fileobj=spool, mode="r|") as tar:
+                        extract_tar(volume_fd, "/", tar)
+                finally:
+                    os.close(volume_fd)
+            os.chown(data, st.st_uid, st.st_gid)
+            data.chmod(stat.S_IMODE(st.st_mode))
+
+    copying.in_container_root(client, cache, task_id, copy, write=False)
 
 
 def remove_anonymous(

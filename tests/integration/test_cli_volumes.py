@@ -141,3 +141,20 @@ def test_mount_errors(vcli: Cli, test_image: str, mount: str, message: str) -> N
     out = vcli("run", "--rm", "--name", "vol-bad", "--mount", mount, test_image, "true")
     assert out.returncode == 125 and message in out.stderr, out.stderr
     assert "--mount" in out.stderr
+
+
+def test_copy_up_fills_an_empty_volume_once(vcli: Cli, test_image: str) -> None:
+    """docker's copy-up: the image's files at the mount point go into an empty volume
+    (owner and mode too), not into one that has files, nor with nocopy."""
+    out = vcli("run", "--rm", "--name", "vol-cu1", "-v", "vol-www:/var/www",
+               "-v", "vol-home:/home/app", test_image,
+               "sh", "-c", "ls /var/www; stat -c '%u:%g %a' /home/app; echo new >/var/www/index.html")  # fmt: skip
+    assert out.stdout == "index.html\n1000:1000 755\n", out.stderr
+    doc = json.loads(_ok(vcli("volume inspect", "vol-www")))[0]
+    assert (Path(doc["Mountpoint"]) / "index.html").read_text() == "new\n"
+    out = vcli("run", "--rm", "--name", "vol-cu2", "-v", "vol-www:/var/www", test_image,
+               "cat", "/var/www/index.html")  # fmt: skip
+    assert out.stdout == "new\n", out.stderr  # the volume's files, not the image's again
+    out = vcli("run", "--rm", "--name", "vol-cu3", "--mount", "src=vol-nc,dst=/var/www,volume-nocopy",
+               test_image, "ls", "-A", "/var/www")  # fmt: skip
+    assert out.returncode == 0 and out.stdout == "", out.stderr

@@ -91,16 +91,20 @@ def test_store_create_get_list_and_anonymous_removal(tmp_path: Path) -> None:
     )
     with pytest.raises(NotFound, match="get nope: no such volume"):
         volumes.get("ns", "nope", root=tmp_path)
+    (made.mountpoint / "kept").write_text("x")  # not empty: no copy-up into it
     checked = taskspec.check_config(
-        TaskConfig(name="t", image="i", volumes=["data:/d:ro", "/anon"])
+        TaskConfig(name="t", image="i", volumes=["data:/d:ro", "/anon", "n2:/n:nocopy"])
     )
-    bound, found = volumes.bind_volumes(checked, "ns", root=tmp_path)
+    bound = volumes.bind_volumes(checked, "ns", root=tmp_path)
+    found = bound.labels
     anon = found[lbl.ANONYMOUS_VOLUMES]
-    assert len(anon) == 64 and found[lbl.VOLUMES] == f"data,{anon}"
-    assert bound.volumes[0] == Mount.bind(str(made.mountpoint), "/d", readonly=True)
-    assert [v.name for v in volumes.list_volumes("ns", root=tmp_path)] == sorted(["data", anon])
+    assert len(anon) == 64 and found[lbl.VOLUMES] == f"data,{anon},n2"
+    assert bound.checked.volumes[0] == Mount.bind(str(made.mountpoint), "/d", readonly=True)
+    assert bound.fill == (("/anon", tmp_path / "ns" / anon / "_data"),)
+    listed = [v.name for v in volumes.list_volumes("ns", root=tmp_path)]
+    assert listed == sorted(["data", anon, "n2"])
     volumes.remove_anonymous("ns", found, root=tmp_path)
-    assert [v.name for v in volumes.list_volumes("ns", root=tmp_path)] == ["data"]
+    assert [v.name for v in volumes.list_volumes("ns", root=tmp_path)] == ["data", "n2"]
 
 
 def test_ls_filters(tmp_path: Path) -> None:
