@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from _cli import Cli
 
+from ctrexec.testing import wait_for
+
 PREFIX = "vol-"
 
 
@@ -158,3 +160,27 @@ def test_copy_up_fills_an_empty_volume_once(vcli: Cli, test_image: str) -> None:
     out = vcli("run", "--rm", "--name", "vol-cu3", "--mount", "src=vol-nc,dst=/var/www,volume-nocopy",
                test_image, "ls", "-A", "/var/www")  # fmt: skip
     assert out.returncode == 0 and out.stdout == "", out.stderr
+
+
+def test_group_file_members_share_a_volume(vcli: Cli, test_image: str, tmp_path: Path) -> None:
+    """``volumes`` and ``mounts`` in a group file: the same parser as ``-v``/``--mount``."""
+    path = tmp_path / "g.toml"
+    path.write_text(
+        'name = "vol-g"\nnetwork = "none"\n'
+        f'[[task]]\nname = "w"\nimage = "{test_image}"\nvolumes = ["vol-gd:/shared"]\n'
+        'command = ["sh", "-c", "echo g >/shared/f; exec sleep 1000"]\n'
+        f'[[task]]\nname = "r"\nimage = "{test_image}"\ncommand = ["sleep", "1000"]\n'
+        'mounts = ["type=volume,source=vol-gd,target=/s,readonly"]\n'
+    )
+    try:
+        _ok(vcli("group up", str(path)))
+        wait_for(
+            lambda: vcli("exec", "vol-g-r", "cat", "/s/f").stdout == "g\n",
+            timeout=60,
+            interval=0.5,
+            what="the writer's file, read by the other member",
+        )
+        assert vcli("volume rm", "vol-gd").returncode == 1
+    finally:
+        vcli("group down", "-t", "1", "vol-g")
+    _ok(vcli("volume rm", "vol-gd"))
