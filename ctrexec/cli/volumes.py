@@ -117,7 +117,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from ctrexec.tasks import volumes
 
     if not args.force:
-        which = "all local volumes" if args.all else "all anonymous local volumes"
+        which = "all local volumes" if args.all else "anonymous local volumes"
         print(f"WARNING! This will remove {which} not used by at least one container.")
         print("Are you sure you want to continue? [y/N] ", end="", flush=True)
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
