@@ -23,6 +23,10 @@ NAMESPACE_ENV = "CTREXEC_NAMESPACE"
 #: ctrexec's own state on the host that lives as long as the boot: /run is a tmpfs, so a
 #: reboot empties it (namespace pins, CNI results and IPAM leases, host files, markers).
 RUN_DIR = "/run/ctrexec"
+#: ctrexec's state that outlives a reboot, and the volumes in it:
+#: ``<dir>/<namespace>/<name>/_data`` (docker's ``/var/lib/docker/volumes/NAME/_data``).
+STATE_DIR = "/var/lib/ctrexec"
+DEFAULT_VOLUME_DIR = f"{STATE_DIR}/volumes"
 #: Where task logs go: ``<dir>/<namespace>/<id>/task.log``.
 DEFAULT_LOG_DIR = "/var/log/ctrexec"
 #: The shared log daemon's socket and registrations (:mod:`ctrexec.logs.daemon`).

@@ -35,6 +35,11 @@ IMAGE_REF = "io.ctrexec.image.ref"
 #: sets none), so ``inspect`` splits ``Config.Entrypoint`` from ``Config.Cmd`` as
 #: docker does without reading the image again.
 IMAGE_ENTRYPOINT_ARGS = "io.ctrexec.image.entrypoint-args"
+#: The volumes a container mounts (names, comma-separated), and which of them are its
+#: own anonymous ones (removed with it by ``rm -v`` and ``run --rm``): how ``volume rm``
+#: and ``volume ls --filter dangling`` tell which volumes are in use.
+VOLUMES = "io.ctrexec.volumes"
+ANONYMOUS_VOLUMES = "io.ctrexec.volumes.anonymous"
 #: Remove the container when its task exits (``run --rm``).
 AUTO_REMOVE = "io.ctrexec.auto-remove"
 #: Restart policy, read by ``ctrexec supervise``.

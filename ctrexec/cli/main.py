@@ -27,6 +27,7 @@ from ctrexec.cli import (
     registry,
     tasks,
     verbs,
+    volumes,
 )
 from ctrexec.errors import AmbiguousPrefix, CtrexecError, NotFound, UnknownCommand
 
@@ -41,7 +42,7 @@ NO_SUCH_CONTAINER = 1
 
 COMMAND_MODULES = (
     info, tasks, inspect, verbs, attach, copy, images, registry, archives, groups, events, netns,
-    daemon, doctor,
+    volumes, daemon, doctor,
 )  # fmt: skip
 
 

@@ -99,6 +99,7 @@ _FLAGS = {
     "image": "IMAGE",
     "command": "COMMAND",
     "volumes": "--volume",
+    "mounts": "--mount",
     "devices": "--device",
     "sysctls": "--sysctl",
     "annotations": "--annotation",
@@ -153,6 +154,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         dns_options=args.dns_option,
         volumes=args.volume,
         tmpfs=args.tmpfs,
+        mounts=args.mount,
         read_only=args.read_only,
         memory=args.memory,
         memory_swap=args.memory_swap,
@@ -342,7 +344,10 @@ def cmd_rm(args: argparse.Namespace) -> int:
                 ex.destroy(word, force=args.force)
             raise
 
-    return each(args.ids, lambda task_id: ex.destroy(task_id, force=args.force), resolve)
+    def remove(task_id: str) -> None:
+        ex.destroy(task_id, force=args.force, volumes=args.volumes)
+
+    return each(args.ids, remove, resolve)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -427,6 +432,7 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument("-u", "--user")
     p.add_argument("-v", "--volume", action="append", default=[], metavar="SRC:DST[:ro]")
     p.add_argument("--tmpfs", action="append", default=[], metavar="DST[:OPTS]")
+    p.add_argument("--mount", action="append", default=[], metavar="type=TYPE,target=DST,...")
     p.add_argument("--read-only", action="store_true")
     p.add_argument("-m", "--memory")
     p.add_argument("--cpus", type=_cpus, help="CPUs' worth of time; 0 means no limit")
@@ -509,6 +515,7 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.set_defaults(func=cmd_kill)
     p = sub.add_parser("rm", parents=[conn], help="remove containers")
     p.add_argument("-f", "--force", action="store_true")
+    p.add_argument("-v", "--volumes", action="store_true", help="and their anonymous volumes")
     p.add_argument("ids", nargs="+")
     p.set_defaults(func=cmd_rm)
     _logs_parser(sub)

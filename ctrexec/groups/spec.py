@@ -30,7 +30,7 @@ from ctrexec.tasks.config import TaskConfig
 _GROUP_KEYS = {"name", "network", "hostname", "ports", "task"}
 _TASK_KEYS = {
     "name", "image", "command", "entrypoint", "env", "workdir", "user", "volumes", "tmpfs",
-    "read_only", "memory", "cpus", "cpu_shares", "pids_limit", "cap_add", "cap_drop",
+    "mounts",    "read_only", "memory", "cpus", "cpu_shares", "pids_limit", "cap_add", "cap_drop",
     "stop_signal", "stop_timeout", "restart", "labels", "sysctls", "runtime",
     "log_driver", "log_max_size", "log_max_files", "log_transport", "hostname",
     "extra_hosts", "dns", "dns_search", "dns_options", "env_file", "init",

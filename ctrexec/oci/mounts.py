@@ -1,8 +1,10 @@
-"""Mounts and devices: bind mounts, tmpfs, read-only root, host devices.
+"""Mounts and devices: bind mounts, tmpfs, volumes, read-only root, host devices.
 
 Docker's command-line syntax is parsed into frozen values here (``-v
-SRC:DST[:MODE]``, ``--tmpfs DST[:OPTS]``, ``--device HOST[:CTR][:PERMS]``), so the
-CLI and the library share one set of rules.
+SRC:DST[:MODE]``, ``--mount type=...``, ``--tmpfs DST[:OPTS]``, ``--device
+HOST[:CTR][:PERMS]``), so the CLI, group files and the library share one set of
+rules. A volume is a :class:`VolumeMount` here; the volume store (which owns the
+directories) turns it into a bind mount.
 
 Checks come in two steps. :func:`check_mount_source` is pure and runs when an
 option is made: destinations must be absolute without ``..``, bind sources
@@ -18,6 +20,7 @@ refusals off, for the rare caller that means it.
 
 from __future__ import annotations
 
+import csv
 import os
 import posixpath
 import re
@@ -132,9 +135,7 @@ def _check_host_path(path: str, what: str) -> str:
     if not isinstance(path, str) or not path:
         raise InvalidArgument(f"{what} must be a non-empty string")
     if not path.startswith("/"):
-        raise InvalidArgument(
-            f"{what} {path!r} must be an absolute host path (named volumes are not supported)"
-        )
+        raise InvalidArgument(f"{what} {path!r} must be an absolute host path")
     return check_container_path(path, what)
 
 
@@ -157,21 +158,145 @@ def _tmpfs_options(options: Iterable[str]) -> tuple[str, ...]:
     return tuple(result)
 
 
-def parse_volume(text: str) -> Mount:
-    """Parse docker's ``-v SRC:DST[:MODE]`` (MODE: ``ro``/``rw`` and a propagation)."""
+@attrs.frozen
+class VolumeMount:
+    """A volume at ``destination``: named, or anonymous (``name`` None, given a random
+    name when the task is created). The volume store turns it into a bind mount of
+    the volume's directory; ``nocopy`` skips the copy of the image's files into it."""
+
+    name: str | None
+    destination: str
+    readonly: bool = False
+    nocopy: bool = False
+
+
+#: Docker's rule for a local volume's name; anything else in a ``-v`` source that is
+#: not an absolute path is an error (docker's words).
+VOLUME_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
+
+
+def check_volume_name(name: str) -> str:
+    """Refuse what docker refuses as a local volume's name."""
+    if not isinstance(name, str) or not VOLUME_NAME.match(name):
+        raise InvalidArgument(
+            f'"{name}" includes invalid characters for a local volume name, only '
+            '"[a-zA-Z0-9][a-zA-Z0-9_.-]" are allowed. If you intended to pass a host '
+            "directory, use absolute path"
+        )
+    return name
+
+
+def parse_volume(text: str) -> Mount | VolumeMount:
+    """Parse docker's ``-v SRC:DST[:MODE]``, ``-v NAME:DST[:MODE]`` and ``-v DST``.
+
+    A source that starts with ``/`` is a host path (a bind mount, MODE: ``ro``/``rw``
+    and a propagation); anything else is a volume's name (MODE: ``ro``/``rw`` and
+    ``nocopy``), as docker tells them apart; one path alone is an anonymous volume.
+    """
     parts = text.split(":") if isinstance(text, str) else []
+    if len(parts) == 1 and parts[0]:
+        return VolumeMount(None, _check_destination(parts[0]))
     if len(parts) not in (2, 3):
         raise InvalidArgument(f"invalid volume {text!r} (expected SRC:DST[:ro|rw])")
-    readonly, propagation = False, "rprivate"
+    named = not parts[0].startswith("/")
+    readonly, propagation, nocopy = False, "rprivate", False
     seen_rw = seen_prop = False
     for mode in parts[2].split(",") if len(parts) == 3 else []:
         if mode in ("ro", "rw") and not seen_rw:
             readonly, seen_rw = mode == "ro", True
-        elif mode in _PROPAGATIONS and not seen_prop:
+        elif mode in _PROPAGATIONS and not seen_prop and not named:
             propagation, seen_prop = mode, True
+        elif mode == "nocopy" and named and not nocopy:
+            nocopy = True
         else:
             raise InvalidArgument(f"invalid volume mode {mode!r} in {text!r}")
+    if named:
+        name = check_volume_name(parts[0])
+        return VolumeMount(name, _check_destination(parts[1]), readonly, nocopy)
     return Mount.bind(parts[0], parts[1], readonly=readonly, propagation=propagation)
+
+
+_MOUNT_TYPES = ("bind", "volume", "tmpfs")
+_MOUNT_FLAGS = ("readonly", "ro", "volume-nocopy", "bind-nonrecursive")
+_MOUNT_KEYS = frozenset(
+    {"type", "source", "src", "target", "dst", "destination", "bind-propagation",
+     "tmpfs-size", "tmpfs-mode", *_MOUNT_FLAGS}
+)  # fmt: skip
+_BOOLS = {"true": True, "1": True, "false": False, "0": False}
+
+
+def _mount_fields(text: str) -> dict[str, str]:
+    """docker's CSV of ``key=value`` fields, with its errors; later keys win."""
+    if not isinstance(text, str) or not text:
+        raise InvalidArgument("invalid mount: expected type=...,target=...")
+    try:
+        row = next(csv.reader([text]))
+    except csv.Error as exc:
+        raise InvalidArgument(f"invalid mount {text!r}: {exc}") from exc
+    found: dict[str, str] = {}
+    for item in row:
+        key, sep, value = item.partition("=")
+        key = key.strip().lower()
+        if not sep and key not in _MOUNT_FLAGS:
+            raise InvalidArgument(f"invalid field '{item}' must be a key=value pair")
+        if key not in _MOUNT_KEYS:
+            raise InvalidArgument(f"unexpected key '{key}' in '{item}'")
+        if key in _MOUNT_FLAGS:
+            if sep and value.lower() not in _BOOLS:
+                raise InvalidArgument(f"invalid value for {key}: {value}")
+            value = "true" if not sep else str(_BOOLS[value.lower()]).lower()
+        found[{"src": "source", "dst": "target", "destination": "target", "ro": "readonly"}
+              .get(key, key)] = value  # fmt: skip
+    return found
+
+
+def _refuse_mixed(kind: str, found: Mapping[str, str]) -> None:
+    for key in found:
+        prefix = key.split("-", 1)[0]
+        if "-" in key and prefix in _MOUNT_TYPES and prefix != kind:
+            raise InvalidArgument(f"cannot mix '{prefix}-*' options with mount type '{kind}'")
+
+
+def _config_error(kind: str, why: str) -> InvalidArgument:
+    return InvalidArgument(f'invalid mount config for type "{kind}": {why}')
+
+
+def parse_mount(text: str) -> Mount | VolumeMount:
+    """Parse docker's ``--mount type=bind|volume|tmpfs,source=,target=,...``.
+
+    The type defaults to ``volume``, as docker's does; a volume without a source is
+    anonymous. Errors are docker's (``invalid field``, ``target is required``...);
+    that a bind source exists is checked with the host (``validate_mount_sources``).
+    """
+    found = _mount_fields(text)
+    kind = found.get("type", "volume")
+    if kind not in _MOUNT_TYPES:
+        raise InvalidArgument(f"invalid mount type {kind!r} (bind, volume or tmpfs)")
+    _refuse_mixed(kind, found)
+    target = found.get("target")
+    if not target:
+        raise InvalidArgument("target is required")
+    readonly = found.get("readonly") == "true"
+    source = found.get("source", "")
+    if kind == "tmpfs":
+        if source:
+            raise _config_error("tmpfs", "field Source must not be specified")
+        if readonly:
+            raise _config_error("tmpfs", "field ReadOnly must not be specified")
+        opts = [f"size={found['tmpfs-size']}"] if "tmpfs-size" in found else []
+        opts += [f"mode={found['tmpfs-mode']}"] if "tmpfs-mode" in found else []
+        return Mount.tmpfs(target, opts)
+    if kind == "volume":
+        name = check_volume_name(source) if source else None
+        nocopy = found.get("volume-nocopy") == "true"
+        return VolumeMount(name, _check_destination(target), readonly, nocopy)
+    if not source:
+        raise _config_error("bind", "field Source must not be empty")
+    propagation = found.get("bind-propagation", "rprivate")
+    mount = Mount.bind(source, target, readonly=readonly, propagation=propagation)
+    if found.get("bind-nonrecursive") == "true":
+        mount = attrs.evolve(mount, options=("bind", *mount.options[1:]))
+    return mount
 
 
 def parse_tmpfs(text: str) -> Mount:
@@ -273,7 +398,7 @@ def validate_mount_sources(
             continue
         source = _check_host_path(value.source, "bind mount source")
         if not os.path.lexists(source):
-            raise InvalidArgument(f"bind mount source {source!r} does not exist")
+            raise InvalidArgument(f"bind source path does not exist: {source}")
         real = os.path.realpath(source)
         if not Path(real).exists():
             raise InvalidArgument(f"bind mount source {source!r} is a dangling symlink")

@@ -176,6 +176,11 @@ class TaskConfig:
     tmpfs: tuple[str, ...] = attrs.field(
         default=(), converter=fields.to_tuple, validator=fields.strings()
     )
+    #: docker's --mount (``type=bind|volume|tmpfs,target=...``); parsed, with
+    #: ``volumes``, by ``taskspec.check_config``.
+    mounts: tuple[str, ...] = attrs.field(
+        default=(), converter=fields.to_tuple, validator=fields.strings()
+    )
     read_only: bool = attrs.field(default=False, validator=fields.boolean())
     memory: str | int | None = attrs.field(
         default=None,

@@ -33,6 +33,7 @@ from ctrexec.errors import (
 from ctrexec.logs import client as logdaemon_client
 from ctrexec.logs import modes as logmodes
 from ctrexec.net import hostfiles, netns
+from ctrexec.oci.mounts import Mount
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import control as taskctl
 from ctrexec.tasks import files as taskfiles
@@ -41,6 +42,7 @@ from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks import runs, waiting
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks import stdio as taskio
+from ctrexec.tasks import volumes as volstore
 from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
 from ctrexec.tasks.users import ImageUsers
 
@@ -138,7 +140,6 @@ class Executor:
         netns_path, mode = self._resolve_netns(config.netns)
         # Start-up: ps, inspect and logs build an Executor too, and never create.
         from ctrexec.images import lookup
-        from ctrexec.tasks import records
 
         image = lookup.ensure_image(
             self.client, config.image, snapshotter=config.snapshotter, cache=self.images
@@ -149,6 +150,9 @@ class Executor:
         # The spec needs only the files' paths; they are written once the record exists
         # (here, or by start()), so a crash in between leaves no orphan files behind.
         files = taskfiles.for_task(self.files_dir, self.client.namespace, config)
+        bound = self._bind_volumes(checked)
+        if bound is not None:
+            checked, owner_labels = bound.checked, {**owner_labels, **bound.labels}
         spec = taskspec.build(
             checked,
             image=image.config,
@@ -171,11 +175,52 @@ class Executor:
             log_path=log_path,
             owner_labels=owner_labels,
         )
-        record, mounts = records.create(
-            self.client, checked, image, spec=spec, record_labels=record_labels, cache=self.images
-        )
+        record, mounts = self._record(checked, image, spec, record_labels, bound)
         taskfiles.write(record.id, record.labels, config, replace=True)
         return record, mounts
+
+    def _bind_volumes(self, checked: taskspec.CheckedConfig) -> volstore.Bound | None:
+        """The config's volumes made (named ones if missing) and bound, if it has any."""
+        if all(isinstance(m, Mount) for m in checked.volumes):
+            return None
+        return volstore.bind_volumes(checked, self.client.namespace)
+
+    def _record(
+        self,
+        checked: taskspec.CheckedConfig,
+        image: images.Image,
+        spec: dict[str, Any],
+        record_labels: Mapping[str, str],
+        bound: volstore.Bound | None,
+    ) -> tuple[containers.Container, list[snapshots.RootfsMount]]:
+        """The record, and the image's files in its new empty volumes. The anonymous
+        volumes made for a record that was not made go (named ones stay, as docker's
+        ``-v NAME:`` made them)."""
+        # Start-up: ps, inspect and logs build an Executor too, and never create.
+        from ctrexec.tasks import records
+
+        try:
+            record, mounts = records.create(
+                self.client, checked, image, spec=spec, record_labels=record_labels,
+                cache=self.images,
+            )  # fmt: skip
+        except BaseException:
+            if bound is not None:
+                volstore.remove_anonymous(self.client.namespace, bound.labels)
+            raise
+        if bound is not None and bound.fill:
+            self._populate(record.id, bound.fill)
+        return record, mounts
+
+    def _populate(self, task_id: str, fill: Sequence[tuple[str, Path]]) -> None:
+        """The image's files into the new container's empty volumes; if that fails,
+        the container goes (with its anonymous volumes), as if never created."""
+        try:
+            volstore.populate(self.client, self.images, task_id, fill)
+        except BaseException:
+            with contextlib.suppress(CtrexecError):
+                self.destroy(task_id, force=True, volumes=True)
+            raise
 
     def _resolve_netns(self, value: str) -> tuple[str | None, str]:
         if value == "host":
@@ -498,8 +543,9 @@ class Executor:
     def resume(self, task_id: str) -> None:
         taskctl.resume(self.client, task_id)
 
-    def destroy(self, task_id: str, *, force: bool = False) -> None:
-        """Remove task, container, snapshot, logs and host files.
+    def destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None:
+        """Remove task, container, snapshot, logs and host files; with ``volumes``
+        (``rm -v``) or for a ``--rm`` container, its anonymous volumes too.
 
         The files and a ``run --network`` namespace go before the record, so a destroy
         cut short leaves a record that the next one finishes; without a record, the
@@ -535,6 +581,8 @@ class Executor:
             containers.delete(self.client, task_id)
             stale.after_delete(self.client, record)
             snapshots.remove_snapshot(self.client, record.snapshot_key, record.snapshotter)
+            if volumes or record.labels.get(lbl.AUTO_REMOVE) == "true":
+                volstore.remove_anonymous(self.client.namespace, record.labels)
             # The task's own cgroup can outlive Delete for a moment while the kernel
             # finishes tearing down its processes; the parents go with the last task.
             leaf = ids.task_cgroup(self.client.namespace, task_id).lstrip("/")

@@ -20,7 +20,7 @@ from ctrexec import defaults, ids, oci
 from ctrexec import labels as lbl
 from ctrexec.containerd.runtimes import RuntimeChoice
 from ctrexec.containerd.runtimes import resolve as resolve_runtime
-from ctrexec.errors import InvalidArgument, InvalidField
+from ctrexec.errors import Internal, InvalidArgument, InvalidField
 from ctrexec.net import hostfiles
 from ctrexec.net.hostfiles import HostFiles
 from ctrexec.oci import caps, mounts, namespaces, process, resources, seccomp, secopts
@@ -38,7 +38,9 @@ class CheckedConfig:
 
     config: TaskConfig
     runtime: RuntimeChoice
-    volumes: tuple[mounts.Mount, ...]
+    #: ``-v`` then ``--mount``; a VolumeMount until the volume store binds it
+    #: (:func:`ctrexec.tasks.volumes.bind_volumes`).
+    volumes: tuple[mounts.Mount | mounts.VolumeMount, ...]
     tmpfs: tuple[mounts.Mount, ...]
     devices: tuple[mounts.Device, ...]
     memory: int | None
@@ -117,6 +119,10 @@ def check_host_cpus(cpus: float) -> None:
         )
 
 
+def _binds(found: Sequence[mounts.Mount | mounts.VolumeMount]) -> list[mounts.Mount]:
+    return [m for m in found if isinstance(m, mounts.Mount)]
+
+
 def check_config(config: TaskConfig, *, containerd_address: str | None = None) -> CheckedConfig:
     """What a TaskConfig could not check by itself, refused before any side effect.
 
@@ -128,7 +134,11 @@ def check_config(config: TaskConfig, *, containerd_address: str | None = None) -
         runtime = resolve_runtime(config.runtime)
     with fields.naming("volumes", config.volumes):
         volumes = tuple(mounts.parse_volume(v) for v in config.volumes)
-        mounts.validate_mount_sources(volumes, containerd_address=containerd_address)
+        mounts.validate_mount_sources(_binds(volumes), containerd_address=containerd_address)
+    with fields.naming("mounts", config.mounts):
+        flagged = tuple(mounts.parse_mount(m) for m in config.mounts)
+        mounts.validate_mount_sources(_binds(flagged), containerd_address=containerd_address)
+        volumes += flagged
     with fields.naming("tmpfs", config.tmpfs):
         tmpfs = tuple(mounts.parse_tmpfs(t) for t in config.tmpfs)
     with fields.naming("devices", config.devices):
@@ -261,6 +271,8 @@ def _filesystem_opts(
     if checked.init_binary is not None:
         opts.append(mounts.with_bind_mount(checked.init_binary, process.INIT_PATH, readonly=True))
     for m in (*checked.volumes, *checked.tmpfs):
+        if not isinstance(m, mounts.Mount):
+            raise Internal(f"volume at {m.destination} was not bound to its directory")
         opts.append(mounts.with_mount(m, containerd_address=containerd_address))
     if read_only:
         opts.append(mounts.with_readonly_rootfs())

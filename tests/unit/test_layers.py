@@ -201,6 +201,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "records",
         "copyarchive",
         "copying",
+        "volumes",
         "health",
         "info",
         "procs",

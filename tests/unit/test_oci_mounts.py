@@ -47,9 +47,11 @@ def test_parse_volume() -> None:
 @pytest.mark.parametrize(
     "bad",
     [
-        "/data",  # anonymous volume
-        "named:/data",  # named volume
-        "relative/dir:/data",
+        "relative/dir:/data",  # neither a path nor a volume's name
+        "x:/data",  # a name has two characters at least
+        "named:/data:rshared",  # no propagation for a volume
+        "/srv:/data:nocopy",  # nocopy is for volumes
+        "relative",
         "/srv:relative",
         "/srv:/data/../etc",
         "/srv/../etc:/data",

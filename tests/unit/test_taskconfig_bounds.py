@@ -36,6 +36,7 @@ WRONG_TYPE: dict[str, tuple[Any, str]] = {
     "extra_hosts": ("db:10.0.0.7", "expected a list of strings"),
     "volumes": ("/a:/b", "expected a list of strings"),
     "tmpfs": ({"/run": "size=1m"}, "expected a list of strings"),
+    "mounts": ("type=tmpfs,dst=/t", "expected a list of strings"),
     "read_only": ("yes", "expected true or false"),
     "memory": (1.5, "expected a size such as 512m"),
     "memory_reservation": (2.5, "expected a size such as 256m"),
@@ -130,6 +131,7 @@ OUT_OF_RANGE: dict[str, tuple[Any, str]] = {
     # Checked by taskspec.check_config: they need the host or parse into mounts.
     "volumes": (["/no/such/dir:/data"], "does not exist"),
     "tmpfs": (["relative"], "absolute"),
+    "mounts": (["type=bind,src=/no/such/dir,dst=/d"], "bind source path does not exist"),
     "devices": (["/dev/null:/dev/x:q"], "letters from 'rwm'"),
     "runtime": ("nosuchrt", "unknown runtime"),
     "stop_signal": ("SIGNOPE", "invalid signal"),
@@ -166,6 +168,7 @@ GOOD_TASK: dict[str, Any] = {
     "user": "app:staff",
     "volumes": ["/tmp:/data:ro"],
     "tmpfs": ["/run:size=1m"],
+    "mounts": ["type=tmpfs,dst=/t,tmpfs-size=1m", "type=volume,src=data,dst=/data"],
     "read_only": True,
     "memory": "64m",
     "cpus": 1,
