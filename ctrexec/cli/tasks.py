@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ctrexec import labels as lbl
 from ctrexec.cli import attach, follow, publish, runflags
@@ -156,14 +156,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         tmpfs=args.tmpfs,
         mounts=args.mount,
         read_only=args.read_only,
-        memory=args.memory,
-        memory_swap=args.memory_swap,
-        shm_size=args.shm_size,
-        ulimits=args.ulimit,
-        cpus=args.cpus,
-        cpu_shares=args.cpu_shares,
-        cpuset_cpus=args.cpuset_cpus,
-        pids_limit=args.pids_limit,
+        **_limits(args),
         cap_add=args.cap_add,
         cap_drop=args.cap_drop,
         privileged=args.privileged,
@@ -189,6 +182,20 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         log_transport=transport,
         restart=restart,
     )
+
+
+def _limits(args: argparse.Namespace) -> dict[str, Any]:
+    """The resource flags, as TaskConfig's fields."""
+    return {
+        "memory": args.memory,
+        "memory_swap": args.memory_swap,
+        "shm_size": args.shm_size,
+        "ulimits": args.ulimit,
+        "cpus": args.cpus,
+        "cpu_shares": args.cpu_shares,
+        "cpuset_cpus": args.cpuset_cpus,
+        "pids_limit": args.pids_limit,
+    }
 
 
 def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, Wiring | None]:
