@@ -43,7 +43,7 @@ class Copy:
         if self.fd >= 0:
             return True
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         except OSError:  # ENXIO: no client; ENOENT: the container is being removed
             return False
         if not stat.S_ISFIFO(os.fstat(fd).st_mode):
