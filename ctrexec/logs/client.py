@@ -16,6 +16,7 @@ import select
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,23 +70,30 @@ def register(
     max_files: int,
     *,
     where: Path | None = None,
+    copies: Mapping[str, str] | None = None,
 ) -> tuple[str, str, str]:
     """Have the daemon open a new run's FIFOs; ``(token, stdout, stderr)`` for Tasks.Create.
 
-    ``where``: the daemon's directory (default :func:`state_dir`).
+    ``where``: the daemon's directory (default :func:`state_dir`). ``copies``: an
+    interactive task's client FIFOs by stream, which the daemon also feeds; then the run
+    has only those streams (a terminal's: stdout alone, and stderr is "").
     """
     token, out, err = fifo_paths(log_path)
+    streams = {"stdout": out, "stderr": err}
+    if copies:
+        streams = {name: path for name, path in streams.items() if name in copies}
     message = {
         "op": "add",
         "token": token,
         "log": os.fspath(log_path),
         "max_size": max_size,
         "max_files": max_files,
-        "streams": {"stdout": out, "stderr": err},
+        "streams": streams,
+        "copies": dict(copies or {}),
         "created": time.time(),
     }
     request(message, where=where)
-    return token, out, err
+    return token, streams.get("stdout", ""), streams.get("stderr", "")
 
 
 def drop(

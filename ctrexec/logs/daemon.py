@@ -19,6 +19,10 @@ nothing while the shim still writes. Every registration is probed once
 :data:`PROBE_AFTER` after it was made (past the shim's 30 s FIFO open timeout), so a
 task whose create failed, or whose client died before ``drop``, is not kept for ever.
 
+An interactive (``-t``/``-i``) task's registration also names the FIFOs its attached
+client reads: what is logged is copied there too, never waiting for a client that is
+not there (:mod:`ctrexec.logs.copies`).
+
 Registrations are files under ``<state>/streams``, so a daemon that was killed and
 started again (by the next client that finds no socket) adopts the streams of tasks
 still running. While no daemon runs, a task's output waits in the FIFO (64 KiB) and
@@ -46,6 +50,7 @@ import stat
 import sys
 import time
 
+from ctrexec.logs import copies as logcopies
 from ctrexec.logs import driver as logdriver
 
 TYPE_CHECKING = False  # typing costs the daemon's start ~8 ms; see logdriver
@@ -85,10 +90,12 @@ RATE_WINDOW = 0.1
 class _Stream:
     """The read end of one FIFO (a task's stdout or stderr) and its unfinished line."""
 
-    def __init__(self, fd: int, name: str, fifo: str) -> None:
+    def __init__(self, fd: int, name: str, fifo: str, copy: str | None) -> None:
         self.fd = fd
         self.name = name
         self.fifo = fifo
+        self.copy = logcopies.Copy(copy) if copy else None
+        self.blocked = -1  # the copy's fd while its client is slow: the FIFO is not read
         self.splitter = logdriver.LineSplitter()
         self.last_data = time.monotonic()
         self.finished = False
@@ -259,8 +266,8 @@ class _Daemon:
             raise ValueError(f"bad token {token!r}")
         log = str(data["log"])
         max_size, max_files = int(str(data["max_size"])), int(str(data["max_files"]))
-        fifos = data["streams"]
-        assert isinstance(fifos, dict)
+        fifos, copies = data["streams"], data.get("copies") or {}
+        assert isinstance(fifos, dict) and isinstance(copies, dict)
         created = float(str(data.get("created") or time.time()))
         record = {
             "token": token,
@@ -268,9 +275,15 @@ class _Daemon:
             "max_size": max_size,
             "max_files": max_files,
             "streams": fifos,
+            "copies": copies,
             "created": created,
         }
-        streams = [self._open_fifo(str(fifos[n]), n, make=persist) for n in logdriver.STREAMS]
+        names = [n for n in logdriver.STREAMS if n in fifos]  # a terminal's: stdout alone
+        if not names:
+            raise ValueError("a registration needs a stream")
+        streams = [
+            self._open_fifo(str(fifos[n]), n, str(copies.get(n) or ""), make=persist) for n in names
+        ]
         if persist:
             _write_json(self._reg_path(token), record)
         reg = _Registration(token, log, streams, created)
@@ -278,12 +291,14 @@ class _Daemon:
         self.regs[token] = reg
         for s in streams:
             self._watch(reg, s)
+            if persist and s.copy is not None:
+                s.copy.connect()  # the starting client reads: its stream starts now
         if time.time() - created >= PROBE_AFTER:
             self._probe(reg)  # adopted, old: its writers may be gone for good
 
-    def _open_fifo(self, path: str, name: str, *, make: bool) -> _Stream:
-        if not os.path.isabs(path):
-            raise ValueError(f"FIFO path must be absolute: {path!r}")
+    def _open_fifo(self, path: str, name: str, copy: str, *, make: bool) -> _Stream:
+        if not all(os.path.isabs(p) for p in (path, copy or "/")):
+            raise ValueError(f"FIFO paths must be absolute: {path!r}, {copy!r}")
         if make:
             os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
             try:
@@ -293,7 +308,7 @@ class _Daemon:
         if not stat.S_ISFIFO(os.lstat(path).st_mode):
             raise ValueError(f"not a FIFO: {path}")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        return _Stream(fd, name, path)
+        return _Stream(fd, name, path, copy or None)
 
     def _writer_for(self, log: str, max_size: int, max_files: int) -> logdriver.LogWriter:
         found = self.writers.get(log)
@@ -343,8 +358,40 @@ class _Daemon:
     def _resume(self, reg: _Registration) -> None:
         reg.paused = False
         for s in reg.streams:
-            if not s.finished:
+            if not s.finished and s.blocked < 0:
                 self._watch(reg, s)
+
+    def _block(self, reg: _Registration, stream: _Stream) -> None:
+        """Stop reading a stream until its slow client took the copy (:mod:`copies`)."""
+        assert stream.copy is not None
+        if stream.blocked >= 0:
+            return
+        try:
+            self.sel.unregister(stream.fd)
+        except (KeyError, ValueError):
+            pass
+        stream.blocked = stream.copy.fd
+        unblock = lambda m: self._unblock(reg, stream)  # noqa: E731
+        self.sel.register(stream.blocked, selectors.EVENT_WRITE, unblock)
+
+    def _unblock(self, reg: _Registration, stream: _Stream, *, force: bool = False) -> None:
+        assert stream.copy is not None
+        if not (stream.copy.flush() or force):
+            return
+        try:
+            self.sel.unregister(stream.blocked)
+        except (KeyError, ValueError):
+            pass
+        stream.blocked = -1
+        if not (reg.paused or stream.finished or force):
+            self._watch(reg, stream)
+
+    def _end_copy(self, reg: _Registration, stream: _Stream) -> None:
+        if stream.copy is not None:
+            if stream.blocked >= 0:
+                self._unblock(reg, stream, force=True)
+            stream.copy.end()
+            stream.copy = None
 
     def _drain(self, reg: _Registration, stream: _Stream, *, limit: bool = True) -> None:
         writer = self.writers[reg.log][0]
@@ -369,6 +416,9 @@ class _Daemon:
             reg.entries += len(pieces)
             for piece in pieces:
                 writer.write(stream.name, piece, now)
+            if stream.copy is not None and not stream.copy.send(data):
+                self._block(reg, stream)
+                return
 
     def _flush(self, reg: _Registration, stream: _Stream) -> None:
         writer = self.writers[reg.log][0]
@@ -382,6 +432,7 @@ class _Daemon:
             self.sel.unregister(stream.fd)
         except (KeyError, ValueError):
             pass
+        self._end_copy(reg, stream)
         logdriver.close_quietly(stream.fd)
         _unlink(stream.fifo)
         if reg.finished:
@@ -406,8 +457,9 @@ class _Daemon:
             if reg.token != token and (not log or reg.log != log):
                 continue
             for s in reg.streams:
+                self._end_copy(reg, s)  # the task is gone: its log first, no client waited for
                 if not s.finished:
-                    self._drain(reg, s, limit=False)  # the task is gone: keep what it wrote
+                    self._drain(reg, s, limit=False)
                 if not s.finished:
                     self._end_stream(reg, s)
 

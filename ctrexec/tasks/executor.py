@@ -278,8 +278,10 @@ class Executor:
         cfg = self._config_of(record)
         log_token: list[str] = []  # the log daemon's registration, if one was made
 
-        def logged() -> Stdio:
-            out, err, token = taskoutput.stdio_for(cfg, log_path, state_dir=self.state_dir)
+        def logged(copies: Mapping[str, str] | None) -> Stdio:
+            out, err, token = taskoutput.stdio_for(
+                cfg, log_path, state_dir=self.state_dir, copies=copies
+            )
             log_token.append(token)
             return Stdio(stdout=out, stderr=err)
 

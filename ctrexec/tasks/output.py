@@ -5,8 +5,11 @@ The log drivers' vocabulary is :mod:`ctrexec.logs.modes`; this module is what on
 task's :class:`~ctrexec.tasks.config.TaskConfig` makes of it: the stdio URIs or paths
 ``Tasks.Create`` gets, whether ``logs`` has anything to read, and the log daemon's
 registrations a failed start, a destroy or a rename leaves to forget. An interactive
-task has no log at all: its output goes to the attached client, through the FIFOs
-:mod:`ctrexec.tasks.stdio` makes.
+(``-i``/``-t``) task's output goes to the attached client, through the FIFOs
+:mod:`ctrexec.tasks.stdio` makes; with the default ``json-file`` through the log
+daemon, which logs it and copies it to those FIFOs, as docker keeps a terminal
+container's log. With another driver or transport the client is its only reader, and
+it keeps no log.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import contextlib
 import os
 import stat
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 
 from ctrexec.errors import CtrexecError, FailedPrecondition, InvalidArgument
@@ -46,17 +50,18 @@ def check_logged(config: TaskConfig | None, name: str) -> None:
 
 
 def is_interactive(config: TaskConfig | None) -> bool:
-    """Whether the task's output goes to an attached client (``-i``/``-t``), not a log."""
+    """Whether the task's output goes to an attached client (``-i``/``-t``)."""
     return config is not None and (config.tty or config.stdin_open)
 
 
 def not_logged(task_id: str, config: TaskConfig | None) -> str | None:
     """Why ``logs`` has nothing for this task, or None when it has a log."""
-    if not is_interactive(config):
+    if not is_interactive(config) or uses_daemon(config):
         return None
     return (
-        f"container {task_id} was started with -i/-t: its output goes to "
-        f"`ctrexec attach {task_id}`, not to a log"
+        f"container {task_id} was started with -i/-t and another log driver than "
+        f"json-file through the log daemon: its output goes to `ctrexec attach {task_id}`, "
+        "not to a log"
     )
 
 
@@ -92,13 +97,19 @@ def _prepare_output(path: str) -> None:
 
 
 def stdio_for(
-    config: TaskConfig | None, log_path: str, *, state_dir: Path | None = None
+    config: TaskConfig | None,
+    log_path: str,
+    *,
+    state_dir: Path | None = None,
+    copies: Mapping[str, str] | None = None,
 ) -> tuple[str, str, str]:
     """``(stdout, stderr, token)`` for ``Tasks.Create`` (empty: the shim's null I/O).
 
     For the daemon the paths are FIFOs it already holds open, and ``token`` names the
     registration, which a failed start must drop (:func:`forget`). ``state_dir`` moves
     ctrexec's own files (the daemon's socket, the per-task driver's launcher) under it.
+    ``copies``: an interactive task's client FIFOs, by stream, for the daemon to feed
+    too (only when :func:`uses_daemon`).
     """
     paths = caller_paths(config)
     if paths is not None:
@@ -116,7 +127,9 @@ def stdio_for(
     max_files = config.log_max_files if config else logs.DEFAULT_MAX_FILES
     if uses_daemon(config):
         where = logmodes.daemon_dir(state_dir)
-        token, out, err = logdaemon_client.register(log_path, max_size, max_files, where=where)
+        token, out, err = logdaemon_client.register(
+            log_path, max_size, max_files, where=where, copies=copies
+        )
         return out, err, token
     launcher = write_launcher(state_dir / "bin") if state_dir is not None else None
     uri = logs.log_uri(log_path, max_size, max_files, driver=launcher)

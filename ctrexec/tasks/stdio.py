@@ -3,9 +3,15 @@
 An interactive task's stdio is a FIFO set in a per-task directory, beside its log
 path (so ``destroy`` removes it with the rest), as containerd's ``ctr`` keeps one: the
 shim holds both ends of every FIFO, so clients can come and go (``attach``, detach,
-``attach`` again) while the task runs. Such a task's output does not go to the log
-driver: one reader consumes a FIFO, and the attached client is that reader. Without a
-client, output waits in the pipe (64 KiB), then the task blocks on its next write.
+``attach`` again) while the task runs.
+
+Its output is logged as docker's is, with the default ``json-file`` through the log
+daemon: the shim writes the daemon's FIFOs, as for any task, and the daemon copies what
+it logs into the client's ``stdout`` (and ``stderr``) FIFO while a client reads it
+(:mod:`ctrexec.logs.copies`). Without a client the task never waits for one. With
+another log driver or transport, the client's FIFOs are the shim's: the client is
+their one reader, nothing is logged, and without a client output waits in the pipe
+(64 KiB), then the task blocks on its next write. Stdin is the shim's FIFO either way.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any, Unpack
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
-from ctrexec.containerd.fifos import ClientEnds, FifoPaths
+from ctrexec.containerd.fifos import STDERR, STDOUT, ClientEnds, FifoPaths
 from ctrexec.containerd.streams import Process, StreamOptions
 from ctrexec.containerd.tasks import Status, Stdio
 from ctrexec.errors import CtrexecError, FailedPrecondition, InvalidArgument, TaskError
@@ -26,7 +32,7 @@ from ctrexec.oci.process import merge_env
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks.config import TaskConfig, TaskHandle
-from ctrexec.tasks.output import is_interactive
+from ctrexec.tasks.output import is_interactive, uses_daemon
 
 #: The per-task FIFO directory's name, beside the task's log.
 FIFO_DIR = "fifo"
@@ -44,22 +50,29 @@ def task_fifos(labels: Mapping[str, str], config: TaskConfig) -> FifoPaths:
 
 @contextlib.contextmanager
 def task_stdio(
-    labels: Mapping[str, str], config: TaskConfig | None, logged: Callable[[], Stdio]
+    labels: Mapping[str, str],
+    config: TaskConfig | None,
+    logged: Callable[[Mapping[str, str] | None], Stdio],
 ) -> Iterator[Stdio]:
-    """The Stdio for Tasks.Create: ``logged()``'s (the log's), or an interactive task's
-    FIFOs.
+    """The Stdio for Tasks.Create: ``logged(None)``'s (the log's), or an interactive
+    task's: its stdin FIFO, and its output through the log daemon (``logged(copies)``,
+    ``copies`` the client's FIFOs it feeds) or, with no daemon, the client's FIFOs.
 
-    For the FIFOs, our ends are held across the block (the shim's opens need a peer)
-    and closed after it: from then on the shim holds both ends of each.
+    For the FIFOs, our ends are held across the block (the shim's opens need a peer,
+    and the daemon opens its copies' ends while a reader is there) and closed after it:
+    from then on the shim holds both ends of each, or the daemon one of a copy.
     """
     if config is None or not is_interactive(config):
-        yield logged()
+        yield logged(None)
         return
     paths = _make_fifos(labels, config)
     with contextlib.closing(ClientEnds(paths, hold=True)):
-        yield Stdio(
-            stdin=paths.stdin, stdout=paths.stdout, stderr=paths.stderr, terminal=config.tty
-        )
+        out, err = paths.stdout, paths.stderr
+        if uses_daemon(config):
+            copies = {STDOUT: out} | ({STDERR: err} if err else {})
+            through = logged(copies)
+            out, err = through.stdout, through.stderr
+        yield Stdio(stdin=paths.stdin, stdout=out, stderr=err, terminal=config.tty)
 
 
 def _make_fifos(labels: Mapping[str, str], config: TaskConfig) -> FifoPaths:

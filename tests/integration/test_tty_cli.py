@@ -6,15 +6,23 @@ waits are bounded polls of the screen (``PtyCli.expect``), never fixed sleeps.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import select
 import signal
 import subprocess
 import termios
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from _cli import Cli
 from _pty import PtyCli
 from _support import until
+
+from ctrexec.logs import client as logd
+from ctrexec.logs import daemon as logdaemon
 
 PROMPT = b"# "
 DETACH = b"\x10\x11"  # ctrl-p ctrl-q
@@ -32,6 +40,20 @@ def ptys(cli: Cli, test_image: str) -> Iterator[list[PtyCli]]:
     if gone:
         cli("rm", "-f", *gone)
     assert cli.log_dir is None or list(cli.log_dir.rglob("fifo")) == []  # rm removed them
+    if cli.log_dir is not None:  # and the logs, their FIFOs, the log daemon's registrations
+        assert [p for p in cli.log_dir.rglob("*") if not p.is_dir()] == []
+        assert _registrations_under(cli.log_dir) == []
+
+
+def _registrations_under(log_dir: Path) -> list[str]:
+    """The log daemon's registrations of runs logging under ``log_dir``."""
+    found = []
+    where = logd.state_dir() / logdaemon.STREAMS_DIR
+    for reg in where.glob("*.json") if where.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(reg.read_text())["log"].startswith(f"{log_dir}/"):
+                found.append(reg.stem)
+    return found
 
 
 def _open(ptys: list[PtyCli], cli: Cli, command: str, *args: str, **size: int) -> PtyCli:
@@ -162,14 +184,39 @@ def test_it_without_a_terminal_is_docker_s_error(cli: Cli, test_image: str) -> N
     assert "tty-none" not in cli("ps", "-a").stdout  # nothing was created
 
 
-def test_logs_of_an_interactive_task_say_why_in_one_line(
+def test_run_i_logs_stdout_and_stderr_apart(cli: Cli, test_image: str, ptys: list[PtyCli]) -> None:
+    """Docker's -i without -t: stdin from the client, both streams in the log."""
+    res = subprocess.run(  # noqa: PLW1510 (the exit code is asserted)
+        cli.argv("run", "-i", "--name", "tty-logs", test_image, "sh", "-c", "cat; echo oops >&2"),
+        input="typed in\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (res.returncode, res.stdout, res.stderr) == (0, "typed in\n", "oops\n")
+    logs = cli("logs", "tty-logs", check=True)
+    assert (logs.stdout, logs.stderr) == ("typed in\n", "oops\n")
+
+
+def test_logs_of_an_interactive_task_with_another_driver_say_why_in_one_line(
     cli: Cli, test_image: str, ptys: list[PtyCli]
 ) -> None:
-    cli("run", "-d", "-i", "--name", "tty-logs", test_image, "cat", check=True)
-    res = cli("logs", "tty-logs")
+    cli(
+        "run",
+        "-d",
+        "-i",
+        "--log-driver",
+        "file",
+        "--name",
+        "tty-nolog",
+        test_image,
+        "cat",
+        check=True,
+    )
+    res = cli("logs", "tty-nolog")
     assert res.returncode == 125
-    assert res.stderr.count("\n") == 1 and "ctrexec attach tty-logs" in res.stderr
-    until(lambda: '"running"' in cli("inspect", "tty-logs").stdout, "tty-logs running")
+    assert res.stderr.count("\n") == 1 and "ctrexec attach tty-nolog" in res.stderr
+    until(lambda: '"running"' in cli("inspect", "tty-nolog").stdout, "tty-nolog running")
 
 
 def test_create_i_then_start_ai_twice(cli: Cli, test_image: str, ptys: list[PtyCli]) -> None:
@@ -215,3 +262,85 @@ def test_run_i_forwards_sigint_to_the_task(cli: Cli, test_image: str, ptys: list
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
+
+
+# -- a terminal task's log: what the terminal showed, kept whether a client is attached
+
+
+def _logs(cli: Cli, name: str, *args: str) -> str:
+    """``logs`` as written, CRLF kept (``cli()``'s text mode would make them LF)."""
+    res = subprocess.run(cli.argv("logs", *args, name), capture_output=True, timeout=120)  # noqa: PLW1510
+    assert (res.returncode, res.stderr) == (0, b"")  # a terminal has one stream: stdout
+    return res.stdout.decode()
+
+
+def _to_terminal(cli: Cli, name: str, text: str) -> None:
+    """Print ``text`` on the task's terminal from outside it (pid 1's stdout is the tty)."""
+    cli("exec", name, "sh", "-c", f"echo {text} > /proc/1/fd/1", check=True)
+
+
+def test_run_it_keeps_a_log_while_attached_and_after_detach(
+    cli: Cli, test_image: str, ptys: list[PtyCli]
+) -> None:
+    p = _open(ptys, cli, "run", "-it", "--name", "tty-log", test_image, "sh")
+    p.expect(PROMPT)
+    p.write(b"echo typed-$((40+2))\r")
+    p.expect(b"typed-42")
+    p.write(DETACH)
+    assert p.wait() == 0
+    # What was typed (the tty's echo) and printed, CRLF as the terminal wrote them.
+    until(lambda: "typed-42\r\n" in _logs(cli, "tty-log"), "the output in the log")
+    assert "echo typed-$((40+2))" in _logs(cli, "tty-log")
+    _to_terminal(cli, "tty-log", "after-detach")
+    until(lambda: "after-detach\r\n" in _logs(cli, "tty-log"), "output after detach logged")
+    follow = subprocess.Popen(cli.argv("logs", "-f", "tty-log"), stdout=subprocess.PIPE)
+    try:
+        assert follow.stdout is not None
+        seen = bytearray()
+
+        def shown(wanted: bytes) -> bool:
+            if select.select([follow.stdout], [], [], 0.1)[0]:
+                seen.extend(os.read(follow.stdout.fileno(), 65536))  # type: ignore[union-attr]
+            return wanted in seen
+
+        until(lambda: shown(b"after-detach"), "logs -f to show the log so far")
+        _to_terminal(cli, "tty-log", "followed")
+        until(lambda: shown(b"followed\r\n"), "logs -f to show new output")
+        again = _open(ptys, cli, "attach", "tty-log")
+        again.write(b"echo typed-again-$((2+3))\r")  # its stdin: its stdout is open by now
+        again.expect(b"typed-again-5")
+        _to_terminal(cli, "tty-log", "seen-by-attach")
+        again.expect(b"seen-by-attach")  # attach sees new output, as the log does
+        again.write(b"exit 5\r")
+        assert again.wait() == 5
+        assert follow.wait(timeout=60) == 0  # -f ends with the task
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait(30)
+        if follow.stdout is not None:
+            follow.stdout.close()
+    logged = _logs(cli, "tty-log")
+    assert "typed-again-5\r\n" in logged and "seen-by-attach\r\n" in logged
+
+
+def test_run_dt_logs_with_no_client_ever(cli: Cli, test_image: str, ptys: list[PtyCli]) -> None:
+    script = "echo hello-dt; sleep 600"
+    cli("run", "-dt", "--name", "tty-dt", test_image, "sh", "-c", script, check=True)
+    until(lambda: _logs(cli, "tty-dt") == "hello-dt\r\n", "the detached terminal's log")
+    cli("rm", "-f", "tty-dt", check=True)  # rm drops the daemon's run; the fixture audits
+
+
+def test_a_flood_after_detach_never_blocks_the_task(
+    cli: Cli, test_image: str, ptys: list[PtyCli]
+) -> None:
+    """Ten times a pipe's 64 KiB, printed with nobody attached: the task still ends."""
+    p = _open(ptys, cli, "run", "-it", "--name", "tty-flood", test_image, "sh")
+    p.expect(PROMPT)
+    p.write(b"while [ ! -e /tmp/go ]; do sleep 0.1; done; seq 1 100000; exit 7\r")
+    p.write(DETACH)
+    assert p.wait() == 0
+    cli("exec", "tty-flood", "touch", "/tmp/go", check=True)  # the flood starts detached
+    res = cli("wait", "tty-flood", timeout=300)  # bounded by the timeout, not asserted on
+    assert res.stdout.strip() == "7"
+    assert _logs(cli, "tty-flood", "--tail", "1") == "100000\r\n"

@@ -8,6 +8,7 @@ writes, and closes them when the "task" ends.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 import time
@@ -256,3 +257,120 @@ def test_a_full_disk_is_counted_asked_for_and_marked_when_space_is_back(
     assert {e.message for e in got if not e.dropped} == {"kept\n"}
     assert logs.dropped_bytes("json-file", log) == sum(e.dropped for e in got)
     assert "dropping output" in (logd / "logd.log").read_text()
+
+
+# -- an interactive run: logged, and copied to the client FIFO while a client reads it
+
+
+class _Client:
+    """The attached CLI's end of a copy FIFO: a reader, as ``ClientEnds`` opens it."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        self.got = bytearray()
+        self.ended = False
+
+    def read_some(self) -> bool:
+        """Take what is there (waiting 0.1 s at most); whether the stream ended."""
+        ready, _, _ = select.select([self.fd], [], [], 0.1)
+        if ready:
+            chunk = os.read(self.fd, 65536)
+            self.ended = not chunk
+            self.got += chunk
+        return self.ended
+
+    def until(self, wanted: bytes) -> None:
+        wait_for(lambda: self.read_some() or wanted in self.got, timeout=30, what=repr(wanted))
+        assert wanted in self.got
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _logged(log: Path) -> str:
+    return "".join(m for _, m in _entries(log)) if log.exists() else ""
+
+
+def _terminal_run(log: Path, copy: Path) -> tuple[str, int]:
+    """Register a terminal task's run (stdout alone, copied to ``copy``); the shim's end."""
+    copies = {"stdout": str(copy)}
+    token, out, err = logdaemon_client.register(log, 64 << 20, 1, copies=copies)
+    assert err == ""
+    wo = os.open(out, os.O_WRONLY)
+    _keep.append(os.open(out, os.O_RDONLY | os.O_NONBLOCK))
+    return token, wo
+
+
+def _write_in_thread(fd: int, data: bytes) -> threading.Thread:
+    """The task's writes, which block while the daemon does not read."""
+
+    def write() -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_terminal_run_is_logged_and_copied_to_its_client_until_its_end(
+    logd: Path, tmp_path: Path
+) -> None:
+    log, copy = tmp_path / "t" / "task.log", tmp_path / "stdout"
+    os.mkfifo(copy)
+    client = _Client(copy)  # the starting client reads before the run is registered
+    token, wo = _terminal_run(log, copy)
+    os.write(wo, b"/ # echo hi\r\nhi\r\n/ # ")
+    client.until(b"/ # ")
+    os.close(wo)  # the task exited
+    wait_for(client.read_some, timeout=30, what="the client's end of stream")
+    assert bytes(client.got) == b"/ # echo hi\r\nhi\r\n/ # "
+    client.close()
+    logdaemon_client.wait_drained(log)
+    assert _entries(log) == [
+        ("stdout", "/ # echo hi\r\n"),
+        ("stdout", "hi\r\n"),
+        ("stdout", "/ # "),
+    ]
+    assert not (logd / logdaemon.STREAMS_DIR / f"{token}.json").exists()
+
+
+def test_without_a_client_the_task_never_waits_and_a_later_one_sees_new_output(
+    logd: Path, tmp_path: Path
+) -> None:
+    log, copy = tmp_path / "task.log", tmp_path / "stdout"
+    os.mkfifo(copy)
+    _, wo = _terminal_run(log, copy)  # detached: nobody reads the copy
+    flood = b"".join(b"line %06d\n" % i for i in range(40_000))  # 440 KB, 7 pipes full
+    writer = _write_in_thread(wo, flood)
+    wait_for(lambda: not writer.is_alive(), timeout=60, what="the task's writes to finish")
+    wait_for(lambda: _logged(log) == flood.decode(), timeout=60, what="the flood logged")
+    client = _Client(copy)  # attach
+    os.write(wo, b"after attach\n")
+    client.until(b"after attach\n")
+    client.close()  # detach: the next writes fail for the daemon, not the task
+    writer = _write_in_thread(wo, flood)
+    wait_for(lambda: not writer.is_alive(), timeout=60, what="the writes after detach")
+    os.close(wo)
+    logdaemon_client.wait_drained(log)
+    assert bytes(client.got) == b"after attach\n"  # nothing older than the attach
+    # A line may be cut in two entries where the pipe went quiet (PARTIAL_IDLE), not lost.
+    assert _logged(log) == (flood + b"after attach\n" + flood).decode()
+
+
+def test_a_slow_client_slows_the_task_and_loses_nothing(logd: Path, tmp_path: Path) -> None:
+    log, copy = tmp_path / "task.log", tmp_path / "stdout"
+    os.mkfifo(copy)
+    client = _Client(copy)
+    _, wo = _terminal_run(log, copy)
+    data = b"".join(b"%07d\n" % i for i in range(100_000))  # 800 KB: the pipes fill
+    writer = _write_in_thread(wo, data)
+    wait_for(lambda: client.read_some() or len(client.got) >= len(data), timeout=60, what="all")
+    writer.join()
+    os.close(wo)
+    wait_for(client.read_some, timeout=30, what="the client's end of stream")
+    client.close()
+    assert bytes(client.got) == data
+    logdaemon_client.wait_drained(log)
+    assert _logged(log) == data.decode()
