@@ -69,7 +69,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     groups = _groups(args)
     ensure_images(
         groups.executor.client,
-        [(t.image, t.snapshotter) for t in spec.task_configs()],
+        spec.task_configs(),
         args,
         groups.executor.images,
     )

@@ -126,7 +126,7 @@ def with_exposed(
 
     taken = {(m.container_port, m.protocol) for m in map(parse_port, wired.ports if wired else ())}
     exposed = []
-    for text in get_image(ex.client, config.image).config.exposed_ports:
+    for text in get_image(ex.client, config.image, platform=config.platform).config.exposed_ports:
         port, _, proto = text.partition("/")
         if port.isdigit() and (int(port), proto or "tcp") not in taken:
             exposed.append(f"{port}/{proto or 'tcp'}")

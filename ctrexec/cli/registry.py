@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ctrexec.containerd.client import Client
     from ctrexec.containerd.images import ImageCache
     from ctrexec.images.registry.pull import PullEvent
+    from ctrexec.tasks.config import TaskConfig
 
 # The registry package (urllib3) and the progress renderers load in each command.
 
@@ -61,13 +62,14 @@ def add_pull_policy(p: ArgumentParser) -> None:
 
 def ensure_images(
     client: Client,
-    images: list[tuple[str, str]],
+    configs: Sequence[TaskConfig],
     args: argparse.Namespace,
     cache: ImageCache | None = None,
 ) -> None:
-    """Each (image, snapshotter) ready to run by the --pull policy (progress on stderr), before
-    anything is created: a missing one stops the command with nothing made. With the
-    executor's ``cache``, the create that follows reads no image document again."""
+    """Each config's image (for its snapshotter and platform) ready to run by the --pull
+    policy (progress on stderr), before anything is created: a missing one stops the
+    command with nothing made. With the executor's ``cache``, the create that follows
+    reads no image document again."""
     from ctrexec.images.registry.pull import ensure_pulled
 
     options = pull_options(args)
@@ -76,9 +78,17 @@ def ensure_images(
 
         # stdout carries the command's JSON result: pull lines go to stderr
         options["progress"] = None if args.quiet else progress.Lines(sys.stderr)
-    for ref, snapshotter in dict.fromkeys(images):
+    for ref, snapshotter, platform in dict.fromkeys(
+        (c.image, c.snapshotter, c.platform) for c in configs
+    ):
         ensure_pulled(
-            client, ref, policy=args.pull, snapshotter=snapshotter, cache=cache, **options
+            client,
+            ref,
+            policy=args.pull,
+            platform=platform,
+            snapshotter=snapshotter,
+            cache=cache,
+            **options,
         )
 
 

@@ -29,6 +29,7 @@ def add_flags(p: ArgumentParser) -> None:
     p.add_argument("--security-opt", action="append", default=[], metavar="OPT")
     p.add_argument("--pid", help="host: the host's PID namespace")
     p.add_argument("--ipc", help="host: the host's IPC namespace and /dev/shm; private")
+    p.add_argument("--platform", help="os/arch[/variant] of the image (default: this host's)")
 
 
 @contextlib.contextmanager

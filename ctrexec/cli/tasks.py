@@ -163,6 +163,7 @@ def _config(args: argparse.Namespace) -> TaskConfig:
         security_opt=args.security_opt,
         pid=args.pid,
         ipc=args.ipc,
+        platform=args.platform,
         devices=args.device,
         sysctls=parse_key_values(args.sysctl, what="sysctl"),
         oom_score_adj=args.oom_score_adj,
@@ -211,7 +212,7 @@ def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, Wiring | 
     ex = executor(args)
     # an image ID names the image
     config = attrs.evolve(config, image=imageuse.resolve(ex.client, config.image))
-    ensure_images(ex.client, [(config.image, config.snapshotter)], args, ex.images)
+    ensure_images(ex.client, [config], args, ex.images)
     if args.publish_all:
         wired = publish.with_exposed(ex, config, args, wired)
     return ex, config, wired

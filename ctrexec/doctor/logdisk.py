@@ -16,7 +16,7 @@ from pathlib import Path
 from ctrexec import labels as lbl
 from ctrexec.doctor.findings import Check, Finding, Scope, every_record
 from ctrexec.logs import modes as logmodes
-from ctrexec.tasks.info import config_of
+from ctrexec.tasks.config import config_of
 
 #: Below this share of the filesystem free, a ``file`` task's log disk is nearly full.
 NEARLY_FULL = 0.10

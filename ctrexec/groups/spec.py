@@ -35,7 +35,7 @@ _TASK_KEYS = {
     "log_driver", "log_max_size", "log_max_files", "log_transport", "hostname",
     "extra_hosts", "dns", "dns_search", "dns_options", "env_file", "init",
     "memory_swap", "shm_size", "ulimits", "group_add", "security_opt",
-    "pid", "ipc",
+    "pid", "ipc", "platform",
 }  # fmt: skip
 
 

@@ -24,9 +24,9 @@ from ctrexec.images import lookup
 from ctrexec.net import groupns, hostfiles, netns, settings
 from ctrexec.net.networks import NetworkMode, Networks, parse_mode, parse_port
 from ctrexec.net.ports import PortMapping
+from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import files as taskfiles
 from ctrexec.tasks import groupnet, health, implicitnet, teardown
-from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks.config import TaskConfig, TaskInfo
 from ctrexec.tasks.executor import Executor
 
@@ -100,7 +100,12 @@ class Groups:
         todo = changes.plan(spec, configs, existing, force=force_recreate)
         wiring = parse_mode(spec.network), [parse_port(p) for p in spec.ports]
         for cfg in configs:  # images first: a missing one stops everything, untouched
-            lookup.ensure_image(self.executor.client, cfg.image, snapshotter=cfg.snapshotter)
+            lookup.ensure_image(
+                self.executor.client,
+                cfg.image,
+                platform=cfg.platform,
+                snapshotter=cfg.snapshotter,
+            )
         # The pin checked against the running members first: pinned again from one of
         # them (same namespace, same address), a split refused; with none running and
         # the pin gone, the old attachment is released before a new one is made.
@@ -191,7 +196,7 @@ class Groups:
             if all(record.labels.get(k) == v for k, v in wanted.items()):
                 continue
             now = containers.update_labels(self.executor.client, record.id, wanted)
-            taskfiles.rewrite_hosts(now.id, now.labels, taskinfo.config_of(now))
+            taskfiles.rewrite_hosts(now.id, now.labels, taskconfig.config_of(now))
 
     def _undo(self, made: list[str]) -> list[str]:
         """Destroy the members this up made; return those it could not."""

@@ -72,7 +72,8 @@ def _ensure_image(executor: Any, config: Any, options: dict[str, Any]) -> None:
     from ctrexec.images.registry.pull import ensure_pulled
 
     ensure_pulled(
-        executor.client, config.image, snapshotter=config.snapshotter, cache=executor.images,
+        executor.client, config.image, platform=config.platform,
+        snapshotter=config.snapshotter, cache=executor.images,
         **options,
     )  # fmt: skip
 

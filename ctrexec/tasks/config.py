@@ -28,6 +28,7 @@ from ctrexec.oci.user import check_group_add, split_user_spec
 from ctrexec.tasks import fields
 
 if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
+    from ctrexec.containerd import containers
     from ctrexec.net.cni import PortMapping
     from ctrexec.net.nsinfo import Address
 
@@ -38,6 +39,13 @@ _RESTART_POLICIES = ("no", "on-failure", "always", "unless-stopped")
 def _policy(value: str) -> None:
     if value not in _RESTART_POLICIES:
         raise InvalidArgument(f"expected one of {', '.join(_RESTART_POLICIES)}")
+
+
+def _platform(value: str) -> None:
+    """docker's --platform: ``os/arch[/variant]``, parsed by the one owner, as pull does."""
+    from ctrexec.containerd.content import Platform  # only for a config that names one
+
+    Platform.parse(value)
 
 
 def _nameservers(servers: tuple[str, ...]) -> None:
@@ -124,6 +132,11 @@ class TaskConfig:
 
     name: str = attrs.field(validator=fields.text(lambda v: validate_id(v, kind="container name")))
     image: str = attrs.field(validator=fields.text(_non_empty))
+    #: docker's --platform: which of a multi-platform image's variants to run
+    #: (``linux/arm64``); None, the host's.
+    platform: str | None = attrs.field(
+        default=None, validator=fields.text(_platform, optional=True)
+    )
     command: tuple[str, ...] | None = attrs.field(
         default=None, converter=fields.to_opt_tuple, validator=fields.strings(optional=True)
     )
@@ -575,3 +588,14 @@ def _port_text(port: PortMapping) -> str:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
+
+
+def config_of(record: containers.Container) -> TaskConfig | None:
+    """The TaskConfig the record was made from; None for a record ctrexec cannot read."""
+    data = record.extension_json(lbl.CONFIG_EXTENSION)
+    if data is None:
+        return None
+    try:
+        return TaskConfig.from_json(data)
+    except InvalidArgument:
+        return None

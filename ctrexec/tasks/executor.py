@@ -35,6 +35,7 @@ from ctrexec.logs import modes as logmodes
 from ctrexec.net import hostfiles, netns
 from ctrexec.oci.mounts import Mount
 from ctrexec.oci.user import ResolvedUser
+from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import control as taskctl
 from ctrexec.tasks import files as taskfiles
 from ctrexec.tasks import info as taskinfo
@@ -142,7 +143,11 @@ class Executor:
         from ctrexec.images import lookup
 
         image = lookup.ensure_image(
-            self.client, config.image, snapshotter=config.snapshotter, cache=self.images
+            self.client,
+            config.image,
+            platform=config.platform,
+            snapshotter=config.snapshotter,
+            cache=self.images,
         )
         user = self._resolve_user(image, config.user or image.config.user, config)
         log_root = Path(config.log_dir) if config.log_dir else self.log_dir
@@ -509,7 +514,7 @@ class Executor:
 
     @staticmethod
     def _config_of(record: containers.Container) -> TaskConfig | None:
-        return taskinfo.config_of(record)
+        return taskconfig.config_of(record)
 
     def stats(self, task_id: str) -> stats.Stats:
         data = tasks.metrics(self.client, task_id)
@@ -600,7 +605,9 @@ class Executor:
         resolved, user = None, options.get("user")
         if user:
             cfg = self._config_of(record)
-            image = images.get_image(self.client, record.image)
+            image = images.get_image(
+                self.client, record.image, platform=cfg.platform if cfg else None
+            )
             snapshotter = cfg.snapshotter if cfg else "overlayfs"
             resolved = self.users.resolve(self.client, image, user, snapshotter)
         env, workdir = options.get("env"), options.get("workdir")

@@ -28,6 +28,7 @@ from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.net import groupns, grouppin
+from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import files as taskfiles
 from ctrexec.tasks import health, implicitnet
 from ctrexec.tasks import info as taskinfo
@@ -147,7 +148,7 @@ def _readdress(
         if other.labels.get(lbl.ADDRESSES, "") == addresses:
             continue
         updated = containers.update_labels(client, other.id, {lbl.ADDRESSES: addresses})
-        taskfiles.write(updated.id, updated.labels, taskinfo.config_of(updated), replace=True)
+        taskfiles.write(updated.id, updated.labels, taskconfig.config_of(updated), replace=True)
         if other.id == record.id:
             mine = updated
     return mine

@@ -18,8 +18,8 @@ from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.net import groupns
+from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import files as taskfiles
-from ctrexec.tasks import info as taskinfo
 
 
 def readdress(client: Client, record: containers.Container, addresses: str) -> containers.Container:
@@ -30,7 +30,7 @@ def readdress(client: Client, record: containers.Container, addresses: str) -> c
     if addresses == record.labels.get(lbl.ADDRESSES, ""):
         return record
     record = containers.update_labels(client, record.id, {lbl.ADDRESSES: addresses})
-    taskfiles.rewrite_hosts(record.id, record.labels, taskinfo.config_of(record))
+    taskfiles.rewrite_hosts(record.id, record.labels, taskconfig.config_of(record))
     return record
 
 

@@ -22,7 +22,7 @@ from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, HandleMismatch, InvalidArgument, NotFound
 from ctrexec.oci import process
 from ctrexec.tasks import health, runs
-from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
+from ctrexec.tasks.config import TaskHandle, TaskInfo, config_of
 
 if TYPE_CHECKING:
     from ctrexec.net.cni import PortMapping
@@ -30,17 +30,6 @@ if TYPE_CHECKING:
 
 #: What ``list`` shows without ``all_tasks``: what runs, and what may (UNKNOWN).
 _LISTED = (Status.RUNNING, Status.PAUSED, Status.PAUSING, Status.UNKNOWN)
-
-
-def config_of(record: containers.Container) -> TaskConfig | None:
-    """The TaskConfig the record was made from; None for a record ctrexec cannot read."""
-    data = record.extension_json(lbl.CONFIG_EXTENSION)
-    if data is None:
-        return None
-    try:
-        return TaskConfig.from_json(data)
-    except InvalidArgument:
-        return None
 
 
 def with_oom(client: Client, exits: Mapping[str, ExitStatus]) -> dict[str, ExitStatus]:

@@ -20,6 +20,7 @@ from ctrexec.containerd import containers, images, snapshots
 from ctrexec.containerd.client import Client
 from ctrexec.errors import AlreadyExists, CtrexecError, NotFound
 from ctrexec.tasks import spec as taskspec
+from ctrexec.tasks.config import config_of
 
 
 def new_snapshot_key(name: str) -> str:
@@ -84,7 +85,9 @@ def prepare_rootfs(
         )
     except NotFound:
         cache.forget(client, image, snapshotter)
-        image = images.ensure_image(client, image.name, snapshotter=snapshotter, cache=cache)
+        image = images.ensure_image(
+            client, image.name, platform=image.platform, snapshotter=snapshotter, cache=cache
+        )
     return snapshots.prepare_rootfs(
         client, key, image.top_chain_id, snapshotter=snapshotter, lease=None
     )
@@ -97,7 +100,12 @@ def rootfs_mounts(
     try:
         return snapshots.snapshot_mounts(client, record.snapshot_key, record.snapshotter)
     except NotFound:
+        config = config_of(record)
         image = images.ensure_image(
-            client, record.image, snapshotter=record.snapshotter, cache=cache
+            client,
+            record.image,
+            platform=config.platform if config is not None else None,
+            snapshotter=record.snapshotter,
+            cache=cache,
         )
         return prepare_rootfs(client, record, image, cache)

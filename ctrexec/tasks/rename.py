@@ -47,8 +47,8 @@ from ctrexec.errors import (
 )
 from ctrexec.ids import task_cgroup, validate_id
 from ctrexec.net import groupns, hostfiles
+from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import implicitnet, runs
-from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks import spec as taskspec
 
@@ -170,7 +170,7 @@ def _copy_record(
     user's words when the name was taken meanwhile."""
     extensions = dict(record.extensions)
     implicit = lbl.IMPLICIT_GROUP in record.labels
-    config = taskinfo.config_of(record)
+    config = taskconfig.config_of(record)
     if config is not None:
         # The hostname stays what it was, as docker's rename keeps it.
         hostname = config.hostname or taskspec.default_hostname(config)

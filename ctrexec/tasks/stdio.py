@@ -30,6 +30,7 @@ from ctrexec.containerd.tasks import Status, Stdio
 from ctrexec.errors import CtrexecError, FailedPrecondition, InvalidArgument, TaskError
 from ctrexec.oci.process import merge_env
 from ctrexec.oci.user import ResolvedUser
+from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks.config import TaskConfig, TaskHandle
 from ctrexec.tasks.output import is_interactive, uses_daemon
@@ -92,7 +93,7 @@ def start_attached(
     what it writes before any attach is ours, even if it exits at once. A failed start
     closes them again; removing a container made for this run is the caller's."""
     record = containers.get(client, task_id)
-    config = _interactive_config(task_id, taskinfo.config_of(record))
+    config = _interactive_config(task_id, taskconfig.config_of(record))
     paths = _make_fifos(record.labels, config)
     if not (stdin and config.stdin_open):
         paths = FifoPaths.existing(paths.directory, stdin=False, stderr=bool(paths.stderr))

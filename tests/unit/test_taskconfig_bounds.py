@@ -58,6 +58,7 @@ WRONG_TYPE: dict[str, tuple[Any, str]] = {
     "init": ("yes", "expected true or false"),
     "pid": (1, "expected a string"),
     "ipc": (["host"], "expected a string"),
+    "platform": (["linux/arm64"], "expected a string"),
     "security_opt": ("seccomp=unconfined", "expected a list of strings"),
     "group_add": ("audio", "expected a list of strings"),
     "memory_swap": (1.5, "expected a size such as 1g, or -1"),
@@ -98,6 +99,7 @@ OUT_OF_RANGE: dict[str, tuple[Any, str]] = {
     "memory_swap": ("lots", "invalid size"),
     "pid": ("container:web", "container:NAME is not supported by ctrexec"),
     "ipc": ("hots", "--ipc: invalid IPC mode 'hots'"),
+    "platform": ("linux/arm64/v8/x", "invalid platform 'linux/arm64/v8/x': use os/arch[/variant]"),
     "security_opt": (["apparmor=x"], "--security-opt apparmor is not supported by ctrexec"),
     "group_add": (["99999999999"], "gid 99999999999 is out of range"),
     "shm_size": ("0", "shm size must be above 0"),
@@ -196,6 +198,7 @@ GOOD_TASK: dict[str, Any] = {
     "group_add": ["audio", "1234"],
     "pid": "host",
     "ipc": "private",
+    "platform": "linux/arm64",
     "security_opt": ["no-new-privileges=false", "seccomp=unconfined"],
     "init": False,  # True needs the host's tini: tests/unit/test_oci_process.py
 }
