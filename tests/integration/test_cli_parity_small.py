@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import subprocess
 import threading
 import urllib.request
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from _cli import Cli
-from _nethelpers import free_port
+from _nethelpers import cli_bridge, free_port
 
 from ctrexec.testing import wait_for
 from ctrexec.views.stats import bytes_size
@@ -126,20 +125,8 @@ SUBNET = "10.231.222.0/24"
 @pytest.fixture
 def bridge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     """ctrexec's bridge network under this file's names; all of it is gone after."""
-    name = f"cxps{secrets.token_hex(2)}"
-    monkeypatch.setenv("CTREXEC_NETWORK", name)
-    monkeypatch.setenv("CTREXEC_BRIDGE", name)
-    monkeypatch.setenv("CTREXEC_SUBNET", SUBNET)
-    monkeypatch.setenv("CTREXEC_CNI_CACHE_DIR", str(tmp_path / "cni-cache"))
-    monkeypatch.setenv("CTREXEC_IPAM_DIR", str(tmp_path / "ipam"))
-    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text()
-    try:
+    with cli_bridge(monkeypatch, tmp_path, SUBNET) as name:
         yield name
-    finally:
-        subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
-        Path("/proc/sys/net/ipv4/ip_forward").write_text(forward)
-    rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
-    assert "10.231.222." not in rules, "a port mapping or masquerade rule stayed"
 
 
 def _get(port: int) -> bool:
