@@ -35,10 +35,18 @@ from ctrexec.containerd.tasks import ExitStatus
 from ctrexec.errors import CtrexecError, DeadlineExceeded, NotFound, Unavailable
 from ctrexec.tasks import info as taskinfo
 
-#: A Wait that fails with Unavailable this soon after it was sent, this many times in a
-#: row, is not an outage that waiting can outlast: the wait fails with that error.
+#: A Wait that fails with Unavailable this soon after it was sent is a quick failure:
+#: the socket answers, but nothing serves the call yet (a containerd that is starting,
+#: which takes longer on a loaded machine) or ever will.
 QUICK_FAILURE = 0.5
+#: Quick failures in a row, this many and for this long, are not an outage that waiting
+#: can outlast: the wait fails with that error. Counted alone (20 in a row), a loaded
+#: containerd 1.7's restart once outlasted the count.
 MAX_QUICK_FAILURES = 20
+QUICK_FAILURES_FOR = 60.0
+#: After a quick failure the wait is sent again after this delay, doubled each time up
+#: to the last: no spin while the socket answers at once.
+RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 def exit_future(
@@ -78,6 +86,7 @@ class _ExitWaiter:
         self._call: _rpc.Pending[Any] | None = None
         self._sent_at = 0.0
         self._quick_failures = 0
+        self._quick_since = 0.0
         self._outage_since: datetime | None = None
         self.future: concurrent.futures.Future[ExitStatus] = concurrent.futures.Future()
         self.future.add_done_callback(self._on_future_done)
@@ -118,7 +127,7 @@ class _ExitWaiter:
             if self._outage_since is None:
                 self._outage_since = datetime.now(UTC)
             if self._outlasts(exc):
-                self._arm()
+                self._arm_again()
             return
         except NotFound as exc:
             if self._outage_since is not None and not self._exec_id:
@@ -155,12 +164,30 @@ class _ExitWaiter:
 
     def _outlasts(self, exc: Unavailable) -> bool:
         """Whether to send the wait again; else settle with ``exc``."""
-        quick = time.monotonic() - self._sent_at < QUICK_FAILURE
-        self._quick_failures = self._quick_failures + 1 if quick else 0
-        if self._quick_failures >= MAX_QUICK_FAILURES:
+        now = time.monotonic()
+        if now - self._sent_at >= QUICK_FAILURE:
+            self._quick_failures = 0
+            return True
+        if self._quick_failures == 0:
+            self._quick_since = now
+        self._quick_failures += 1
+        streak = now - self._quick_since
+        if self._quick_failures >= MAX_QUICK_FAILURES and streak >= QUICK_FAILURES_FOR:
             self._settle(error=exc)
             return False
         return True
+
+    def _arm_again(self) -> None:
+        """Send the wait again: at once after a slow failure (an outage the call sat
+        out), after a growing delay after quick ones (a timer: gRPC's callback thread
+        must not block)."""
+        if self._quick_failures == 0:
+            self._arm()
+            return
+        delay = RETRY_DELAYS[min(self._quick_failures, len(RETRY_DELAYS)) - 1]
+        timer = threading.Timer(delay, self._arm)
+        timer.daemon = True
+        timer.start()
 
     def _on_metrics(self, call: _rpc.Pending[Any], status: ExitStatus) -> None:
         with contextlib.suppress(CtrexecError):  # best effort, as Executor.with_oom

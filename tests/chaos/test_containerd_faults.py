@@ -183,11 +183,16 @@ def test_containerd_killed_while_the_shim_starts(
     chaos_daemon.kill()
     worker.join(60)
     assert not worker.is_alive(), "start_task hung after containerd died"
-    assert isinstance(result[0], errors.Unavailable), result
+    # Unavailable: the kill landed inside start_task, as meant. A handle: the whole start
+    # (runc create and start) finished between the shim being seen and the kill, which
+    # a loaded machine allows once in a while; the task then runs, as checked below.
+    assert isinstance(result[0], errors.Unavailable | TaskHandle), result
 
     chaos_daemon.restart()
     ex2 = _executor(chaos_daemon, tmp_path)
     out = observe(ex2.client, name, known_leases=set())
+    if isinstance(result[0], TaskHandle):
+        assert out.kind() == "container+task:running", out
     # "container": the kill beat runc create; "container+task:created": it did not;
     # "container+task:running": Create was done and the kill landed in Tasks.Start,
     # which the shim completed (with no log driver to wait for, Create is quick).

@@ -67,7 +67,12 @@ def _shim(address: str, where: Path) -> Iterator[int]:
     argv = ["containerd-shim-runc-v2", "-namespace", TEST_NAMESPACE, "-address", address]
     argv += ["-publish-binary", shutil.which("containerd") or "containerd", "-id", "dctr-shim"]
     subprocess.run([*argv, "start"], cwd=bundle, check=True, capture_output=True, timeout=30)
-    pid = next(p for p, (_, a) in shims.orphaned_shims.processes().items() if b"dctr-shim" in a)
+    # This run's shim: the matrix runs of scripts/test plant theirs at once, one pid
+    # namespace, each with its own containerd's address.
+    ours = (b"dctr-shim", address.encode())
+    pid = next(
+        p for p, (_, a) in shims.orphaned_shims.processes().items() if all(w in a for w in ours)
+    )
     try:
         yield pid
     finally:
