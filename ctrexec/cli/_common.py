@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import re
 import select
@@ -23,7 +24,7 @@ from ctrexec.defaults import (
     DEFAULT_NAMESPACE,
     NAMESPACE_ENV,
 )
-from ctrexec.errors import CtrexecError, InvalidArgument, UnknownCommand
+from ctrexec.errors import ConnectError, CtrexecError, InvalidArgument, UnknownCommand
 
 if TYPE_CHECKING:
     from ctrexec.containerd.client import Client
@@ -55,6 +56,23 @@ class ArgumentParser(argparse.ArgumentParser):
         if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
             raise unknown_command(self.prog, str(value), list(action.choices))
         super()._check_value(action, value)
+
+
+def look_up_messages_once() -> None:
+    """Have argparse translate its messages through one catalogue looked up now.
+
+    argparse asks gettext for each message as it builds a parser, and gettext searches
+    the locale directories at every ask when there is no catalogue (it keeps only what
+    it finds), as there is none for argparse's messages: some seventy searches, 2 ms
+    of each command. Looked up once per parser build, for this command's environment,
+    the messages are the ones gettext gives.
+    """
+    import gettext
+
+    domain = gettext.textdomain()
+    catalogue = gettext.translation(domain, gettext.bindtextdomain(domain), fallback=True)
+    setattr(argparse, "_", catalogue.gettext)  # noqa: B010 (a private module global)
+    setattr(argparse, "ngettext", catalogue.ngettext)  # noqa: B010
 
 
 if TYPE_CHECKING:
@@ -146,17 +164,22 @@ def connection_flags(*, short_namespace: bool = True) -> ArgumentParser:
     ``short_namespace=False`` where docker gives ``-n`` its own meaning (``logs -n 3``
     is ``--tail 3``, ``ps -n 3`` is ``--last 3``): there the namespace is ``-N``.
     """
+    return _connection_flags(short_namespace, address_default(), namespace_default())
+
+
+@functools.cache
+def _connection_flags(short_namespace: bool, address: str, namespace: str) -> ArgumentParser:
+    """One parent parser per help text: some thirty verbs name it as a parent, each
+    built or not (:class:`VerbParsers`), and argparse copies the parent's actions."""
     p = ArgumentParser(add_help=False)
     p.add_argument(
-        "--address",
-        default=argparse.SUPPRESS,
-        help=f"containerd socket (default: {address_default()})",
+        "--address", default=argparse.SUPPRESS, help=f"containerd socket (default: {address})"
     )
     p.add_argument(
         "--namespace",
         "-n" if short_namespace else "-N",
         default=argparse.SUPPRESS,
-        help=f"containerd namespace (default: {namespace_default()})",
+        help=f"containerd namespace (default: {namespace})",
     )
     return p
 
@@ -176,7 +199,9 @@ def namespace_default() -> str:
     return f"{env}, from ${NAMESPACE_ENV}" if env else f"{DEFAULT_NAMESPACE} (or ${NAMESPACE_ENV})"
 
 
+@functools.cache
 def json_flag() -> ArgumentParser:
+    """One parent parser for every verb's ``--json`` (see :func:`_connection_flags`)."""
     p = ArgumentParser(add_help=False)
     p.add_argument("--json", action="store_true", help="print JSON")
     return p
@@ -202,9 +227,13 @@ def connect(args: argparse.Namespace) -> Client:
     from ctrexec.containerd.daemon import EmbeddedContainerd
 
     daemon = EmbeddedContainerd()
-    if not daemon.is_running():
+    if daemon.is_running():
+        # the usual case, in one call: connect() asks containerd its version anyway
+        with contextlib.suppress(ConnectError):
+            return Client.connect(daemon.address, namespace=namespace)
+    else:
         print(f"ctrexec: starting embedded containerd at {daemon.address}", file=sys.stderr)
-    daemon.start()
+    daemon.start()  # starting it, or waiting for one just started to answer
     return Client.connect(daemon.address, namespace=namespace)
 
 

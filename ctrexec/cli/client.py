@@ -99,7 +99,8 @@ def decode_request(body: bytes) -> tuple[list[bytes], list[bytes], int]:
 
 
 def entry() -> NoReturn:
-    """The ``ctrexec`` console script: through the server if it can, else in-process."""
+    """The ``ctrexec`` program (``bin/ctrexec``): through the server if it can, else
+    in-process."""
     if os.environ.get(NO_SERVER_ENV) != "1" and os.geteuid() == 0:
         code = _through_server()
         if code is not None:

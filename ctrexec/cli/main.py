@@ -8,7 +8,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import NoReturn, cast
 
 from ctrexec.cli import (
@@ -49,6 +49,7 @@ COMMAND_MODULES = (
 def build_parser(only: Collection[str] | None = None) -> _common.ArgumentParser:
     """The whole parser; with ``only``, the parsers of those verbs alone are built (see
     :class:`~ctrexec.cli._common.VerbParsers`), the others named with their help."""
+    _common.look_up_messages_once()
     parser = _common.ArgumentParser(
         prog="ctrexec",
         description="Run containers through containerd in pre-created network namespaces.",
@@ -129,11 +130,18 @@ def entry() -> NoReturn:
     finish(main())
 
 
-def finish(code: int) -> NoReturn:
-    """Exit with ``code`` as :func:`entry` does (the command server's children too)."""
+def finish(code: int, *, tell: Callable[[int], object] | None = None) -> NoReturn:
+    """Exit with ``code`` as :func:`entry` does (the command server's children too).
+
+    ``tell`` hears the code once everything the command does is done, just before the
+    exit: the command server's child tells its client, which need not wait for this
+    process's teardown.
+    """
     if sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)  # cProfile, coverage or a debugger writes its results at exit
     _finish_like_finalization()
+    if tell is not None:
+        tell(code)
     os._exit(code)
 
 

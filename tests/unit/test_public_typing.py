@@ -140,6 +140,7 @@ def test_mypy_strict_on_a_user_file_against_a_built_wheel(tmp_path: Path) -> Non
         shutil.copy(ROOT / name, src / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "ctrexec", src / "ctrexec", ignore=ignore)
+    shutil.copytree(ROOT / "bin", src / "bin")  # pyproject's script-files
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
          "--no-index", "-w", str(tmp_path / "dist"), str(src)],
