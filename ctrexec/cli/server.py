@@ -53,6 +53,9 @@ NAMESPACES = ("mnt", "net", "pid", "user")
 #: How long a connected client may take to send its request.
 REQUEST_TIMEOUT = 5.0
 _FD_SIZE = array.array("i").itemsize
+#: What the server hands a spare child: the client's connection, the told pipe's write
+#: end, then the fds the client passed.
+_HANDED_FDS = 2 + wire.PASSED_FDS
 
 
 @dataclass
@@ -68,6 +71,15 @@ class _Command:
 
 
 @dataclass
+class _Spare:
+    """A child forked ahead of the next command, waiting on ``link`` for its request."""
+
+    pid: int
+    pidfd: int
+    link: socket.socket
+
+
+@dataclass
 class _State:
     listener: socket.socket | None
     lock: int
@@ -75,6 +87,7 @@ class _State:
     mtimes: dict[str, int]
     selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
     commands: dict[int, _Command] = field(default_factory=dict)  # by pidfd
+    spare: _Spare | None = None
 
 
 def main() -> None:
@@ -95,6 +108,7 @@ def main() -> None:
     state = _State(None, lock, paths, _mtimes())
     state.listener = _bind(paths)
     state.selector.register(state.listener, selectors.EVENT_READ)
+    state.spare = _fork_spare(state)
     idle = float(os.environ.get(SERVER_IDLE_ENV) or DEFAULT_SERVER_IDLE)
     _serve(state, idle)
 
@@ -183,6 +197,8 @@ def _serve(state: _State, idle: float) -> None:
                     _on_client(state, key.data)
                 else:
                     _on_exit(state, key.data)
+            elif isinstance(key.data, _Spare):
+                _drop_spare(state)  # it died waiting (killed?): fork another when needed
         last = time.monotonic()
     _stop_listening(state)
 
@@ -199,6 +215,7 @@ def _stop_listening(state: _State) -> None:
     state.listener.close()
     state.listener = None
     os.close(state.lock)
+    _drop_spare(state)
 
 
 def _accept(state: _State) -> None:
@@ -221,9 +238,14 @@ def _accept(state: _State) -> None:
         _start(state, conn, fds, request)
     except (OSError, ValueError):
         conn.close()
+        return
     finally:
         for fd in fds:
             os.close(fd)
+    # Only now, with the client's fds closed here: a spare that held its stdout would
+    # keep the reader of that pipe from ever seeing its end.
+    with contextlib.suppress(OSError):  # else the next command forks its own
+        state.spare = _fork_spare(state)  # while this one runs
 
 
 def _start(
@@ -232,30 +254,83 @@ def _start(
     fds: list[int],
     request: tuple[list[bytes], list[bytes], int],
 ) -> None:
-    """Fork the child that runs the command. ACCEPTED goes first, so that the child's
-    own EXITED (:func:`_tell_exit`) follows it; a fork that fails takes it back."""
+    """Hand the command to the spare child (forked now if there is none).
+
+    ACCEPTED goes first, so that the child's own EXITED (:func:`_tell_exit`) follows
+    it; a hand-off that fails takes it back (nothing ran).
+    """
+    spare = state.spare or _fork_spare(state)
+    state.spare = None
+    state.selector.unregister(spare.pidfd)
     told_read, told_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         conn.sendall(wire.REPLY.pack(wire.ACCEPTED, 0))
         try:
-            pid = os.fork()
+            _hand_over(spare.link, [conn.fileno(), told_write, *fds], request)
         except OSError:
-            conn.sendall(wire.REPLY.pack(wire.RUN_HERE, wire.REFUSED))  # nothing ran
+            conn.sendall(wire.REPLY.pack(wire.RUN_HERE, wire.REFUSED))
+            _end_spare(spare)
             raise
-        if pid == 0:
-            os.close(told_read)
-            _child(state, conn, fds, request, told_write)
     except BaseException:
         os.close(told_read)
         raise
     finally:
         os.close(told_write)
-    pidfd = os.pidfd_open(pid)
-    command = _Command(pid, conn, pidfd, told_read)
+    spare.link.close()
+    command = _Command(spare.pid, conn, spare.pidfd, told_read)
     conn.setblocking(False)
-    state.commands[pidfd] = command
-    state.selector.register(pidfd, selectors.EVENT_READ, command)
+    state.commands[spare.pidfd] = command
+    state.selector.register(spare.pidfd, selectors.EVENT_READ, command)
     state.selector.register(conn, selectors.EVENT_READ, command)
+
+
+def _fork_spare(state: _State) -> _Spare:
+    """A child that drops the server's fds and waits for a command: the fork, and its
+    first page copies, are then off the next command's time."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        raise
+    if pid == 0:
+        try:
+            ours.close()
+            _drop_server(state)
+        except BaseException:
+            os._exit(125)
+        _wait_for_command(theirs)
+    theirs.close()
+    spare = _Spare(pid, os.pidfd_open(pid), ours)
+    state.selector.register(spare.pidfd, selectors.EVENT_READ, spare)
+    return spare
+
+
+def _drop_spare(state: _State) -> None:
+    if state.spare is not None:
+        state.selector.unregister(state.spare.pidfd)
+        _end_spare(state.spare)
+        state.spare = None
+
+
+def _end_spare(spare: _Spare) -> None:
+    """The end of its link ends a waiting spare; reaped here, as it exits at once."""
+    spare.link.close()
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(spare.pid, 0)
+    os.close(spare.pidfd)
+
+
+def _hand_over(
+    link: socket.socket, fds: list[int], request: tuple[list[bytes], list[bytes], int]
+) -> None:
+    """The request, encoded again, and the fds (:data:`_HANDED_FDS`)."""
+    argv, env, umask = request
+    message = wire.encode_request(argv, env, umask)
+    rights = array.array("i", fds).tobytes()
+    sent = link.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+    link.sendall(message[sent:])
 
 
 def _receive(conn: socket.socket) -> tuple[list[int], tuple[list[bytes], list[bytes], int]]:
@@ -363,8 +438,30 @@ def _on_exit(state: _State, command: _Command) -> None:
     command.conn.close()
 
 
+def _wait_for_command(link: socket.socket) -> NoReturn:
+    """The spare's life: wait for a command and run it, or end with the server."""
+    try:
+        data, ancillary, flags, _ = link.recvmsg(
+            65536, socket.CMSG_SPACE(_HANDED_FDS * _FD_SIZE), socket.MSG_CMSG_CLOEXEC
+        )
+    except BaseException:
+        os._exit(0)
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % _FD_SIZE])
+    if not data or len(fds) != _HANDED_FDS or flags & socket.MSG_CTRUNC:
+        os._exit(0)  # the server went away (or never meant it): nothing to run
+    try:
+        request = _read_body(link, data)
+        link.close()
+        conn = socket.socket(fileno=fds[0])
+    except BaseException:
+        os._exit(125)
+    _child(conn, list(fds[2:]), request, fds[1])
+
+
 def _child(
-    state: _State,
     conn: socket.socket,
     fds: list[int],
     request: tuple[list[bytes], list[bytes], int],
@@ -373,7 +470,6 @@ def _child(
     """Become the client's process and run its command; never returns."""
     try:
         os.setpgid(0, 0)
-        _drop_server(state)
         argv, env, umask = request
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
@@ -404,6 +500,9 @@ def _drop_server(state: _State) -> None:
     if state.listener is not None:
         state.listener.close()
     os.close(state.lock)
+    if state.spare is not None:
+        state.spare.link.close()
+        os.close(state.spare.pidfd)
     for command in state.commands.values():
         command.conn.close()
         os.close(command.pidfd)
