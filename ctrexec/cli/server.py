@@ -2,7 +2,9 @@
 
 The client (:mod:`ctrexec.cli.client`) passes its stdio and working directory fds, argv,
 environment and umask; a child takes them on and runs :func:`ctrexec.cli.main.main`, so
-a command costs a fork instead of Python's start-up and ~150 ms of imports.
+a command costs a fork instead of Python's start-up and ~150 ms of imports. The fork is
+made ahead: a spare child waits for the next command (:func:`_fork_spare`), and tells
+its client the exit code itself before its teardown (:func:`_tell_exit`).
 
 Fork is only safe here because this process stays single-threaded and holds no gRPC
 channel, Executor or netlink socket: it imports modules and nothing else (grpc's own
