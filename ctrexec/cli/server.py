@@ -332,7 +332,11 @@ def _hand_over(
     message = wire.encode_request(argv, env, umask)
     rights = array.array("i", fds).tobytes()
     sent = link.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
-    link.sendall(message[sent:])
+    if sent < len(message):
+        # Not sendall(b""): it sends once even so, and a spare that has read it all and
+        # closed its end makes that EPIPE, as if the command had not been handed over.
+        # A failure here is one: the spare reads the whole request before it runs it.
+        link.sendall(message[sent:])
 
 
 def _receive(conn: socket.socket) -> tuple[list[int], tuple[list[bytes], list[bytes], int]]:

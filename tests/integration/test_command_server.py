@@ -270,6 +270,30 @@ def test_it_on_a_pty_and_detach(server: Server, test_image: str, names: list[str
     assert '"running"' in server("inspect", "cs-tty").stdout
 
 
+def test_each_command_runs_once(server: Server) -> None:
+    """A command that must not run twice (a second ``netns create`` of a name fails),
+    in quick succession: each handed to its spare exactly once, none also run by the
+    client (a hand-over once seemed to fail after the spare had taken it)."""
+
+    def netns(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*CLIENT, "netns", *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=server.env,
+        )
+
+    names = [f"cs-once-{i}" for i in range(20)]
+    try:
+        for name in names:
+            made = netns("create", name)
+            assert made.returncode == 0, made.stderr
+    finally:
+        netns("rm", *names)
+
+
 def test_killed_server_and_stale_socket(server: Server) -> None:
     old = server.pid()
     wait_for(lambda: len(server.children()) == 1, timeout=60, what="the spare child")
