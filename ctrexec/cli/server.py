@@ -270,8 +270,8 @@ def _start(
         try:
             _hand_over(spare.link, [conn.fileno(), told_write, *fds], request)
         except OSError:
+            _end_spare(spare)  # first: it had not all of the request, and so ran nothing
             conn.sendall(wire.REPLY.pack(wire.RUN_HERE, wire.REFUSED))
-            _end_spare(spare)
             raise
     except BaseException:
         os.close(told_read)
