@@ -192,14 +192,18 @@ def _serve(state: _State, idle: float) -> None:
         if not events and not state.commands:
             break  # idle
         for key, _mask in events:
+            # An event of this batch may be about what an earlier one of it ended (a
+            # command's exit, then its client's end): its fd is closed, skip it.
             if key.fileobj is state.listener:
                 _accept(state)
             elif isinstance(key.data, _Command):
+                if state.commands.get(key.data.pidfd) is not key.data:
+                    continue
                 if key.fileobj is key.data.conn:
                     _on_client(state, key.data)
                 else:
                     _on_exit(state, key.data)
-            elif isinstance(key.data, _Spare):
+            elif isinstance(key.data, _Spare) and key.data is state.spare:
                 _drop_spare(state)  # it died waiting (killed?): fork another when needed
         last = time.monotonic()
     _stop_listening(state)
@@ -432,16 +436,23 @@ def _on_exit(state: _State, command: _Command) -> None:
     except BlockingIOError:
         told = False
     os.close(command.told)
-    if not command.done and not told:
+    if not command.done:  # the connection is still watched (_on_client has not ended it)
         state.selector.unregister(command.conn)
-        if os.WIFSIGNALED(status):
-            reply = wire.REPLY.pack(wire.KILLED, os.WTERMSIG(status))
-        else:
-            reply = wire.REPLY.pack(wire.EXITED, os.waitstatus_to_exitcode(status))
-        command.conn.setblocking(True)
-        with contextlib.suppress(OSError):
-            command.conn.sendall(reply)
+        if not told:
+            _reply_exit(command.conn, status)
+    # Unregistered before it is closed, always: a closed fd left in the selector's map
+    # makes the next registration of that number (a connection, a spare's pidfd) fail.
     command.conn.close()
+
+
+def _reply_exit(conn: socket.socket, status: int) -> None:
+    if os.WIFSIGNALED(status):
+        reply = wire.REPLY.pack(wire.KILLED, os.WTERMSIG(status))
+    else:
+        reply = wire.REPLY.pack(wire.EXITED, os.waitstatus_to_exitcode(status))
+    conn.setblocking(True)
+    with contextlib.suppress(OSError):
+        conn.sendall(reply)
 
 
 def _wait_for_command(link: socket.socket) -> NoReturn:
