@@ -40,8 +40,8 @@ MAX_REQUEST = 4 << 20
 PASSED_FDS = 4
 #: Server -> client replies, five bytes each: a kind and a signed 32-bit value.
 REPLY = struct.Struct("!ci")
-ACCEPTED = b"A"  # the server took the command: run it here only on a RUN_HERE after it
-RUN_HERE = b"R"  # run it yourself (nothing ran: refused, or the hand-over failed); why
+ACCEPTED = b"A"  # the child runs the command: from here on, never run it again here
+RUN_HERE = b"R"  # run it yourself; the value says why
 EXITED = b"X"  # the command's exit code
 KILLED = b"K"  # the command was killed by this signal
 #: Why a command is run here: refused (another uid or namespace: not an error), or the

@@ -8,7 +8,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from typing import NoReturn, cast
 
 from ctrexec.cli import (
@@ -130,18 +130,11 @@ def entry() -> NoReturn:
     finish(main())
 
 
-def finish(code: int, *, tell: Callable[[int], object] | None = None) -> NoReturn:
-    """Exit with ``code`` as :func:`entry` does (the command server's children too).
-
-    ``tell`` hears the code once everything the command does is done, just before the
-    exit: the command server's child tells its client, which need not wait for this
-    process's teardown.
-    """
+def finish(code: int) -> NoReturn:
+    """Exit with ``code`` as :func:`entry` does (the command server's children too)."""
     if sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)  # cProfile, coverage or a debugger writes its results at exit
     _finish_like_finalization()
-    if tell is not None:
-        tell(code)
     os._exit(code)
 
 

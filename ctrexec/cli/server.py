@@ -2,9 +2,7 @@
 
 The client (:mod:`ctrexec.cli.client`) passes its stdio and working directory fds, argv,
 environment and umask; a child takes them on and runs :func:`ctrexec.cli.main.main`, so
-a command costs a fork instead of Python's start-up and ~150 ms of imports. The fork is
-made ahead: a spare child waits for the next command (:func:`_fork_spare`), and tells
-its client the exit code itself before its teardown (:func:`_tell_exit`).
+a command costs a fork instead of Python's start-up and ~150 ms of imports.
 
 Fork is only safe here because this process stays single-threaded and holds no gRPC
 channel, Executor or netlink socket: it imports modules and nothing else (grpc's own
@@ -55,9 +53,6 @@ NAMESPACES = ("mnt", "net", "pid", "user")
 #: How long a connected client may take to send its request.
 REQUEST_TIMEOUT = 5.0
 _FD_SIZE = array.array("i").itemsize
-#: What the server hands a spare child: the client's connection, the told pipe's write
-#: end, then the fds the client passed.
-_HANDED_FDS = 2 + wire.PASSED_FDS
 
 
 @dataclass
@@ -67,18 +62,7 @@ class _Command:
     pid: int
     conn: socket.socket
     pidfd: int
-    #: Read end of a pipe the child writes a byte to once it has told the exit code.
-    told: int
     done: bool = False
-
-
-@dataclass
-class _Spare:
-    """A child forked ahead of the next command, waiting on ``link`` for its request."""
-
-    pid: int
-    pidfd: int
-    link: socket.socket
 
 
 @dataclass
@@ -89,7 +73,6 @@ class _State:
     mtimes: dict[str, int]
     selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
     commands: dict[int, _Command] = field(default_factory=dict)  # by pidfd
-    spare: _Spare | None = None
 
 
 def main() -> None:
@@ -110,7 +93,6 @@ def main() -> None:
     state = _State(None, lock, paths, _mtimes())
     state.listener = _bind(paths)
     state.selector.register(state.listener, selectors.EVENT_READ)
-    state.spare = _fork_spare(state)
     idle = float(os.environ.get(SERVER_IDLE_ENV) or DEFAULT_SERVER_IDLE)
     _serve(state, idle)
 
@@ -192,19 +174,13 @@ def _serve(state: _State, idle: float) -> None:
         if not events and not state.commands:
             break  # idle
         for key, _mask in events:
-            # An event of this batch may be about what an earlier one of it ended (a
-            # command's exit, then its client's end): its fd is closed, skip it.
             if key.fileobj is state.listener:
                 _accept(state)
             elif isinstance(key.data, _Command):
-                if state.commands.get(key.data.pidfd) is not key.data:
-                    continue
                 if key.fileobj is key.data.conn:
                     _on_client(state, key.data)
                 else:
                     _on_exit(state, key.data)
-            elif isinstance(key.data, _Spare) and key.data is state.spare:
-                _drop_spare(state)  # it died waiting (killed?): fork another when needed
         last = time.monotonic()
     _stop_listening(state)
 
@@ -221,7 +197,6 @@ def _stop_listening(state: _State) -> None:
     state.listener.close()
     state.listener = None
     os.close(state.lock)
-    _drop_spare(state)
 
 
 def _accept(state: _State) -> None:
@@ -241,106 +216,23 @@ def _accept(state: _State) -> None:
             conn.sendall(wire.REPLY.pack(wire.RUN_HERE, refusal))
             conn.close()
             return
-        _start(state, conn, fds, request)
+        pid = os.fork()
+        if pid == 0:
+            _child(state, conn, fds, request)
     except (OSError, ValueError):
         conn.close()
         return
     finally:
         for fd in fds:
             os.close(fd)
-    # Only now, with the client's fds closed here: a spare that held its stdout would
-    # keep the reader of that pipe from ever seeing its end.
-    with contextlib.suppress(OSError):  # else the next command forks its own
-        state.spare = _fork_spare(state)  # while this one runs
-
-
-def _start(
-    state: _State,
-    conn: socket.socket,
-    fds: list[int],
-    request: tuple[list[bytes], list[bytes], int],
-) -> None:
-    """Hand the command to the spare child (forked now if there is none).
-
-    ACCEPTED goes first, so that the child's own EXITED (:func:`_tell_exit`) follows
-    it; a hand-off that fails takes it back (nothing ran).
-    """
-    spare = state.spare or _fork_spare(state)
-    state.spare = None
-    state.selector.unregister(spare.pidfd)
-    told_read, told_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-    try:
-        conn.sendall(wire.REPLY.pack(wire.ACCEPTED, 0))
-        try:
-            _hand_over(spare.link, [conn.fileno(), told_write, *fds], request)
-        except OSError:
-            _end_spare(spare)  # first: it had not all of the request, and so ran nothing
-            conn.sendall(wire.REPLY.pack(wire.RUN_HERE, wire.REFUSED))
-            raise
-    except BaseException:
-        os.close(told_read)
-        raise
-    finally:
-        os.close(told_write)
-    spare.link.close()
-    command = _Command(spare.pid, conn, spare.pidfd, told_read)
+    pidfd = os.pidfd_open(pid)
+    command = _Command(pid, conn, pidfd)
     conn.setblocking(False)
-    state.commands[spare.pidfd] = command
-    state.selector.register(spare.pidfd, selectors.EVENT_READ, command)
+    state.commands[pidfd] = command
+    state.selector.register(pidfd, selectors.EVENT_READ, command)
     state.selector.register(conn, selectors.EVENT_READ, command)
-
-
-def _fork_spare(state: _State) -> _Spare:
-    """A child that drops the server's fds and waits for a command: the fork, and its
-    first page copies, are then off the next command's time."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        pid = os.fork()
-    except OSError:
-        ours.close()
-        theirs.close()
-        raise
-    if pid == 0:
-        try:
-            ours.close()
-            _drop_server(state)
-        except BaseException:
-            os._exit(125)
-        _wait_for_command(theirs)
-    theirs.close()
-    spare = _Spare(pid, os.pidfd_open(pid), ours)
-    state.selector.register(spare.pidfd, selectors.EVENT_READ, spare)
-    return spare
-
-
-def _drop_spare(state: _State) -> None:
-    if state.spare is not None:
-        state.selector.unregister(state.spare.pidfd)
-        _end_spare(state.spare)
-        state.spare = None
-
-
-def _end_spare(spare: _Spare) -> None:
-    """The end of its link ends a waiting spare; reaped here, as it exits at once."""
-    spare.link.close()
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(spare.pid, 0)
-    os.close(spare.pidfd)
-
-
-def _hand_over(
-    link: socket.socket, fds: list[int], request: tuple[list[bytes], list[bytes], int]
-) -> None:
-    """The request, encoded again, and the fds (:data:`_HANDED_FDS`)."""
-    argv, env, umask = request
-    message = wire.encode_request(argv, env, umask)
-    rights = array.array("i", fds).tobytes()
-    sent = link.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
-    if sent < len(message):
-        # Not sendall(b""): it sends once even so, and a spare that has read it all and
-        # closed its end makes that EPIPE, as if the command had not been handed over.
-        # A failure here is one: the spare reads the whole request before it runs it.
-        link.sendall(message[sent:])
+    with contextlib.suppress(OSError):
+        conn.sendall(wire.REPLY.pack(wire.ACCEPTED, 0))
 
 
 def _receive(conn: socket.socket) -> tuple[list[int], tuple[list[bytes], list[bytes], int]]:
@@ -431,62 +323,28 @@ def _on_exit(state: _State, command: _Command) -> None:
     state.selector.unregister(command.pidfd)
     os.close(command.pidfd)
     del state.commands[command.pidfd]
-    try:
-        told = os.read(command.told, 1) == b"1"
-    except BlockingIOError:
-        told = False
-    os.close(command.told)
-    if not command.done:  # the connection is still watched (_on_client has not ended it)
+    if not command.done:
         state.selector.unregister(command.conn)
-        if not told:
-            _reply_exit(command.conn, status)
-    # Unregistered before it is closed, always: a closed fd left in the selector's map
-    # makes the next registration of that number (a connection, a spare's pidfd) fail.
+        if os.WIFSIGNALED(status):
+            reply = wire.REPLY.pack(wire.KILLED, os.WTERMSIG(status))
+        else:
+            reply = wire.REPLY.pack(wire.EXITED, os.waitstatus_to_exitcode(status))
+        command.conn.setblocking(True)
+        with contextlib.suppress(OSError):
+            command.conn.sendall(reply)
     command.conn.close()
 
 
-def _reply_exit(conn: socket.socket, status: int) -> None:
-    if os.WIFSIGNALED(status):
-        reply = wire.REPLY.pack(wire.KILLED, os.WTERMSIG(status))
-    else:
-        reply = wire.REPLY.pack(wire.EXITED, os.waitstatus_to_exitcode(status))
-    conn.setblocking(True)
-    with contextlib.suppress(OSError):
-        conn.sendall(reply)
-
-
-def _wait_for_command(link: socket.socket) -> NoReturn:
-    """The spare's life: wait for a command and run it, or end with the server."""
-    try:
-        data, ancillary, flags, _ = link.recvmsg(
-            65536, socket.CMSG_SPACE(_HANDED_FDS * _FD_SIZE), socket.MSG_CMSG_CLOEXEC
-        )
-    except BaseException:
-        os._exit(0)
-    fds = array.array("i")
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - len(payload) % _FD_SIZE])
-    if not data or len(fds) != _HANDED_FDS or flags & socket.MSG_CTRUNC:
-        os._exit(0)  # the server went away (or never meant it): nothing to run
-    try:
-        request = _read_body(link, data)
-        link.close()
-        conn = socket.socket(fileno=fds[0])
-    except BaseException:
-        os._exit(125)
-    _child(conn, list(fds[2:]), request, fds[1])
-
-
 def _child(
+    state: _State,
     conn: socket.socket,
     fds: list[int],
     request: tuple[list[bytes], list[bytes], int],
-    told: int,
 ) -> NoReturn:
     """Become the client's process and run its command; never returns."""
     try:
         os.setpgid(0, 0)
+        _drop_server(state, conn)
         argv, env, umask = request
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
@@ -505,25 +363,19 @@ def _child(
         _rebuild_stdio()
     except BaseException:
         os._exit(125)
-    _run_command(conn, told)
+    _run_command()
 
 
-def _drop_server(state: _State) -> None:
-    """Close the server's fds in the child: the lock above all, or it outlives us.
-
-    The client's connection stays open, for :func:`_tell_exit`.
-    """
+def _drop_server(state: _State, conn: socket.socket) -> None:
+    """Close the server's fds in the child: the lock above all, or it outlives us."""
     state.selector.close()
     if state.listener is not None:
         state.listener.close()
     os.close(state.lock)
-    if state.spare is not None:
-        state.spare.link.close()
-        os.close(state.spare.pidfd)
     for command in state.commands.values():
         command.conn.close()
         os.close(command.pidfd)
-        os.close(command.told)
+    conn.close()
 
 
 def _rebuild_stdio() -> None:
@@ -542,7 +394,7 @@ def _rebuild_stdio() -> None:
         setattr(sys, f"__{name}__", text)
 
 
-def _run_command(conn: socket.socket, told: int) -> NoReturn:
+def _run_command() -> NoReturn:
     from ctrexec.cli.main import finish
     from ctrexec.cli.main import main as run
 
@@ -553,19 +405,7 @@ def _run_command(conn: socket.socket, told: int) -> NoReturn:
     except BaseException:
         traceback.print_exc()
         code = 1
-    finish(code, tell=lambda code: _tell_exit(conn, told, code))
-
-
-def _tell_exit(conn: socket.socket, told: int, code: int) -> None:
-    """The exit code, told by the child once the command is done and just before it
-    exits, so the client need not wait for the teardown of a process this large (about
-    2 ms). The byte on ``told`` keeps the server from telling it again."""
-    try:
-        conn.settimeout(None)
-        conn.sendall(wire.REPLY.pack(wire.EXITED, code))
-        os.write(told, b"1")
-    except OSError:
-        return
+    finish(code)
 
 
 def _exit_code(value: object) -> int:

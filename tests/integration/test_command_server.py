@@ -139,23 +139,11 @@ def names(cli: Cli) -> Iterator[list[str]]:
         cli("rm", "-f", *made)
 
 
-def _stdin(pid: int) -> int | None:
-    """The inode of a process's stdin (a pipe's, for the commands here)."""
-    try:
-        return os.stat(f"/proc/{pid}/fd/0").st_ino
-    except OSError:
-        return None
-
-
 def test_server_has_one_thread_and_runs_commands_as_children(
     server: Server, test_image: str
 ) -> None:
-    """A spare child, forked ahead, takes the next command; another is forked for the
-    one after."""
     pid = server.pid()
     assert sorted(os.listdir(f"/proc/{pid}/task")) == [str(pid)]
-    wait_for(lambda: len(server.children()) == 1, timeout=60, what="the spare child")
-    (spare,) = server.children()
     with subprocess.Popen(
         server.argv("run", "--rm", "-i", test_image, "cat"),
         stdin=subprocess.PIPE,
@@ -164,15 +152,11 @@ def test_server_has_one_thread_and_runs_commands_as_children(
         env=server.env,
     ) as proc:
         assert proc.stdin is not None and proc.stdout is not None
-        pipe = os.fstat(proc.stdin.fileno()).st_ino
-        wait_for(lambda: _stdin(spare) == pipe, timeout=60, what="the spare to take the command")
-        wait_for(lambda: len(server.children()) == 2, timeout=60, what="the next spare")
+        wait_for(lambda: server.children() != [], timeout=60, what="the command's child")
         proc.stdin.write(b"through the server\n")
         proc.stdin.close()  # EOF reaches cat: it ends, and so does run
         assert proc.stdout.read() == b"through the server\n"
         assert proc.wait(timeout=60) == 0
-    wait_for(lambda: spare not in server.children(), timeout=60, what="the command's end")
-    assert len(server.children()) == 1  # the next spare
     assert sorted(os.listdir(f"/proc/{pid}/task")) == [str(pid)]
 
 
@@ -272,8 +256,7 @@ def test_it_on_a_pty_and_detach(server: Server, test_image: str, names: list[str
 
 def test_each_command_runs_once(server: Server) -> None:
     """A command that must not run twice (a second ``netns create`` of a name fails),
-    in quick succession: each handed to its spare exactly once, none also run by the
-    client (a hand-over once seemed to fail after the spare had taken it)."""
+    in quick succession: each run by its child once, none also by the client."""
 
     def netns(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -296,11 +279,8 @@ def test_each_command_runs_once(server: Server) -> None:
 
 def test_killed_server_and_stale_socket(server: Server) -> None:
     old = server.pid()
-    wait_for(lambda: len(server.children()) == 1, timeout=60, what="the spare child")
-    (spare,) = server.children()
     os.kill(old, signal.SIGKILL)
     wait_for(lambda: not _alive(old), timeout=30, what="the killed server to end")
-    wait_for(lambda: not _alive(spare), timeout=30, what="its spare child to end with it")
     assert server.sock.exists()  # a stale socket: no one listens on it
     again = server("version")
     assert again.returncode == 0 and again.stderr == "", again.stderr
