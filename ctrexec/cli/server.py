@@ -46,7 +46,9 @@ WARM_MODULES = (
     "ctrexec.views.images", "ctrexec.containerd.streams", "ctrexec.logs.reader",
     "ctrexec.images.registry.pull", "ctrexec.images.lookup", "ctrexec.net.netns",
     "ctrexec.net.networks", "ctrexec.groups.updown", "ctrexec.groups.spec",
-    "ctrexec.containerd.daemon", "grpc._channel", "grpc._simple_stubs", "grpc.experimental",
+    "ctrexec.containerd.daemon", "ctrexec.containerd.bundles", "ctrexec.images.usage",
+    "ctrexec.tasks.stale", "ctrexec.logs.orphaned_shims",
+    "grpc._channel", "grpc._simple_stubs", "grpc.experimental",
 )  # fmt: skip
 #: The namespaces a command must share with its caller.
 NAMESPACES = ("mnt", "net", "pid", "user")
@@ -86,6 +88,7 @@ def main() -> None:
     for name in WARM_MODULES:
         importlib.import_module(name)
     _warm_parsing()
+    _warm_data()
     # What is loaded now stays: a child's collections skip it, and so leave its pages
     # shared with this process instead of copying them to update the objects' headers.
     gc.collect()
@@ -103,6 +106,14 @@ def _warm_parsing() -> None:
     from ctrexec.cli.main import build_parser
 
     build_parser().parse_args(["ps"])
+
+
+def _warm_data() -> None:
+    """Read the data files a command reads, once: the default seccomp profile (with
+    ``importlib.resources``, zipfile and tempfile) is parsed in every ``run`` otherwise."""
+    from ctrexec.oci import seccomp
+
+    seccomp.load_default_profile()
 
 
 def _ensure_directory(directory: str) -> None:
