@@ -28,19 +28,25 @@ def driver_of(config: TaskConfig | None) -> str:
 
 
 def attached_entries(
-    driver: str, log_path: str, stop: Callable[[], bool], *, tail: int | None = None
+    driver: str,
+    log_path: str,
+    stop: Callable[[], bool],
+    *,
+    tail: int | None = None,
+    wait: Callable[[float], object] = time.sleep,
 ) -> Iterator[logstore.LogEntry]:
     """What an attached run prints: the log as it grows (``tail=0``: only what comes
-    from now on); with no log, nothing until stop."""
+    from now on); with no log, nothing until stop. ``wait`` pauses between polls."""
     if driver != logmodes.NONE:
         from ctrexec.logs import reader as logstore
 
         yield from logstore.read_logs(
-            log_path, driver=driver, follow=True, stop=stop, poll_interval=0.01, tail=tail
-        )
+            log_path, driver=driver, follow=True, stop=stop, poll_interval=0.01, tail=tail,
+            wait=wait,
+        )  # fmt: skip
         return
     while not stop():
-        time.sleep(0.05)
+        wait(0.05)
 
 
 def stream_until_exit(
@@ -87,7 +93,8 @@ def stream_until_exit(
         forward_pending()
         return stop()
 
-    entries = attached_entries(driver, log_path, forward_then_stop, tail=tail)
+    pause = _pause_until(done)
+    entries = attached_entries(driver, log_path, forward_then_stop, tail=tail, wait=pause)
     record = lambda signum, _frame: received.append(signum)  # noqa: E731
     old = {s: signal.signal(s, record) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -102,6 +109,19 @@ def stream_until_exit(
     if errors:
         raise errors[0]
     return result["code"]
+
+
+def _pause_until(exited: threading.Event) -> Callable[[float], object]:
+    """A poll's pause that the exit cuts short: the command ends when its task does,
+    not up to a poll later. Once exited, a plain sleep (the settle's polls)."""
+
+    def pause(seconds: float) -> None:
+        if exited.is_set():
+            time.sleep(seconds)
+        else:
+            exited.wait(seconds)
+
+    return pause
 
 
 def stop_after_reap(ex: Executor, task_id: str, exited: Callable[[], bool]) -> Callable[[], bool]:

@@ -30,6 +30,7 @@ Rotation follows docker too: the current file is ``path``; rotated files are
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 import time
@@ -389,6 +390,7 @@ def read_logs(
     streams: Collection[str] = STREAMS,
     stop: Callable[[], bool] | None = None,
     poll_interval: float = 0.1,
+    wait: Callable[[float], object] = time.sleep,
 ) -> Iterator[LogEntry]:
     """Entries of a task's log as its ``driver`` wrote it, oldest first: the one reader.
 
@@ -403,7 +405,8 @@ def read_logs(
     ``since`` (an aware datetime, or ns since the epoch) and ``streams`` filter first;
     ``tail`` then keeps the last N of the entries present now. With ``follow``, entries
     written later are yielded as they appear (polling every ``poll_interval`` seconds,
-    across rotations) until ``stop()`` returns true (e.g. ``event.is_set``), and then
+    across rotations; ``wait`` pauses between polls, and an event's ``wait`` lets its
+    setter cut a pause short) until ``stop()`` returns true (e.g. ``event.is_set``), and then
     once more, so whatever was written before ``stop()`` said so is yielded; without
     ``stop`` it follows until the caller stops iterating. A missing log yields nothing
     (or, when following, waits for it). Lines that are not entries are skipped.
@@ -423,7 +426,8 @@ def read_logs(
             return _raw_entries(lines, cursor)
         return _json_entries(lines, wanted, since_ns)
 
-    return _entries(cursor, select, tail=tail, follow=follow, stop=stop, poll=poll_interval)
+    pause = functools.partial(wait, poll_interval)
+    return _entries(cursor, select, tail=tail, follow=follow, stop=stop, pause=pause)
 
 
 class _ReadOptions(TypedDict, total=False):
@@ -434,6 +438,7 @@ class _ReadOptions(TypedDict, total=False):
     tail: int | None
     stop: Callable[[], bool] | None
     poll_interval: float
+    wait: Callable[[float], object]
 
 
 def read_task_logs(
@@ -451,7 +456,7 @@ def _entries(
     tail: int | None,
     follow: bool,
     stop: Callable[[], bool] | None,
-    poll: float,
+    pause: Callable[[], object],
 ) -> Iterator[LogEntry]:
     """The generator behind :func:`read_logs`, whose checks so come at the call."""
     try:
@@ -467,7 +472,7 @@ def _entries(
                 got = True
                 yield entry
             if not got:
-                time.sleep(poll)
+                pause()
         yield from select(cursor.poll())
     finally:
         cursor.close()
