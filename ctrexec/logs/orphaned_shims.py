@@ -25,18 +25,25 @@ ORPHAN_STABLE = 1.0
 
 
 def processes() -> dict[int, tuple[int, list[bytes]]]:
-    """Every process as pid -> (parent pid, argv); kernel threads and the vanished skipped."""
+    """Every process as pid -> (parent pid, argv); kernel threads and the vanished skipped.
+
+    Plain ``open`` rather than ``pathlib``: this runs at every task's delete, over the
+    host's every process, and costs a third of pathlib's time.
+    """
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for name in os.listdir("/proc"):  # noqa: PTH208
+        if not name.isdigit():
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as cmdline:  # noqa: PTH123
+                argv = cmdline.read().split(b"\0")[:-1]
+            if not argv:
+                continue
+            with open(f"/proc/{name}/stat", "rb") as stat:  # noqa: PTH123
+                parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if argv:
-            found[int(entry.name)] = (parent, argv)
+        found[int(name)] = (parent, argv)
     return found
 
 
