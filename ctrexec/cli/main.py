@@ -86,10 +86,45 @@ def verb_of(argv: Sequence[str]) -> str | None:
     return None
 
 
+#: The environment a parser's text depends on beyond the code: the defaults that
+#: ``--help`` shows (ctrexec's and containerd's variables) and the locale that gettext
+#: looks a catalogue of argparse's messages up for.
+_PARSER_ENV_PREFIXES = ("CTREXEC_", "CONTAINERD_")
+_LOCALE_ENV = frozenset({"LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"})
+#: The whole parser built ahead (:func:`build_parser_ahead`), by the environment it
+#: was built in.
+_ahead: dict[tuple[tuple[str, str], ...], _common.ArgumentParser] = {}
+
+
+def _parser_environment() -> tuple[tuple[str, str], ...]:
+    return tuple(
+        sorted(
+            (key, value)
+            for key, value in os.environ.items()
+            if key.startswith(_PARSER_ENV_PREFIXES) or key in _LOCALE_ENV
+        )
+    )
+
+
+def build_parser_ahead() -> None:
+    """Build every verb's parser now, for a command to come.
+
+    The command server calls this before it forks: a child whose environment is the
+    one the parser was built in takes the parser (its fork's copy, used once) instead
+    of building its own, 2-3 ms of each command. It is never parsed with here.
+    """
+    _ahead.clear()
+    _ahead[_parser_environment()] = build_parser()
+
+
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line parsed by the one verb's parser it needs; all of them are built
     only when the guess of :func:`verb_of` led elsewhere."""
     words = sys.argv[1:] if argv is None else list(argv)
+    built = _ahead.pop(_parser_environment(), None) if _ahead else None
+    _ahead.clear()  # one parse each: a parser's actions may keep what they saw
+    if built is not None:
+        return built.parse_args(words)
     verb = verb_of(words)
     try:
         return build_parser(only=() if verb is None else (verb,)).parse_args(words)

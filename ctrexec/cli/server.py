@@ -102,10 +102,12 @@ def main() -> None:
 
 def _warm_parsing() -> None:
     """Build every verb's parser once and parse a command line, so that each command's
-    own parse finds argparse's patterns, and ours, in ``re``'s cache."""
-    from ctrexec.cli.main import build_parser
+    own parse finds argparse's patterns, and ours, in ``re``'s cache; then build the
+    parser the children take (:func:`ctrexec.cli.main.build_parser_ahead`)."""
+    from ctrexec.cli.main import build_parser, build_parser_ahead
 
     build_parser().parse_args(["ps"])
+    build_parser_ahead()
 
 
 def _warm_data() -> None:
