@@ -107,6 +107,26 @@ def log_daemon_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             os.environ[LOGD_DIR_ENV] = old
 
 
+@pytest.fixture(scope="session", autouse=True)
+def host_daemon_untouched() -> Iterator[None]:
+    """No test may start the host's embedded containerd: a command given no address
+    starts it, and it outlives the session (and, in scripts/isolate, the private /run
+    that names it). One that started during the session is stopped, by the pid it
+    wrote, as only this session started it, and the session fails."""
+    from ctrexec.containerd.daemon import EmbeddedContainerd, default_paths
+
+    host = EmbeddedContainerd(default_paths())
+    before = host.pid()
+    yield
+    started = host.pid()
+    if started is not None and started != before:
+        host.stop()
+        pytest.fail(
+            f"a test started the host's embedded containerd (pid {started}, "
+            f"{host.address}); give every command the session's address"
+        )
+
+
 @pytest.fixture(scope="session")
 def containerd_address(request: pytest.FixtureRequest) -> Iterator[str]:
     """Address of the session's containerd: the one named by env, else a private one."""
