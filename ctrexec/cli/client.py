@@ -167,7 +167,11 @@ def _send_request(sock: _socket.socket) -> bool:
     try:
         rights = struct.pack(f"{PASSED_FDS}i", 0, 1, 2, cwd)
         sent = sock.sendmsg([message], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
-        sock.sendall(message[sent:])
+        # Nothing more once the request is whole: the server may have run the command
+        # and closed by now, and even an empty send would then fail (EPIPE) and have
+        # the command run here a second time.
+        if sent < len(message):
+            sock.sendall(message[sent:])
     except OSError:
         return False
     finally:

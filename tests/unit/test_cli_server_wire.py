@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _socket
 import os
 import subprocess
 import sys
@@ -76,3 +77,25 @@ def _run(code: str) -> str:
         check=True,
         env={**os.environ, "PYTHONPATH": root},
     ).stdout
+
+
+def test_a_whole_request_is_not_sent_to_again() -> None:
+    """The server may read the request, run the command and close before the client
+    goes on; then any further send, even an empty one, fails (EPIPE). The request went
+    whole, so the client must say so and wait for the reply, not run the command itself
+    a second time (seen under load in CI: a ``netns create`` ran in the server's child
+    and again in its client)."""
+    mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+
+    class ServedAtOnce(_socket.socket):
+        def sendmsg(self, *args: object) -> int:
+            sent: int = super().sendmsg(*args)  # type: ignore[arg-type]
+            theirs.recv(1 << 16)
+            theirs.close()  # the server has read it, run it and gone
+            return sent
+
+    sock = ServedAtOnce(fileno=mine.detach())
+    try:
+        assert client._send_request(sock)
+    finally:
+        sock.close()
