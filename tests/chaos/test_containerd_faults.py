@@ -179,7 +179,10 @@ def test_containerd_killed_while_the_shim_starts(
         lambda: shims(chaos_daemon.address, chaos_daemon.namespace, name) or not worker.is_alive(),
         "the task's shim to start",
     )
-    assert worker.is_alive(), f"start_task ended before its shim was seen: {result}"
+    if not worker.is_alive():
+        # The whole start beat the poll for its shim (seen once on a loaded machine):
+        # the kill below then lands after it, as in the handle case further down.
+        assert result and isinstance(result[0], TaskHandle), result
     chaos_daemon.kill()
     worker.join(60)
     assert not worker.is_alive(), "start_task hung after containerd died"
