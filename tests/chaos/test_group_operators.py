@@ -10,8 +10,11 @@ inodes, the IPAM reservations, the eth0 addresses.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 
+from _chaoslib import wait_for
 from _integrity import Bridged
 
 #: Rounds of two operators at once (the issue saw 4 failures in 18).
@@ -90,4 +93,50 @@ def test_group_up_and_down_at_once_end_in_one_of_the_two_states(bridged: Bridged
         g.run("group down", g.name)
     assert failures == [], "\n".join(failures)
     g.up()
+    g.down_clean()
+
+
+def _sh(*argv: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr.strip()}"
+
+
+def test_a_split_gets_one_safe_fix_from_ps_inspect_group_ps_and_doctor(bridged: Bridged) -> None:
+    """A stranger at the lost pin: ps used to say restart the member (which moved the
+    group into the stranger's namespace) while doctor said remove the stranger's pin.
+    Now every view gives doctor's fix, and following it keeps the members' namespace."""
+    g = bridged
+    g.up()
+    theirs = g.namespaces()["srv"]
+    pin = g.pin.rsplit("/", 1)[-1]
+    _sh("umount", g.pin)
+    os.unlink(g.pin)
+    _sh("ip", "netns", "add", pin)  # another tool's namespace at the pin
+    rows: list[dict[str, object]] = []
+
+    def named() -> bool:
+        done = g.run("doctor", "--json")
+        rows[:] = [r for r in json.loads(done.stdout or "[]") if r["Kind"] == "split"]
+        return any(g.name in str(r["Where"]) for r in rows)
+
+    wait_for(named, "doctor to name the split", timeout=60, interval=0.5)
+    fix = str(rows[0]["Fix"])
+    assert fix.startswith(f"ip netns del {pin}, then ctrexec start {g.name}-")
+    said = {
+        "ps": g.run("ps", "-a").stderr,
+        "group ps": g.run("group ps", g.name).stderr,
+        "inspect": g.run("inspect", g.member("srv")).stdout,
+    }
+    assert {view: f"run {fix} to " in text for view, text in said.items()} == dict.fromkeys(
+        said, True
+    ), said
+    for command in fix.split(", then "):
+        words = command.split()
+        if words[0] == "ip":
+            _sh(*words)
+        else:
+            done = g.run(words[1], *words[2:])
+            assert done.returncode == 0, done.stderr
+    g.wait_sound()
+    assert set(g.namespaces().values()) == {theirs}  # the members' own, not the stranger's
     g.down_clean()
