@@ -10,12 +10,17 @@ inodes, the IPAM reservations, the eth0 addresses.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import signal
 import subprocess
+from pathlib import Path
 
 from _chaoslib import wait_for
 from _integrity import Bridged
+
+from ctrexec.containerd import containers
 
 #: Rounds of two operators at once (the issue saw 4 failures in 18).
 ROUNDS = 20
@@ -139,4 +144,79 @@ def test_a_split_gets_one_safe_fix_from_ps_inspect_group_ps_and_doctor(bridged: 
             assert done.returncode == 0, done.stderr
     g.wait_sound()
     assert set(g.namespaces().values()) == {theirs}  # the members' own, not the stranger's
+    g.down_clean()
+
+
+def _waiting_on(path: str, pid: int) -> bool:
+    """Whether ``pid`` waits for a flock on ``path`` (the kernel's /proc/locks says)."""
+    ino = os.stat(path).st_ino
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" in fields and fields[-4] == str(pid) and fields[-3].endswith(f":{ino}"):
+            return True
+    return False
+
+
+def _kill_down_at_its_del(g: Bridged) -> None:
+    """SIGKILL a ``group down`` where it waits to run CNI DEL: its members already
+    removed, the namespace, cached result, reservation and NAT rules all still there.
+    (The test holds CNI's lock, which the DEL takes first.)"""
+    lock = os.open(g.cache / ".networks.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        child = subprocess.Popen(g.cli("group down", g.name), env=g.env, stderr=subprocess.PIPE)
+        path = str(g.cache / ".networks.lock")
+        wait_for(lambda: _waiting_on(path, child.pid), "group down to reach its DEL", timeout=120)
+        os.kill(child.pid, signal.SIGKILL)
+        child.communicate(timeout=60)
+    finally:
+        os.close(lock)
+    assert not [c for c in containers.list_containers(g.client) if c.id.startswith(g.prefix)]
+
+
+def _named_leftovers(g: Bridged) -> list[dict[str, object]]:
+    """Wait until doctor names the group's reservation and its NAT rules; those rows."""
+    rows: list[dict[str, object]] = []
+
+    def named() -> bool:
+        done = g.run("doctor", "--json", "--grace", "0")
+        found = json.loads(done.stdout or "[]")
+        rows[:] = [
+            r
+            for r in found
+            if r["Kind"] in ("ipam", "iptables") and g.name in f"{r['Where']} {r['What']}"
+        ]
+        return {str(r["Kind"]) for r in rows} == {"ipam", "iptables"}
+
+    try:
+        wait_for(named, "doctor to name the reservation and the rules", timeout=60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; doctor said {rows}") from None
+    return rows
+
+
+def test_a_killed_group_down_leaves_what_doctor_names_and_its_fix_removes(
+    bridged: Bridged,
+) -> None:
+    """doctor names the reservation and the NAT rules of a killed ``group down`` (it
+    named neither: the pin and the cached result still accounted for them), with a fix
+    that removes them: ``group down`` again, or gc."""
+    g = bridged
+    for remedy in ("fix", "gc"):
+        g.up()
+        held = sorted(p.name for p in g.ipam.rglob("10.*"))
+        assert len(held) == 1
+        _kill_down_at_its_del(g)
+        rows = _named_leftovers(g)
+        ipam = next(r for r in rows if r["Kind"] == "ipam")
+        assert str(ipam["Where"]).endswith(f"/{held[0]}"), ipam
+        assert {r["Fix"] for r in rows} == {f"ctrexec group down {g.name}"}, rows
+        done = g.run("group down", g.name) if remedy == "fix" else g.run("gc", "--grace", "0")
+        assert done.returncode == 0, done.stderr
+        wait_for(
+            lambda: not [f for f in g.leftovers() if not f.startswith(("bridge:", "logs:"))],
+            f"{remedy} to leave nothing",
+            timeout=30,
+        )
+    g.up()
     g.down_clean()
