@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from _chaoslib import wait_for
 from _integrity import Bridged
+from test_integrity_pin import supervising
 
 from ctrexec.containerd import containers
+from ctrexec.groups import supervisor
+from ctrexec.tasks import grouplock
 
 #: Rounds of two operators at once (the issue saw 4 failures in 18).
 ROUNDS = 20
@@ -219,4 +224,27 @@ def test_a_killed_group_down_leaves_what_doctor_names_and_its_fix_removes(
             timeout=30,
         )
     g.up()
+    g.down_clean()
+
+
+def test_the_supervisors_restart_waits_for_an_operator_on_the_group(
+    bridged: Bridged, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While an operator's act holds the group (here the test holds its lock, as a
+    ``group up`` or ``down`` in another shell does), the supervisor does not restart a
+    member into it: its restart gives up after its bound, says why, and is retried on
+    the backoff, so it comes back once the operator is done."""
+    g = bridged
+    g.up()
+    monkeypatch.setattr(supervisor, "GROUP_LOCK_WAIT", 1.0)
+    with caplog.at_level(logging.WARNING, "ctrexec.groups.supervisor"), supervising(g):
+        with grouplock.hold(g.client, g.name):
+            os.kill(g.member_pids()["srv"], signal.SIGKILL)
+            wait_for(
+                lambda: any("another ctrexec operation on group" in m for m in caplog.messages),
+                "the supervisor's restart to give up on the group's lock",
+                timeout=60,
+            )
+            assert "srv" not in g.member_pids()  # still held: no restart happened
+        g.wait_sound()  # retried on the backoff, once the lock is free
     g.down_clean()
