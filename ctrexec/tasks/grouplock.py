@@ -144,9 +144,15 @@ def _release(entry: _Held) -> None:
 
 
 def _lock_file(path: Path, waited: Callable[[], None]) -> int:
-    """Open and flock the file, polling (so a bound and the notice can be kept)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    """Open and flock the file, polling (so a bound and the notice can be kept); -1,
+    with a warning, when the file cannot be made: the act goes on unguarded, as it did
+    before this lock existed, rather than not at all."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        log.warning("cannot lock %s (%s): another operator is not kept out", path, exc.strerror)
+        return -1
     try:
         while True:
             try:

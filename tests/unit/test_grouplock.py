@@ -89,3 +89,17 @@ def test_a_task_in_no_group_takes_no_lock() -> None:
     before = dict(grouplock._held)
     with grouplock.of_record(_Client("/nonexistent/c.sock"), {}):  # type: ignore[arg-type]
         assert grouplock._held == before  # nothing was opened or locked
+
+
+def test_a_lock_that_cannot_be_made_warns_and_lets_the_act_go_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the lock directory should be
+    client = _Client(str(tmp_path / "c.sock"))
+    with (
+        caplog.at_level(logging.WARNING, "ctrexec.groups"),
+        grouplock.hold(client, "g", lock_dir=blocked),  # type: ignore[arg-type]
+    ):
+        assert grouplock.is_held(client, "g", blocked)  # type: ignore[arg-type]
+    assert "another operator is not kept out" in caplog.text
