@@ -22,8 +22,9 @@ left (a second ``group up`` of a group already up finds it up and exits 0).
   :data:`NOTICE_AFTER` seconds; ``wait`` bounds it (the supervisor, which must not sit
   on one group's lock): :class:`~ctrexec.errors.Unavailable` then, and nothing was done.
 
-gc's create-in-flight lock (doctor) is a separate lock with a separate path; a holder of
-this one never takes that one while waiting, so the two cannot deadlock each other.
+doctor probes it without waiting (:func:`busy`): what a group whose lock is held has
+(a pin with no record yet, its reservation, its rules) is being made or taken down, and
+is no leftover. Nothing here takes another lock while it waits for this one.
 """
 
 from __future__ import annotations
