@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, tasks
@@ -27,7 +26,6 @@ from ctrexec.net import health as nethealth
 from ctrexec.net import settings as net_settings
 from ctrexec.net.networks import IFNAME
 from ctrexec.tasks import health
-from ctrexec.tasks.config import Problem
 
 PIN_LOST = "pin-lost"
 SPLIT = "split"
@@ -56,21 +54,10 @@ def pin_findings(
     pin = str(health.pin_of(pinned[0].labels))
     found = grouppin.check(pin, {r.id: pids[r.id] for r in pinned if r.id in pids})
     name = found.living_member() or sorted(r.id for r in pinned)[0]
-    return [
-        _damage(_KINDS[p.what], group, f"{p.what}: {p.detail}", _fix(found, p, name))
+    return [  # the repair ps, inspect and group ps give: one owner (health.split_repair)
+        _damage(_KINDS[p.what], group, f"{p.what}: {p.detail}", _command(p.repair))
         for p in health.pin_problems(found, name)
     ]
-
-
-def _fix(found: grouppin.PinCheck, problem: Problem, member: str) -> str:
-    """The problem's repair; but when every running member shares one namespace and the
-    pin holds another (a stranger put at a lost pin), the stranger goes and a start
-    pins the members' namespace again (README: "When things go wrong")."""
-    spaces = found.namespaces
-    if problem.what == health.SPLIT and found.pinned is not None and len(spaces) == 1:
-        first = sorted(found.members)[0]
-        return f"ip netns del {Path(found.pin).name}, then ctrexec start {first}"
-    return _command(problem.repair)
 
 
 def wiring_findings(

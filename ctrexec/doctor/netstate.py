@@ -9,6 +9,12 @@ looked at: the CNI cache and the host-local pool of the scope's :class:`Networks
 and the NAT rules whose comments name its bridge network (another network's, another
 tool's and every other chain are left alone).
 
+A group no record names, whose pinned namespace nothing but its pin keeps (no process,
+no open fd), whose lock no act holds (:mod:`ctrexec.tasks.grouplock`) and which is past
+the grace period is *abandoned*: what a ``group down`` (or ``up``) killed mid-way left.
+Its pin and cached result no longer account for its reservation and rules, which are
+named with ``ctrexec group down NAME`` (it runs the DEL the killed one did not).
+
 gc undoes a dead cached result with a CNI DEL (``Networks.teardown``), which also
 releases its address and its rules; then the reservations and rules no result
 explains go one by one. A cached result and a reservation are files with an age, and
@@ -22,16 +28,17 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from ctrexec import labels as lbl
 from ctrexec.doctor.findings import Check, Finding, Scope, every_record, stamp
 from ctrexec.errors import CtrexecError, NetworkError
-from ctrexec.net import health, holders, ipamstore, iptables, netns
+from ctrexec.net import health, holders, ipamstore, iptables, netns, nsrefs
 from ctrexec.net.cni import CNI
 from ctrexec.net.cniconf import CNIAttachment
 from ctrexec.net.networks import IFNAME
+from ctrexec.tasks import grouplock
 
 CNI_RESULT = "cni-result"
 IPAM = "ipam"
@@ -54,6 +61,39 @@ def _mtime(path: Path) -> float | None:
     with contextlib.suppress(OSError):
         return path.stat().st_mtime
     return None
+
+
+def abandoned(scope: Scope) -> set[str]:
+    """The groups a killed ``group down`` or ``up`` left (see the module's text)."""
+    groups = recorded_groups(scope)
+    prefix = holders.NETNS_PREFIX
+    loose = {
+        ns.name[len(prefix) :]: ns.path
+        for ns in netns.list_namespaces()
+        if ns.name.startswith(prefix) and ns.name[len(prefix) :] not in groups
+    }
+    if not loose:
+        return set()
+    users = nsrefs.users_of_each(list(loose.values()))
+    spaces = scope.client.namespaces()
+    return {
+        group
+        for group, path in loose.items()
+        if not users.get(path)
+        and netns.is_mounted(path)
+        and scope.old_enough(_mtime(Path(path)))
+        and not any(grouplock.busy(scope.client.with_namespace(n), group) for n in spaces)
+    }
+
+
+def _killed(owner: str, gone: Collection[str]) -> str:
+    if owner not in gone:
+        return ""
+    return f" (group {owner} has no record and nothing uses its namespace: a killed group down)"
+
+
+def _fix_for(owner: str, gone: Collection[str]) -> str:
+    return f"ctrexec group down {owner}" if owner in gone else _FIX
 
 
 # ------------------------------------------------------------------ CNI results
@@ -105,11 +145,20 @@ def remove_result(scope: Scope, finding: Finding) -> None:
 # --------------------------------------------------------------- reservations
 
 
-def explained(scope: Scope) -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
-    """Addresses a cached result or a live group namespace accounts for."""
-    out: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set(holders.live_addresses(IFNAME))
+def explained(
+    scope: Scope,
+    gone: Collection[str] = (),
+) -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """Addresses a cached result or a live group namespace accounts for (an abandoned
+    group's, ``gone``, accounts for none)."""
+    out: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = {
+        address
+        for address, owners in holders.all_holders(IFNAME).items()
+        if any(owner not in gone for owner in owners)
+    }
     for cached in scope.networks.cni.attachments():
-        out.update(ipaddress.ip_interface(a).ip for a in health.addresses(cached))
+        if cached.container_id not in gone:
+            out.update(ipaddress.ip_interface(a).ip for a in health.addresses(cached))
     return out
 
 
@@ -141,7 +190,8 @@ def find_reservations(scope: Scope) -> list[Finding]:
     pool = _pool(scope)
     if pool is None:
         return []
-    live = explained(scope)
+    gone = abandoned(scope)
+    live = explained(scope, gone)
     out = []
     for path, holder in reservations(pool):
         since = _mtime(path)
@@ -152,8 +202,8 @@ def find_reservations(scope: Scope) -> list[Finding]:
                 kind=IPAM,
                 where=os.fspath(path),
                 what=f"{path.name} reserved for {holder or '?'}, which no attachment "
-                "and no live namespace holds",
-                fix=_FIX,
+                "and no live namespace holds" + _killed(holder, gone),
+                fix=_fix_for(holder, gone),
                 since=stamp(since),
                 ref=holder,
             )
@@ -174,7 +224,7 @@ def remove_reservation(scope: Scope, finding: Finding) -> None:
 # ---------------------------------------------------------------------- rules
 
 
-def dead_owners(scope: Scope) -> list[str]:
+def dead_owners(scope: Scope, gone: set[str] | None = None) -> list[str]:
     """Owners of the bridge network's NAT rules whose attachment is gone."""
     network = scope.networks.network
     found: set[str] = set()
@@ -184,10 +234,12 @@ def dead_owners(scope: Scope) -> list[str]:
         return []
     groups = recorded_groups(scope)
     cache = scope.networks.cni
+    gone = abandoned(scope) if gone is None else gone
     return sorted(
         owner
         for owner in found
-        if owner not in groups and not pinned(owner) and not _cached(cache, network, owner)
+        if owner not in groups
+        and (owner in gone or (not pinned(owner) and not _cached(cache, network, owner)))
     )
 
 
@@ -201,16 +253,18 @@ def _cached(cache: CNI, network: str, owner: str) -> bool:
 
 def find_rules(scope: Scope) -> list[Finding]:
     network = scope.networks.network
+    gone = abandoned(scope)
     return [
         Finding(
             kind=NAT_RULES,
             where=f"nat {iptables.chain_name(network, owner)} "
             f"{iptables.masq_comment(network, owner)}",
-            what=f"masquerade and port rules of {owner}, whose attachment is gone",
-            fix=_FIX,
+            what=f"masquerade and port rules of {owner}, whose attachment is gone"
+            + _killed(owner, gone),
+            fix=_fix_for(owner, gone),
             ref=owner,
         )
-        for owner in dead_owners(scope)
+        for owner in dead_owners(scope, gone)
     ]
 
 

@@ -30,7 +30,7 @@ from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, NotFound
 from ctrexec.groups import missing
 from ctrexec.groups.presence import DEFAULT_LOCK_DIR, presence
-from ctrexec.tasks import runs
+from ctrexec.tasks import grouplock, runs
 from ctrexec.tasks.config import TaskInfo
 from ctrexec.tasks.events import MAX_RECONNECT_DELAY, RecordDeleted, TaskEvents
 from ctrexec.tasks.executor import Executor
@@ -39,6 +39,9 @@ log = logging.getLogger("ctrexec.groups.supervisor")
 #: How often the stop watcher checks that run() is still going (only then: a set
 #: ``stop`` wakes it at once).
 STOP_POLL = 0.5
+#: How long a restart waits for its group's lock (an up or down under way) before it
+#: is retried on the backoff instead: one group's operator never holds up the others.
+GROUP_LOCK_WAIT = 10.0
 #: Docker's restart backoff: each quick exit doubles the delay, up to MAX_BACKOFF,
 #: and a run that lasted RESET_AFTER seconds brings it back to the policy's delay.
 MAX_BACKOFF = 60.0
@@ -496,12 +499,13 @@ class Supervisor:
         logged, kept in the labels and tried again on the backoff; only a restart
         that happened is counted. A record deleted meanwhile ends it (``seen``: its
         labels at the exit, which say where its files are)."""
-        try:
-            labels = self._still_due(container_id, status)
-            if labels is None:
-                return
-            begun = datetime.now(UTC)  # before the start: the new run's exit comes after
-            self.executor.start(container_id, by_policy=True)
+        try:  # under its group's lock, bounded: a busy group is retried on the backoff
+            with grouplock.of_record(self.executor.client, seen, wait=GROUP_LOCK_WAIT):
+                labels = self._still_due(container_id, status)
+                if labels is None:
+                    return
+                begun = datetime.now(UTC)  # before the start: its run's exit comes after
+                self.executor.start(container_id, by_policy=True)
         except CtrexecError as exc:
             if not self._gone(container_id):
                 self._retry(container_id, delay, status, exc, seen)

@@ -26,7 +26,7 @@ from ctrexec.net.networks import NetworkMode, Networks, parse_mode, parse_port
 from ctrexec.net.ports import PortMapping
 from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import files as taskfiles
-from ctrexec.tasks import groupnet, health, implicitnet, teardown
+from ctrexec.tasks import grouplock, groupnet, health, implicitnet, teardown
 from ctrexec.tasks.config import TaskConfig, TaskInfo
 from ctrexec.tasks.executor import Executor
 
@@ -94,11 +94,7 @@ class Groups:
         removed; the namespace, its address and ports stay (see :mod:`.changes`).
         ``on_change`` is told each member recreated or removed, once it was.
         """
-        digest = spec.digest()
-        existing = self.members(spec.name)
         configs = spec.task_configs()
-        todo = changes.plan(spec, configs, existing, force=force_recreate)
-        wiring = parse_mode(spec.network), [parse_port(p) for p in spec.ports]
         for cfg in configs:  # images first: a missing one stops everything, untouched
             lookup.ensure_image(
                 self.executor.client,
@@ -106,6 +102,22 @@ class Groups:
                 platform=cfg.platform,
                 snapshotter=cfg.snapshotter,
             )
+        # One operator at a time: a second up waits here, then finds the first's group
+        # (a pull is no act on the group: it stays outside, not to hold the others up).
+        with grouplock.hold(self.executor.client, spec.name):
+            return self._up(spec, configs, force_recreate, on_change)
+
+    def _up(
+        self,
+        spec: GroupSpec,
+        configs: list[TaskConfig],
+        force_recreate: bool,
+        on_change: Callable[[str], None] | None,
+    ) -> list[TaskInfo]:
+        digest = spec.digest()
+        existing = self.members(spec.name)
+        todo = changes.plan(spec, configs, existing, force=force_recreate)
+        wiring = parse_mode(spec.network), [parse_port(p) for p in spec.ports]
         # The pin checked against the running members first: pinned again from one of
         # them (same namespace, same address), a split refused; with none running and
         # the pin gone, the old attachment is released before a new one is made.
@@ -239,6 +251,10 @@ class Groups:
     def down(self, name: str, *, timeout: float | None = None) -> None:
         """Stop (stop signal, then SIGKILL after the timeout) and remove everything."""
         validate_id(name, kind="group name")
+        with grouplock.hold(self.executor.client, name):  # one operator at a time
+            self._down(name, timeout)
+
+    def _down(self, name: str, timeout: float | None) -> None:
         members = self.members(name)
         nets = _wired_with(members, self.networks)
         has_network = any(a.owner == name for a in nets.attachments())

@@ -38,9 +38,9 @@ from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import control as taskctl
 from ctrexec.tasks import files as taskfiles
+from ctrexec.tasks import grouplock, runs, waiting
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks import output as taskoutput
-from ctrexec.tasks import runs, waiting
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks import stdio as taskio
 from ctrexec.tasks import volumes as volstore
@@ -249,7 +249,9 @@ class Executor:
         backoff, as docker does; the supervisor passes ``by_policy=True`` to keep them.
         A group member's namespace is made whole first (:mod:`ctrexec.tasks.groupnet`).
         """
-        with self._lock(task_id):
+        # A member's start is an act on its group (grouplock): its lock, then the task's.
+        labels = containers.get(self.client, task_id).labels
+        with grouplock.of_record(self.client, labels), self._lock(task_id):
             # Start-up: what only a start needs loads with the first start, not for ps.
             from ctrexec.tasks import groupnet, records
 

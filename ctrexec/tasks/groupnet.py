@@ -30,7 +30,7 @@ from ctrexec.containerd.client import Client
 from ctrexec.net import groupns, grouppin
 from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import files as taskfiles
-from ctrexec.tasks import health, implicitnet
+from ctrexec.tasks import grouplock, health, implicitnet
 from ctrexec.tasks import info as taskinfo
 
 log = logging.getLogger("ctrexec.tasks.groupnet")
@@ -65,7 +65,7 @@ def before_create(client: Client, group: str, path: str) -> None:
     the group's own (``cx-GROUP``; ``--group`` with a path of the user's shares the
     shim only)."""
     if path == groupns.netns_path(group):
-        with _lock(group):
+        with grouplock.hold(client, group), _lock(group):
             repair(client, group, path)
 
 

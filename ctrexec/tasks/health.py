@@ -84,17 +84,30 @@ def members(client: Client, group: str) -> tuple[list[containers.Container], dic
 def pin_problems(found: grouppin.PinCheck, name: str) -> tuple[Problem, ...]:
     """The pin's problems, as the member ``name`` reports them (with the repair)."""
     if found.split:
-        outside = sorted(m for m, ns in found.members.items() if ns != found.pinned)
-        if found.lost:
-            repair = "run ctrexec group down, then group up again"
-        else:
-            ids = " ".join(outside)
-            repair = f"run ctrexec stop {ids}, then ctrexec start {ids}"
-        return (Problem(SPLIT, found.describe_split(), repair),)
+        return (Problem(SPLIT, found.describe_split(), split_repair(found)),)
     if found.lost and found.members:
         detail = f"{found.pin} is gone; the tasks run on in the namespace"
         return (Problem(PIN_LOST, detail, f"run ctrexec start {name} to pin it again"),)
     return ()
+
+
+def split_repair(found: grouppin.PinCheck) -> str:
+    """The one safe repair of a split, for ``ps``, ``inspect``, ``group ps`` and doctor.
+
+    Every running member in one namespace and the pin holding another (a stranger put
+    at a lost pin): the stranger's pin goes and a start pins the members' namespace
+    again. Restarting a member instead would move it, and then the group, into the
+    stranger's namespace. Members in two namespaces with the pin on one of them: those
+    outside restart into the pinned one; with the pin lost, no namespace is chosen.
+    """
+    if found.lost:
+        return "run ctrexec group down, then group up again"
+    if len(found.namespaces) == 1:
+        first = sorted(found.members)[0]
+        name = found.pin.rsplit("/", 1)[-1]
+        return f"run ip netns del {name}, then ctrexec start {first} to pin theirs again"
+    ids = " ".join(sorted(m for m, ns in found.members.items() if ns != found.pinned))
+    return f"run ctrexec stop {ids}, then ctrexec start {ids}"
 
 
 def annotate(

@@ -99,6 +99,19 @@ def test_a_split_says_which_members_to_start_again() -> None:
     assert problem.repair == "run ctrexec stop web-cli, then ctrexec start web-cli"
 
 
+def test_a_stranger_at_the_pin_goes_first_the_members_stay_where_they_are() -> None:
+    """Every member in one namespace, the pin on another: restarting a member would move
+    it into the stranger's; the repair removes the stranger's pin and pins theirs, and
+    doctor gives the same command (one owner: health.split_repair)."""
+    stat = _stat({PIN: (NSFS, 12), "/proc/5/ns/net": (NSFS, 11), "/proc/6/ns/net": (NSFS, 11)})
+    out = health.annotate([_member("web-cli", 6), _member("web-srv", 5)], stat_id=stat)
+    problem = out[0].problems[0]
+    assert problem.what == health.SPLIT
+    name = PIN.rsplit("/", 1)[-1]
+    assert problem.repair.startswith(f"run ip netns del {name}, then ctrexec start web-cli to ")
+    assert out[1].problems[0].repair == problem.repair
+
+
 def test_tasks_outside_a_group_namespace_are_not_checked() -> None:
     own = _member("x", 6)
     for labels in ({lbl.NETNS_PATH: "/run/netns/mine"}, {lbl.NETNS_MODE: "none"}):

@@ -206,6 +206,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "info",
         "procs",
         "implicitnet",
+        "grouplock",
         "groupnet",
         "stdio",
         "waiting",
