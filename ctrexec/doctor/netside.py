@@ -94,7 +94,11 @@ def _what(path: str, users: Sequence[nsrefs.NetnsUser]) -> str | None:
 
 def _owner_says(scope: Scope, path: str) -> str | None:
     """None when the scope's gc may remove the pin at ``path``; else why not ("" for
-    another containerd's, which doctor does not list)."""
+    another containerd's, which doctor does not list). The empty file a create cut
+    short leaves holds no namespace of anyone's, and no marker (that comes after
+    the mount): it is anyone's gc's."""
+    if not netns.is_mounted(path):
+        return None
     owner = nsmarks.owner_of(path)
     if owner is None:
         return "no owner recorded; spared"
