@@ -66,6 +66,16 @@ def task_record(state_dir: Path | None, namespace: str, task_id: str) -> Path:
     return Path(base, OWNERS_DIR, f"{namespace}+{task_id}")
 
 
+def task_owners(state_dir: Path | None, namespace: str) -> list[Owner]:
+    """The owners recorded for the tasks of a containerd namespace (of any daemon)."""
+    base = task_record(state_dir, namespace, "x").parent
+    try:
+        paths = [p for p in base.iterdir() if p.name.startswith(f"{namespace}+")]
+    except OSError:
+        return []
+    return [o for p in paths if (o := read(p)) is not None and o.namespace == namespace]
+
+
 def write(path: Path, owner: Owner) -> None:
     """Record ``owner`` at ``path``, whole or not at all (a rename)."""
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -120,6 +130,7 @@ __all__ = [
     "read",
     "recording",
     "spared",
+    "task_owners",
     "task_record",
     "write",
 ]

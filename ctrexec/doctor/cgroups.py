@@ -102,13 +102,9 @@ def _why_spared(scope: Scope, cgroup: str) -> str | None:
         why = files.judge_owner(scope, owner)
         return why if owner is None or why is None else ""
     ns = cgroup.removeprefix(f"{CGROUP_PARENT}/")
-    prefix = f"{ns}+"
-    with contextlib.suppress(OSError):
-        for record in (scope.state_dir / owners.OWNERS_DIR).iterdir():
-            if record.name.startswith(prefix):
-                owner = owners.read(record)
-                if owner is not None and files.judge_owner(scope, owner) is not None:
-                    return ""  # shared with another containerd's tasks
+    recorded = owners.task_owners(scope.state_dir, ns)
+    if any(files.judge_owner(scope, o) is not None for o in recorded):
+        return ""  # shared with another containerd's tasks
     return None
 
 

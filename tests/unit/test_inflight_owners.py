@@ -111,3 +111,11 @@ def test_the_nomad_sweep_leaves_other_users_directories(
     assert sweep_stale_sockets(tmp_path) == [] and dead.is_dir()
     monkeypatch.setattr(nomad_main.os, "geteuid", lambda: uid)
     assert sweep_stale_sockets(tmp_path) == [dead] and not dead.exists()
+
+
+def test_the_owners_of_a_namespace_are_every_daemons(tmp_path: Path) -> None:
+    mine, theirs = owners.Owner("/a.sock", "ns", "web"), owners.Owner("/b.sock", "ns", "db")
+    for owner in (mine, theirs, owners.Owner("/a.sock", "ns2", "web")):
+        owners.write(owners.task_record(tmp_path, owner.namespace, owner.of), owner)
+    assert sorted(owners.task_owners(tmp_path, "ns"), key=str) == sorted([mine, theirs], key=str)
+    assert owners.task_owners(tmp_path / "none", "ns") == []
