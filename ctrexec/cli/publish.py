@@ -150,14 +150,15 @@ def own_network(
     from ctrexec.groups import implicit as standalone
     from ctrexec.net import settings
 
-    joined, owned = standalone.attach(ex.client, settings.from_env(), config, wired)
-    try:
-        yield joined, owned
-    except BaseException:
-        with contextlib.suppress(CtrexecError):
-            labels = {**owned, lbl.GROUP: config.name}
-            standalone.release_unless_created(ex.client, ex.files_dir, labels)
-        raise
+    with standalone.in_flight(config.name):  # gc's hands off until the record exists
+        joined, owned = standalone.attach(ex.client, settings.from_env(), config, wired)
+        try:
+            yield joined, owned
+        except BaseException:
+            with contextlib.suppress(CtrexecError):
+                labels = {**owned, lbl.GROUP: config.name}
+                standalone.release_unless_created(ex.client, ex.files_dir, labels)
+            raise
 
 
 def warn_unsupervised(client: Client, configs: list[TaskConfig]) -> None:

@@ -14,7 +14,11 @@ v2 one tree at the root (or at ``unified`` in the hybrid layout); every director
 under the root that holds a ``ctrexec`` tree is looked at, as
 :func:`ctrexec._linux.remove_empty_cgroups` removes from each. Only the scope's
 namespace is looked at (:func:`ctrexec.doctor.files.owned`: another namespace's, or
-another containerd's, are their own gc's).
+another containerd's, are their own gc's). Two containerds may share a namespace
+name, so a leaf is garbage only when its task's recorded owner
+(:func:`ctrexec.owners.task_record`) is this containerd's namespace; a leaf with none
+is reported as spared. A namespace's ``/ctrexec/<namespace>`` is left while any
+owner record of another containerd names that namespace.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from ctrexec import _linux
-from ctrexec.doctor.files import owned as owned_ids
+from ctrexec import _linux, owners
+from ctrexec.containerd import containers
+from ctrexec.doctor import files
 from ctrexec.doctor.findings import Check, Finding, Scope, stamp
-from ctrexec.errors import FailedPrecondition
+from ctrexec.errors import FailedPrecondition, NotFound
 from ctrexec.ids import CGROUP_PARENT, task_cgroup, task_of_cgroup
 
 KIND = "cgroup"
@@ -88,30 +93,59 @@ def unowned(cgroup: str, namespaces: set[str], owned: set[tuple[str, str]], *, e
     return ns in namespaces and all(n != ns for n, _ in owned)
 
 
+def _why_spared(scope: Scope, cgroup: str) -> str | None:
+    """None when the scope's gc may remove ``cgroup``; else why not ("" when the
+    reason is another containerd's ownership, which doctor does not list)."""
+    task = task_of_cgroup(cgroup)
+    if task is not None:
+        owner = files.task_owner(scope, *task)
+        why = files.judge_owner(scope, owner)
+        return why if owner is None or why is None else ""
+    ns = cgroup.removeprefix(f"{CGROUP_PARENT}/")
+    recorded = owners.task_owners(scope.state_dir, ns)
+    if any(files.judge_owner(scope, o) is not None for o in recorded):
+        return ""  # shared with another containerd's tasks
+    return None
+
+
 def find(scope: Scope, trees: list[Path] | None = None) -> list[Finding]:
-    namespaces, owned = owned_ids(scope)
+    namespaces, owned = files.owned(scope)
     found = []
     for cgroup, paths in sorted(_cgroups(hierarchies() if trees is None else trees).items()):
         empty = all(_empty(p) for p in paths)
         since = _newest(paths, scope.now)
-        if unowned(cgroup, namespaces, owned, empty=empty) and scope.old_enough(since):
-            found.append(
-                Finding(
-                    kind=KIND,
-                    where=cgroup,
-                    what=f"an empty cgroup of no container, in {len(paths)} hierarchies",
-                    fix="ctrexec gc",
-                    since=stamp(since),
-                )
-            )
+        if not unowned(cgroup, namespaces, owned, empty=empty) or not scope.old_enough(since):
+            continue
+        why = _why_spared(scope, cgroup)
+        if why == "":
+            continue
+        finding = Finding(
+            kind=KIND,
+            where=cgroup,
+            what=f"an empty cgroup of no container, in {len(paths)} hierarchies",
+            fix="ctrexec gc",
+            since=stamp(since),
+        )
+        found.append(finding if why is None else files.spared(finding, why))
     return found
 
 
 def remove(scope: Scope, finding: Finding) -> None:
     """rmdir in every hierarchy; the kernel refuses one that is in use again, and the
-    parents go only when empty (another task's stay)."""
+    parents go only when empty (another task's stay). A leaf whose record exists
+    again (a create of that name since doctor looked: runc makes the cgroup after
+    the record, before the process enters it) is left alone."""
+    task = task_of_cgroup(finding.where)
+    if _why_spared(scope, finding.where) is not None:
+        raise FailedPrecondition(f"cgroup {finding.where} has another owner now; left alone")
+    if task is not None:
+        with contextlib.suppress(NotFound):
+            containers.get(scope.client.with_namespace(task[0]), task[1])
+            raise FailedPrecondition(f"cgroup {finding.where} has a container again")
     if not _linux.remove_empty_cgroups(finding.where.lstrip("/"), parents=True):
         raise FailedPrecondition(f"cgroup {finding.where} is in use again")
+    if task is not None:
+        files.forget_if_gone(scope, *task)
 
 
 CHECK = Check(kind=KIND, find=find, remove=remove)

@@ -9,9 +9,13 @@ and an id, judged against the ctrexec records of that namespace.
 Only the scope's namespace is looked at, as for every containerd object: another
 namespace's directories are that namespace's gc to judge, and may even be another
 containerd's on the same host (a test's private one, the system's) whose records
-this daemon cannot see. The age is the directory's newest mtime (a log being written is young);
-the removal is :func:`ctrexec.tasks.files.remove_orphaned`, which looks for the
-record once more first.
+this daemon cannot see. So a directory is garbage only when its task's recorded
+owner (:func:`ctrexec.owners.task_record`, written before the record was made) is
+this containerd's namespace; another daemon's are not looked at, and one with no
+owner recorded (made before owners were, or a log directory after a reboot) is
+reported as spared, never removed. The age is the directory's newest mtime (a log
+being written is young); the removal is :func:`ctrexec.tasks.files.remove_orphaned`,
+which looks for the record once more first.
 """
 
 from __future__ import annotations
@@ -21,11 +25,15 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import attrs
+
+from ctrexec import _linux, owners
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.doctor import containers as doctor_containers
 from ctrexec.doctor.findings import Check, Finding, Scope, stamp
-from ctrexec.ids import is_valid_id
+from ctrexec.errors import FailedPrecondition
+from ctrexec.ids import is_valid_id, task_cgroup
 from ctrexec.net import hostfiles
 from ctrexec.tasks import files as taskfiles
 
@@ -81,12 +89,36 @@ def _files_dirs(scope: Scope, namespaces: set[str]) -> Iterator[tuple[str, str, 
                 yield ns, task_id, entry
 
 
+def task_owner(scope: Scope, ns: str, task_id: str) -> owners.Owner | None:
+    """The recorded owner of a task's host objects (log, host files, cgroup)."""
+    return owners.read(owners.task_record(scope.state_dir, ns, task_id))
+
+
+def judge_owner(scope: Scope, owner: owners.Owner | None) -> str | None:
+    """None when the scope's gc may remove an object of ``owner``; else why not."""
+    return owners.spared(owner, scope.client.address, scope.namespace)
+
+
+def spared(finding: Finding, reason: str) -> Finding:
+    """A leftover gc leaves alone (no owner recorded), with the reason in its row."""
+    return attrs.evolve(
+        finding,
+        what=f"{finding.what}: {reason}",
+        fix="nothing: gc spares it; remove it by hand once you know it is no one's",
+        garbage=False,
+    )
+
+
 def _finding(scope: Scope, kind: str, ns: str, task_id: str, path: Path) -> Finding | None:
     since = _newest_mtime(path)
     if since is None or not scope.old_enough(since):
         return None
+    owner = task_owner(scope, ns, task_id)
+    why = judge_owner(scope, owner)
+    if owner is not None and why is not None:
+        return None  # another containerd's (or namespace's): its own gc judges it
     what = "log" if kind == LOG_KIND else "hosts, resolv.conf and hostname"
-    return Finding(
+    found = Finding(
         kind=kind,
         where=str(path),
         what=f"the {what} directory of container {task_id} ({ns}), which has no record",
@@ -94,6 +126,7 @@ def _finding(scope: Scope, kind: str, ns: str, task_id: str, path: Path) -> Find
         since=stamp(since),
         ref=f"{ns}/{task_id}",
     )
+    return found if why is None else spared(found, why)
 
 
 def _unowned(
@@ -118,6 +151,8 @@ def find_files(scope: Scope) -> list[Finding]:
 
 def _remove(scope: Scope, finding: Finding) -> None:
     ns, _, task_id = finding.ref.partition("/")
+    if judge_owner(scope, task_owner(scope, ns, task_id)) is not None:
+        raise FailedPrecondition(f"{finding.where} has another owner now; left alone")
     executor = doctor_containers.executor(scope)
     logs = [scope.log_dir] if finding.kind == LOG_KIND else []
     bases = [executor.files_dir] if finding.kind == FILES_KIND else []
@@ -128,6 +163,22 @@ def _remove(scope: Scope, finding: Finding) -> None:
         files_bases=bases,
         state_dir=executor.state_dir,
     )
+    forget_if_gone(scope, ns, task_id)
+
+
+def forget_if_gone(scope: Scope, ns: str, task_id: str) -> None:
+    """The task's owner record goes with the last of its objects gc removes."""
+    cgroup = task_cgroup(ns, task_id).lstrip("/")
+    with contextlib.suppress(OSError):
+        trees = [_linux.CGROUP_ROOT, *_linux.CGROUP_ROOT.iterdir()]
+        left = (
+            taskfiles.log_path(scope.log_dir, ns, task_id).parent,
+            hostfiles.task_dir(files_base(scope), ns, task_id).directory,
+            *(tree / cgroup for tree in trees),
+        )
+        if any(p.exists() for p in left):
+            return
+        owners.forget(owners.task_record(scope.state_dir, ns, task_id))
 
 
 LOGS = Check(kind=LOG_KIND, find=find_logs, remove=_remove)

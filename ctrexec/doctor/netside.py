@@ -10,6 +10,15 @@ pin keeps it (no process inside, no fd of it open, no second mount:
 made, and wired, before its first record). Its age is its marker's, or else the
 pin's inode time.
 
+Ownership is recorded, not inferred: the marker names the pin's owner (the
+containerd's address, its namespace and the group: :func:`ctrexec.net.nsmarks.owner_of`),
+and gc removes only pins whose owner is the containerd namespace it looks at. A pin
+of another containerd (one with the same namespace name, too) is not listed; one
+with no owner recorded (older markers, ``cx-`` pins without a marker, ``ctrexec
+netns create``'s) is listed as spared. A create in flight holds its pin's lock
+(:mod:`ctrexec.inflight`) until its record exists: doctor skips such a pin, and gc
+removes one only while it holds that lock itself, after looking for a record again.
+
 A bridge port is "without a namespace" when it is a veth on ctrexec's bridge whose
 peer is in the host's namespace: a half-made pair, never moved into a sandbox. That is
 the only such state that lasts. The kernel deletes a veth with its peer's namespace,
@@ -29,7 +38,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ctrexec import inflight
 from ctrexec import labels as lbl
+from ctrexec.doctor.files import spared
 from ctrexec.doctor.findings import Check, Finding, Scope, every_record, stamp
 from ctrexec.errors import FailedPrecondition, NotFound
 from ctrexec.net import netns, nsmarks, nsrefs
@@ -81,8 +92,26 @@ def _what(path: str, users: Sequence[nsrefs.NetnsUser]) -> str | None:
     return "a pinned namespace no record names and no process uses"
 
 
+def _owner_says(scope: Scope, path: str) -> str | None:
+    """None when the scope's gc may remove the pin at ``path``; else why not ("" for
+    another containerd's, which doctor does not list). The empty file a create cut
+    short leaves holds no namespace of anyone's, and no marker (that comes after
+    the mount): it is anyone's gc's."""
+    if not netns.is_mounted(path):
+        return None
+    owner = nsmarks.owner_of(path)
+    if owner is None:
+        return "no owner recorded; spared"
+    return None if owner.same_daemon(scope.client.address, scope.namespace) else ""
+
+
 def find_namespaces(scope: Scope) -> list[Finding]:
-    candidates = [ns for ns in netns.list_namespaces() if ours(ns.name, ns.path)]
+    # creates in flight first: one that ends before the records are read is named there
+    candidates = [
+        ns
+        for ns in netns.list_namespaces()
+        if ours(ns.name, ns.path) and not inflight.busy(inflight.netns_key(ns.name))
+    ]
     if not candidates:
         return []
     named = named_by(record.labels for _, record in every_record(scope))
@@ -92,22 +121,31 @@ def find_namespaces(scope: Scope) -> list[Finding]:
     for ns in loose:
         what = _what(ns.path, users.get(ns.path, []))
         since = _since(ns.path)
-        if what is None or not scope.old_enough(since):
+        why = _owner_says(scope, ns.path)
+        if what is None or not scope.old_enough(since) or why == "":
             continue
-        out.append(
-            Finding(kind=NETNS, where=ns.path, what=what, fix="ctrexec gc", since=stamp(since))
-        )
+        found = Finding(kind=NETNS, where=ns.path, what=what, fix="ctrexec gc", since=stamp(since))
+        out.append(found if why is None else spared(found, why))
     return out
 
 
 def remove_namespace(scope: Scope, finding: Finding) -> None:
-    """Unpin it, once more making sure nothing came to use it since ``find``."""
-    if nsrefs.users_of(finding.where):
-        raise FailedPrecondition(f"{finding.where} is in use again; left alone")
-    try:
-        netns.remove(finding.where)
-    except NotFound:
-        return  # gone meanwhile: what gc wanted
+    """Unpin it, holding its in-flight lock: no create of it can start or end
+    meanwhile, so a record that names it now is one made since ``find``."""
+    name = Path(finding.where).name
+    with inflight.claimed(inflight.netns_key(name)) as free:
+        if not free:
+            raise FailedPrecondition(f"{finding.where} is being made; left alone")
+        if _owner_says(scope, finding.where) is not None:
+            raise FailedPrecondition(f"{finding.where} has another owner now; left alone")
+        if finding.where in named_by(record.labels for _, record in every_record(scope)):
+            raise FailedPrecondition(f"{finding.where} has a record now; left alone")
+        if nsrefs.users_of(finding.where):
+            raise FailedPrecondition(f"{finding.where} is in use again; left alone")
+        try:
+            netns.remove(finding.where)
+        except NotFound:
+            return  # gone meanwhile: what gc wanted
 
 
 # ----------------------------------------------------------------- bridge ports

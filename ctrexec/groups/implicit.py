@@ -20,6 +20,7 @@ from pathlib import Path
 
 import attrs
 
+from ctrexec import inflight, owners
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
@@ -80,7 +81,8 @@ def attach(
     if Path(groupns.netns_path(name)).exists():
         raise AlreadyExists(f"network namespace {ns_name} already exists (a group named {name}?)")
     mappings = [parse_port(p) for p in wiring.ports]
-    path, attachment = groupns.wire(networks, name, str(wiring.mode), mappings)
+    owner = owners.Owner(client.address, client.namespace, name)
+    path, attachment = groupns.wire(networks, name, str(wiring.mode), mappings, owner=owner)
     owned = {
         lbl.IMPLICIT_GROUP: settings.to_label(networks),
         lbl.NETWORK_MODE: str(wiring.mode),
@@ -89,6 +91,12 @@ def attach(
     if wiring.ports:
         owned[lbl.GROUP_PORTS] = ",".join(wiring.ports)
     return attrs.evolve(config, netns=path, group=name), owned
+
+
+def in_flight(name: str) -> contextlib.AbstractContextManager[None]:
+    """Hold it from before :func:`attach` until the container's record exists (or the
+    network went again): gc then leaves the namespace alone (:mod:`ctrexec.inflight`)."""
+    return inflight.creating(inflight.netns_key(groupns.netns_name(name)))
 
 
 def release_unless_created(client: Client, files_dir: Path, labels: Mapping[str, str]) -> None:

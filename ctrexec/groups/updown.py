@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from ctrexec import inflight, owners
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.tasks import Status
@@ -93,6 +94,8 @@ class Groups:
         (all of them with ``force_recreate``), and members no longer in the file are
         removed; the namespace, its address and ports stay (see :mod:`.changes`).
         ``on_change`` is told each member recreated or removed, once it was.
+        The group's pin is this create's (:mod:`ctrexec.inflight`) until its members'
+        records exist: gc leaves it alone meanwhile.
         """
         configs = spec.task_configs()
         for cfg in configs:  # images first: a missing one stops everything, untouched
@@ -104,7 +107,12 @@ class Groups:
             )
         # One operator at a time: a second up waits here, then finds the first's group
         # (a pull is no act on the group: it stays outside, not to hold the others up).
-        with grouplock.hold(self.executor.client, spec.name):
+        # The group's lock is taken first, then the pin's in-flight lock (gc's): gc never
+        # waits for the second, so the order cannot deadlock.
+        with (
+            grouplock.hold(self.executor.client, spec.name),
+            inflight.creating(inflight.netns_key(spec.netns_name)),
+        ):
             return self._up(spec, configs, force_recreate, on_change)
 
     def _up(
@@ -163,7 +171,9 @@ class Groups:
         """Make the namespace and attach it (asking for ``prefer``, the address it had);
         return the labels every member shares: what its /etc/hosts says (see
         ctrexec.tasks.files). Members re-attached without their address follow."""
-        ns = netns.create(spec.netns_name, exist_ok=True)
+        client = self.executor.client
+        owner = owners.Owner(client.address, client.namespace, spec.name)
+        ns = netns.create(spec.netns_name, exist_ok=True, owner=owner)
         attachment = self.networks.setup(
             spec.name,
             ns.path,

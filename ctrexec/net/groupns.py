@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ctrexec import owners
 from ctrexec.errors import CtrexecError
 from ctrexec.net import hostfiles, netns
 from ctrexec.net.holders import NETNS_PREFIX
@@ -41,11 +42,13 @@ def wire(
     ports: Sequence[PortMapping],
     *,
     prefer: Sequence[str] = (),
+    owner: owners.Owner | None = None,
 ) -> tuple[str, Attachment]:
     """Make the group's namespace and attach it; a failed attach removes the namespace
     again. Its path and what the attach gave it. ``prefer``: the addresses the group
-    had, asked for again (a re-made namespace keeps its address when it is free)."""
-    ns = netns.create(netns_name(group))
+    had, asked for again (a re-made namespace keeps its address when it is free);
+    ``owner``: whose pin it is (:mod:`ctrexec.owners`)."""
+    ns = netns.create(netns_name(group), owner=owner)
     try:
         return ns.path, attach(networks, group, ns.path, mode, ports, prefer=prefer)
     except BaseException:

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ctrexec import _linux
+from ctrexec import _linux, owners
 from ctrexec.errors import (
     AlreadyExists,
     CtrexecError,
@@ -329,8 +329,10 @@ def os_error(what: str, exc: OSError) -> CtrexecError:
     return NetworkError(f"{what}: {exc.strerror or exc}")
 
 
-def create(name: str, *, exist_ok: bool = False) -> NetNS:
-    """Create and pin ``/run/netns/NAME`` with ``lo`` up; fork-free.
+def create(name: str, *, exist_ok: bool = False, owner: owners.Owner | None = None) -> NetNS:
+    """Create and pin ``/run/netns/NAME`` with ``lo`` up; fork-free. Its marker names
+    ``owner`` (:mod:`ctrexec.net.nsmarks`); an existing pin of ctrexec's that names
+    none is given it.
 
     AlreadyExists if the name is taken, unless ``exist_ok`` -- then the existing
     file must be a live network namespace (FailedPrecondition otherwise: a stale
@@ -347,7 +349,7 @@ def create(name: str, *, exist_ok: bool = False) -> NetNS:
             if not exist_ok:
                 raise AlreadyExists(f"network namespace {name!r} already exists") from exc
             if _unfinished(path):  # a create killed between the file and its mount
-                _pin(name, path)
+                _pin(name, path, owner)
                 log.warning("pinned a new namespace on %s, left empty by a create cut short", path)
                 return NetNS(name=name, path=path)
             try:
@@ -356,11 +358,13 @@ def create(name: str, *, exist_ok: bool = False) -> NetNS:
                 raise FailedPrecondition(
                     f"{path} exists but is not a live network namespace ({bad}); remove it first"
                 ) from bad
+            if owner is not None and nsmarks.made_by_ctrexec(path) and not nsmarks.owner_of(path):
+                nsmarks.mark(path, owner)  # made before owners were recorded
             return NetNS(name=name, path=path)
         except OSError as exc:
             raise os_error(f"cannot create {path}", exc) from exc
         os.close(fd)
-        _pin(name, path)
+        _pin(name, path, owner)
     return NetNS(name=name, path=path)
 
 
@@ -372,11 +376,11 @@ def _unfinished(path: str) -> bool:
     return False
 
 
-def _pin(name: str, path: str) -> None:
+def _pin(name: str, path: str, owner: owners.Owner | None) -> None:
     """A new namespace bind-mounted on the empty file ``path``; the file goes on failure."""
     try:
         _linux.run_in_fresh_thread(lambda: _unshare_and_pin(path))
-        nsmarks.mark(path)  # netns ls tells ctrexec's from other tools' by it
+        nsmarks.mark(path, owner)  # netns ls tells ctrexec's from other tools' by it
     except BaseException as exc:
         try:
             _discard(path)
@@ -410,7 +414,7 @@ def pin_from(name: str, source: str) -> NetNS:
                 os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0))
             try:
                 _linux.mount(f"/proc/self/fd/{fd}", path, "none", _linux.MS_BIND)
-                nsmarks.mark(path)
+                nsmarks.mark(path, nsmarks.recorded_owner(path))  # the name's owner stays
             except BaseException:
                 _discard(path)
                 raise

@@ -75,8 +75,9 @@ def sweep_stale_sockets(tmp: Path, *, min_age: float = 5.0) -> list[Path]:
     """Remove the socket directories of plugins that died without cleaning up.
 
     A plugin that exits removes its own; one that Nomad (or anyone) SIGKILLed cannot.
-    A directory goes only when its socket accepts no connection and is older than
-    ``min_age`` seconds (a plugin starting right now has not listened yet).
+    A directory goes only when it is this user's (another user's plugin, or anything
+    else of that name, is not ours), its socket accepts no connection and it is older
+    than ``min_age`` seconds (a plugin starting right now has not listened yet).
     """
     # _linux (ctypes) loads only for a plugin that passed the handshake checks.
     from ctrexec._linux import unix_socket_listening
@@ -86,7 +87,10 @@ def sweep_stale_sockets(tmp: Path, *, min_age: float = 5.0) -> list[Path]:
     for directory in tmp.glob(NOMAD_SOCKET_DIR_PREFIX + "*"):
         sock = directory / NOMAD_SOCKET_NAME
         with contextlib.suppress(OSError):
-            if now - directory.lstat().st_mtime < min_age or unix_socket_listening(sock):
+            info = directory.lstat()
+            if info.st_uid != os.geteuid() or now - info.st_mtime < min_age:
+                continue
+            if unix_socket_listening(sock):
                 continue
             sock.unlink(missing_ok=True)
             directory.rmdir()

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
-from ctrexec import _linux, defaults, ids
+from ctrexec import _linux, defaults, ids, owners
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
@@ -204,11 +204,13 @@ class Executor:
         # Start-up: ps, inspect and logs build an Executor too, and never create.
         from ctrexec.tasks import records
 
+        # Its owner first: its host files, log and cgroup, made after it, are judged by it.
+        owner = owners.Owner(self.client.address, self.client.namespace, checked.config.name)
         try:
-            record, mounts = records.create(
-                self.client, checked, image, spec=spec, record_labels=record_labels,
-                cache=self.images,
-            )  # fmt: skip
+            with owners.recording(self.state_dir, owner):
+                record, mounts = records.create(
+                    self.client, checked, image, spec=spec, record_labels=record_labels,
+                    cache=self.images)  # fmt: skip
         except BaseException:
             if bound is not None:
                 volstore.remove_anonymous(self.client.namespace, bound.labels)
@@ -250,8 +252,7 @@ class Executor:
         A group member's namespace is made whole first (:mod:`ctrexec.tasks.groupnet`).
         """
         # A member's start is an act on its group (grouplock): its lock, then the task's.
-        labels = containers.get(self.client, task_id).labels
-        with grouplock.of_record(self.client, labels), self._lock(task_id):
+        with grouplock.of_task(self.client, task_id), self._lock(task_id):
             # Start-up: what only a start needs loads with the first start, not for ps.
             from ctrexec.tasks import groupnet, records
 
@@ -596,7 +597,8 @@ class Executor:
             # finishes tearing down its processes; the parents go with the last task.
             leaf = ids.task_cgroup(self.client.namespace, task_id).lstrip("/")
             last = not containers.list_containers(self.client)
-            tasks.wait_until(lambda: _linux.remove_empty_cgroups(leaf, parents=last), timeout=2.0)
+            if tasks.wait_until(lambda: _linux.remove_empty_cgroups(leaf, parents=last), 2.0):
+                owners.forget(owners.task_record(self.state_dir, self.client.namespace, task_id))
         with self._locks_guard:
             self._locks.pop(task_id, None)
 

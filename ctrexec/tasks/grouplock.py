@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from ctrexec import labels as lbl
+from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.defaults import RUN_DIR
 from ctrexec.errors import Unavailable
@@ -175,6 +176,11 @@ def of_record(
     if not group:
         return contextlib.nullcontext()
     return hold(client, group, wait=wait)
+
+
+def of_task(client: Client, task_id: str) -> contextlib.AbstractContextManager[None]:
+    """The lock of the group ``task_id``'s record names (a start is an act on its group)."""
+    return of_record(client, containers.get(client, task_id).labels)
 
 
 def busy(client: Client, group: str, lock_dir: Path = DEFAULT_DIR) -> bool:

@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 
 from ctrexec import labels as lbl
+from ctrexec import owners
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.net import groupns, grouppin
@@ -126,7 +127,8 @@ def _remake(
     old = [a for a in labels.get(lbl.ADDRESSES, "").split(",") if a]
     ports = taskinfo.group_ports(labels)
     groupns.release(networks, files_dir, group, mode, ports=ports, addresses=old)
-    _, attachment = groupns.wire(networks, group, mode, ports, prefer=old)
+    owner = owners.Owner(client.address, client.namespace, group)
+    _, attachment = groupns.wire(networks, group, mode, ports, prefer=old, owner=owner)
     addresses = attachment.addresses()
     kept = "the same address" if set(addresses) == set(old) else "a new address"
     log.info(

@@ -25,7 +25,7 @@ import pytest
 from _cli import TEST_NAMESPACE, Cli
 from _support import create_namespace, until
 
-from ctrexec import _rpc
+from ctrexec import _rpc, owners
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
 from ctrexec.containerd import containers, snapshots, tasks
 from ctrexec.containerd.client import Client
@@ -91,7 +91,12 @@ def other(client: Client) -> Iterator[Client]:
     ns.delete_namespace()
 
 
-def _plant_files(logs: Path, tmp: Path) -> list[Path]:
+def _plant_files(logs: Path, tmp: Path, client: Client) -> list[Path]:
+    """Leftovers of this containerd's namespace: owned as ctrexec records it (gc
+    spares what has no owner recorded), and another namespace's."""
+    for task in ("dctr-gone", CGROUP.name):
+        record = owners.task_record(None, TEST_NAMESPACE, task)
+        owners.write(record, owners.Owner(client.address, TEST_NAMESPACE, task))
     planted = []
     for ns in (TEST_NAMESPACE, OTHER_NS):
         log = logs / ns / "dctr-gone" / "task.log"
@@ -135,7 +140,7 @@ def test_doctor_finds_every_kind_dry_run_changes_nothing_gc_removes_it(
         snapshots_pb2.PrepareSnapshotRequest(snapshotter="overlayfs", key="dctr-loose"),
         snapshots_pb2.PrepareSnapshotResponse,
     )
-    paths = _plant_files(logs, tmp_path)
+    paths = _plant_files(logs, tmp_path, client)
     with _shim(containerd_address, tmp_path) as shim:
         try:
             _check_and_collect(cli, client, logs, loose.id, shim, paths)
@@ -157,6 +162,8 @@ def test_doctor_finds_every_kind_dry_run_changes_nothing_gc_removes_it(
             for ns in (TEST_NAMESPACE, OTHER_NS):
                 with contextlib.suppress(OSError):
                     (logs / ns).rmdir()
+            for task in ("dctr-gone", CGROUP.name):
+                owners.forget(owners.task_record(None, TEST_NAMESPACE, task))
 
 
 def _check_and_collect(

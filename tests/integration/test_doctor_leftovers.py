@@ -40,6 +40,7 @@ from ctrexec.doctor.findings import Check, Finding, Scope
 from ctrexec.errors import NotFound
 from ctrexec.net import ipamstore, iptables, netns, nsmarks, settings
 from ctrexec.net.networks import Networks
+from ctrexec.owners import Owner
 
 pytestmark = NET_MARKS
 
@@ -76,6 +77,7 @@ class Planted:
     env: dict[str, str]
     nets: Networks
     garbage: dict[str, str] = attrs.Factory(dict)  # where -> kind
+    spared: dict[str, str] = attrs.Factory(dict)  # where -> kind: listed, not garbage
     freed: list[str] = attrs.Factory(list)  # what goes with a garbage object
     kept: list[str] = attrs.Factory(list)  # what must outlive gc
     procs: list[subprocess.Popen[bytes]] = attrs.Factory(list)
@@ -92,11 +94,17 @@ class Planted:
         return f"dnet{self.tag}{suffix}"
 
 
-def _namespaces(p: Planted) -> None:
+def _namespaces(p: Planted, client: Client) -> None:
     for suffix in ("n", "p", "y"):
-        netns.create(p.ns(suffix))
-    for suffix in ("n", "p"):
+        netns.create(p.ns(suffix), owner=Owner(client.address, client.namespace, p.owner(suffix)))
+    # ownership is recorded, not inferred: a pin with no owner recorded (an older
+    # ctrexec's) is listed as spared; another containerd's is not listed at all
+    netns.create(p.ns("u"))
+    netns.create(p.ns("x"), owner=Owner("/elsewhere/containerd.sock", client.namespace, "x"))
+    for suffix in ("n", "p", "u", "x"):
         _age(nsmarks.MARK_DIR / p.ns(suffix))
+    p.spared[f"/run/netns/{p.ns('u')}"] = netside.NETNS
+    p.kept += [f"/run/netns/{p.ns(s)}" for s in ("u", "x")]
     stale = Path(f"/run/netns/{p.ns('f')}")  # what a create killed before its mount leaves
     stale.touch()
     _age(stale)
@@ -181,7 +189,7 @@ def _clean(p: Planted) -> None:
     for proc in p.procs:
         proc.kill()
         proc.wait(timeout=30)
-    for suffix in ("a", "f", "n", "p", "r", "y"):
+    for suffix in ("a", "f", "n", "p", "r", "u", "x", "y"):
         with contextlib.suppress(NotFound):
             netns.remove(p.ns(suffix))
     _sh("ip", "netns", "del", f"dnet{p.tag}o", check=False)
@@ -193,7 +201,7 @@ def _clean(p: Planted) -> None:
 
 
 @pytest.fixture
-def planted(tmp_path: Path, containerd_address: str) -> Iterator[Planted]:
+def planted(tmp_path: Path, containerd_address: str, client: Client) -> Iterator[Planted]:
     tag = secrets.token_hex(2)
     env = dict(
         os.environ,
@@ -205,7 +213,7 @@ def planted(tmp_path: Path, containerd_address: str) -> Iterator[Planted]:
     )
     p = Planted(tag=tag, env=env, nets=settings.from_env(env))
     try:
-        _namespaces(p)
+        _namespaces(p, client)
         _group_gone(p)
         _links(p)
         _store(p)
@@ -220,12 +228,13 @@ def _cli(p: Planted, address: str, *args: str) -> subprocess.CompletedProcess[st
     return subprocess.run(argv, env=p.env, capture_output=True, text=True, timeout=120, check=False)
 
 
-def _mine(p: Planted, rows: list[dict[str, object]]) -> dict[str, str]:
-    """The rows about this test's objects: where (a rule's: its owner) -> kind."""
+def _mine(p: Planted, rows: list[dict[str, object]], *, garbage: bool = True) -> dict[str, str]:
+    """The rows about this test's objects: where (a rule's: its owner) -> kind; the
+    garbage ones, or (``garbage=False``) those listed as spared."""
     out = {}
     for row in rows:
         where = str(row["Where"])
-        if p.tag not in where:
+        if p.tag not in where or row.get("Garbage", True) is not garbage:
             continue
         if row["Kind"] == netstate.NAT_RULES:
             where = where.rsplit('id: "', 1)[1].rstrip('"')
@@ -272,6 +281,8 @@ def test_each_leftover_is_found_listed_removed_and_nothing_else(
     found = _cli(p, containerd_address, "doctor", "--json")
     assert found.returncode == 1, found.stderr
     assert _mine(p, json.loads(found.stdout)) == p.garbage
+    assert _mine(p, json.loads(found.stdout), garbage=False) == p.spared
+    assert "no owner recorded; spared" in found.stdout
     table = _cli(p, containerd_address, "doctor")
     assert table.returncode == 1 and f"dnv{p.tag}a" in table.stdout
 
@@ -290,3 +301,4 @@ def test_each_leftover_is_found_listed_removed_and_nothing_else(
 
     again = _cli(p, containerd_address, "doctor", "--json")
     assert _mine(p, json.loads(again.stdout or "[]")) == {}, again.stdout
+    assert _mine(p, json.loads(again.stdout or "[]"), garbage=False) == p.spared

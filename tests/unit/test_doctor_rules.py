@@ -129,7 +129,8 @@ def test_cgroups_empty_and_of_no_record_in_the_namespace(
     (tree / "ctrexec" / "ns" / "busy" / "cgroup.procs").write_text("123\n")
     (tree / "ctrexec" / "other" / "gone").mkdir(parents=True)
     scope = _scope(grace=0)
-    monkeypatch.setattr(cgroups, "owned_ids", lambda s: ({"ns"}, {("ns", "held")}))
+    monkeypatch.setattr(cgroups.files, "owned", lambda s: ({"ns"}, {("ns", "held")}))
+    monkeypatch.setattr(cgroups, "_why_spared", lambda s, c: None)
     found = cgroups.find(scope, [tmp_path, tree])
     assert [f.where for f in found] == ["/ctrexec/ns/gone"]
     assert cgroups.unowned("/ctrexec/other", {"other"}, set(), empty=True)

@@ -177,7 +177,7 @@ def test_the_file_read_rule_sees_reads() -> None:
 #: package; two packages of one layer never import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("ctrexec._version", "ctrexec.defaults", "ctrexec.errors"),
-    ("ctrexec.ids", "ctrexec.labels", "ctrexec._linux"),
+    ("ctrexec.ids", "ctrexec.labels", "ctrexec._linux", "ctrexec.inflight", "ctrexec.owners"),
     ("ctrexec._rpc", "ctrexec.oci"),
     ("ctrexec.containerd", "ctrexec.net"),
     ("ctrexec.logs", "ctrexec.images"),
