@@ -9,7 +9,8 @@ looked at: the CNI cache and the host-local pool of the scope's :class:`Networks
 and the NAT rules whose comments name its bridge network (another network's, another
 tool's and every other chain are left alone).
 
-A group no record names, whose pinned namespace nothing but its pin keeps (no process,
+A group no record names, whose pin's recorded owner is the scope's containerd namespace
+(:mod:`ctrexec.owners`), whose pinned namespace nothing but its pin keeps (no process,
 no open fd), whose lock no act holds (:mod:`ctrexec.tasks.grouplock`) and which is past
 the grace period is *abandoned*: what a ``group down`` (or ``up``) killed mid-way left.
 Its pin and cached result no longer account for its reservation and rules, which are
@@ -32,9 +33,10 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from ctrexec import labels as lbl
+from ctrexec import owners
 from ctrexec.doctor.findings import Check, Finding, Scope, every_record, stamp
 from ctrexec.errors import CtrexecError, NetworkError
-from ctrexec.net import health, holders, ipamstore, iptables, netns, nsrefs
+from ctrexec.net import health, holders, ipamstore, iptables, netns, nsmarks, nsrefs
 from ctrexec.net.cni import CNI
 from ctrexec.net.cniconf import CNIAttachment
 from ctrexec.net.networks import IFNAME
@@ -76,10 +78,14 @@ def abandoned(scope: Scope) -> set[str]:
         return set()
     users = nsrefs.users_of_each(list(loose.values()))
     spaces = scope.client.namespaces()
+    address, namespace = scope.client.address, scope.client.namespace
     return {
         group
         for group, path in loose.items()
-        if not users.get(path)
+        # Only a pin recorded as this containerd namespace's: another daemon's stopped
+        # group, or one made before owners were recorded, is not judged abandoned.
+        if owners.spared(nsmarks.owner_of(path), address, namespace) is None
+        and not users.get(path)
         and netns.is_mounted(path)
         and scope.old_enough(_mtime(Path(path)))
         and not any(grouplock.busy(scope.client.with_namespace(n), group) for n in spaces)
