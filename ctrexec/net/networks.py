@@ -535,7 +535,7 @@ class Networks:
         speak ARP or have a host route: a warning)."""
         try:
             why = _addrguard.announce(added.netns, IFNAME, ips, _health.bridge_of(added))
-        except NetworkError as exc:
+        except CtrexecError as exc:
             why = str(exc)
         if why is None:
             return

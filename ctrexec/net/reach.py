@@ -109,11 +109,17 @@ def _is_reply(packet: bytes, ident: int, source: str, address: ipaddress.IPv4Add
     return bool(kind == _ICMP_ECHO_REPLY and got == ident)
 
 
-def echo(address: ipaddress.IPv4Address, timeout: float = TIMEOUT) -> bool:
+def echo(address: ipaddress.IPv4Address, timeout: float = TIMEOUT) -> bool | None:
     """Whether ``address`` answers an ICMP echo from the host within ``timeout``; the
-    request is repeated every 0.1 s (the first may wait on address resolution)."""
+    request is repeated every 0.1 s (the first may wait on address resolution). None
+    if no echo can be sent (no CAP_NET_RAW)."""
     ident = os.getpid() & 0xFFFF
-    with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as sock:
+    try:
+        opened = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    except OSError as exc:
+        log.warning("cannot check that the host reaches %s: %s", address, exc)
+        return None
+    with opened as sock:
         sock.setblocking(False)
         deadline = time.monotonic() + timeout
         seq = 0
@@ -157,6 +163,8 @@ def confirm(
     entry = host_entry(bridge, address)
     if entry is not None and entry.usable and entry.mac == mac:
         return None
+    if answered is None and (entry is None or entry.mac == mac):
+        return None  # no echo: no entry on another MAC is all that can be seen
     seen = "none" if entry is None else f"{entry.mac or 'no MAC'} (state {entry.state:#x})"
     said = "answered" if answered else "did not answer an echo from the host"
     return f"{address} {said} and the host's neighbour entry on {bridge} is {seen}, not {mac}"

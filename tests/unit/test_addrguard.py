@@ -126,6 +126,19 @@ def test_an_entry_left_on_the_old_mac_is_the_reason(monkeypatch: pytest.MonkeyPa
     assert why is not None and "did not answer" in why and "0a:00:00:00:00:01" in why
 
 
+def test_without_an_echo_only_an_entry_on_another_mac_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No CAP_NET_RAW for the echo: no entry yet (the first packet asks) is success."""
+    old = reach.Entry("0a:00:00:00:00:01", 0x02)
+    entries: list[reach.Entry | None] = [None, None, old, old]
+    monkeypatch.setattr(reach, "host_entry", lambda bridge, address: entries.pop(0))
+    monkeypatch.setattr(reach, "forget", lambda bridge, address: None)
+    monkeypatch.setattr(reach, "echo", lambda address, timeout: None)
+    assert reach.confirm("cxt0", TARGET, "0a:00:00:00:00:02") is None
+    assert reach.confirm("cxt0", TARGET, "0a:00:00:00:00:02") is not None
+
+
 def reply(sender: bytes, ip: ipaddress.IPv4Address) -> bytes:
     body = arp.probe_frame(sender, TARGET)
     return body[:21] + b"\x02" + body[22:28] + ip.packed + body[32:] + bytes(18)  # padded
