@@ -21,11 +21,10 @@ import json
 import re
 import subprocess
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from _chaoslib import wait_for
-from _integrity import Bridged, _get
+from _integrity import Bridged, _get, hold_stale_entries, host_neighbour
 
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
@@ -191,22 +190,6 @@ def test_start_of_a_member_reattaches_it_and_inspect_and_group_ps_said_so(
     assert ctrexec_says(g) == []
     assert "not attached" not in g.run("group ps", g.name).stdout
     g.down_clean()
-
-
-def host_neighbour(g: Bridged, address: str) -> str | None:
-    """The MAC of the host's neighbour entry for ``address`` on the test bridge; None if
-    it has none (or one with no MAC: INCOMPLETE, FAILED)."""
-    shown = _ip("neigh", "show", "to", address, "dev", g.bridge)
-    found = re.search(r"lladdr (\S+)", shown)
-    return found.group(1).lower() if found else None
-
-
-def hold_stale_entries(g: Bridged) -> None:
-    """Keep the host's REACHABLE entries on the test bridge REACHABLE for ~30-90 min, not
-    15-45 s: the old MAC then outlasts every bound below unless something replaces it,
-    which is the defect made certain rather than a race with the kernel's own re-check.
-    (The setting goes with the test's bridge.)"""
-    Path(f"/proc/sys/net/ipv4/neigh/{g.bridge}/base_reachable_time_ms").write_text("3600000")
 
 
 def _delete_eth0(g: Bridged) -> None:
