@@ -4,7 +4,10 @@ Before the ADD, host-local's store is reconciled with the addresses that exist
 (:mod:`ctrexec.net.holders`, plus what the caller's records say); after it, the new
 address is probed for on the group's link (:mod:`ctrexec.net.dad`), which also
 catches holders ctrexec cannot see. :class:`ctrexec.net.networks.Networks` calls
-both under its lock.
+both under its lock. Then the address is announced (:func:`announce`): every attach
+and re-attach (``group up``, ``start``'s re-wire, ``run -p``, the supervisor's re-make
+after a reboot) passes through that ADD, and a re-made veth's new MAC must reach the
+host's neighbour table before the attach reports success.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ctrexec.errors import AlreadyExists
-from ctrexec.net import dad, holders, ipamstore, iptables, netns, ports
+from ctrexec.net import dad, holders, ipamstore, iptables, netns, ports, reach
 from ctrexec.net.cni import NetworkConfigList, PortMapping
 
 log = logging.getLogger(__name__)
@@ -81,4 +84,28 @@ def conflict(netns_path: str, ifname: str, owner: str, addresses: Iterable[str])
     return None
 
 
-__all__ = ["clear_port_holders", "conflict", "reconcile"]
+def announce(
+    netns_path: str, ifname: str, addresses: Iterable[str], bridge: str | None
+) -> str | None:
+    """Announce each IPv4 of ``addresses`` from ``ifname`` in the namespace (RFC 5227),
+    then check from the host that it reaches them through ``bridge``
+    (:func:`ctrexec.net.reach.confirm`); None when it does, else the first reason it
+    does not. Without a bridge (a user's macvlan, ipvlan) the announcement is all.
+
+    IPv6 is left to the kernel (its DAD ends with an unsolicited advertisement).
+    NetworkError if an announcement cannot be sent.
+    """
+    for text in addresses:
+        address = ipaddress.ip_interface(text).ip
+        if not isinstance(address, ipaddress.IPv4Address):
+            continue
+        mac = dad.announce(netns_path, ifname, address)
+        if bridge is None:
+            continue
+        why = reach.confirm(bridge, address, mac)
+        if why is not None:
+            return why
+    return None
+
+
+__all__ = ["announce", "clear_port_holders", "conflict", "reconcile"]

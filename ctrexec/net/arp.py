@@ -2,7 +2,10 @@
 
 A probe asks "who has T?" with sender address 0.0.0.0, so no neighbour learns a
 mapping from it while the answer is not known; any host that answers, or that sends
-ARP from T itself, already uses T. The socket side is :mod:`ctrexec.net.dad`.
+ARP from T itself, already uses T. An announcement, sent once T is ours, asks for T
+with T as its sender address too: every neighbour that has an entry for T (the host
+on the bridge, the other groups) replaces its MAC with ours. The socket side is
+:mod:`ctrexec.net.dad`.
 """
 
 from __future__ import annotations
@@ -46,6 +49,24 @@ def probe_frame(own_mac: bytes, target: ipaddress.IPv4Address) -> bytes:
         bytes(4),
         bytes(6),
         target.packed,
+    )
+    return header + body
+
+
+def announcement_frame(own_mac: bytes, address: ipaddress.IPv4Address) -> bytes:
+    """An RFC 5227 ARP announcement: a broadcast request for ``address`` whose sender is
+    ``address`` at ``own_mac`` (Linux takes it as gratuitous and overrides its entry)."""
+    header = _ETH_HEADER.pack(BROADCAST, own_mac, ETH_P_ARP)
+    body = _ARP_BODY.pack(
+        _HTYPE_ETHER,
+        _ETH_P_IP,
+        6,
+        4,
+        ARP_REQUEST,
+        own_mac,
+        address.packed,
+        bytes(6),
+        address.packed,
     )
     return header + body
 
@@ -96,6 +117,7 @@ __all__ = [
     "ARP_REQUEST",
     "ETH_P_ARP",
     "ArpPacket",
+    "announcement_frame",
     "conflicting_mac",
     "format_mac",
     "parse_frame",

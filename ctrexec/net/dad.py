@@ -7,6 +7,11 @@ address is probed for on the group's own ``eth0``; a reply from another MAC is a
 conflict. The frames only ever leave through that interface, onto the group's
 bridge. RFC 5227 sends 3 probes 1-2 s apart and waits 2 s more; on a local bridge
 an answer takes microseconds, so the timing is scaled down to a fifth of a second.
+
+Once the address is the group's, :func:`announce` sends RFC 5227's two announcements
+(2 s apart there, scaled down the same way): a re-made veth has a new MAC, and the
+host's neighbour entry for the address would otherwise stay on the old one (REACHABLE,
+so unasked for up to ~30 s) while the published port is dead.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ PROBE_INTERVAL = 0.05
 #: How long replies are waited for after the last probe.
 ANSWER_WAIT = 0.1
 _PACKET_OUTGOING = 4
+#: RFC 5227's ANNOUNCE_NUM, and its ANNOUNCE_INTERVAL scaled down as the probes'.
+ANNOUNCEMENTS = 2
+ANNOUNCE_INTERVAL = 0.05
 #: How many queued frames are still read once the wait is over.
 _LATE_FRAMES = 256
 
@@ -65,6 +73,29 @@ def probe(netns_path: str, ifname: str, address: ipaddress.IPv4Address) -> str |
         sock.close()
 
 
+def announce(netns_path: str, ifname: str, address: ipaddress.IPv4Address) -> str:
+    """Announce ``address`` on ``ifname``'s link from inside the namespace; its MAC.
+
+    NetworkError if the announcement cannot be sent.
+    """
+    try:
+        sock = netns.run_inside(netns_path, lambda: _open(ifname), doing="announce from")
+    except OSError as exc:
+        raise NetworkError(f"cannot announce {address} on {ifname}: {exc.strerror}") from exc
+    try:
+        own = sock.getsockname()[4]
+        frame = arp.announcement_frame(own, address)
+        for n in range(ANNOUNCEMENTS):
+            if n:
+                time.sleep(ANNOUNCE_INTERVAL)
+            sock.send(frame)
+        return arp.format_mac(own)
+    except OSError as exc:
+        raise NetworkError(f"ARP announcement of {address} on {ifname} failed: {exc}") from exc
+    finally:
+        sock.close()
+
+
 def _listen(
     sock: socket.socket, own: bytes, address: ipaddress.IPv4Address, deadline: float
 ) -> bytes | None:
@@ -96,4 +127,13 @@ def conflict_message(address: str, group: str, holder: str | None, mac: str) -> 
     return f"address conflict: {address} given to group {group} is already held by {other}"
 
 
-__all__ = ["ANSWER_WAIT", "PROBES", "PROBE_INTERVAL", "conflict_message", "probe"]
+__all__ = [
+    "ANNOUNCEMENTS",
+    "ANNOUNCE_INTERVAL",
+    "ANSWER_WAIT",
+    "PROBES",
+    "PROBE_INTERVAL",
+    "announce",
+    "conflict_message",
+    "probe",
+]

@@ -39,9 +39,14 @@ class Records(Protocol):
     """What :func:`problems` asks of a :class:`~ctrexec.net.networks.Networks` (which
     imports this module, so it is named by its methods, not imported)."""
 
+    @property
+    def ifname(self) -> str: ...
+
     def network_of(self, mode: Any) -> str | None: ...
 
     def record(self, owner: str, mode: Any) -> CNIAttachment | None: ...
+
+    def bridge_of(self, mode: Any) -> str | None: ...
 
 
 @attrs.frozen
@@ -181,7 +186,12 @@ def judge(snap: Snapshot, want: Sequence[str], bridge: str | None) -> list[str]:
 
 def bridge_of(cached: CNIAttachment) -> str | None:
     """The bridge the attachment's conflist puts its host ends on; None without one."""
-    for plugin in cached.config.plugins:
+    return bridge_in(cached.config.plugins)
+
+
+def bridge_in(plugins: Sequence[Any]) -> str | None:
+    """The bridge a conflist's plugins put host ends on; None without a bridge plugin."""
+    for plugin in plugins:
         if plugin.get("type") == "bridge":
             name = plugin.get("bridge")
             return name if isinstance(name, str) and name else _DEFAULT_BRIDGE
@@ -245,12 +255,27 @@ def faults(
         return []
     path = os.fspath(netns_path)
     cached = networks.record(owner, mode)
-    ns = Path(path).name
     if cached is None or cached.result is None:
-        return [f"{ns} has no attachment to network {network}"]
+        return unrecorded(path, networks.ifname, networks.bridge_of(mode))
     if cached.netns != path:
         return [f"the attachment to {network} is of {cached.netns}, not {path}"]
     return list(assess(cached).problems)
+
+
+def unrecorded(netns_path: str, ifname: str, bridge: str | None) -> list[str]:
+    """What is wrong with an attachment CNI has no record of (its cache was wiped: a
+    tmpfs after a reboot, a hand's ``rm``), judged from the kernel alone: ``ifname``
+    there with an address, its host end up on ``bridge``. A sound one is not damage:
+    its traffic flows, and re-wiring it would cut it (a new veth, a new MAC) for
+    nothing; the next attach of the group finds and keeps its address."""
+    try:
+        snap = read(netns_path, ifname)
+    except CtrexecError as exc:
+        return [f"{Path(netns_path).name} cannot be read: {exc}"]
+    out = judge(snap, (), bridge)
+    if snap.iface is not None and not any(not a.ip.is_link_local for a in snap.addresses):
+        out.insert(0, f"{ifname} in {snap.ns_name} has no address")
+    return out
 
 
 def problems(
@@ -274,6 +299,7 @@ __all__ = [
     "Snapshot",
     "addresses",
     "assess",
+    "bridge_in",
     "bridge_of",
     "faults",
     "host_end",
@@ -283,4 +309,5 @@ __all__ = [
     "problems",
     "read",
     "result_ips",
+    "unrecorded",
 ]

@@ -287,6 +287,19 @@ class Networks:
             return None
         return self.network if mode.kind == "bridge" else str(mode.network)
 
+    @property
+    def ifname(self) -> str:
+        """The group's interface in its namespace (:data:`IFNAME`), for :mod:`.health`."""
+        return IFNAME
+
+    def bridge_of(self, mode: NetworkMode | str) -> str | None:
+        """The bridge ``mode``'s network puts host ends on; None without one (or no
+        network). InvalidArgument for a ``cni:NAME`` whose conflist is gone."""
+        mode = _as_mode(mode)
+        if not mode.uses_cni:
+            return None
+        return _health.bridge_in(self._conflist(mode).plugins)
+
     def record(self, owner: str, mode: NetworkMode | str) -> _cni.CNIAttachment | None:
         """A group's cached ADD (config, result) in ``mode``'s network; None if none."""
         _cni.validate_container_id(owner)
@@ -496,7 +509,8 @@ class Networks:
         _addrguard.reconcile(conf, owner, IFNAME, held)
 
     def _after_add(self, conf: NetworkConfigList, owner: str, added: _cni.CNIAttachment) -> None:
-        """Duplicate address detection; a conflict undoes the ADD and is raised."""
+        """Duplicate address detection (a conflict undoes the ADD and is raised), then the
+        announcement of the address that a re-made veth needs."""
         if not self.cni.verify_netns:
             return
         ips = [i.address for i in _result_ips(added)]
@@ -511,6 +525,25 @@ class Networks:
         if message is not None:
             self._delete(conf, owner, added, None)
             raise AlreadyExists(message)
+        self._announce(conf, owner, added, ips)
+
+    def _announce(
+        self, conf: NetworkConfigList, owner: str, added: _cni.CNIAttachment, ips: list[str]
+    ) -> None:
+        """Announce the address, see the host reach it (:func:`.addrguard.announce`); on
+        our bridge a failure undoes the ADD and is raised (a user network's link may not
+        speak ARP or have a host route: a warning)."""
+        try:
+            why = _addrguard.announce(added.netns, IFNAME, ips, _health.bridge_of(added))
+        except CtrexecError as exc:
+            why = str(exc)
+        if why is None:
+            return
+        if conf.name != self.network:
+            log.warning("%s is attached to %s, but %s", owner, conf.name, why)
+            return
+        self._delete(conf, owner, added, None)
+        raise NetworkError(f"{owner} was attached to {conf.name}, but {why}; undone")
 
     def teardown(
         self,

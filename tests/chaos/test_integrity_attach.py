@@ -6,16 +6,25 @@ bridge was never repaired (a second group made a new bridge, the first group's v
 stayed off it, and ``network prune`` then refused: "still has interfaces attached").
 Now ctrexec's health check (:mod:`ctrexec.net.health`) says "not attached", and
 ``group up`` re-attaches the group with the address it had.
+
+Issue 36, item 5: the re-attached veth has a new MAC, and the host's neighbour entry on
+the bridge stayed REACHABLE on the old one, so the published port was dead for 8-35 s
+after the repair had exited 0. Now the attach announces the address and checks that the
+host reaches it before it reports success. And a sound group whose CNI cache was wiped
+is not called "not attached" (doctor's fix re-wired it, an outage for nothing).
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import re
 import subprocess
+from collections.abc import Callable
 
+import pytest
 from _chaoslib import wait_for
-from _integrity import Bridged
+from _integrity import Bridged, _get, hold_stale_entries, host_neighbour
 
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
@@ -180,4 +189,75 @@ def test_start_of_a_member_reattaches_it_and_inspect_and_group_ps_said_so(
     assert g.group_address() == address
     assert ctrexec_says(g) == []
     assert "not attached" not in g.run("group ps", g.name).stdout
+    g.down_clean()
+
+
+def _delete_eth0(g: Bridged) -> None:
+    _ip("-n", f"cx-{g.name}", "link", "del", "eth0")
+
+
+def _delete_host_end(g: Bridged) -> None:
+    _ip("link", "del", host_end(g))
+
+
+@pytest.mark.parametrize(
+    ("damage", "repair"),
+    [(_delete_eth0, "start"), (_delete_host_end, "start"), (_delete_host_end, "group up")],
+    ids=["eth0-deleted-start", "veth-deleted-start", "veth-deleted-group-up"],
+)
+def test_after_a_rewire_the_host_sends_to_the_new_mac_and_the_port_answers(
+    bridged: Bridged, damage: Callable[[Bridged], None], repair: str
+) -> None:
+    """The re-wire's command exits 0; then (bounded waits, no timing asserted) the host's
+    neighbour entry for the group's address is on the new eth0's MAC and the published
+    port answers. A second group keeps the bridge up (a bridge that loses its last port
+    loses its carrier, and the host drops its entries on it, hiding the defect)."""
+    g = bridged
+    g.up()
+    _, second = g.extra("b")
+    g.up(second)
+    g.wait_sound()
+    hold_stale_entries(g)
+    address = g.group_address()
+    assert address is not None
+    _, old_mac = g.eth0(g.member_pids()["srv"])
+    assert old_mac is not None
+    wait_for(lambda: _get(g.host_port) == "ok" and host_neighbour(g, address) == old_mac,
+             "the host to reach the group at its MAC", timeout=30, interval=0.5)  # fmt: skip
+    damage(g)
+    done = g.run(repair, g.member("srv") if repair == "start" else str(g.file))
+    assert done.returncode == 0, done.stderr
+    _, new_mac = g.eth0(g.member_pids()["srv"])
+    assert new_mac is not None and new_mac != old_mac
+    assert g.group_address() == address
+    seen: list[str | None] = []
+    try:
+        wait_for(lambda: seen.append(host_neighbour(g, address)) or seen[-1] == new_mac,
+                 "the host's entry on the new MAC", timeout=60, interval=0.5)  # fmt: skip
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the entry is on {seen[-1]}, eth0 has {new_mac}") from None
+    wait_for(lambda: _get(g.host_port) == "ok", "the published port", timeout=60, interval=0.2)
+    g.wait_sound()
+    g.down_clean()
+
+
+def test_a_sound_group_with_its_cni_cache_wiped_is_not_called_damaged(bridged: Bridged) -> None:
+    """The cache says what an ADD made; the kernel says what is there. doctor, ps and
+    ctrexec's own check judge from the kernel: nothing to repair, nothing re-wired."""
+    g = bridged
+    g.up()
+    g.wait_sound()
+    cached = sorted(g.cache.rglob("*.json"))
+    assert cached, "the group has a CNI result to wipe"
+    for path in cached:
+        path.unlink()
+    assert ctrexec_says(g) == []
+    done = g.run("doctor", "--json")
+    assert done.returncode in (0, 1), done.stderr
+    rows = [r for r in json.loads(done.stdout or "[]") if g.name in f"{r['Where']} {r['What']}"]
+    assert rows == [], rows
+    listed = g.run("group ps", g.name)
+    assert listed.returncode == 0, listed.stderr
+    assert "not attached" not in listed.stdout, listed.stdout
+    g.wait_sound()
     g.down_clean()

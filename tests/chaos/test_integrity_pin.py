@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 
 from _chaoslib import wait_for
-from _integrity import Bridged
+from _integrity import Bridged, _get, hold_stale_entries, host_neighbour
 
 from ctrexec.containerd import tasks
 from ctrexec.containerd.tasks import Status
@@ -156,6 +156,49 @@ def test_after_a_reboot_the_supervisor_alone_restores_the_group(bridged: Bridged
     g.wait_sound()
     assert g.group_address() == address  # the address was free: it is the group's again
     assert tasks.find(g.client, g.member("cli")).status is Status.RUNNING  # type: ignore[union-attr]
+    g.down_clean()
+
+
+def test_after_a_reboot_the_host_reaches_the_remade_namespace_at_its_new_mac(
+    bridged: Bridged,
+) -> None:
+    """Issue 36, item 5: the supervisor's re-make after a reboot gives the group a new
+    veth (a new MAC) at its old address; the host's neighbour entry must follow it (the
+    attach announces the address) and the published port answer, bounded waits. A
+    second group keeps the bridge up, as on a host with more than one group."""
+    g = bridged
+    g.up()
+    _, second = g.extra("b")
+    g.up(second)
+    g.wait_sound()
+    hold_stale_entries(g)
+    address = g.group_address()
+    _, old_mac = g.eth0(g.member_pids()["srv"])
+    assert address is not None and old_mac is not None
+    wait_for(lambda: _get(g.host_port) == "ok" and host_neighbour(g, address) == old_mac,
+             "the host to reach the group at its MAC", timeout=30, interval=0.5)  # fmt: skip
+    for task in ("srv", "cli"):
+        tasks.force_delete(g.client, g.member(task))
+    lose_pin(g)
+    _wipe(g.ipam)
+    _wipe(g.cache)
+    time.sleep(0.01)  # the "boot" comes strictly after every run's start
+    booted = time.time()
+    with supervising(g, boot_time=lambda: booted):
+        wait_for(lambda: "srv" in g.member_pids(), "the supervisor to start srv again")
+        _, new_mac = g.eth0(g.member_pids()["srv"])
+        assert new_mac is not None and new_mac != old_mac
+        seen: list[str | None] = []
+        try:
+            wait_for(lambda: seen.append(host_neighbour(g, address)) or seen[-1] == new_mac,
+                     "the host's entry on the new MAC", timeout=60, interval=0.5)  # fmt: skip
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the entry is on {seen[-1]}, eth0 has {new_mac}") from None
+        wait_for(lambda: _get(g.host_port) == "ok", "the published port", timeout=60, interval=0.2)
+    assert g.group_address() == address
+    start = g.run("start", g.member("cli"))
+    assert start.returncode == 0, start.stderr
+    g.wait_sound()
     g.down_clean()
 
 

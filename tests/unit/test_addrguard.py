@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ctrexec.errors import CNIError
-from ctrexec.net import arp, cni, dad, ipamstore, iptables, networks
+from ctrexec.net import arp, cni, dad, ipamstore, iptables, networks, reach
 from ctrexec.net.networks import Networks, parse_port
 
 TARGET = ipaddress.IPv4Address("10.231.77.9")
@@ -80,6 +80,63 @@ def test_probe_frame_is_an_rfc5227_probe() -> None:
     packet = arp.parse_frame(frame)
     assert packet == arp.ArpPacket(arp.ARP_REQUEST, OWN, ipaddress.IPv4Address(0), TARGET)
     assert frame[32:38] == bytes(6)  # target hardware address zero
+
+
+def test_announcement_frame_is_an_rfc5227_announcement() -> None:
+    """Sender and target address both the group's, from its MAC: what a Linux
+    neighbour takes as gratuitous and overrides its entry with."""
+    frame = arp.announcement_frame(OWN, TARGET)
+    assert frame[:6] == b"\xff" * 6 and frame[6:12] == OWN and frame[12:14] == b"\x08\x06"
+    assert arp.parse_frame(frame) == arp.ArpPacket(arp.ARP_REQUEST, OWN, TARGET, TARGET)
+    assert frame[32:38] == bytes(6)
+    # our own announcement, looped back to our probe, is not a conflict
+    assert arp.conflicting_mac(arp.parse_frame(frame), OWN, TARGET) is None
+
+
+def test_echo_request_checksums_and_reply_matching() -> None:
+    request = reach._request(0x1234, 7)
+    assert reach._checksum(request) == 0  # a valid ICMP checksum sums to all ones
+    ip_header = bytes([0x45]) + bytes(19)
+    reply_ = bytes([0]) + request[1:]
+    assert reach._is_reply(ip_header + reply_, 0x1234, str(TARGET), TARGET)
+    assert not reach._is_reply(ip_header + reply_, 0x4321, str(TARGET), TARGET)
+    assert not reach._is_reply(ip_header + request, 0x1234, str(TARGET), TARGET)
+    assert not reach._is_reply(ip_header + reply_, 0x1234, "10.0.0.1", TARGET)
+
+
+def test_an_entry_on_the_old_mac_is_forgotten_and_the_new_one_confirmed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entries = [reach.Entry("0a:00:00:00:00:01", 0x02), reach.Entry("0a:00:00:00:00:02", 0x02)]
+    forgotten: list[str] = []
+    monkeypatch.setattr(reach, "host_entry", lambda bridge, address: entries.pop(0))
+    monkeypatch.setattr(reach, "forget", lambda bridge, address: forgotten.append(bridge))
+    monkeypatch.setattr(reach, "echo", lambda address, timeout: True)
+    assert reach.confirm("cxt0", TARGET, "0A:00:00:00:00:02") is None
+    assert forgotten == ["cxt0"]
+
+
+def test_an_entry_left_on_the_old_mac_is_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        reach, "host_entry", lambda bridge, address: reach.Entry("0a:00:00:00:00:01", 0x04)
+    )
+    monkeypatch.setattr(reach, "forget", lambda bridge, address: None)
+    monkeypatch.setattr(reach, "echo", lambda address, timeout: False)
+    why = reach.confirm("cxt0", TARGET, "0a:00:00:00:00:02")
+    assert why is not None and "did not answer" in why and "0a:00:00:00:00:01" in why
+
+
+def test_without_an_echo_only_an_entry_on_another_mac_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No CAP_NET_RAW for the echo: no entry yet (the first packet asks) is success."""
+    old = reach.Entry("0a:00:00:00:00:01", 0x02)
+    entries: list[reach.Entry | None] = [None, None, old, old]
+    monkeypatch.setattr(reach, "host_entry", lambda bridge, address: entries.pop(0))
+    monkeypatch.setattr(reach, "forget", lambda bridge, address: None)
+    monkeypatch.setattr(reach, "echo", lambda address, timeout: None)
+    assert reach.confirm("cxt0", TARGET, "0a:00:00:00:00:02") is None
+    assert reach.confirm("cxt0", TARGET, "0a:00:00:00:00:02") is not None
 
 
 def reply(sender: bytes, ip: ipaddress.IPv4Address) -> bytes:

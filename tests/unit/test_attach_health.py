@@ -158,8 +158,15 @@ class _Records:
     def network_of(self, mode: Any) -> str | None:
         return None if mode in ("none", "host") else "cxtnet"
 
+    @property
+    def ifname(self) -> str:
+        return "eth0"
+
     def record(self, owner: str, mode: Any) -> CNIAttachment | None:
         return self.cached
+
+    def bridge_of(self, mode: Any) -> str | None:
+        return BRIDGE
 
 
 def test_problems_say_not_attached_and_what_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,9 +180,26 @@ def test_problems_say_not_attached_and_what_to_run(monkeypatch: pytest.MonkeyPat
         nets, "web", "/run/netns/cx-web", "bridge", repair="ctrexec start web"
     ) == ["not attached: eth0 is gone from cx-web; run `ctrexec start web`"]
     assert health.problems(nets, "web", "/run/netns/cx-web", "host") == []
-    assert health.problems(_Records(None), "web", "/run/netns/cx-web", "bridge") == [
-        "not attached: cx-web has no attachment to network cxtnet; run `ctrexec group up FILE`"
-    ]
+
+
+def test_a_wiped_cache_is_judged_from_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No CNI record (issue 36: a wiped cache): a sound eth0 is no damage; a broken
+    one is named as the kernel shows it."""
+    snaps = {"sound": _snap(), "gone": _snap(iface=None, addresses=())}
+    snaps["bare"] = _snap(addresses=("fe80::1/64",))  # link-local only: no address
+    snaps["off"] = _snap(host=(BR, attrs.evolve(HOST_END, master=None)))
+    seen: list[str] = []
+    monkeypatch.setattr(health, "read", lambda path, ifname: snaps[seen[-1]])
+    nets = _Records(None)
+
+    def said(case: str) -> list[str]:
+        seen.append(case)
+        return health.faults(nets, "web", "/run/netns/cx-web", "bridge")
+
+    assert said("sound") == []
+    assert said("gone") == ["eth0 is gone from cx-web"]
+    assert said("bare") == ["eth0 in cx-web has no address"]
+    assert said("off") == ["vethaaaa, the host end of eth0 in cx-web, is not on bridge cxt0"]
 
 
 def test_requested_is_the_first_valid_address_bare() -> None:
