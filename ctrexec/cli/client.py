@@ -40,7 +40,7 @@ MAX_REQUEST = 4 << 20
 PASSED_FDS = 4
 #: Server -> client replies, five bytes each: a kind and a signed 32-bit value.
 REPLY = struct.Struct("!ci")
-ACCEPTED = b"A"  # the child runs the command: from here on, never run it again here
+ACCEPTED = b"A"  # the child (this pid) runs the command: from here on, never run it here
 RUN_HERE = b"R"  # run it yourself; the value says why
 EXITED = b"X"  # the command's exit code
 KILLED = b"K"  # the command was killed by this signal
@@ -52,6 +52,43 @@ FORWARDED = (
     _signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGWINCH,
     _signal.SIGUSR1, _signal.SIGUSR2,
 )  # fmt: skip
+
+
+#: The flags before the verb that take a value (``ctrexec.cli._common.global_flags``).
+VALUED_GLOBALS = frozenset({"--address", "-H", "--host", "--namespace", "-n"})
+#: Verbs that last as long as their caller wants (days, for ``supervise`` under
+#: systemd): they always run in this process, so that they are the process that was
+#: started (a unit's main pid, a shell's job) and end with it; their start-up cost does
+#: not matter. Shorter commands go to the server, whose child ends when its client's
+#: connection does (the server kills it) or when the server dies (PR_SET_PDEATHSIG).
+IN_PROCESS_VERBS = frozenset({"supervise", "events", "attach"})
+
+
+def runs_in_process(argv: list[str]) -> bool:
+    """Whether the command line ``argv`` (without the program) is a long-running verb:
+    one of :data:`IN_PROCESS_VERBS`, ``logs`` following (``-f``, ``--follow``, a short
+    cluster with ``f``) or ``stats`` streaming (without ``--no-stream``). It errs
+    towards in-process: a flag's value that looks like ``-f`` only costs the warm start."""
+    words = iter(argv)
+    verb = None
+    for word in words:
+        if word in VALUED_GLOBALS:
+            next(words, None)
+        elif not word.startswith("-"):
+            verb = word
+            break
+    if verb in IN_PROCESS_VERBS:
+        return True
+    rest = list(words)
+    if "--" in rest:
+        rest = rest[: rest.index("--")]
+    if verb == "logs":
+        return any(
+            word == "--follow"
+            or (word.startswith("-") and not word.startswith("--") and "f" in word)
+            for word in rest
+        )
+    return verb == "stats" and "--no-stream" not in rest
 
 
 def server_dir() -> str:
@@ -101,7 +138,11 @@ def decode_request(body: bytes) -> tuple[list[bytes], list[bytes], int]:
 def entry() -> NoReturn:
     """The ``ctrexec`` program (``bin/ctrexec``): through the server if it can, else
     in-process."""
-    if os.environ.get(NO_SERVER_ENV) != "1" and os.geteuid() == 0:
+    if (
+        os.environ.get(NO_SERVER_ENV) != "1"
+        and os.geteuid() == 0
+        and not runs_in_process(sys.argv[1:])
+    ):
         code = _through_server()
         if code is not None:
             os._exit(code)
