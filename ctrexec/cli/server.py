@@ -99,9 +99,9 @@ def main() -> None:
     gc.collect()
     gc.freeze()
     state = _State(None, lock, paths, _mtimes())
+    watch_sigterm(state)  # first: a SIGTERM as it binds still removes what it made
     state.listener = _bind(paths)
     state.selector.register(state.listener, selectors.EVENT_READ)
-    watch_sigterm(state)
     idle = float(os.environ.get(SERVER_IDLE_ENV) or DEFAULT_SERVER_IDLE)
     _serve(state, idle)
 
