@@ -515,8 +515,10 @@ def _unit(path: Path) -> tuple[list[str], dict[str, str]]:
 
 
 def _flock_holders(directory: Path) -> set[int]:
-    """The pids that hold a flock on a file in ``directory``, from /proc/locks."""
-    inodes = {f.stat().st_ino for f in directory.glob("*.lock")} if directory.exists() else set()
+    """The pids that hold a flock on a lock of the tests' namespace in ``directory``
+    (the supervisor's presence locks), from /proc/locks."""
+    found = directory.glob(f"*-{TEST_NAMESPACE}.lock") if directory.exists() else []
+    inodes = {f.stat().st_ino for f in found}
     holders = set()
     for line in Path("/proc/locks").read_text().splitlines():
         fields = line.split()
