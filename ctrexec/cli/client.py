@@ -164,7 +164,7 @@ def _through_server() -> int | None:
         sock.connect(sock_path)
     except OSError:
         sock.close()
-        spawn_server(lock_path)
+        spawn_server_at_exit(lock_path)
         return None
     try:
         return _converse(sock, lock_path)
@@ -250,7 +250,7 @@ def _wait(sock: _socket.socket, wake: int, lock_path: str) -> int | None:
                 held = _forward(sock, held)
             elif kind == RUN_HERE:
                 if value == STALE:
-                    spawn_server(lock_path)
+                    spawn_server_at_exit(lock_path)
                 leave = [n for n in held if n != _signal.SIGWINCH]
                 return _die_by(leave[0]) if leave else None
             elif kind == EXITED:
@@ -287,7 +287,20 @@ def _die_by(number: int) -> int:
     return 128 + number
 
 
-def spawn_server(lock_path: str) -> None:
+def spawn_server_at_exit(lock_path: str) -> None:
+    """Start the server once this command, run in-process, is done (its atexit hooks
+    run before ``ctrexec.cli.main.finish`` exits), with the environment of now.
+
+    Not before: the server's ~150 ms of imports beside the command made the first
+    command after an idle exit (and the second, run while the server warmed up) slower
+    than an in-process run on a small loaded host.
+    """
+    import atexit  # here, not at the top: only this path needs it (a builtin module)
+
+    atexit.register(spawn_server, lock_path, dict(os.environ))
+
+
+def spawn_server(lock_path: str, environ: dict[str, str] | None = None) -> None:
     """Start the server, detached, unless one holds the lock (it is starting up).
 
     The caller does not wait: this command runs in-process and the next finds the
@@ -316,7 +329,9 @@ def spawn_server(lock_path: str) -> None:
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
     try:
-        os.posix_spawn(sys.executable, argv, os.environ, file_actions=actions, setsid=True)
+        os.posix_spawn(
+            sys.executable, argv, environ or os.environ, file_actions=actions, setsid=True
+        )
     except OSError:
         return
 

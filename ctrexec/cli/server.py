@@ -31,6 +31,7 @@ import struct
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -90,10 +91,11 @@ def main() -> None:
     lock = _take_lock(paths[1])
     if lock is None:
         return  # another server holds this install's lock
-    for name in WARM_MODULES:
-        importlib.import_module(name)
-    _warm_parsing()
-    _warm_data()
+    with _in_the_background():
+        for name in WARM_MODULES:
+            importlib.import_module(name)
+        _warm_parsing()
+        _warm_data()
     # What is loaded now stays: a child's collections skip it, and so leave its pages
     # shared with this process instead of copying them to update the objects' headers.
     gc.collect()
@@ -118,6 +120,33 @@ def watch_sigterm(state: _State) -> None:
     signal.signal(signal.SIGTERM, lambda _n, _f: None)
     signal.set_wakeup_fd(write, warn_on_full_buffer=False)
     state.selector.register(read, selectors.EVENT_READ)
+
+
+@contextlib.contextmanager
+def _in_the_background() -> Iterator[None]:
+    """The warm-up at the lowest CPU priority, then back to the one it started with
+    (which its children take).
+
+    Its ~150 ms of imports run while the commands that found no server yet run
+    in-process; at the same priority they made those slower than without a server on a
+    small loaded host. The server is in a session, so an autogroup, of its own
+    (``setsid``): the autogroup's nice is lowered too (``/proc/self/autogroup``), or
+    its own nice would not weigh against other sessions.
+    """
+    # only a session's leader's autogroup is its own (spawn_server's setsid)
+    autogroup = Path("/proc/self/autogroup" if os.getsid(0) == os.getpid() else os.devnull)
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, 19)
+    with contextlib.suppress(OSError):
+        autogroup.write_text("19")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, before)
+        with contextlib.suppress(OSError):
+            autogroup.write_text("0")
 
 
 def _warm_parsing() -> None:
