@@ -444,31 +444,42 @@ def test_sigterm_removes_the_socket_and_pid_files(server: Server) -> None:
     assert not server.pidfile.exists()
 
 
-def test_long_running_verbs_run_in_their_client(server: Server, cli: Cli, test_image: str) -> None:
-    """``events`` is the process that was started: the server's death doesn't end it,
-    and its own end leaves nothing behind."""
+@pytest.mark.parametrize("verb", ["events", "logs -f"])
+def test_long_running_verbs_run_in_their_client(
+    server: Server, cli: Cli, test_image: str, names: list[str], verb: str
+) -> None:
+    """``events`` and ``logs -f`` are the process that was started: the server's death
+    doesn't end them, and their own end leaves nothing behind."""
+    args: list[str] = []
+    if verb == "logs -f":
+        names.append("cs-follow")
+        ticking = "while true; do echo tick; sleep 0.2; done"
+        made = cli("run", "-d", "--name", "cs-follow", test_image, "sh", "-c", ticking)
+        assert made.returncode == 0, made.stderr
+        args = ["cs-follow"]
     pid = server.pid()
     with subprocess.Popen(
-        server.argv("events"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server.env
-    ) as events:
+        server.argv(verb, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server.env
+    ) as follower:
         try:
-            lines = _lines(events.stdout)
+            lines = _lines(follower.stdout)
 
             def live() -> bool:
-                assert cli("run", "--rm", test_image, "true").returncode == 0
+                if verb == "events":
+                    assert cli("run", "--rm", test_image, "true").returncode == 0
                 return not lines.empty()
 
-            wait_for(live, timeout=60, what="ctrexec events to print")
-            assert server.children() == []  # not handed over: events is its client
+            wait_for(live, timeout=60, what=f"ctrexec {verb} to print")
+            assert server.children() == []  # not handed over: it runs in its client
             os.kill(pid, signal.SIGKILL)
             wait_for(lambda: not _alive(pid), timeout=30, what="the killed server to end")
             while not lines.empty():
                 lines.get()
-            wait_for(live, timeout=60, what="ctrexec events to print after the server died")
-            assert events.poll() is None
+            wait_for(live, timeout=60, what=f"ctrexec {verb} to print after the server died")
+            assert follower.poll() is None
         finally:
-            events.kill()
-        assert events.wait(timeout=60) == -signal.SIGKILL
+            follower.kill()
+        assert follower.wait(timeout=60) == -signal.SIGKILL
 
 
 def test_a_handed_over_command_dies_with_its_server(
@@ -518,11 +529,12 @@ def _flock_holders(directory: Path) -> set[int]:
     """The pids that hold a flock on a lock of the tests' namespace in ``directory``
     (the supervisor's presence locks), from /proc/locks."""
     found = directory.glob(f"*-{TEST_NAMESPACE}.lock") if directory.exists() else []
-    inodes = {f.stat().st_ino for f in found}
+    files = {(os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) for st in map(os.stat, found)}
     holders = set()
     for line in Path("/proc/locks").read_text().splitlines():
-        fields = line.split()
-        if "FLOCK" in fields and int(fields[-3].rsplit(":", 1)[1]) in inodes:
+        fields = line.split()  # ... FLOCK ADVISORY READ PID MAJ:MIN:INODE START END
+        major, minor, inode = fields[-3].split(":")
+        if "FLOCK" in fields and (int(major, 16), int(minor, 16), int(inode)) in files:
             holders.add(int(fields[-4]))
     return holders
 
