@@ -85,6 +85,15 @@ def _libc() -> ctypes.CDLL:
     return libc
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(signum: int) -> None:
+    """Have the kernel send ``signum`` to this process when its parent thread ends
+    (``PR_SET_PDEATHSIG``; cleared in children it forks)."""
+    _check(_libc().prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+
+
 def _check(ret: int, what: str, path: str | None = None) -> None:
     if ret != 0:
         err = ctypes.get_errno()

@@ -40,7 +40,7 @@ MAX_REQUEST = 4 << 20
 PASSED_FDS = 4
 #: Server -> client replies, five bytes each: a kind and a signed 32-bit value.
 REPLY = struct.Struct("!ci")
-ACCEPTED = b"A"  # the child runs the command: from here on, never run it again here
+ACCEPTED = b"A"  # the child (this pid) runs the command: from here on, never run it here
 RUN_HERE = b"R"  # run it yourself; the value says why
 EXITED = b"X"  # the command's exit code
 KILLED = b"K"  # the command was killed by this signal
@@ -52,6 +52,43 @@ FORWARDED = (
     _signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGWINCH,
     _signal.SIGUSR1, _signal.SIGUSR2,
 )  # fmt: skip
+
+
+#: The flags before the verb that take a value (``ctrexec.cli._common.global_flags``).
+VALUED_GLOBALS = frozenset({"--address", "-H", "--host", "--namespace", "-n"})
+#: Verbs that last as long as their caller wants (days, for ``supervise`` under
+#: systemd): they always run in this process, so that they are the process that was
+#: started (a unit's main pid, a shell's job) and end with it; their start-up cost does
+#: not matter. Shorter commands go to the server, whose child ends when its client's
+#: connection does (the server kills it) or when the server dies (PR_SET_PDEATHSIG).
+IN_PROCESS_VERBS = frozenset({"supervise", "events", "attach"})
+
+
+def runs_in_process(argv: list[str]) -> bool:
+    """Whether the command line ``argv`` (without the program) is a long-running verb:
+    one of :data:`IN_PROCESS_VERBS`, ``logs`` following (``-f``, ``--follow``, a short
+    cluster with ``f``) or ``stats`` streaming (without ``--no-stream``). It errs
+    towards in-process: a flag's value that looks like ``-f`` only costs the warm start."""
+    words = iter(argv)
+    verb = None
+    for word in words:
+        if word in VALUED_GLOBALS:
+            next(words, None)
+        elif not word.startswith("-"):
+            verb = word
+            break
+    if verb in IN_PROCESS_VERBS:
+        return True
+    rest = list(words)
+    if "--" in rest:
+        rest = rest[: rest.index("--")]
+    if verb == "logs":
+        return any(
+            word == "--follow"
+            or (word.startswith("-") and not word.startswith("--") and "f" in word)
+            for word in rest
+        )
+    return verb == "stats" and "--no-stream" not in rest
 
 
 def server_dir() -> str:
@@ -101,7 +138,11 @@ def decode_request(body: bytes) -> tuple[list[bytes], list[bytes], int]:
 def entry() -> NoReturn:
     """The ``ctrexec`` program (``bin/ctrexec``): through the server if it can, else
     in-process."""
-    if os.environ.get(NO_SERVER_ENV) != "1" and os.geteuid() == 0:
+    if (
+        os.environ.get(NO_SERVER_ENV) != "1"
+        and os.geteuid() == 0
+        and not runs_in_process(sys.argv[1:])
+    ):
         code = _through_server()
         if code is not None:
             os._exit(code)
@@ -123,7 +164,7 @@ def _through_server() -> int | None:
         sock.connect(sock_path)
     except OSError:
         sock.close()
-        spawn_server(lock_path)
+        spawn_server_at_exit(lock_path)
         return None
     try:
         return _converse(sock, lock_path)
@@ -209,7 +250,7 @@ def _wait(sock: _socket.socket, wake: int, lock_path: str) -> int | None:
                 held = _forward(sock, held)
             elif kind == RUN_HERE:
                 if value == STALE:
-                    spawn_server(lock_path)
+                    spawn_server_at_exit(lock_path)
                 leave = [n for n in held if n != _signal.SIGWINCH]
                 return _die_by(leave[0]) if leave else None
             elif kind == EXITED:
@@ -246,7 +287,20 @@ def _die_by(number: int) -> int:
     return 128 + number
 
 
-def spawn_server(lock_path: str) -> None:
+def spawn_server_at_exit(lock_path: str) -> None:
+    """Start the server once this command, run in-process, is done (its atexit hooks
+    run before ``ctrexec.cli.main.finish`` exits), with the environment of now.
+
+    Not before: the server's ~150 ms of imports beside the command made the first
+    command after an idle exit (and the second, run while the server warmed up) slower
+    than an in-process run on a small loaded host.
+    """
+    import atexit  # here, not at the top: only this path needs it (a builtin module)
+
+    atexit.register(spawn_server, lock_path, dict(os.environ))
+
+
+def spawn_server(lock_path: str, environ: dict[str, str] | None = None) -> None:
     """Start the server, detached, unless one holds the lock (it is starting up).
 
     The caller does not wait: this command runs in-process and the next finds the
@@ -275,7 +329,9 @@ def spawn_server(lock_path: str) -> None:
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
     try:
-        os.posix_spawn(sys.executable, argv, os.environ, file_actions=actions, setsid=True)
+        os.posix_spawn(
+            sys.executable, argv, environ or os.environ, file_actions=actions, setsid=True
+        )
     except OSError:
         return
 

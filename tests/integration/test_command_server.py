@@ -10,6 +10,7 @@ refuses a peer from the wire reply itself.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -17,8 +18,10 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from queue import Queue
 
 import pytest
 from _cli import TEST_NAMESPACE, Cli, cli_argv
@@ -325,7 +328,9 @@ def _replies(data: bytes) -> list[tuple[bytes, int]]:
 
 
 def test_other_uid_and_namespace_are_refused(server: Server) -> None:
-    assert _replies(_ask(server, [])) == [(wire.ACCEPTED, 0), (wire.EXITED, 0)]
+    accepted = _replies(_ask(server, []))  # ACCEPTED names the child that ran it
+    assert [kind for kind, _ in accepted] == [wire.ACCEPTED, wire.EXITED]
+    assert accepted[0][1] > 0 and accepted[1][1] == 0
     server.directory.chmod(0o755)  # let uid 65534 reach the socket
     server.sock.chmod(0o777)
     assert _replies(_ask(server, [], user=65534)) == [(wire.RUN_HERE, wire.REFUSED)]
@@ -368,3 +373,201 @@ def test_a_changed_module_makes_the_server_go_away(server: Server) -> None:
         return pid != old and server._listening()
 
     wait_for(fresh, timeout=60, what="a fresh command server")
+
+
+def _lines(stream: object) -> Queue[bytes]:
+    """The lines of ``stream`` as they come, read by a thread (a bounded get waits)."""
+    lines: Queue[bytes] = Queue()
+
+    def read() -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            lines.put(line)
+        lines.put(b"")
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _cat_through(server: Server, name: str, test_image: str, prefix: list[str]) -> str:
+    """``run -i cat`` by a client behind ``prefix``: it echoes a line, and meanwhile the
+    server has no child (the client ran it itself). The client's /proc status."""
+    with subprocess.Popen(
+        [*prefix, *server.argv("run", "--rm", "-i", "--name", name, test_image, "cat")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=server.env,
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b"in-process\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"in-process\n"  # the command runs, now
+        assert server.children() == []  # and not in the server's child: in the client
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        proc.stdin.close()
+        assert proc.stdout.read() == b""
+        assert proc.wait(timeout=60) == 0
+    return status
+
+
+@pytest.mark.parametrize(
+    ("prefix", "confined"),
+    [
+        (["setpriv", "--no-new-privs"], lambda s: s["NoNewPrivs"] == "1"),
+        (
+            ["setpriv", "--bounding-set", "-sys_module"],
+            lambda s: not int(s["CapBnd"], 16) & 1 << 16,  # CAP_SYS_MODULE
+        ),
+    ],
+    ids=["no_new_privs", "bounding_set"],
+)
+def test_a_confined_caller_runs_the_command_itself(
+    server: Server,
+    test_image: str,
+    names: list[str],
+    prefix: list[str],
+    confined: Callable[[dict[str, str]], bool],
+) -> None:
+    """A child of the server would run the command without the caller's confinement:
+    the command runs in the confined process that was started (setpriv execs it)."""
+    names.append("cs-confined")
+    server.pid()
+    status = _cat_through(server, "cs-confined", test_image, prefix)
+    assert confined(dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line))
+
+
+def test_sigterm_removes_the_socket_and_pid_files(server: Server) -> None:
+    pid = server.pid()
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not _alive(pid), timeout=30, what="the server to end")
+    assert not server.sock.exists()
+    assert not server.pidfile.exists()
+
+
+@pytest.mark.parametrize("verb", ["events", "logs -f"])
+def test_long_running_verbs_run_in_their_client(
+    server: Server, cli: Cli, test_image: str, names: list[str], verb: str
+) -> None:
+    """``events`` and ``logs -f`` are the process that was started: the server's death
+    doesn't end them, and their own end leaves nothing behind."""
+    args: list[str] = []
+    if verb == "logs -f":
+        names.append("cs-follow")
+        ticking = "while true; do echo tick; sleep 0.2; done"
+        made = cli("run", "-d", "--name", "cs-follow", test_image, "sh", "-c", ticking)
+        assert made.returncode == 0, made.stderr
+        args = ["cs-follow"]
+    pid = server.pid()
+    with subprocess.Popen(
+        server.argv(verb, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server.env
+    ) as follower:
+        try:
+            lines = _lines(follower.stdout)
+
+            def live() -> bool:
+                if verb == "events":
+                    assert cli("run", "--rm", test_image, "true").returncode == 0
+                return not lines.empty()
+
+            wait_for(live, timeout=60, what=f"ctrexec {verb} to print")
+            assert server.children() == []  # not handed over: it runs in its client
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: not _alive(pid), timeout=30, what="the killed server to end")
+            while not lines.empty():
+                lines.get()
+            wait_for(live, timeout=60, what=f"ctrexec {verb} to print after the server died")
+            assert follower.poll() is None
+        finally:
+            follower.kill()
+        assert follower.wait(timeout=60) == -signal.SIGKILL
+
+
+def test_a_handed_over_command_dies_with_its_server(
+    server: Server, test_image: str, names: list[str]
+) -> None:
+    """The child that runs a command is killed by the kernel when its server dies: it
+    is not left running under PID 1 with no one to wait for it."""
+    names.append("cs-orphan")
+    pid = server.pid()
+    with subprocess.Popen(
+        server.argv("run", "--rm", "-i", "--name", "cs-orphan", test_image, "cat"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=server.env,
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b"handed over\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"handed over\n"
+        try:
+            (child,) = server.children()
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: not _alive(child), timeout=30, what="the server's child to end")
+            assert proc.wait(timeout=60) == 125  # "the command server went away"
+        finally:
+            proc.kill()
+            proc.stdin.close()
+
+
+def _unit(path: Path) -> tuple[list[str], dict[str, str]]:
+    """The ExecStart= command line and Environment= of a unit file, as systemd parses them."""
+    argv: list[str] = []
+    env: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key == "ExecStart":
+            argv = shlex.split(value)
+        elif key == "Environment":
+            for item in shlex.split(value):
+                name, _, setting = item.partition("=")
+                env[name] = setting
+    return argv, env
+
+
+def _flock_holders(directory: Path) -> set[int]:
+    """The pids that hold a flock on a lock of the tests' namespace in ``directory``
+    (the supervisor's presence locks), from /proc/locks."""
+    found = directory.glob(f"*-{TEST_NAMESPACE}.lock") if directory.exists() else []
+    files = {(os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) for st in map(os.stat, found)}
+    holders = set()
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()  # ... FLOCK ADVISORY READ PID MAJ:MIN:INODE START END
+        major, minor, inode = fields[-3].split(":")
+        if "FLOCK" in fields and (int(major, 16), int(minor, 16), int(inode)) in files:
+            holders.add(int(fields[-4]))
+    return holders
+
+
+def test_the_systemd_unit_runs_the_supervisor_itself(server: Server) -> None:
+    """The unit's ExecStart as systemd runs it (its Environment=, no terminal; the
+    program is this checkout's client, %i the tests' namespace, with the tests'
+    containerd address): the process started holds the supervisor's presence lock,
+    while a warm command server listens beside it."""
+    unit = Path(__file__).parents[2] / "contrib/systemd/ctrexec-supervise@.service"
+    argv, env = _unit(unit)
+    assert Path(argv[0]).name == "ctrexec" and argv[1] == "supervise"
+    argv = [*CLIENT, *(a.replace("%i", TEST_NAMESPACE) for a in argv[1:])]
+    argv += ["--address", server.cli.address]
+    server.pid()
+    locks = Path("/run/ctrexec/supervise")
+    with subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**server.env, **env},
+        start_new_session=True,
+    ) as supervisor:
+        try:
+            wait_for(
+                lambda: _flock_holders(locks) != set(),
+                timeout=60,
+                what="a supervisor to hold its presence lock",
+            )
+            assert _flock_holders(locks) == {supervisor.pid}
+            assert server.children() == []
+        finally:
+            supervisor.terminate()  # KillSignal=SIGTERM, KillMode=process
+            supervisor.wait(timeout=60)
+    wait_for(lambda: _flock_holders(locks) == set(), timeout=30, what="the lock to go")
