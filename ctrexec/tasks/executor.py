@@ -478,7 +478,7 @@ class Executor:
 
     def inspect(self, task_id: str, *, addresses: bool = True) -> TaskInfo:
         """The container and its latest run; ``addresses`` looks into its namespace."""
-        return taskinfo.inspect(self.client, task_id, addresses=addresses)
+        return taskinfo.inspect(self.client, task_id, addresses=addresses, state_dir=self.state_dir)
 
     def lookup(self) -> containers.Lookup:
         """Ids from the words a user typed (docker's unique-prefix rule), for front ends."""
@@ -506,7 +506,9 @@ class Executor:
     def list(self, *, all_tasks: bool = False, addresses: bool = False) -> list[TaskInfo]:
         """Running and paused tasks (all with ``all_tasks``); ``addresses`` costs a
         netlink dump per task, so only when asked."""
-        return taskinfo.list_infos(self.client, all_tasks=all_tasks, addresses=addresses)
+        return taskinfo.list_infos(
+            self.client, all_tasks=all_tasks, addresses=addresses, state_dir=self.state_dir
+        )
 
     def with_oom(self, exits: Mapping[str, ExitStatus]) -> dict[str, ExitStatus]:
         """The exits with ``oom_killed`` set where the task's cgroup saw an OOM kill."""
