@@ -15,6 +15,7 @@ from ctrexec.doctor import (
     daemon,
     files,
     integrity,
+    logdaemon,
     logdisk,
     netside,
     netstate,
@@ -48,6 +49,8 @@ CHECKS: tuple[Check, ...] = (
     integrity.ADDRESSES,
     # disks: warnings, nothing gc removes
     *logdisk.CHECKS,
+    # the log daemon: started again if it died; a finding only when it cannot be
+    logdaemon.CHECK,
     # the daemon's own warnings (containerd 2.x's deprecations): nothing gc removes
     daemon.CHECK,
 )

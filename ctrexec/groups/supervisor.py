@@ -30,7 +30,7 @@ from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, NotFound
 from ctrexec.groups import missing
 from ctrexec.groups.presence import DEFAULT_LOCK_DIR, presence
-from ctrexec.tasks import grouplock, runs
+from ctrexec.tasks import grouplock, logkeeper, runs
 from ctrexec.tasks.config import TaskInfo
 from ctrexec.tasks.events import MAX_RECONNECT_DELAY, RecordDeleted, TaskEvents
 from ctrexec.tasks.executor import Executor
@@ -225,6 +225,11 @@ class Supervisor:
         )
         watcher.daemon = True
         watcher.start()
+        logd = threading.Thread(  # the log daemon's periodic keeper
+            target=logkeeper.keep, args=(self.client, self.executor.state_dir, done)
+        )
+        logd.daemon = True
+        logd.start()
         try:
             with presence(self.client, self.lock_dir):
                 while not stop.is_set():
@@ -233,6 +238,7 @@ class Supervisor:
         finally:
             done.set()
             watcher.join()
+            logd.join()
             self._cancel_timers()
 
     def _cancel_on_stop(self, stop: threading.Event, done: threading.Event) -> None:

@@ -16,19 +16,23 @@ import select
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ctrexec.defaults import DEFAULT_LOGD_DIR, LOGD_DIR_ENV
 from ctrexec.errors import DeadlineExceeded, FailedPrecondition
 from ctrexec.logs import daemon as logdaemon
+from ctrexec.logs import holders
 from ctrexec.logs.launcher import boot_source
 
 #: How long a client waits for a daemon it started to listen.
 START_TIMEOUT = 10.0
 #: How long one request may take (``wait`` has its own timeout).
 REQUEST_TIMEOUT = 10.0
+#: How long :func:`keep_alive` waits for a ping: a daemon silent that long is taken for
+#: dead (a start then finds its lock held and leaves it be).
+PING_TIMEOUT = 3.0
 
 
 def state_dir() -> Path:
@@ -54,6 +58,78 @@ def registrations(log_path: str | os.PathLike[str] | None = None) -> list[str]:
     return sorted(found)
 
 
+def keep_alive(where: Path | None = None) -> bool:
+    """Start the daemon again if it has runs to read and does not answer; True if it did.
+
+    The daemon's keeper: it is started by the task start that first needs it, and when
+    it dies (killed, OOM) while tasks write, their output waits in the FIFOs and then
+    blocks them. Whoever notices calls this (the supervisor every few seconds, and
+    ``ps``, ``logs``, ``inspect``, ``doctor --fix``, each task start): the new daemon
+    adopts the runs from their registration files and the blocked writers resume. Cheap
+    when all is well: a directory listing and, if it has runs, one ping. Raises
+    FailedPrecondition when the daemon cannot be started.
+    """
+    where = state_dir() if where is None else where
+    try:
+        if not any((where / logdaemon.STREAMS_DIR).glob("*.json")):
+            return False  # nothing to read: an idle exit is no death
+    except OSError:
+        return False
+    with contextlib.suppress(OSError, EOFError, FailedPrecondition, DeadlineExceeded):
+        _exchange(where / logdaemon.SOCKET, {"op": "ping"}, PING_TIMEOUT)
+        return False
+    spawn(where)
+    return True
+
+
+def recover(logs: Iterable[tuple[str, int, int]], where: Path | None = None) -> int:
+    """Have the daemon read again the FIFOs of runs whose registration files were lost
+    (``/run`` wiped): ``logs`` are ``(log path, max size, max files)`` from the
+    containers' records; a run's FIFOs are found next to its log (:func:`fifo_paths`).
+
+    The daemon takes only FIFOs that are there and read by no other daemon (one that
+    lost its socket reads on), so asking for a run it reads is harmless; a run whose
+    shim is gone ends at once (it is probed as an old one). Returns how many runs were
+    asked for.
+    """
+    where = state_dir() if where is None else where
+    known = set(registrations_in(where))
+    asked = 0
+    for log, max_size, max_files in sorted(set(logs)):
+        runs: dict[str, dict[str, str]] = {}
+        with contextlib.suppress(OSError):
+            for fifo in Path(log).parent.glob(".std*-*.fifo"):
+                name, _, rest = fifo.name.removeprefix(".").partition("-")
+                token = rest.removesuffix(".fifo")
+                if fifo.name == _fifo_name(name, token) and token.isalnum():
+                    runs.setdefault(token, {})[name] = str(fifo)
+        # Read by a daemon already (one that lost its socket, or another place's): no
+        # daemon is started for it here (the daemon checks again, for a race).
+        held = holders.held(logdaemon.NAME, [p for r in runs.values() for p in r.values()])
+        for token, streams in sorted(runs.items()):
+            if token in known or held.intersection(streams.values()):
+                continue
+            message = {
+                "op": "add",
+                "token": token,
+                "log": log,
+                "max_size": max_size,
+                "max_files": max_files,
+                "streams": streams,
+                "created": 1.0,  # old: probed at once, so a run whose shim is gone ends
+                "recovered": True,
+            }
+            request(message, where=where)
+            asked += 1
+    return asked
+
+
+def registrations_in(where: Path) -> list[str]:
+    """The tokens of the runs registered in the daemon directory ``where``."""
+    streams = where / logdaemon.STREAMS_DIR
+    return sorted(p.stem for p in streams.glob("*.json")) if streams.is_dir() else []
+
+
 def fifo_paths(log_path: str | os.PathLike[str]) -> tuple[str, str, str]:
     """``(token, stdout FIFO, stderr FIFO)`` for a new run, next to its log file.
 
@@ -61,7 +137,12 @@ def fifo_paths(log_path: str | os.PathLike[str]) -> tuple[str, str, str]:
     """
     token = os.urandom(8).hex()
     where = Path(log_path).parent
-    return token, str(where / f".stdout-{token}.fifo"), str(where / f".stderr-{token}.fifo")
+    return token, str(where / _fifo_name("stdout", token)), str(where / _fifo_name("stderr", token))
+
+
+def _fifo_name(stream: str, token: str) -> str:
+    """The one name of a run's FIFO (:func:`recover` finds them by it)."""
+    return f".{stream}-{token}.fifo" if stream in ("stdout", "stderr") else ""
 
 
 def register(

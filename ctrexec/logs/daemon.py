@@ -24,9 +24,14 @@ client reads: what is logged is copied there too, never waiting for a client tha
 not there (:mod:`ctrexec.logs.copies`).
 
 Registrations are files under ``<state>/streams``, so a daemon that was killed and
-started again (by the next client that finds no socket) adopts the streams of tasks
-still running. While no daemon runs, a task's output waits in the FIFO (64 KiB) and
-then blocks the task's writes; nothing is lost unless the task exits meanwhile.
+started again adopts the streams of tasks still running. Its keepers, which notice
+its death and start it again, are in :mod:`ctrexec.tasks.logkeeper` (the supervisor
+every few seconds, ``ps``, ``inspect``, ``logs``, doctor, the next task start); with
+``<state>`` wiped, they find the runs again from containerd's records and the FIFOs
+next to each log (a "recovered" registration: only FIFOs no other daemon holds).
+While no daemon runs, a task's output waits in the FIFO (64 KiB) and then blocks the
+task's writes; nothing is lost unless the task exits meanwhile, or the killed daemon
+had read part of a line it had not written yet (that part is gone).
 
 It exits when it has had nothing to do for :data:`IDLE_EXIT` seconds (environment
 ``CTREXEC_LOGD_IDLE``), after removing its socket, so a host with no ctrexec tasks
@@ -36,7 +41,7 @@ runs no ctrexec process. Its imports are the standard library's cheap modules an
 
 # The daemon is one process for every task, but its memory is still a share of each
 # task's cost: os.path over pathlib (re, fnmatch), try/except over contextlib.
-# ruff: noqa: PTH100, PTH101, PTH103, PTH105, PTH108, PTH117, PTH118, PTH120, PTH123, PTH208, SIM105
+# ruff: noqa: PTH100, PTH101, PTH103, PTH105, PTH108, PTH116, PTH117, PTH118, PTH120, PTH123, PTH208, SIM105
 
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ import time
 
 from ctrexec.logs import copies as logcopies
 from ctrexec.logs import driver as logdriver
+from ctrexec.logs import holders
 
 TYPE_CHECKING = False  # typing costs the daemon's start ~8 ms; see logdriver
 if TYPE_CHECKING:
@@ -140,6 +146,7 @@ class _Daemon:
         self.idle_since = time.monotonic()
         self.stopping = False
         self.listener: socket.socket | None = None
+        self.bound = 0
 
     # -- set-up
 
@@ -152,6 +159,7 @@ class _Daemon:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(path)
         os.chmod(path, 0o600)
+        self.bound = os.stat(path).st_ino  # its own, unlike one bound after a wipe
         sock.listen(128)
         sock.setblocking(False)
         self.listener = sock
@@ -264,6 +272,8 @@ class _Daemon:
         token = str(data["token"])
         if not token.isalnum():
             raise ValueError(f"bad token {token!r}")
+        if token in self.regs:
+            return  # a recovery that raced the start which made it: one reader per FIFO
         log = str(data["log"])
         max_size, max_files = int(str(data["max_size"])), int(str(data["max_files"]))
         fifos, copies = data["streams"], data.get("copies") or {}
@@ -281,8 +291,20 @@ class _Daemon:
         names = [n for n in logdriver.STREAMS if n in fifos]  # a terminal's: stdout alone
         if not names:
             raise ValueError("a registration needs a stream")
+        recovered = bool(data.get("recovered"))
+        if recovered:
+            # Found again after the state dir was lost: only the FIFOs still there and
+            # read by no other daemon (one that lost its socket reads on), with no copies
+            # (their client went with the lost state).
+            names = [n for n in names if holders.is_fifo(str(fifos[n]))]
+            if not names or holders.held_by(NAME, [str(fifos[n]) for n in names]):
+                return
+            copies = record["copies"] = {}
         streams = [
-            self._open_fifo(str(fifos[n]), n, str(copies.get(n) or ""), make=persist) for n in names
+            self._open_fifo(
+                str(fifos[n]), n, str(copies.get(n) or ""), make=not recovered and persist
+            )
+            for n in names
         ]
         if persist:
             _write_json(self._reg_path(token), record)
@@ -517,7 +539,12 @@ class _Daemon:
 
     def _shutdown(self) -> None:
         """Go, leaving the registrations for the next daemon (unless none are left)."""
-        _unlink(os.path.join(self.state, SOCKET))
+        path = os.path.join(self.state, SOCKET)
+        try:
+            if os.stat(path).st_ino == self.bound:  # not a successor's, after a wipe
+                os.unlink(path)
+        except OSError:
+            pass
         for reg in self.regs.values():
             for s in reg.streams:
                 if not s.finished:
@@ -586,7 +613,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     wake, _ = logdriver.wakeup_pipe(signal.SIGTERM, signal.SIGINT)
     _tell(ready, b"r")
     daemon.serve(wake)
-    _unlink(os.path.join(state, PIDFILE))
+    try:
+        with open(os.path.join(state, PIDFILE), encoding="ascii") as f:
+            mine = f.read().strip() == str(os.getpid())  # not a successor's, after a wipe
+    except OSError:
+        mine = False
+    if mine:
+        _unlink(os.path.join(state, PIDFILE))
     return 0
 
 

@@ -132,7 +132,8 @@ def encode_entry(stream: str, message: str | bytes, time_ns: int) -> bytes:
 
 
 #: The key a marker entry adds to docker's three: the bytes of output lost just before
-#: it. Tools that read docker's format ignore a key they do not know.
+#: it (the task's own bytes, not the size of the JSON entries they would have made).
+#: Tools that read docker's format ignore a key they do not know.
 DROPPED_KEY = "dropped"
 
 
@@ -206,7 +207,8 @@ class LogWriter:
 
     The driver's two reader threads (stdout, stderr) share one writer; a lock keeps
     lines whole and rotation single. A failed open or write drops the entry and counts
-    it (:attr:`dropped`, :attr:`dropped_bytes`) instead of raising: the driver must keep
+    it (:attr:`dropped` entries, :attr:`dropped_bytes` bytes of the task's output, the
+    entries' text and not their JSON) instead of raising: the driver must keep
     draining the task's pipes whatever the disk does, or the task blocks on a full pipe.
     After a failure, reopening is retried at most every ``retry_interval`` seconds.
 
@@ -263,9 +265,14 @@ class LogWriter:
     def write(self, stream: str, message: str | bytes, time_ns: int | None = None) -> bool:
         """Append one entry; return False if it was dropped."""
         data = encode_entry(stream, message, self._clock() if time_ns is None else time_ns)
+        # Counted in bytes of the task's output (the message), not of its JSON entry:
+        # what the marker and ``inspect``'s LogDroppedBytes say was lost.
+        size = (
+            len(message) if isinstance(message, bytes) else len(message.encode("utf-8", "replace"))
+        )
         with self._lock:
             if self._closed or not self._ensure_open():
-                return self._drop(len(data))
+                return self._drop(size)
             try:
                 if self.unmarked:  # at the entry's time, so times stay in order
                     self._append(self._marker(self._clock() if time_ns is None else time_ns))
@@ -273,7 +280,7 @@ class LogWriter:
                 self._append(data)
             except OSError as exc:
                 self._fail(exc)
-                return self._drop(len(data))
+                return self._drop(size)
             self.written += 1
             return True
 

@@ -283,7 +283,7 @@ class Executor:
         can be in the way unless Tasks.Create says so."""
         task_id = record.id
         log_path = record.labels.get(lbl.LOG_PATH, "")
-        cfg = self._config_of(record)
+        cfg = taskconfig.config_of(record)
         log_token: list[str] = []  # the log daemon's registration, if one was made
 
         def logged(copies: Mapping[str, str] | None) -> Stdio:
@@ -454,7 +454,7 @@ class Executor:
                 raise FailedPrecondition(f"container {task_id} is {state.status.value}")
             tasks.delete(self.client, task_id)
             record = containers.get(self.client, task_id)
-            if taskoutput.uses_daemon(self._config_of(record)):
+            if taskoutput.uses_daemon(taskconfig.config_of(record)):
                 with contextlib.suppress(CtrexecError):  # a kept stdout: read what is there
                     logdaemon_client.wait_drained(
                         record.labels.get(lbl.LOG_PATH, ""),
@@ -481,7 +481,7 @@ class Executor:
 
     def inspect(self, task_id: str, *, addresses: bool = True) -> TaskInfo:
         """The container and its latest run; ``addresses`` looks into its namespace."""
-        return taskinfo.inspect(self.client, task_id, addresses=addresses)
+        return taskinfo.inspect(self.client, task_id, addresses=addresses, state_dir=self.state_dir)
 
     def lookup(self) -> containers.Lookup:
         """Ids from the words a user typed (docker's unique-prefix rule), for front ends."""
@@ -509,15 +509,13 @@ class Executor:
     def list(self, *, all_tasks: bool = False, addresses: bool = False) -> list[TaskInfo]:
         """Running and paused tasks (all with ``all_tasks``); ``addresses`` costs a
         netlink dump per task, so only when asked."""
-        return taskinfo.list_infos(self.client, all_tasks=all_tasks, addresses=addresses)
+        return taskinfo.list_infos(
+            self.client, all_tasks=all_tasks, addresses=addresses, state_dir=self.state_dir
+        )
 
     def with_oom(self, exits: Mapping[str, ExitStatus]) -> dict[str, ExitStatus]:
         """The exits with ``oom_killed`` set where the task's cgroup saw an OOM kill."""
         return taskinfo.with_oom(self.client, exits)
-
-    @staticmethod
-    def _config_of(record: containers.Container) -> TaskConfig | None:
-        return taskconfig.config_of(record)
 
     def stats(self, task_id: str) -> stats.Stats:
         data = tasks.metrics(self.client, task_id)
@@ -608,7 +606,7 @@ class Executor:
         record = taskio.running_record(self.client, task_id, args)
         resolved, user = None, options.get("user")
         if user:
-            cfg = self._config_of(record)
+            cfg = taskconfig.config_of(record)
             image = images.get_image(
                 self.client, record.image, platform=cfg.platform if cfg else None
             )

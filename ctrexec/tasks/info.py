@@ -21,10 +21,12 @@ from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, HandleMismatch, InvalidArgument, NotFound
 from ctrexec.oci import process
-from ctrexec.tasks import health, runs
+from ctrexec.tasks import health, logkeeper, runs
 from ctrexec.tasks.config import TaskHandle, TaskInfo, config_of
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ctrexec.net.cni import PortMapping
     from ctrexec.net.nsinfo import Address
 
@@ -172,11 +174,16 @@ def _count(value: str | None) -> int:
         return 0
 
 
-def inspect(client: Client, task_id: str, *, addresses: bool = True) -> TaskInfo:
+def inspect(
+    client: Client, task_id: str, *, addresses: bool = True, state_dir: Path | None = None
+) -> TaskInfo:
+    """The container's latest run; ``state_dir``: an Executor's (its log daemon's place)."""
     record = containers.get(client, task_id)
     state = tasks.find(client, task_id)
     exits = with_oom(client, {task_id: state.exit} if state and state.exit else {})
     info = build(record, state, exits.get(task_id), addresses=addresses)
+    # Any command that inspects is one of the log daemon's keepers (tasks.logkeeper).
+    info = logkeeper.annotate([info], logkeeper.revive(client, state_dir))[0]
     checked = _checked(client, info)
     # With its addresses (netlink already), its attachment too: eth0, veth, bridge.
     return health.attachment_problems([checked])[0] if addresses else checked
@@ -190,7 +197,9 @@ def _checked(client: Client, info: TaskInfo) -> TaskInfo:
     return health.annotate([info], {info.group: pids})[0]
 
 
-def list_infos(client: Client, *, all_tasks: bool, addresses: bool = False) -> list[TaskInfo]:
+def list_infos(
+    client: Client, *, all_tasks: bool, addresses: bool = False, state_dir: Path | None = None
+) -> list[TaskInfo]:
     """Every managed container's info, sorted by id; only running and paused ones
     unless ``all_tasks``. Three calls whatever the count, plus a Metrics call for
     SIGKILLed tasks and, if ``addresses``, a netlink dump per task. A record that List
@@ -202,6 +211,8 @@ def list_infos(client: Client, *, all_tasks: bool, addresses: bool = False) -> l
         records = [r for r in records if r.id in states and states[r.id].status in _LISTED]
     exits = with_oom(client, {r.id: s.exit for r in records if (s := states.get(r.id)) and s.exit})
     infos = [build(r, states.get(r.id), exits.get(r.id), addresses=addresses) for r in records]
+    # Any command that lists is one of the log daemon's keepers (tasks.logkeeper).
+    infos = logkeeper.annotate(infos, logkeeper.revive(client, state_dir))
     # Every running member is among the infos, so their group's pin can be checked.
     return sorted(health.annotate(infos), key=lambda i: i.id)
 

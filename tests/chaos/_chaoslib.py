@@ -25,7 +25,7 @@ from ctrexec.containerd import containers, snapshots, tasks
 from ctrexec.containerd.client import LEASE_EXPIRE_LABEL, Client
 from ctrexec.containerd.daemon import EmbeddedContainerd
 from ctrexec.labels import LOG_PATH, MANAGED
-from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.config import TaskConfig, config_of
 from ctrexec.tasks.executor import Executor
 from ctrexec.testing import audit
 
@@ -320,7 +320,7 @@ def observe(client: Client, name: str, known_leases: set[str]) -> Outcome:
         out.complete = (
             record.labels.get(MANAGED) == "true"
             and bool(record.labels.get(LOG_PATH))
-            and Executor._config_of(record) is not None
+            and config_of(record) is not None
             and (rootfs is None or rootfs.kind == "active")
         )
         state = tasks.find(client, name)

@@ -194,6 +194,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "fields",
         "config",
         "output",
+        "logkeeper",
         "runs",
         "users",
         "spec",

@@ -238,6 +238,26 @@ def test_a_full_disk_is_marked_where_output_was_lost(tmp_path: Path) -> None:
     assert dropped_bytes("json-file", path, daemon_dir=tmp_path / "no-daemon") == lost
 
 
+def test_dropped_bytes_count_the_tasks_output_not_its_json_entries(tmp_path: Path) -> None:
+    """Issue 36 (7d): 43,995,442 bytes said lost for 3,933,582: each entry's JSON and
+    timestamp (~60 bytes) was counted. The unit is a byte the task wrote."""
+    path = tmp_path / "task.log"
+    path.symlink_to("/dev/full")
+    w = LogWriter(path, retry_interval=0.0)
+    lines = [f"line {i}\n" for i in range(1000)] + ["é€\n"]
+    for line in lines:
+        assert w.write("stdout", line) is False
+    assert w.write("stderr", b"raw \xff\n") is False
+    lost = sum(len(line.encode()) for line in lines) + len(b"raw \xff\n")
+    assert (w.dropped, w.dropped_bytes, w.unmarked) == (len(lines) + 1, lost, lost)
+    path.unlink()
+    assert w.write("stdout", "after\n")
+    w.close()
+    marker = entries(path)[0]
+    assert marker.dropped == lost and f"{lost} bytes of output dropped" in marker.message
+    assert dropped_bytes("json-file", path, daemon_dir=tmp_path / "no-daemon") == lost
+
+
 def test_writer_rejects_bad_arguments(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument):
         LogWriter("relative.log")
