@@ -63,6 +63,11 @@ RESTART_PENDING = "io.ctrexec.restart.pending"
 #: Why the supervisor's last restart failed (it retries on the backoff); removed by
 #: the next restart that happens. ``inspect`` shows it.
 RESTART_ERROR = "io.ctrexec.restart.error"
+#: When the pending restart is due (ISO 8601), written with RESTART_PENDING and at each
+#: retry: a supervisor started meanwhile waits only what is left of the backoff, and
+#: doctor tells a restart that is overdue (no supervisor is making it). Removed with
+#: the pending mark by the restart, a start by hand, a stop.
+RESTART_DUE = "io.ctrexec.restart.due"
 #: The network mode of the task's group namespace (none, host, bridge, cni:NAME).
 NETWORK_MODE = "io.ctrexec.network.mode"
 #: A hash of the group definition, so a second, different group of one name is refused.

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ctrexec import _linux
@@ -30,6 +30,7 @@ from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, NotFound
 from ctrexec.groups import missing
 from ctrexec.groups.presence import DEFAULT_LOCK_DIR, presence
+from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks import runs
 from ctrexec.tasks.config import TaskInfo
 from ctrexec.tasks.events import MAX_RECONNECT_DELAY, RecordDeleted, TaskEvents
@@ -319,7 +320,7 @@ class Supervisor:
             self._unreachable(info.id, info.unknown_reason)
             return
         self._answers_again(info)
-        why = lost_reason(info, booted, datetime.now(UTC), self.lost_after)
+        why = lost_reason(info, booted, datetime.now(UTC), self._lost_after(info.labels))
         if info.status is Status.STOPPED and info.exit is not None:
             self._on_exit(info.id, info.exit, live=False)
         elif why is not None and should_revive(info.labels):
@@ -363,11 +364,18 @@ class Supervisor:
             self._silent.discard(info.id)
         log.info("%s: its shim answered again; its task is %s", info.id, info.status.value)
 
+    def _lost_after(self, labels: Mapping[str, str]) -> float:
+        """How long a run with no task must have been going to be lost: at once when
+        a restart of it is pending (its exit was heard, and a start by hand would have
+        taken the mark back), so a restart whose task went with its shim while it was
+        unreadable is not dropped."""
+        return 0.0 if labels.get(lbl.RESTART_PENDING) == "true" else self.lost_after
+
     def _revive(self, container_id: str, booted: datetime) -> None:
         """Start it again unless someone did meanwhile (a start by hand clears the
         "stopped by user" mark and the backoff, as dockerd's start at boot does)."""
         info = self.executor.inspect(container_id, addresses=False)
-        why = lost_reason(info, booted, datetime.now(UTC), self.lost_after)
+        why = lost_reason(info, booted, datetime.now(UTC), self._lost_after(info.labels))
         if why is None:
             return
         self.executor.start(container_id)
@@ -409,16 +417,26 @@ class Supervisor:
         labels = dict(record.labels)
         if labels.get(lbl.MANAGED) != "true" or _stale(labels, status):
             return
+        if live:
+            labels = self._keep_exit_of_gone_task(container_id, labels, status)
         what = f"{container_id} {describe(status)}"
         if should_restart(labels, status.code):
             delay = delay_for(
                 labels, status.exited_at, cap=self.max_backoff, reset_after=self.reset_after
             )
-            if lbl.RESTART_PENDING not in labels:
-                containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: "true"})
+            wait = _left_of(labels, status, delay)
+            due = datetime.now(UTC) + timedelta(seconds=wait)
+            containers.update_labels(
+                self.client,
+                container_id,
+                {lbl.RESTART_PENDING: "true", lbl.RESTART_DUE: due.isoformat()},
+            )
             restart = lambda: self._restart(container_id, delay, status, labels)  # noqa: E731
-            if self._schedule(container_id, delay, "restart", restart):
-                log.info("%s; restarting in %gs", what, delay)
+            if self._schedule(container_id, wait, "restart", restart):
+                if wait < delay:
+                    log.info("%s; restarting in %gs (due then since an earlier wait)", what, wait)
+                else:
+                    log.info("%s; restarting in %gs", what, delay)
             return
         self._call_off(container_id, labels)
         if labels.get(lbl.AUTO_REMOVE) == "true":
@@ -427,6 +445,44 @@ class Supervisor:
                 log.info("%s; removing it (--rm)", what)
         elif live:
             log.info("%s", what)
+
+    def _keep_exit_of_gone_task(
+        self, container_id: str, labels: dict[str, str], status: ExitStatus
+    ) -> dict[str, str]:
+        """Keep the exit heard of a run whose task is gone; the labels, updated.
+
+        A shim that dies (SIGKILL, the OOM killer, a crash) takes its tasks with it:
+        containerd 1.6, 1.7 and 2.1 send each task's exit (137) and delete the task
+        at once, exit and all, as they reap the shim. With no task and no exit kept,
+        the run looked never ended ("Created"), and the restart this exit schedules
+        took it for a start made meanwhile and gave up in silence (issue 36). Kept as
+        a start keeps the exit it replaces, ``ps`` says Exited or Restarting and the
+        restart has the exit it checks against. Only the current run's exit: a run
+        that began after it (a start under way) is not this exit's.
+        """
+        run = runs.current(labels)
+        if (
+            run is None
+            or run.started_at is None
+            or status.exited_at is None
+            or run.started_at > status.exited_at
+            or runs.kept_exit(labels) is not None
+        ):
+            return labels
+        state = tasks.find(self.client, container_id)
+        if state is not None:
+            return labels  # still there (stopped, or not yet reaped: the restart looks again)
+        kept = taskinfo.report_gone(
+            self.client,
+            container_id,
+            at=status.exited_at,
+            heard=status,
+            reason=runs.GONE_WITH_SHIM,
+        )
+        if kept is None:
+            return labels
+        log.info("%s: its task went with its shim; its exit is kept", container_id)
+        return dict(containers.get(self.client, container_id).labels)
 
     def _schedule(
         self, container_id: str, delay: float, what: str, action: Callable[[], None]
@@ -486,8 +542,10 @@ class Supervisor:
 
     def _call_off(self, container_id: str, labels: Mapping[str, str]) -> None:
         """No restart is due after all: take back the "restart pending" mark."""
-        if lbl.RESTART_PENDING in labels:
-            containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: None})
+        if lbl.RESTART_PENDING in labels or lbl.RESTART_DUE in labels:
+            containers.update_labels(
+                self.client, container_id, {lbl.RESTART_PENDING: None, lbl.RESTART_DUE: None}
+            )
 
     def _restart(
         self, container_id: str, delay: float, status: ExitStatus, seen: Mapping[str, str]
@@ -507,6 +565,10 @@ class Supervisor:
                 self._retry(container_id, delay, status, exc, seen)
             else:
                 self._vanished(container_id, seen)
+            return
+        except Exception as exc:  # a bug, not containerd's answer: said, and tried again
+            log.exception("restart of %s raised", container_id)
+            self._retry(container_id, delay, status, exc, seen)
             return
         self._restarted(container_id, labels, delay, begun)
 
@@ -537,8 +599,14 @@ class Supervisor:
         if info.status is Status.UNKNOWN:
             self._unreachable(container_id, info.unknown_reason)  # its exit decides, later
             return None
+        if info.status is Status.CREATED and not info.pid and info.exit is None:
+            # Its task went with its shim after the exit was heard (not yet reaped then).
+            self._keep_exit_of_gone_task(container_id, dict(info.labels), status)
+            info = self.executor.inspect(container_id, addresses=False)
         if info.status is not Status.STOPPED or info.exit is None:
-            return None  # started meanwhile, by hand or by another supervisor
+            # Started meanwhile, by hand or by another supervisor.
+            log.info("%s: no restart needed, its task is %s", container_id, info.status.value)
+            return None
         if not _same_exit(info.exit, status):
             return None  # another exit since: that one schedules its own restart
         labels = dict(info.labels)
@@ -561,8 +629,11 @@ class Supervisor:
         and try again after the next backoff. It stays pending; the count stays."""
         wait = next_delay(delay, delay, 0.0, cap=self.max_backoff, reset_after=self.reset_after)
         reason = str(exc).encode()[:MAX_ERROR_BYTES].decode(errors="ignore")
+        due = (datetime.now(UTC) + timedelta(seconds=wait)).isoformat()
         with contextlib.suppress(CtrexecError):  # the log line says it anyway
-            containers.update_labels(self.client, container_id, {lbl.RESTART_ERROR: reason})
+            containers.update_labels(
+                self.client, container_id, {lbl.RESTART_ERROR: reason, lbl.RESTART_DUE: due}
+            )
         log.warning("restart of %s failed: %s; retrying in %gs", container_id, exc, wait)
         retry = lambda: self._restart(container_id, wait, status, seen)  # noqa: E731
         if not self._schedule(container_id, wait, "restart", retry) and self._is_closed():
@@ -585,6 +656,7 @@ class Supervisor:
             lbl.RESTART_STARTED_AT: begun.isoformat(),
             lbl.RESTART_PENDING: None,
             lbl.RESTART_ERROR: None,
+            lbl.RESTART_DUE: None,
         }
         try:
             record = containers.update_labels(self.client, container_id, update)
@@ -621,6 +693,18 @@ def _stale(labels: Mapping[str, str], status: ExitStatus) -> bool:
     that raced the event): acting on it would restart, and back off, twice."""
     started = _label_time(labels.get(lbl.RESTART_STARTED_AT))
     return started is not None and status.exited_at is not None and status.exited_at < started
+
+
+def _left_of(labels: Mapping[str, str], status: ExitStatus, delay: float) -> float:
+    """The wait before this exit's restart: ``delay``, or what is left of it when an
+    earlier supervisor already waited part of it (its due time is in the labels, and
+    belongs to this exit: not before it). A supervisor restarted during a 16 s
+    backoff thus does not wait 16 s again (issue 36)."""
+    due = _label_time(labels.get(lbl.RESTART_DUE))
+    if due is None or status.exited_at is None or due < status.exited_at:
+        return delay
+    left = (due - datetime.now(UTC)).total_seconds()
+    return min(delay, max(0.0, left))
 
 
 def _same_exit(a: ExitStatus, b: ExitStatus) -> bool:
