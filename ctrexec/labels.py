@@ -50,7 +50,7 @@ RESTART_DELAY = "io.ctrexec.restart.delay"
 #: written, with the two below, once the restart's task has started.
 RESTART_COUNT = "io.ctrexec.restart.count"
 #: The delay (seconds) the supervisor waited before its last restart; the next one
-#: doubles it unless the task ran long enough (see ``supervisor.next_delay``).
+#: doubles it unless the task ran long enough (see ``backoff.next_delay``).
 RESTART_BACKOFF = "io.ctrexec.restart.backoff"
 #: When the supervisor began its last restart (ISO 8601), to tell how long it ran.
 RESTART_STARTED_AT = "io.ctrexec.restart.started-at"

@@ -19,6 +19,7 @@ from ctrexec.doctor import (
     netside,
     netstate,
     nomadsockets,
+    restarts,
     shims,
     snapshots,
 )
@@ -46,6 +47,8 @@ CHECKS: tuple[Check, ...] = (
     # the integrity issue's damage: findings with their repair, nothing gc removes
     integrity.GROUPS,
     integrity.ADDRESSES,
+    # a restart pending that no supervisor makes: a finding with its fix
+    restarts.CHECK,
     # disks: warnings, nothing gc removes
     *logdisk.CHECKS,
     # the daemon's own warnings (containerd 2.x's deprecations): nothing gc removes

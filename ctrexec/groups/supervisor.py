@@ -29,6 +29,17 @@ from ctrexec.containerd.events import EventsMissed, TaskExited, TaskOOM
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, NotFound
 from ctrexec.groups import missing
+from ctrexec.groups.backoff import (
+    MAX_BACKOFF,
+    RESET_AFTER,
+    delay_for,
+    next_delay,
+    remaining_wait,
+    same_exit,
+    should_restart,
+    should_revive,
+    stale,
+)
 from ctrexec.groups.presence import DEFAULT_LOCK_DIR, presence
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks import runs
@@ -40,38 +51,10 @@ log = logging.getLogger("ctrexec.groups.supervisor")
 #: How often the stop watcher checks that run() is still going (only then: a set
 #: ``stop`` wakes it at once).
 STOP_POLL = 0.5
-#: Docker's restart backoff: each quick exit doubles the delay, up to MAX_BACKOFF,
-#: and a run that lasted RESET_AFTER seconds brings it back to the policy's delay.
-MAX_BACKOFF = 60.0
-RESET_AFTER = 10.0
-#: The first delay when the policy's is 0 (docker's 100 ms), so doubling can grow.
-MIN_DELAY = 0.1
 #: How often a task whose shim does not answer for its state is looked at again.
 RECHECK_SILENT = 5.0
 #: How much of a failed restart's error the label keeps (labels are limited to 4 KiB).
 MAX_ERROR_BYTES = 1024
-
-
-def should_restart(labels: dict[str, str], exit_code: int) -> bool:
-    """The policy decision for one exit, from the container's labels alone."""
-    policy = labels.get(lbl.RESTART_POLICY, "no")
-    if policy == "no" or labels.get(lbl.STOPPED_BY_USER) == "true":
-        return False
-    if policy == "on-failure" and exit_code == 0:
-        return False
-    max_attempts = int(labels.get(lbl.RESTART_MAX, "0") or 0)
-    count = int(labels.get(lbl.RESTART_COUNT, "0") or 0)
-    return not (max_attempts > 0 and count >= max_attempts)
-
-
-def should_revive(labels: Mapping[str, str]) -> bool:
-    """The policy decision for a task the host's restart took away (no exit was seen),
-    as dockerd's at its start: ``always`` comes back even when it was stopped by hand,
-    ``unless-stopped`` and ``on-failure`` unless it was."""
-    policy = labels.get(lbl.RESTART_POLICY, "no")
-    if policy == "no" or labels.get(lbl.AUTO_REMOVE) == "true":
-        return False
-    return policy == "always" or labels.get(lbl.STOPPED_BY_USER) != "true"
 
 
 #: Why a task went with no exit seen: the host restarted (its run began before the
@@ -97,60 +80,6 @@ def lost_reason(
     if info.started_at < booted:
         return HOST_RESTARTED
     return TASK_LOST if (now - info.started_at).total_seconds() >= lost_after else None
-
-
-def next_delay(
-    base: float,
-    previous: float | None,
-    ran_for: float | None,
-    *,
-    cap: float = MAX_BACKOFF,
-    reset_after: float = RESET_AFTER,
-) -> float:
-    """The wait before the next restart: ``base``, doubled per quick exit, capped.
-
-    ``previous`` is the wait before the last restart (None: no restart yet) and
-    ``ran_for`` how long that run lasted (None: unknown). A crash-looping task thus
-    backs off instead of restarting forever at one rate, as with docker and Nomad.
-    """
-    first = base if base > 0 else MIN_DELAY
-    if previous is None or ran_for is None or ran_for >= reset_after:
-        return first
-    return min(max(previous, first) * 2, max(cap, first))
-
-
-def delay_for(
-    labels: Mapping[str, str],
-    exited_at: datetime | None,
-    *,
-    cap: float = MAX_BACKOFF,
-    reset_after: float = RESET_AFTER,
-) -> float:
-    """:func:`next_delay` for one exit, from the container's labels alone."""
-    base = _label_float(labels.get(lbl.RESTART_DELAY))
-    started = _label_time(labels.get(lbl.RESTART_STARTED_AT))
-    ran_for = (exited_at - started).total_seconds() if started and exited_at else None
-    return next_delay(
-        1.0 if base is None else base,
-        _label_float(labels.get(lbl.RESTART_BACKOFF)),
-        ran_for,
-        cap=cap,
-        reset_after=reset_after,
-    )
-
-
-def _label_float(value: str | None) -> float | None:
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None
-
-
-def _label_time(value: str | None) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value) if value else None
-    except ValueError:
-        return None
 
 
 class Supervisor:
@@ -415,7 +344,7 @@ class Supervisor:
         except NotFound:
             return
         labels = dict(record.labels)
-        if labels.get(lbl.MANAGED) != "true" or _stale(labels, status):
+        if labels.get(lbl.MANAGED) != "true" or stale(labels, status):
             return
         if live:
             labels = self._keep_exit_of_gone_task(container_id, labels, status)
@@ -424,7 +353,7 @@ class Supervisor:
             delay = delay_for(
                 labels, status.exited_at, cap=self.max_backoff, reset_after=self.reset_after
             )
-            wait = _left_of(labels, status, delay)
+            wait = remaining_wait(labels, status, delay)
             due = datetime.now(UTC) + timedelta(seconds=wait)
             containers.update_labels(
                 self.client,
@@ -607,7 +536,7 @@ class Supervisor:
             # Started meanwhile, by hand or by another supervisor.
             log.info("%s: no restart needed, its task is %s", container_id, info.status.value)
             return None
-        if not _same_exit(info.exit, status):
+        if not same_exit(info.exit, status):
             return None  # another exit since: that one schedules its own restart
         labels = dict(info.labels)
         if should_restart(labels, info.exit.code):
@@ -678,7 +607,7 @@ class Supervisor:
             return
         if state is not None and state.status is not Status.STOPPED:
             return  # started again meanwhile: its next exit decides
-        if state is not None and state.exit is not None and not _same_exit(state.exit, status):
+        if state is not None and state.exit is not None and not same_exit(state.exit, status):
             return
         self.executor.destroy(container_id)
 
@@ -686,31 +615,6 @@ class Supervisor:
 def describe(status: ExitStatus) -> str:
     """An exit as the log says it: ``exited with code 137 (OOM killed)``."""
     return f"exited with code {status.code}" + (" (OOM killed)" if status.oom_killed else "")
-
-
-def _stale(labels: Mapping[str, str], status: ExitStatus) -> bool:
-    """An exit from before the supervisor's last restart (a late event, or a reconcile
-    that raced the event): acting on it would restart, and back off, twice."""
-    started = _label_time(labels.get(lbl.RESTART_STARTED_AT))
-    return started is not None and status.exited_at is not None and status.exited_at < started
-
-
-def _left_of(labels: Mapping[str, str], status: ExitStatus, delay: float) -> float:
-    """The wait before this exit's restart: ``delay``, or what is left of it when an
-    earlier supervisor already waited part of it (its due time is in the labels, and
-    belongs to this exit: not before it). A supervisor restarted during a 16 s
-    backoff thus does not wait 16 s again (issue 36)."""
-    due = _label_time(labels.get(lbl.RESTART_DUE))
-    if due is None or status.exited_at is None or due < status.exited_at:
-        return delay
-    left = (due - datetime.now(UTC)).total_seconds()
-    return min(delay, max(0.0, left))
-
-
-def _same_exit(a: ExitStatus, b: ExitStatus) -> bool:
-    if a.exited_at is None or b.exited_at is None:
-        return a.code == b.code
-    return a.exited_at == b.exited_at
 
 
 def serve(executor: Executor, stop: threading.Event | None = None) -> None:

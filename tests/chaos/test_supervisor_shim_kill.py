@@ -14,10 +14,13 @@ shim, found as the parent of a task's pid.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -25,33 +28,52 @@ from _chaoslib import wait_for
 from _integrity import SERVER, Bridged, _get, _task, free_port
 
 from ctrexec import labels as lbl
-from ctrexec.containerd import tasks
+from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.tasks import Status
 
 CLIENT = "while :; do wget -q -O /dev/null http://127.0.0.1:8080/; sleep 0.5; done"
 
 
-@pytest.fixture
-def supervisor(bridged: Bridged) -> Iterator[Path]:
+class Supervise:
     """``ctrexec supervise`` as a process of the test's own, in-process (no command
-    server); yields its log file. Stopped by its pid (SIGTERM) after the test."""
-    log = bridged.tmp / "supervise.log"
-    env = dict(bridged.env, CTREXEC_NO_SERVER="1")
-    with log.open("w") as out:
-        proc = subprocess.Popen(bridged.cli("supervise"), env=env, stdout=out, stderr=out)
-    try:
-        live = f"watching namespace {bridged.namespace}"
-        wait_for(lambda: live in log.read_text(), "the supervisor's stream", timeout=60)
-        yield log
-    finally:
-        proc.send_signal(signal.SIGTERM)
+    server, as the systemd unit runs it), its log in a file; ended by its pid."""
+
+    def __init__(self, g: Bridged, log: Path) -> None:
+        self.g, self.log = g, log
+        self.proc = self.start()
+
+    def start(self) -> subprocess.Popen[bytes]:
+        """A new supervisor process (the last one ended), once its stream is live."""
+        env = dict(self.g.env, CTREXEC_NO_SERVER="1")
+        live = f"watching namespace {self.g.namespace}"
+        seen = self.log.read_text().count(live) if self.log.exists() else 0
+        with self.log.open("a") as out:
+            self.proc = subprocess.Popen(self.g.cli("supervise"), env=env, stdout=out, stderr=out)
+        wait_for(
+            lambda: self.log.read_text().count(live) > seen, "the supervisor's stream", timeout=60
+        )
+        return self.proc
+
+    def end(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
         try:
-            proc.wait(timeout=30)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-    print(log.read_text())  # shown when the test failed
-    assert "Traceback" not in log.read_text(), log.read_text()
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def supervisor(bridged: Bridged) -> Iterator[Supervise]:
+    """A supervisor for the test, ended after it (whatever the test did to it)."""
+    sup = Supervise(bridged, bridged.tmp / "supervise.log")
+    try:
+        yield sup
+    finally:
+        sup.end()
+        print(sup.log.read_text())  # shown when the test failed
+    assert "Traceback" not in sup.log.read_text(), sup.log.read_text()
 
 
 def _ppid(pid: int) -> int:
@@ -81,7 +103,7 @@ def _kill_shim_of(pid: int) -> int:
 
 
 def test_a_group_whose_shim_is_killed_comes_back_in_its_namespace(
-    bridged: Bridged, supervisor: Path
+    bridged: Bridged, supervisor: Supervise
 ) -> None:
     g = bridged
     g.file.write_text(
@@ -113,7 +135,9 @@ def test_a_group_whose_shim_is_killed_comes_back_in_its_namespace(
     g.down_clean()
 
 
-def test_a_task_with_its_own_shim_killed_comes_back(bridged: Bridged, supervisor: Path) -> None:
+def test_a_task_with_its_own_shim_killed_comes_back(
+    bridged: Bridged, supervisor: Supervise
+) -> None:
     g = bridged
     name, port = f"{g.name}-solo", free_port()
     made = g.run(
@@ -126,15 +150,86 @@ def test_a_task_with_its_own_shim_killed_comes_back(bridged: Bridged, supervisor
         pid = _running(g, name)
         state = tasks.find(g.client, name)
         assert state is not None
-        from ctrexec.containerd import containers
-
         path = containers.get(g.client, name).labels[lbl.NETNS_PATH]
         pin = _inode(path)
         assert _inode(f"/proc/{pid}/ns/net") == pin
+        address = g.eth0(pid)[0]
+        assert len(address) == 1, address
         _kill_shim_of(pid)
         wait_for(lambda: _running(g, name) not in (0, pid), "the task running again", timeout=120)
         again = _running(g, name)
         assert _inode(f"/proc/{again}/ns/net") == _inode(path) == pin
+        assert g.eth0(again)[0] == address
         wait_for(lambda: _get(port) == "ok", "the published port after the restart", timeout=60)
     finally:
         g.run("rm", "-f", name)
+
+
+def _ps_status(g: Bridged, name: str) -> str:
+    out = g.run("ps", "-a", "--filter", f"name={name}", "--format", "{{.Status}}")
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def _restart_findings(g: Bridged) -> list[dict[str, object]]:
+    out = g.run("doctor", "--json")
+    found: list[dict[str, object]] = json.loads(out.stdout or "[]")
+    return [f for f in found if f["Kind"] == "restart"]
+
+
+DELAY = 30
+
+
+def test_a_pending_restart_is_shown_named_and_resumed_by_the_next_supervisor(
+    bridged: Bridged, supervisor: Supervise
+) -> None:
+    """While due, ``ps`` says Restarting and ``inspect`` agrees; with the supervisor
+    killed, doctor names the restart nobody makes; a supervisor started after it was
+    due restarts at once (7a), not after the whole backoff again."""
+    g = bridged
+    always_later = f'[task.restart]\npolicy = "always"\ndelay = {DELAY}\n'
+    g.file.write_text(
+        f'name = "{g.name}"\nnetwork = "bridge"\nports = ["127.0.0.1:{g.host_port}:8080"]\n'
+        + _task("srv", g.image, SERVER, None)
+        + always_later
+        + _task("cli", g.image, CLIENT, "always")
+    )
+    g.up()
+    srv = g.member("srv")
+    wait_for(lambda: _running(g, srv) and _running(g, g.member("cli")), "the group running")
+    first, before_cli = _running(g, srv), _running(g, g.member("cli"))
+    pin = _inode(g.pin)
+    address = g.eth0(first)[0]
+    _kill_shim_of(first)
+    wait_for(
+        lambda: re.fullmatch(r"Restarting \(137\) .*", _ps_status(g, srv)),
+        f"ps to say {srv} is restarting",
+        timeout=DELAY - 5,
+        interval=0.2,
+    )
+    shown = json.loads(g.run("inspect", srv).stdout)[0]["State"]
+    assert (shown["Status"], shown["Restarting"], shown["ExitCode"]) == ("restarting", True, 137)
+    assert not _restart_findings(g)  # a supervisor runs and the restart is not yet due
+
+    cli, cli_first = g.member("cli"), before_cli
+    wait_for(lambda: _running(g, cli) not in (0, cli_first), "cli restarted", timeout=60)
+    supervisor.end(signal.SIGKILL)  # as the OOM killer would: nothing takes the mark back
+    found = _restart_findings(g)
+    assert [f["Where"] for f in found] == [srv], found
+    assert "no supervisor" in str(found[0]["What"]) and "start" in str(found[0]["Fix"])
+    labels = containers.get(g.client, srv).labels
+    due = datetime.fromisoformat(labels[lbl.RESTART_DUE])
+    wait_for(lambda: datetime.now(UTC) > due, "the restart's due time", timeout=DELAY + 30)
+
+    begun = datetime.now(UTC)
+    supervisor.start()
+    wait_for(lambda: _running(g, srv) not in (0, first), "srv running again", timeout=120)
+    again = _running(g, srv)
+    restarted = datetime.fromisoformat(containers.get(g.client, srv).labels[lbl.RESTART_STARTED_AT])
+    # Not a speed bound: without the due time kept, the new supervisor waits the whole
+    # DELAY from its own start before it restarts.
+    assert restarted < begun + timedelta(seconds=DELAY), (begun, restarted)
+    assert _inode(f"/proc/{again}/ns/net") == _inode(g.pin) == pin
+    assert g.eth0(again)[0] == address
+    wait_for(lambda: not _restart_findings(g), "doctor to find no restart pending")
+    assert _ps_status(g, srv).startswith("Up ")

@@ -225,6 +225,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "changes",
         "updown",
         "presence",
+        "backoff",
         "supervisor",
     ),
 }
