@@ -391,27 +391,31 @@ class Supervisor:
         """
         run = runs.current(labels)
         if (
-            run is None
+            status.code != tasks.SIGKILL_EXIT_CODE  # what containerd says of a dead shim's
+            or run is None
             or run.started_at is None
             or status.exited_at is None
             or run.started_at > status.exited_at
             or runs.kept_exit(labels) is not None
         ):
             return labels
-        state = tasks.find(self.client, container_id)
-        if state is not None:
-            return labels  # still there (stopped, or not yet reaped: the restart looks again)
-        kept = taskinfo.report_gone(
-            self.client,
-            container_id,
-            at=status.exited_at,
-            heard=status,
-            reason=runs.GONE_WITH_SHIM,
-        )
-        if kept is None:
+        try:
+            if tasks.find(self.client, container_id) is not None:
+                return labels  # still there (stopped, or not yet reaped: the restart looks again)
+            kept = taskinfo.report_gone(
+                self.client,
+                container_id,
+                at=status.exited_at,
+                heard=status,
+                reason=runs.GONE_WITH_SHIM,
+            )
+            if kept is None:
+                return labels
+            log.info("%s: its task went with its shim; its exit is kept", container_id)
+            return dict(containers.get(self.client, container_id).labels)
+        except CtrexecError as exc:  # removed meanwhile (run --rm, rm -f): nothing to keep
+            log.debug("%s: could not keep its exit: %s", container_id, exc)
             return labels
-        log.info("%s: its task went with its shim; its exit is kept", container_id)
-        return dict(containers.get(self.client, container_id).labels)
 
     def _schedule(
         self, container_id: str, delay: float, what: str, action: Callable[[], None]
