@@ -363,7 +363,8 @@ class Supervisor:
             restart = lambda: self._restart(container_id, delay, status, labels)  # noqa: E731
             if self._schedule(container_id, wait, "restart", restart):
                 if wait < delay:
-                    log.info("%s; restarting in %gs (due then since an earlier wait)", what, wait)
+                    rest = "the rest of an earlier supervisor's wait"
+                    log.info("%s; restarting in %gs (%s)", what, wait, rest)
                 else:
                     log.info("%s; restarting in %gs", what, delay)
             return
@@ -376,7 +377,12 @@ class Supervisor:
             log.info("%s", what)
 
     def _keep_exit_of_gone_task(
-        self, container_id: str, labels: dict[str, str], status: ExitStatus
+        self,
+        container_id: str,
+        labels: dict[str, str],
+        status: ExitStatus,
+        *,
+        any_code: bool = False,
     ) -> dict[str, str]:
         """Keep the exit heard of a run whose task is gone; the labels, updated.
 
@@ -387,11 +393,13 @@ class Supervisor:
         took it for a start made meanwhile and gave up in silence (issue 36). Kept as
         a start keeps the exit it replaces, ``ps`` says Exited or Restarting and the
         restart has the exit it checks against. Only the current run's exit: a run
-        that began after it (a start under way) is not this exit's.
+        that began after it (a start under way) is not this exit's. Only a SIGKILL
+        exit unless ``any_code`` (a restart due): ``run`` deletes the task of its
+        own exit too (``--rm``, a log driver's end), and that is no dead shim.
         """
         run = runs.current(labels)
         if (
-            status.code != tasks.SIGKILL_EXIT_CODE  # what containerd says of a dead shim's
+            (status.code != tasks.SIGKILL_EXIT_CODE and not any_code)
             or run is None
             or run.started_at is None
             or status.exited_at is None
@@ -534,7 +542,7 @@ class Supervisor:
             return None
         if info.status is Status.CREATED and not info.pid and info.exit is None:
             # Its task went with its shim after the exit was heard (not yet reaped then).
-            self._keep_exit_of_gone_task(container_id, dict(info.labels), status)
+            self._keep_exit_of_gone_task(container_id, dict(info.labels), status, any_code=True)
             info = self.executor.inspect(container_id, addresses=False)
         if info.status is not Status.STOPPED or info.exit is None:
             # Started meanwhile, by hand or by another supervisor.
