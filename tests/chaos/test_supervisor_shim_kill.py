@@ -225,7 +225,13 @@ def test_a_pending_restart_is_shown_named_and_resumed_by_the_next_supervisor(
     supervisor.start()
     wait_for(lambda: _running(g, srv) not in (0, first), "srv running again", timeout=120)
     again = _running(g, srv)
-    restarted = datetime.fromisoformat(containers.get(g.client, srv).labels[lbl.RESTART_STARTED_AT])
+    # The count and start time are written once the restarted task runs: after it.
+    started = wait_for(
+        lambda: containers.get(g.client, srv).labels.get(lbl.RESTART_STARTED_AT),
+        "the restart counted",
+        timeout=60,
+    )
+    restarted = datetime.fromisoformat(started)
     # Not a speed bound: without the due time kept, the new supervisor waits the whole
     # DELAY from its own start before it restarts.
     assert restarted < begun + timedelta(seconds=DELAY), (begun, restarted)
