@@ -50,7 +50,7 @@ RESTART_DELAY = "io.ctrexec.restart.delay"
 #: written, with the two below, once the restart's task has started.
 RESTART_COUNT = "io.ctrexec.restart.count"
 #: The delay (seconds) the supervisor waited before its last restart; the next one
-#: doubles it unless the task ran long enough (see ``supervisor.next_delay``).
+#: doubles it unless the task ran long enough (see ``backoff.next_delay``).
 RESTART_BACKOFF = "io.ctrexec.restart.backoff"
 #: When the supervisor began its last restart (ISO 8601), to tell how long it ran.
 RESTART_STARTED_AT = "io.ctrexec.restart.started-at"
@@ -63,6 +63,11 @@ RESTART_PENDING = "io.ctrexec.restart.pending"
 #: Why the supervisor's last restart failed (it retries on the backoff); removed by
 #: the next restart that happens. ``inspect`` shows it.
 RESTART_ERROR = "io.ctrexec.restart.error"
+#: When the pending restart is due (ISO 8601), written with RESTART_PENDING and at each
+#: retry: a supervisor started meanwhile waits only what is left of the backoff, and
+#: doctor tells a restart that is overdue (no supervisor is making it). Removed with
+#: the pending mark by the restart, a start by hand, a stop.
+RESTART_DUE = "io.ctrexec.restart.due"
 #: The network mode of the task's group namespace (none, host, bridge, cni:NAME).
 NETWORK_MODE = "io.ctrexec.network.mode"
 #: A hash of the group definition, so a second, different group of one name is refused.

@@ -20,6 +20,7 @@ from ctrexec.doctor import (
     netside,
     netstate,
     nomadsockets,
+    restarts,
     shims,
     snapshots,
 )
@@ -47,6 +48,8 @@ CHECKS: tuple[Check, ...] = (
     # the integrity issue's damage: findings with their repair, nothing gc removes
     integrity.GROUPS,
     integrity.ADDRESSES,
+    # a restart pending that no supervisor makes: a finding with its fix
+    restarts.CHECK,
     # disks: warnings, nothing gc removes
     *logdisk.CHECKS,
     # the log daemon: started again if it died; a finding only when it cannot be

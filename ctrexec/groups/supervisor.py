@@ -19,7 +19,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ctrexec import _linux
@@ -29,8 +29,20 @@ from ctrexec.containerd.events import EventsMissed, TaskExited, TaskOOM
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, NotFound
 from ctrexec.groups import missing
+from ctrexec.groups.backoff import (
+    MAX_BACKOFF,
+    RESET_AFTER,
+    delay_for,
+    next_delay,
+    remaining_wait,
+    same_exit,
+    should_restart,
+    should_revive,
+    stale,
+)
 from ctrexec.groups.presence import DEFAULT_LOCK_DIR, presence
 from ctrexec.tasks import grouplock, logkeeper, runs
+from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks.config import TaskInfo
 from ctrexec.tasks.events import MAX_RECONNECT_DELAY, RecordDeleted, TaskEvents
 from ctrexec.tasks.executor import Executor
@@ -42,38 +54,10 @@ STOP_POLL = 0.5
 #: How long a restart waits for its group's lock (an up or down under way) before it
 #: is retried on the backoff instead: one group's operator never holds up the others.
 GROUP_LOCK_WAIT = 10.0
-#: Docker's restart backoff: each quick exit doubles the delay, up to MAX_BACKOFF,
-#: and a run that lasted RESET_AFTER seconds brings it back to the policy's delay.
-MAX_BACKOFF = 60.0
-RESET_AFTER = 10.0
-#: The first delay when the policy's is 0 (docker's 100 ms), so doubling can grow.
-MIN_DELAY = 0.1
 #: How often a task whose shim does not answer for its state is looked at again.
 RECHECK_SILENT = 5.0
 #: How much of a failed restart's error the label keeps (labels are limited to 4 KiB).
 MAX_ERROR_BYTES = 1024
-
-
-def should_restart(labels: dict[str, str], exit_code: int) -> bool:
-    """The policy decision for one exit, from the container's labels alone."""
-    policy = labels.get(lbl.RESTART_POLICY, "no")
-    if policy == "no" or labels.get(lbl.STOPPED_BY_USER) == "true":
-        return False
-    if policy == "on-failure" and exit_code == 0:
-        return False
-    max_attempts = int(labels.get(lbl.RESTART_MAX, "0") or 0)
-    count = int(labels.get(lbl.RESTART_COUNT, "0") or 0)
-    return not (max_attempts > 0 and count >= max_attempts)
-
-
-def should_revive(labels: Mapping[str, str]) -> bool:
-    """The policy decision for a task the host's restart took away (no exit was seen),
-    as dockerd's at its start: ``always`` comes back even when it was stopped by hand,
-    ``unless-stopped`` and ``on-failure`` unless it was."""
-    policy = labels.get(lbl.RESTART_POLICY, "no")
-    if policy == "no" or labels.get(lbl.AUTO_REMOVE) == "true":
-        return False
-    return policy == "always" or labels.get(lbl.STOPPED_BY_USER) != "true"
 
 
 #: Why a task went with no exit seen: the host restarted (its run began before the
@@ -99,60 +83,6 @@ def lost_reason(
     if info.started_at < booted:
         return HOST_RESTARTED
     return TASK_LOST if (now - info.started_at).total_seconds() >= lost_after else None
-
-
-def next_delay(
-    base: float,
-    previous: float | None,
-    ran_for: float | None,
-    *,
-    cap: float = MAX_BACKOFF,
-    reset_after: float = RESET_AFTER,
-) -> float:
-    """The wait before the next restart: ``base``, doubled per quick exit, capped.
-
-    ``previous`` is the wait before the last restart (None: no restart yet) and
-    ``ran_for`` how long that run lasted (None: unknown). A crash-looping task thus
-    backs off instead of restarting forever at one rate, as with docker and Nomad.
-    """
-    first = base if base > 0 else MIN_DELAY
-    if previous is None or ran_for is None or ran_for >= reset_after:
-        return first
-    return min(max(previous, first) * 2, max(cap, first))
-
-
-def delay_for(
-    labels: Mapping[str, str],
-    exited_at: datetime | None,
-    *,
-    cap: float = MAX_BACKOFF,
-    reset_after: float = RESET_AFTER,
-) -> float:
-    """:func:`next_delay` for one exit, from the container's labels alone."""
-    base = _label_float(labels.get(lbl.RESTART_DELAY))
-    started = _label_time(labels.get(lbl.RESTART_STARTED_AT))
-    ran_for = (exited_at - started).total_seconds() if started and exited_at else None
-    return next_delay(
-        1.0 if base is None else base,
-        _label_float(labels.get(lbl.RESTART_BACKOFF)),
-        ran_for,
-        cap=cap,
-        reset_after=reset_after,
-    )
-
-
-def _label_float(value: str | None) -> float | None:
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None
-
-
-def _label_time(value: str | None) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value) if value else None
-    except ValueError:
-        return None
 
 
 class Supervisor:
@@ -328,7 +258,7 @@ class Supervisor:
             self._unreachable(info.id, info.unknown_reason)
             return
         self._answers_again(info)
-        why = lost_reason(info, booted, datetime.now(UTC), self.lost_after)
+        why = lost_reason(info, booted, datetime.now(UTC), self._lost_after(info.labels))
         if info.status is Status.STOPPED and info.exit is not None:
             self._on_exit(info.id, info.exit, live=False)
         elif why is not None and should_revive(info.labels):
@@ -372,11 +302,18 @@ class Supervisor:
             self._silent.discard(info.id)
         log.info("%s: its shim answered again; its task is %s", info.id, info.status.value)
 
+    def _lost_after(self, labels: Mapping[str, str]) -> float:
+        """How long a run with no task must have been going to be lost: at once when
+        a restart of it is pending (its exit was heard, and a start by hand would have
+        taken the mark back), so a restart whose task went with its shim while it was
+        unreadable is not dropped."""
+        return 0.0 if labels.get(lbl.RESTART_PENDING) == "true" else self.lost_after
+
     def _revive(self, container_id: str, booted: datetime) -> None:
         """Start it again unless someone did meanwhile (a start by hand clears the
         "stopped by user" mark and the backoff, as dockerd's start at boot does)."""
         info = self.executor.inspect(container_id, addresses=False)
-        why = lost_reason(info, booted, datetime.now(UTC), self.lost_after)
+        why = lost_reason(info, booted, datetime.now(UTC), self._lost_after(info.labels))
         if why is None:
             return
         self.executor.start(container_id)
@@ -416,18 +353,29 @@ class Supervisor:
         except NotFound:
             return
         labels = dict(record.labels)
-        if labels.get(lbl.MANAGED) != "true" or _stale(labels, status):
+        if labels.get(lbl.MANAGED) != "true" or stale(labels, status):
             return
+        if live:
+            labels = self._keep_exit_of_gone_task(container_id, labels, status)
         what = f"{container_id} {describe(status)}"
         if should_restart(labels, status.code):
             delay = delay_for(
                 labels, status.exited_at, cap=self.max_backoff, reset_after=self.reset_after
             )
-            if lbl.RESTART_PENDING not in labels:
-                containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: "true"})
+            wait = remaining_wait(labels, status, delay)
+            due = datetime.now(UTC) + timedelta(seconds=wait)
+            containers.update_labels(
+                self.client,
+                container_id,
+                {lbl.RESTART_PENDING: "true", lbl.RESTART_DUE: due.isoformat()},
+            )
             restart = lambda: self._restart(container_id, delay, status, labels)  # noqa: E731
-            if self._schedule(container_id, delay, "restart", restart):
-                log.info("%s; restarting in %gs", what, delay)
+            if self._schedule(container_id, wait, "restart", restart):
+                if wait < delay:
+                    rest = "the rest of an earlier supervisor's wait"
+                    log.info("%s; restarting in %gs (%s)", what, wait, rest)
+                else:
+                    log.info("%s; restarting in %gs", what, delay)
             return
         self._call_off(container_id, labels)
         if labels.get(lbl.AUTO_REMOVE) == "true":
@@ -436,6 +384,55 @@ class Supervisor:
                 log.info("%s; removing it (--rm)", what)
         elif live:
             log.info("%s", what)
+
+    def _keep_exit_of_gone_task(
+        self,
+        container_id: str,
+        labels: dict[str, str],
+        status: ExitStatus,
+        *,
+        any_code: bool = False,
+    ) -> dict[str, str]:
+        """Keep the exit heard of a run whose task is gone; the labels, updated.
+
+        A shim that dies (SIGKILL, the OOM killer, a crash) takes its tasks with it:
+        containerd 1.6, 1.7 and 2.1 send each task's exit (137) and delete the task
+        at once, exit and all, as they reap the shim. With no task and no exit kept,
+        the run looked never ended ("Created"), and the restart this exit schedules
+        took it for a start made meanwhile and gave up in silence (issue 36). Kept as
+        a start keeps the exit it replaces, ``ps`` says Exited or Restarting and the
+        restart has the exit it checks against. Only the current run's exit: a run
+        that began after it (a start under way) is not this exit's. Only a SIGKILL
+        exit unless ``any_code`` (a restart due): ``run`` deletes the task of its
+        own exit too (``--rm``, a log driver's end), and that is no dead shim.
+        """
+        run = runs.current(labels)
+        if (
+            (status.code != tasks.SIGKILL_EXIT_CODE and not any_code)
+            or run is None
+            or run.started_at is None
+            or status.exited_at is None
+            or run.started_at > status.exited_at
+            or runs.kept_exit(labels) is not None
+        ):
+            return labels
+        try:
+            if tasks.find(self.client, container_id) is not None:
+                return labels  # still there (stopped, or not yet reaped: the restart looks again)
+            kept = taskinfo.report_gone(
+                self.client,
+                container_id,
+                at=status.exited_at,
+                heard=status,
+                reason=runs.GONE_WITH_SHIM,
+            )
+            if kept is None:
+                return labels
+            log.info("%s: its task went with its shim; its exit is kept", container_id)
+            return dict(containers.get(self.client, container_id).labels)
+        except CtrexecError as exc:  # removed meanwhile (run --rm, rm -f): nothing to keep
+            log.debug("%s: could not keep its exit: %s", container_id, exc)
+            return labels
 
     def _schedule(
         self, container_id: str, delay: float, what: str, action: Callable[[], None]
@@ -495,8 +492,10 @@ class Supervisor:
 
     def _call_off(self, container_id: str, labels: Mapping[str, str]) -> None:
         """No restart is due after all: take back the "restart pending" mark."""
-        if lbl.RESTART_PENDING in labels:
-            containers.update_labels(self.client, container_id, {lbl.RESTART_PENDING: None})
+        if lbl.RESTART_PENDING in labels or lbl.RESTART_DUE in labels:
+            containers.update_labels(
+                self.client, container_id, {lbl.RESTART_PENDING: None, lbl.RESTART_DUE: None}
+            )
 
     def _restart(
         self, container_id: str, delay: float, status: ExitStatus, seen: Mapping[str, str]
@@ -517,6 +516,10 @@ class Supervisor:
                 self._retry(container_id, delay, status, exc, seen)
             else:
                 self._vanished(container_id, seen)
+            return
+        except Exception as exc:  # a bug, not containerd's answer: said, and tried again
+            log.exception("restart of %s raised", container_id)
+            self._retry(container_id, delay, status, exc, seen)
             return
         self._restarted(container_id, labels, delay, begun)
 
@@ -547,9 +550,15 @@ class Supervisor:
         if info.status is Status.UNKNOWN:
             self._unreachable(container_id, info.unknown_reason)  # its exit decides, later
             return None
+        if info.status is Status.CREATED and not info.pid and info.exit is None:
+            # Its task went with its shim after the exit was heard (not yet reaped then).
+            self._keep_exit_of_gone_task(container_id, dict(info.labels), status, any_code=True)
+            info = self.executor.inspect(container_id, addresses=False)
         if info.status is not Status.STOPPED or info.exit is None:
-            return None  # started meanwhile, by hand or by another supervisor
-        if not _same_exit(info.exit, status):
+            # Started meanwhile, by hand or by another supervisor.
+            log.info("%s: no restart needed, its task is %s", container_id, info.status.value)
+            return None
+        if not same_exit(info.exit, status):
             return None  # another exit since: that one schedules its own restart
         labels = dict(info.labels)
         if should_restart(labels, info.exit.code):
@@ -571,8 +580,11 @@ class Supervisor:
         and try again after the next backoff. It stays pending; the count stays."""
         wait = next_delay(delay, delay, 0.0, cap=self.max_backoff, reset_after=self.reset_after)
         reason = str(exc).encode()[:MAX_ERROR_BYTES].decode(errors="ignore")
+        due = (datetime.now(UTC) + timedelta(seconds=wait)).isoformat()
         with contextlib.suppress(CtrexecError):  # the log line says it anyway
-            containers.update_labels(self.client, container_id, {lbl.RESTART_ERROR: reason})
+            containers.update_labels(
+                self.client, container_id, {lbl.RESTART_ERROR: reason, lbl.RESTART_DUE: due}
+            )
         log.warning("restart of %s failed: %s; retrying in %gs", container_id, exc, wait)
         retry = lambda: self._restart(container_id, wait, status, seen)  # noqa: E731
         if not self._schedule(container_id, wait, "restart", retry) and self._is_closed():
@@ -595,6 +607,7 @@ class Supervisor:
             lbl.RESTART_STARTED_AT: begun.isoformat(),
             lbl.RESTART_PENDING: None,
             lbl.RESTART_ERROR: None,
+            lbl.RESTART_DUE: None,
         }
         try:
             record = containers.update_labels(self.client, container_id, update)
@@ -616,7 +629,7 @@ class Supervisor:
             return
         if state is not None and state.status is not Status.STOPPED:
             return  # started again meanwhile: its next exit decides
-        if state is not None and state.exit is not None and not _same_exit(state.exit, status):
+        if state is not None and state.exit is not None and not same_exit(state.exit, status):
             return
         self.executor.destroy(container_id)
 
@@ -624,19 +637,6 @@ class Supervisor:
 def describe(status: ExitStatus) -> str:
     """An exit as the log says it: ``exited with code 137 (OOM killed)``."""
     return f"exited with code {status.code}" + (" (OOM killed)" if status.oom_killed else "")
-
-
-def _stale(labels: Mapping[str, str], status: ExitStatus) -> bool:
-    """An exit from before the supervisor's last restart (a late event, or a reconcile
-    that raced the event): acting on it would restart, and back off, twice."""
-    started = _label_time(labels.get(lbl.RESTART_STARTED_AT))
-    return started is not None and status.exited_at is not None and status.exited_at < started
-
-
-def _same_exit(a: ExitStatus, b: ExitStatus) -> bool:
-    if a.exited_at is None or b.exited_at is None:
-        return a.code == b.code
-    return a.exited_at == b.exited_at
 
 
 def serve(executor: Executor, stop: threading.Event | None = None) -> None:

@@ -91,7 +91,7 @@ def stop(
     """
     record = containers.get(client, task_id)
     if lbl.RESTART_POLICY in record.labels:
-        mark = {lbl.STOPPED_BY_USER: "true", lbl.RESTART_PENDING: None}
+        mark = {lbl.STOPPED_BY_USER: "true", lbl.RESTART_PENDING: None, lbl.RESTART_DUE: None}
         containers.update_labels(client, task_id, mark)
     state = tasks.find(client, task_id)
     if state is None:

@@ -60,6 +60,7 @@ _SUPERVISOR_MARKS = (
     lbl.RESTART_STARTED_AT,
     lbl.RESTART_PENDING,
     lbl.RESTART_ERROR,
+    lbl.RESTART_DUE,
 )
 
 

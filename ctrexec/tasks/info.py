@@ -287,12 +287,18 @@ def next_run(
 
 
 def report_gone(
-    client: Client, task_id: str, *, at: datetime, heard: ExitStatus | None = None
+    client: Client,
+    task_id: str,
+    *,
+    at: datetime,
+    heard: ExitStatus | None = None,
+    reason: str = runs.GONE_AT_RESTART,
 ) -> ExitStatus | None:
-    """Keep the exit of a run whose task containerd deleted while restarting: ``heard``
-    (an exit seen before), else :data:`~ctrexec.tasks.runs.LOST_EXIT_CODE` at ``at``,
-    with the reason. The exit the record keeps; None when the container or a task of
-    it is there, or it never ran: then nothing went."""
+    """Keep the exit of a run whose task containerd deleted (while restarting, or with
+    its dead shim): ``heard`` (an exit seen before), else
+    :data:`~ctrexec.tasks.runs.LOST_EXIT_CODE` at ``at``, with the ``reason``. The exit
+    the record keeps; None when the container or a task of it is there, or it never
+    ran: then nothing went."""
     try:
         record = containers.get(client, task_id)
     except NotFound:
@@ -302,7 +308,7 @@ def report_gone(
     kept = runs.kept_exit(record.labels)
     if kept is not None:
         return kept
-    update = runs.lost_run(record.labels, at=at, reason=runs.GONE_AT_RESTART, heard=heard)
+    update = runs.lost_run(record.labels, at=at, reason=reason, heard=heard)
     return runs.kept_exit(containers.update_labels(client, task_id, update).labels)
 
 

@@ -154,6 +154,10 @@ LOST_EXIT_CODE = 255
 #: Why a run ended with no exit kept when containerd deleted its task as it started
 #: again (1.7 and later reap a shim with no process left, task and exit with it).
 GONE_AT_RESTART = "task deleted by containerd's restart"
+#: Why, when its shim died: containerd (1.6, 1.7, 2.1) sends the exit (137) of every
+#: task the shim served and deletes them at once, exit and all; the supervisor keeps
+#: the exit it heard (see ``supervisor``).
+GONE_WITH_SHIM = "task deleted with its dead shim"
 
 
 def lost_run(

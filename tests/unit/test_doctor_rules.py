@@ -172,3 +172,21 @@ def test_container_prune_filters() -> None:
     for bad in ("bogus", "label=", "until=tomorrow", "name=x"):
         with pytest.raises(InvalidArgument, match="invalid filter"):
             container_filter([bad])
+
+
+def test_a_pending_restart_nobody_makes_is_named_with_its_fix() -> None:
+    """Issue 36: the mark with no supervisor, or overdue under one; not while due."""
+    from ctrexec.doctor import restarts
+
+    due = (NOW - timedelta(seconds=5)).isoformat()
+    pending = _record(**{lbl.RESTART_PENDING: "true", lbl.RESTART_DUE: due})
+    alone = restarts.judge(_scope(), pending, live=False, supervised=False)
+    assert alone is not None and not alone.garbage and alone.where == "c1"
+    assert "no supervisor" in alone.what and "ctrexec start --namespace ns c1" in alone.fix
+    assert restarts.judge(_scope(), pending, live=False, supervised=True) is None  # due now
+    late = (NOW - timedelta(seconds=restarts.OVERDUE + 1)).isoformat()
+    failing = {lbl.RESTART_PENDING: "true", lbl.RESTART_DUE: late, lbl.RESTART_ERROR: "boom"}
+    stalled = restarts.judge(_scope(), _record(**failing), live=False, supervised=True)
+    assert stalled is not None and "not progressing" in stalled.what and "boom" in stalled.what
+    assert restarts.judge(_scope(), pending, live=True, supervised=False) is None
+    assert restarts.judge(_scope(), _record(), live=False, supervised=False) is None

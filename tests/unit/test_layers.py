@@ -227,6 +227,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "changes",
         "updown",
         "presence",
+        "backoff",
         "supervisor",
     ),
 }

@@ -6,7 +6,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 
 from ctrexec import labels as lbl
-from ctrexec.groups.supervisor import MAX_BACKOFF, MIN_DELAY, delay_for, next_delay
+from ctrexec.groups.backoff import MAX_BACKOFF, MIN_DELAY, delay_for, next_delay
 
 
 def test_first_restart_waits_the_base_delay() -> None:
@@ -61,3 +61,24 @@ def test_delay_for_ignores_garbage_labels() -> None:
         lbl.RESTART_STARTED_AT: "yesterday",
     }
     assert delay_for(labels, datetime.now(UTC)) == 1.0
+
+
+def test_a_supervisor_started_during_a_backoff_waits_only_what_is_left() -> None:
+    """Issue 36, 7a: the due time an earlier supervisor wrote counts, for this exit."""
+    from ctrexec.containerd.tasks import ExitStatus
+    from ctrexec.groups.backoff import remaining_wait
+
+    now = datetime.now(UTC)
+    exit_ = ExitStatus(137, now - timedelta(seconds=12))
+    due = {lbl.RESTART_DUE: (now + timedelta(seconds=4)).isoformat()}
+    assert 3.0 < remaining_wait(due, exit_, 16.0) <= 4.0
+    past = {lbl.RESTART_DUE: (now - timedelta(seconds=2)).isoformat()}
+    assert remaining_wait(past, exit_, 16.0) == 0.0
+    # A due time of an earlier exit, none, or garbage: the whole delay.
+    older = {lbl.RESTART_DUE: (now - timedelta(seconds=20)).isoformat()}
+    assert remaining_wait(older, exit_, 16.0) == 16.0
+    assert remaining_wait({}, exit_, 16.0) == 16.0
+    assert remaining_wait({lbl.RESTART_DUE: "soon"}, exit_, 16.0) == 16.0
+    # Never more than the delay this exit earns.
+    late = {lbl.RESTART_DUE: (now + timedelta(seconds=60)).isoformat()}
+    assert remaining_wait(late, exit_, 16.0) == 16.0
