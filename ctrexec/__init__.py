@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         TaskResumed,
         TaskStarted,
     )
-    from ctrexec.containerd.execs import ExecResult
+    from ctrexec.containerd.execs import DetachedExec, ExecResult
     from ctrexec.containerd.images import Image, ImageConfig, ImageSummary, list_images
     from ctrexec.containerd.stats import Stats
     from ctrexec.containerd.streams import OutputCallback, Process, StreamOptions
@@ -180,7 +180,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "TaskResumed",
         "TaskStarted",
     ),
-    "ctrexec.containerd.execs": ("ExecResult",),
+    "ctrexec.containerd.execs": ("DetachedExec", "ExecResult"),
     "ctrexec.containerd.images": ("Image", "ImageConfig", "ImageSummary", "list_images"),
     "ctrexec.images.exporter": ("export_archive",),
     "ctrexec.images.importer": ("ImportedImage", "import_archive"),
@@ -261,6 +261,7 @@ __all__ = [
     "DaemonError",
     "DaemonPaths",
     "DeadlineExceeded",
+    "DetachedExec",
     "DigestMismatch",
     "EmbeddedContainerd",
     "Event",

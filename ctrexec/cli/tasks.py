@@ -403,6 +403,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
+    if args.detach:
+        return _exec_detached(args)
     if args.interactive or args.tty:
         if args.timeout is not None:
             raise InvalidArgument("exec: --timeout cannot be used with -i or -t")
@@ -422,6 +424,19 @@ def cmd_exec(args: argparse.Namespace) -> int:
     sys.stderr.buffer.write(result.stderr)
     sys.stderr.flush()
     return result.exit_code
+
+
+def _exec_detached(args: argparse.Namespace) -> int:
+    """docker's ``exec -d``: start the command, print nothing, exit 0 at once; the
+    command runs on with its output discarded, the task its keeper."""
+    if args.interactive or args.tty or args.timeout is not None:
+        raise InvalidArgument("exec: -d cannot be used with -i, -t or --timeout")
+    ex = executor(args)
+    ex.exec_detached(
+        ex.lookup()(args.id), args.command, env=_env(args.env), workdir=args.workdir,
+        user=args.user,
+    )  # fmt: skip
+    return 0
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
@@ -529,6 +544,9 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     _logs_parser(sub)
     p = sub.add_parser("exec", parents=[conn], help="run a command in a running task")
     attach.interactive_flags(p, detach_keys=True)
+    p.add_argument(
+        "-d", "--detach", action="store_true", help="start the command and return; it runs on"
+    )
     p.add_argument("-e", "--env", action="append", default=[])
     p.add_argument("-w", "--workdir")
     p.add_argument("-u", "--user")

@@ -209,6 +209,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "grouplock",
         "groupnet",
         "stdio",
+        "execspec",
         "waiting",
         "events",
         "stale",
