@@ -29,6 +29,7 @@ from ctrexec.errors import (
     FailedPrecondition,
     InvalidArgument,
     InvalidField,
+    MissingArguments,
     NotFound,
 )
 from ctrexec.labels import parse_key_values
@@ -218,7 +219,16 @@ def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, Wiring | 
     return ex, config, wired
 
 
+def _image_given(args: argparse.Namespace, verb: str) -> None:
+    """docker's refusal of ``run``/``create`` without an image, and its exit code 1."""
+    if args.image is None:
+        raise MissingArguments(
+            f"'ctrexec {verb}' requires at least 1 argument. See 'ctrexec {verb} --help'."
+        )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _image_given(args, "run")
     attached = (args.interactive or args.tty) and not args.detach
     keys = attach.prepare(args) if attached else b""
     with _by_flag(), runflags.cidfile(args.cidfile) as write_cid:
@@ -272,6 +282,7 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    _image_given(args, "create")
     with _by_flag(), runflags.cidfile(args.cidfile) as write_cid:
         ex, config, wired = _prepared(args)
         write_cid(config.name)
@@ -497,7 +508,7 @@ def _run_flags(p: ArgumentParser) -> None:
         help=logmodes.log_opts_help(),
     )
     add_pull_policy(p)
-    p.add_argument("image")
+    p.add_argument("image", nargs="?")  # its absence refused by _image_given, as docker's
     p.add_argument("command", nargs=argparse.REMAINDER)
 
 
@@ -558,7 +569,8 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     )
     p.add_argument("id")
     p.add_argument("command", nargs=argparse.REMAINDER)
-    p.set_defaults(func=cmd_exec)
+    # docker's 1 for an exec on a stopped or paused container (the daemon's refusal)
+    p.set_defaults(func=cmd_exec, error_exits=((FailedPrecondition, 1),))
     for name in ("pause", "unpause"):
         p = sub.add_parser(name, parents=[conn], help=f"{name} tasks")
         p.add_argument("ids", nargs="+")

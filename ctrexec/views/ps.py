@@ -171,7 +171,7 @@ def ps_template(template: str) -> tuple[bool, gotemplate.Template]:
     known = {*PS_FIELDS, "Label"}
     for name in sorted(parsed.root_fields() - known):
         names = ", ".join(f".{f}" for f in PS_FIELDS)
-        raise InvalidArgument(f"ps --format: unknown field .{name} (known: {names})")
+        raise gotemplate.TemplateError(f"ps --format: unknown field .{name} (known: {names})")
     return table, parsed
 
 
