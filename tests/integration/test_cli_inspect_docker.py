@@ -1,0 +1,69 @@
+"""``inspect`` keys docker users' templates read (issue 37: 5), through the real binary."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from datetime import datetime
+
+import pytest
+from _cli import Cli
+
+pytestmark = pytest.mark.integration
+
+NAMES = [f"insd-{n}" for n in range(3)]
+WD_IMAGE, WD_BOX = "ctrexec-test/insd-workdir:v1", "insd-wd"
+
+
+@pytest.fixture
+def made(cli: Cli) -> Iterator[list[str]]:
+    names: list[str] = []
+    try:
+        yield names
+    finally:
+        with contextlib.suppress(Exception):
+            cli("rm", "-f", *names)
+        with contextlib.suppress(Exception):
+            cli("rmi", WD_IMAGE)
+
+
+def _doc(cli: Cli, name: str) -> dict[str, object]:
+    out = cli("inspect", name)
+    assert out.returncode == 0, out.stderr
+    doc: dict[str, object] = json.loads(out.stdout)[0]
+    return doc
+
+
+def test_created_is_not_after_started(cli: Cli, test_image: str, made: list[str]) -> None:
+    for name in NAMES:
+        made.append(name)
+        assert cli("run", "-d", "--name", name, test_image, "sleep", "300").returncode == 0
+    for name in NAMES:
+        doc = _doc(cli, name)
+        state = doc["State"]
+        assert isinstance(state, dict)
+        created = datetime.fromisoformat(str(doc["Created"]))
+        started = datetime.fromisoformat(str(state["StartedAt"]))
+        assert created <= started, (name, doc["Created"], state["StartedAt"])
+
+
+def test_working_dir_from_the_image(cli: Cli, test_image: str, made: list[str]) -> None:
+    made.append(WD_BOX)
+    assert cli("create", "--name", WD_BOX, test_image, "true").returncode == 0
+    commit = cli("commit", "--change", "WORKDIR /tmp", WD_BOX, WD_IMAGE)
+    assert commit.returncode == 0, commit.stderr
+    made.append("insd-wd-run")
+    run = cli("run", "--name", "insd-wd-run", WD_IMAGE, "pwd")
+    assert (run.returncode, run.stdout) == (0, "/tmp\n"), run.stderr  # the image's, really
+    cfg = _doc(cli, "insd-wd-run")["Config"]
+    assert isinstance(cfg, dict) and cfg["WorkingDir"] == "/tmp"
+    made.append("insd-wd-made")
+    assert cli("create", "--name", "insd-wd-made", WD_IMAGE, "pwd").returncode == 0
+    cfg = _doc(cli, "insd-wd-made")["Config"]
+    assert isinstance(cfg, dict) and cfg["WorkingDir"] == "/tmp"
+    made.append("insd-wd-root")
+    root = cli("run", "--name", "insd-wd-root", "-w", "/", WD_IMAGE, "pwd")
+    assert (root.returncode, root.stdout) == (0, "/\n"), root.stderr
+    cfg = _doc(cli, "insd-wd-root")["Config"]
+    assert isinstance(cfg, dict) and cfg["WorkingDir"] == "/", cfg["WorkingDir"]
