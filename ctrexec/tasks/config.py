@@ -528,6 +528,9 @@ class TaskInfo:
     problems: tuple[Problem, ...] = ()
     exit_reason: str | None = None
     unknown_reason: str | None = None
+    #: The image's ID (``sha256:...``) the container was made from; "" for a record
+    #: made before ctrexec kept it.
+    image_id: str = ""
 
     @property
     def oom_killed(self) -> bool:

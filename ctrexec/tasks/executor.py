@@ -166,6 +166,7 @@ class Executor:
             checked,
             image_stop_signal=image.config.stop_signal,
             image_entrypoint=image.config.entrypoint,
+            image_id=image.config_digest,
             mode=mode,
             netns_path=netns_path,
             files=files,

@@ -116,6 +116,7 @@ def build(
         unknown_reason=state.reason if state is not None and state.unknown else None,
         id=record.id,
         image=labels.get(lbl.IMAGE_REF, record.image),
+        image_id=labels.get(lbl.IMAGE_ID, ""),
         status=status,
         pid=pid,
         exit=exit_status,

@@ -346,6 +346,7 @@ def record_labels(
     *,
     image_stop_signal: str,
     image_entrypoint: Sequence[str] | None = None,
+    image_id: str = "",
     mode: str,
     netns_path: str | None,
     files: HostFiles | None,
@@ -371,6 +372,8 @@ def record_labels(
         labels[lbl.HOSTFILES_DIR] = str(files.directory)
     if config.group:
         labels[lbl.GROUP] = config.group
+    if image_id:
+        labels[lbl.IMAGE_ID] = image_id
     if config.entrypoint is None:  # the argv starts with the image's Entrypoint
         labels[lbl.IMAGE_ENTRYPOINT_ARGS] = str(len(image_entrypoint or ()))
     if config.auto_remove:

@@ -49,7 +49,9 @@ def document(info: TaskInfo, *, log_dropped: int = 0) -> dict[str, Any]:
         "Path": args[0] if args else "",
         "Args": args[1:],
         "State": state_of(info),
-        "Image": info.image,
+        # docker's: the image's ID (the reference is Config.Image); a record made
+        # before ctrexec kept the ID shows the reference, the one name it has
+        "Image": info.image_id or info.image,
         "LogPath": info.log_path,
         "LogDroppedBytes": log_dropped,
         "Name": f"/{info.id}",

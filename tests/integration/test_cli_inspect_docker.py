@@ -67,3 +67,20 @@ def test_working_dir_from_the_image(cli: Cli, test_image: str, made: list[str]) 
     assert (root.returncode, root.stdout) == (0, "/\n"), root.stderr
     cfg = _doc(cli, "insd-wd-root")["Config"]
     assert isinstance(cfg, dict) and cfg["WorkingDir"] == "/", cfg["WorkingDir"]
+
+
+def test_image_is_the_image_id_and_config_image_the_reference(
+    cli: Cli, test_image: str, made: list[str], containerd_address: str
+) -> None:
+    from _cli import TEST_NAMESPACE
+
+    from ctrexec.containerd import images
+    from ctrexec.containerd.client import Client
+
+    with Client.connect(containerd_address, namespace=TEST_NAMESPACE) as client:
+        image_id = images.get_image(client, test_image).config_digest  # containerd's word
+    assert image_id.startswith("sha256:")
+    made.append("insd-img")
+    assert cli("create", "--name", "insd-img", test_image, "true").returncode == 0
+    out = cli("inspect", "-f", "{{.Image}} {{.Config.Image}}", "insd-img")
+    assert (out.returncode, out.stdout) == (0, f"{image_id} {test_image}\n"), out.stderr
