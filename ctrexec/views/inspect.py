@@ -4,7 +4,7 @@ Scripts written for ``docker inspect`` read ``.State.Status``, ``.Config.Env`` o
 ``.NetworkSettings.IPAddress``; this builds those keys, with docker's types and
 spellings, from a :class:`TaskInfo`, and keeps ctrexec's own view (snake_case, with
 the run, the namespace, the group and the log path) whole under ``Ctrexec``. Keys
-docker has and ctrexec cannot know (GraphDriver, Mounts, Driver...) are left out, not
+docker has and ctrexec cannot know (GraphDriver, Driver...) are left out, not
 made up. Go maps (labels, ports) are :class:`~ctrexec.views.gofuncs.GoMap`, so templates
 index and range over them as docker's do.
 """
@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import PurePosixPath
 from typing import Any
 
 from ctrexec.containerd.tasks import Status
-from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS, NETWORK_MODE
+from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS, NETWORK_MODE, VOLUMES
 from ctrexec.oci.resources import parse_size
 from ctrexec.tasks.config import TaskConfig, TaskInfo
 from ctrexec.views.gofuncs import GoMap
@@ -25,6 +26,8 @@ from ctrexec.views.ps import state
 #: Go's zero time, which docker prints for a time that never was.
 ZERO_TIME = "0001-01-01T00:00:00Z"
 _LIVE = (Status.RUNNING, Status.PAUSED, Status.PAUSING)
+#: Bind propagations as docker's ``Mounts`` names them (``rprivate`` unless given).
+_PROPAGATIONS = ("private", "rprivate", "shared", "rshared", "slave", "rslave")
 
 
 def rfc3339(when: datetime | None) -> str:
@@ -57,6 +60,7 @@ def document(info: TaskInfo, *, log_dropped: int = 0) -> dict[str, Any]:
         "Name": f"/{info.id}",
         "RestartCount": info.restart_count,
         "HostConfig": host_config(info.config, info),
+        "Mounts": mounts_of(info),
         "Config": config_of(info),
         "NetworkSettings": network_settings(info),
         "Ctrexec": ctrexec_view(info),
@@ -134,6 +138,32 @@ def config_of(info: TaskInfo) -> dict[str, Any]:
         "Entrypoint": entry or None,
         "Labels": GoMap(dict(sorted((cfg.labels if cfg else {}).items())), zero=""),
     }
+
+
+def mounts_of(info: TaskInfo) -> list[dict[str, Any]]:
+    """docker's ``Mounts``: each ``-v``/``--mount`` with its host source; a named or
+    anonymous volume (its directory ``NAME/_data``, the name among the record's
+    volumes) as docker's ``volume``, with its ``Name`` and the ``local`` driver."""
+    volumes = set(info.labels.get(VOLUMES, "").split(",")) - {""}
+    out: list[dict[str, Any]] = []
+    for m in info.mounts:
+        rw = "ro" not in m.options
+        source = PurePosixPath(m.source)
+        if source.name == "_data" and source.parent.name in volumes:
+            out.append({
+                "Type": "volume", "Name": source.parent.name, "Source": m.source,
+                "Destination": m.destination, "Driver": "local", "Mode": "", "RW": rw,
+                "Propagation": "",
+            })  # fmt: skip
+            continue
+        kind = "tmpfs" if m.type == "tmpfs" else "bind"
+        spread = next((o for o in m.options if o in _PROPAGATIONS), "rprivate")
+        out.append({
+            "Type": kind, "Source": m.source if kind == "bind" else "",
+            "Destination": m.destination, "Mode": "", "RW": rw,
+            "Propagation": spread if kind == "bind" else "",
+        })  # fmt: skip
+    return out
 
 
 def _bindings(info: TaskInfo, default_ip: str) -> GoMap:

@@ -6,6 +6,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from _cli import Cli
@@ -84,3 +85,45 @@ def test_image_is_the_image_id_and_config_image_the_reference(
     assert cli("create", "--name", "insd-img", test_image, "true").returncode == 0
     out = cli("inspect", "-f", "{{.Image}} {{.Config.Image}}", "insd-img")
     assert (out.returncode, out.stdout) == (0, f"{image_id} {test_image}\n"), out.stderr
+
+
+def test_mounts_in_docker_s_shape(
+    cli: Cli, test_image: str, made: list[str], tmp_path: Path
+) -> None:
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "seen").write_text("from the host\n")
+    volume = "insd-vol"
+    made.append("insd-mnt")
+    try:
+        out = cli("run", "-d", "--name", "insd-mnt", "-v", f"{volume}:/data",
+                  "-v", f"{host}:/h:ro", "--mount", "type=tmpfs,target=/t",
+                  test_image, "sleep", "300")  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        doc = _doc(cli, "insd-mnt")
+        mounts = {m["Destination"]: m for m in doc["Mounts"]}  # type: ignore[attr-defined]
+        assert set(mounts) == {"/data", "/h", "/t"}
+        shown = cli("volume inspect", volume)
+        assert shown.returncode == 0, shown.stderr
+        vol = json.loads(shown.stdout)[0]
+        assert mounts["/data"] == {
+            "Type": "volume", "Name": volume, "Source": vol["Mountpoint"],
+            "Destination": "/data", "Driver": "local", "Mode": "", "RW": True,
+            "Propagation": "",
+        }  # fmt: skip
+        assert mounts["/h"] == {
+            "Type": "bind", "Source": str(host), "Destination": "/h", "Mode": "",
+            "RW": False, "Propagation": "rprivate",
+        }  # fmt: skip
+        assert (mounts["/t"]["Type"], mounts["/t"]["RW"]) == ("tmpfs", True)
+        # The sources are the real ones: what the container writes, the host sees.
+        wrote = cli("exec", "insd-mnt", "sh", "-c", "echo hi > /data/f; cat /h/seen")
+        assert (wrote.returncode, wrote.stdout) == (0, "from the host\n"), wrote.stderr
+        assert (Path(vol["Mountpoint"]) / "f").read_text() == "hi\n"
+        tmpl = "{{range .Mounts}}{{.Source}}->{{.Destination}} {{end}}"
+        line = cli("inspect", "-f", tmpl, "insd-mnt")
+        assert line.returncode == 0, line.stderr
+        assert f"{host}->/h" in line.stdout and f"{vol['Mountpoint']}->/data" in line.stdout
+    finally:
+        cli("rm", "-f", "insd-mnt")
+        cli("volume rm", volume)
