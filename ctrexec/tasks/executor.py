@@ -164,8 +164,7 @@ class Executor:
             owner_labels = {**owner_labels, **runs.first_run(datetime.now(UTC))}
         record_labels = taskspec.record_labels(
             checked,
-            image_stop_signal=image.config.stop_signal,
-            image_entrypoint=image.config.entrypoint,
+            image_config=image.config,
             image_id=image.config_digest,
             mode=mode,
             netns_path=netns_path,

@@ -17,7 +17,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ctrexec.containerd.tasks import Status
-from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS, NETWORK_MODE, VOLUMES
+from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS, IMAGE_WORKDIR, NETWORK_MODE, VOLUMES
 from ctrexec.oci.resources import parse_size
 from ctrexec.tasks.config import TaskConfig, TaskInfo
 from ctrexec.views.gofuncs import GoMap
@@ -125,7 +125,11 @@ def _split_args(
 def config_of(info: TaskInfo) -> dict[str, Any]:
     cfg = info.config
     entry, cmd = _split_args(cfg, info.labels, list(info.args))
-    workdir = (cfg.workdir if cfg else None) or ("" if info.workdir == "/" else info.workdir)
+    # "/" is what the spec says for an image with no WorkingDir, which docker shows as ""
+    from_image = IMAGE_WORKDIR in info.labels
+    workdir = (cfg.workdir if cfg else None) or (
+        "" if info.workdir == "/" and not from_image else info.workdir
+    )
     return {
         "Hostname": info.hostname,
         "User": (cfg.user if cfg else None) or "",

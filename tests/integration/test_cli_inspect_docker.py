@@ -15,6 +15,7 @@ pytestmark = pytest.mark.integration
 
 NAMES = [f"insd-{n}" for n in range(3)]
 WD_IMAGE, WD_BOX = "ctrexec-test/insd-workdir:v1", "insd-wd"
+WD_SLASH_IMAGE = "ctrexec-test/insd-workdir:slash"
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def made(cli: Cli) -> Iterator[list[str]]:
         with contextlib.suppress(Exception):
             cli("rm", "-f", *names)
         with contextlib.suppress(Exception):
-            cli("rmi", WD_IMAGE)
+            cli("rmi", WD_IMAGE, WD_SLASH_IMAGE)
 
 
 def _doc(cli: Cli, name: str) -> dict[str, object]:
@@ -68,6 +69,15 @@ def test_working_dir_from_the_image(cli: Cli, test_image: str, made: list[str]) 
     assert (root.returncode, root.stdout) == (0, "/\n"), root.stderr
     cfg = _doc(cli, "insd-wd-root")["Config"]
     assert isinstance(cfg, dict) and cfg["WorkingDir"] == "/", cfg["WorkingDir"]
+    # An image whose WorkingDir is "/": docker shows "/" (an image with none: "")
+    made.append("insd-wd-slash")
+    slash = cli("commit", "--change", "WORKDIR /", "insd-wd-run", WD_SLASH_IMAGE)
+    assert slash.returncode == 0, slash.stderr
+    assert cli("create", "--name", "insd-wd-slash", WD_SLASH_IMAGE, "pwd").returncode == 0
+    cfg = _doc(cli, "insd-wd-slash")["Config"]
+    assert isinstance(cfg, dict) and cfg["WorkingDir"] == "/", cfg["WorkingDir"]
+    plain = _doc(cli, WD_BOX)["Config"]  # the test image's own WorkingDir is "/" too
+    assert isinstance(plain, dict) and plain["WorkingDir"] == "/", plain["WorkingDir"]
 
 
 def test_image_is_the_image_id_and_config_image_the_reference(
