@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         TaskResumed,
         TaskStarted,
     )
-    from ctrexec.containerd.execs import ExecResult
+    from ctrexec.containerd.execs import DetachedExec, ExecResult
     from ctrexec.containerd.images import Image, ImageConfig, ImageSummary, list_images
     from ctrexec.containerd.stats import Stats
     from ctrexec.containerd.streams import OutputCallback, Process, StreamOptions
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         Internal,
         InvalidArgument,
         InvalidField,
+        MissingArguments,
         NetworkError,
         NotATerminal,
         NotFound,
@@ -132,6 +133,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "Internal",
         "InvalidArgument",
         "InvalidField",
+        "MissingArguments",
         "NetworkError",
         "NotATerminal",
         "NotFound",
@@ -180,7 +182,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "TaskResumed",
         "TaskStarted",
     ),
-    "ctrexec.containerd.execs": ("ExecResult",),
+    "ctrexec.containerd.execs": ("DetachedExec", "ExecResult"),
     "ctrexec.containerd.images": ("Image", "ImageConfig", "ImageSummary", "list_images"),
     "ctrexec.images.exporter": ("export_archive",),
     "ctrexec.images.importer": ("ImportedImage", "import_archive"),
@@ -261,6 +263,7 @@ __all__ = [
     "DaemonError",
     "DaemonPaths",
     "DeadlineExceeded",
+    "DetachedExec",
     "DigestMismatch",
     "EmbeddedContainerd",
     "Event",
@@ -288,6 +291,7 @@ __all__ = [
     "InvalidField",
     "Lease",
     "LogEntry",
+    "MissingArguments",
     "NetNS",
     "NetNSInfo",
     "NetworkError",

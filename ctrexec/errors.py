@@ -85,6 +85,14 @@ class NotATerminal(InvalidArgument):
     exit_code = 1
 
 
+class MissingArguments(InvalidArgument):
+    """A verb given fewer arguments than it needs (``ctrexec run`` alone): docker's
+    ``'docker run' requires at least 1 argument.``, and its exit code 1 (a bad flag
+    keeps 125, as docker's)."""
+
+    exit_code = 1
+
+
 class UnknownCommand(InvalidArgument):
     """A mistyped verb (``ctrexec sp``): docker's exit code 1, and ``hint`` (the
     closest verbs, or where the list is) for a line of its own."""

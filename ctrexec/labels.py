@@ -31,6 +31,12 @@ STOP_TIMEOUT = "io.ctrexec.stop.timeout"
 HOSTFILES_DIR = "io.ctrexec.net.netns.files"
 #: The image reference the user asked for, before normalisation.
 IMAGE_REF = "io.ctrexec.image.ref"
+#: The image's ID (its config digest, ``sha256:...``) when the container was made:
+#: docker's ``inspect`` ``.Image``, kept as docker keeps it, whatever the tag names later.
+IMAGE_ID = "io.ctrexec.image.id"
+#: Set when the image names a WorkingDir (``/`` included): ``inspect`` then shows the
+#: task's ``/`` as docker does, where an image without one shows "".
+IMAGE_WORKDIR = "io.ctrexec.image.workdir"
 #: How many of the task's argv are the image's Entrypoint (written when the config
 #: sets none), so ``inspect`` splits ``Config.Entrypoint`` from ``Config.Cmd`` as
 #: docker does without reading the image again.

@@ -7,6 +7,7 @@ import argparse
 
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
+from ctrexec.errors import CtrexecError
 
 # ``images`` (grpc, stubs) is imported by each command, not by the parser.
 
@@ -113,7 +114,8 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     p = sub.add_parser("tag", parents=[conn], help="name an image also TARGET (no copy)")
     p.add_argument("source", metavar="SOURCE_IMAGE[:TAG]")
     p.add_argument("target", metavar="TARGET_IMAGE[:TAG]")
-    p.set_defaults(func=cmd_tag, missing_exit=1)  # docker's exit for "No such image"
+    # docker's 1 for "No such image" and for every other refusal (a bad reference)
+    p.set_defaults(func=cmd_tag, missing_exit=1, error_exits=((CtrexecError, 1),))
     p = sub.add_parser("commit", parents=[conn], help="a new image from a container's changes")
     p.add_argument("container", metavar="CONTAINER")
     p.add_argument("ref", metavar="REPOSITORY[:TAG]")

@@ -18,6 +18,7 @@ from ctrexec.cli.verbs import each
 
 if TYPE_CHECKING:
     from ctrexec.tasks.config import TaskInfo
+    from ctrexec.views.gotemplate import Template
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
@@ -62,7 +63,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from ctrexec.views import inspect as inspectdoc
     from ctrexec.views import ps as psformat
 
-    template = psformat.parse_template(args.format) if args.format else None  # before connecting
+    template = _inspect_template(args.format) if args.format else None  # before connecting
     client = connect(args)  # not the Executor: inspecting needs none of its own modules
     docs: list[dict[str, Any]] = []  # docker prints those it found, then exits 1
 
@@ -84,6 +85,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for text in [psformat.execute(template, d) for d in docs]:
         print(text, flush=True)
     return code
+
+
+def _inspect_template(text: str) -> Template:
+    """``inspect -f``'s template; one that does not parse exits 64, docker inspect's
+    code for it (a template that fails as it runs keeps docker's 1)."""
+    from ctrexec.views import gotemplate  # here, as the verbs' other views: start-up cost
+    from ctrexec.views import ps as psformat
+
+    try:
+        return psformat.parse_template(text)
+    except gotemplate.TemplateError as exc:
+        exc.exit_code = 64
+        raise
 
 
 def _last(text: str) -> int:

@@ -134,15 +134,21 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     missing_exit = None
+    error_exits: Sequence[tuple[type[CtrexecError], int]] = ()
     try:
         args = parse(argv)
         missing_exit = getattr(args, "missing_exit", None)
+        # (kind, code) pairs a verb sets where docker's code for a refusal is not 125
+        error_exits = getattr(args, "error_exits", ())
         code: int = args.func(args)
     except UnknownCommand as err:  # docker's two lines: what was typed, then a way on
         print(f"ctrexec: {err}\n{err.hint}", file=sys.stderr)
         return err.exit_code
     except CtrexecError as err:
         code = _common.fail(err)
+        for kind, kind_code in error_exits:
+            if isinstance(err, kind):
+                return kind_code
         missing = isinstance(err, NotFound | AmbiguousPrefix)
         return missing_exit if missing_exit and missing else code
     except KeyboardInterrupt:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags
-from ctrexec.errors import InvalidArgument
+from ctrexec.errors import CtrexecError, InvalidArgument
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -214,7 +214,8 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     out.add_argument("--quiet", "-q", action="store_true", help="print only the image name")
     out.add_argument("--json", action="store_true", help="print progress events as JSON lines")
     p.add_argument("--parallel", type=_count, default=3, help="blobs downloaded at once (3)")
-    p.set_defaults(func=cmd_pull)
+    # docker's 1 for every refusal of a pull (an unreachable registry, a bad reference)
+    p.set_defaults(func=cmd_pull, error_exits=((CtrexecError, 1),))
     p = sub.add_parser("push", parents=[conn], help="push an image to a registry")
     p.add_argument("ref", metavar="NAME[:TAG]")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the digest line")

@@ -29,6 +29,7 @@ from ctrexec.errors import (
     FailedPrecondition,
     InvalidArgument,
     InvalidField,
+    MissingArguments,
     NotFound,
 )
 from ctrexec.labels import parse_key_values
@@ -218,7 +219,16 @@ def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, Wiring | 
     return ex, config, wired
 
 
+def _image_given(args: argparse.Namespace, verb: str) -> None:
+    """docker's refusal of ``run``/``create`` without an image, and its exit code 1."""
+    if args.image is None:
+        raise MissingArguments(
+            f"'ctrexec {verb}' requires at least 1 argument. See 'ctrexec {verb} --help'."
+        )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _image_given(args, "run")
     attached = (args.interactive or args.tty) and not args.detach
     keys = attach.prepare(args) if attached else b""
     with _by_flag(), runflags.cidfile(args.cidfile) as write_cid:
@@ -272,6 +282,7 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    _image_given(args, "create")
     with _by_flag(), runflags.cidfile(args.cidfile) as write_cid:
         ex, config, wired = _prepared(args)
         write_cid(config.name)
@@ -403,6 +414,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
+    if args.detach:
+        return _exec_detached(args)
     if args.interactive or args.tty:
         if args.timeout is not None:
             raise InvalidArgument("exec: --timeout cannot be used with -i or -t")
@@ -422,6 +435,19 @@ def cmd_exec(args: argparse.Namespace) -> int:
     sys.stderr.buffer.write(result.stderr)
     sys.stderr.flush()
     return result.exit_code
+
+
+def _exec_detached(args: argparse.Namespace) -> int:
+    """docker's ``exec -d``: start the command, print nothing, exit 0 at once; the
+    command runs on with its output discarded, the task its keeper."""
+    if args.interactive or args.tty or args.timeout is not None:
+        raise InvalidArgument("exec: -d cannot be used with -i, -t or --timeout")
+    ex = executor(args)
+    ex.exec_detached(
+        ex.lookup()(args.id), args.command, env=_env(args.env), workdir=args.workdir,
+        user=args.user,
+    )  # fmt: skip
+    return 0
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
@@ -482,7 +508,7 @@ def _run_flags(p: ArgumentParser) -> None:
         help=logmodes.log_opts_help(),
     )
     add_pull_policy(p)
-    p.add_argument("image")
+    p.add_argument("image", nargs="?")  # its absence refused by _image_given, as docker's
     p.add_argument("command", nargs=argparse.REMAINDER)
 
 
@@ -529,6 +555,9 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     _logs_parser(sub)
     p = sub.add_parser("exec", parents=[conn], help="run a command in a running task")
     attach.interactive_flags(p, detach_keys=True)
+    p.add_argument(
+        "-d", "--detach", action="store_true", help="start the command and return; it runs on"
+    )
     p.add_argument("-e", "--env", action="append", default=[])
     p.add_argument("-w", "--workdir")
     p.add_argument("-u", "--user")
@@ -540,7 +569,8 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     )
     p.add_argument("id")
     p.add_argument("command", nargs=argparse.REMAINDER)
-    p.set_defaults(func=cmd_exec)
+    # docker's 1 for an exec on a stopped or paused container (the daemon's refusal)
+    p.set_defaults(func=cmd_exec, error_exits=((FailedPrecondition, 1),))
     for name in ("pause", "unpause"):
         p = sub.add_parser(name, parents=[conn], help=f"{name} tasks")
         p.add_argument("ids", nargs="+")

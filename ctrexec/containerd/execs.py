@@ -2,7 +2,8 @@
 
 :func:`start_exec` gives a :class:`~ctrexec.containerd.streams.Process` whose stdio
 this client streams; :func:`run_exec` is a use of it that captures the output and
-returns it with the exit code. Each exec has its own FIFO directory
+returns it with the exit code; :func:`start_detached` starts one with no stdio and
+leaves it running. Each exec has its own FIFO directory
 (:mod:`ctrexec.containerd.fifos`), removed on every path: a failed start here, the
 exit in the process's watcher, or :meth:`Process.close`.
 """
@@ -54,6 +55,37 @@ class _Capture:
         room = MAX_CAPTURE - len(self.data)
         self.data += chunk[:room]
         self.dropped += max(0, len(chunk) - room)
+
+
+@attrs.frozen
+class DetachedExec:
+    """A process :func:`start_detached` started and left running: its exec id in the
+    task (containerd's, for ``Tasks.Kill``/``DeleteProcess``) and its host pid."""
+
+    exec_id: str
+    pid: int
+
+
+def start_detached(client: Client, container_id: str, process_spec: dict[str, Any]) -> DetachedExec:
+    """Exec ``process_spec`` in the task with no stdio and return once it runs
+    (docker's ``exec -d``): no FIFOs and no watcher here, so nothing of this client
+    outlives the call.
+
+    Its stdio is the shim's null IO (``/dev/null``), as docker discards a detached
+    exec's output. Its keeper is the task: it runs in the task's cgroup and PID
+    namespace, so stopping or killing the task ends it, and the shim reaps it when it
+    exits and keeps its exit status until the task is deleted (containerd's rule for
+    exec processes no client deletes).
+    """
+    exec_id = f"exec-{secrets.token_hex(6)}"
+    tasks.exec_process(client, container_id, exec_id, process_spec, Stdio())
+    try:
+        pid = tasks.start(client, container_id, exec_id)
+    except BaseException:
+        with contextlib.suppress(CtrexecError):
+            tasks.delete_process(client, container_id, exec_id)
+        raise
+    return DetachedExec(exec_id=exec_id, pid=pid)
 
 
 def start_exec(

@@ -23,6 +23,7 @@ from ctrexec.ids import validate_id
 from ctrexec.logs import modes as logmodes
 from ctrexec.logs.driver import check_limits
 from ctrexec.oci import caps, namespaces, process, resources, secopts
+from ctrexec.oci.mounts import Mount
 from ctrexec.oci.spec import with_annotations
 from ctrexec.oci.user import check_group_add, split_user_spec
 from ctrexec.tasks import fields
@@ -528,6 +529,12 @@ class TaskInfo:
     problems: tuple[Problem, ...] = ()
     exit_reason: str | None = None
     unknown_reason: str | None = None
+    #: The image's ID (``sha256:...``) the container was made from; "" for a record
+    #: made before ctrexec kept it.
+    image_id: str = ""
+    #: The spec's mounts at the paths the config's ``-v`` and ``--mount`` name, in the
+    #: spec's order: docker's ``inspect`` ``.Mounts``, with their host sources.
+    mounts: tuple[Mount, ...] = ()
 
     @property
     def oom_killed(self) -> bool:

@@ -14,11 +14,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ctrexec import _linux, defaults, ids, owners
 from ctrexec import labels as lbl
-from ctrexec.containerd import containers, images, snapshots, stats, tasks
+from ctrexec.containerd import containers, execs, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.execs import ExecResult, run_exec, start_exec
 from ctrexec.containerd.streams import Process, StreamOptions
@@ -45,6 +45,7 @@ from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks import stdio as taskio
 from ctrexec.tasks import volumes as volstore
 from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
+from ctrexec.tasks.execspec import ExecOptions, process_spec
 from ctrexec.tasks.users import ImageUsers
 
 if TYPE_CHECKING:
@@ -62,15 +63,6 @@ _SUPERVISOR_MARKS = (
     lbl.RESTART_ERROR,
     lbl.RESTART_DUE,
 )
-
-
-class ExecOptions(TypedDict, total=False):
-    """What an exec changes from the task's process: its environment (added to the
-    task's), working directory and user (a name or uid[:gid], resolved in the image)."""
-
-    env: dict[str, str] | None
-    workdir: str | None
-    user: str | None
 
 
 class ExecStreamOptions(ExecOptions, StreamOptions, total=False):
@@ -173,8 +165,8 @@ class Executor:
             owner_labels = {**owner_labels, **runs.first_run(datetime.now(UTC))}
         record_labels = taskspec.record_labels(
             checked,
-            image_stop_signal=image.config.stop_signal,
-            image_entrypoint=image.config.entrypoint,
+            image_config=image.config,
+            image_id=image.config_digest,
             mode=mode,
             netns_path=netns_path,
             files=files,
@@ -601,21 +593,6 @@ class Executor:
         with self._locks_guard:
             self._locks.pop(task_id, None)
 
-    def _exec_spec(
-        self, task_id: str, args: Sequence[str], options: ExecOptions, *, tty: bool = False
-    ) -> dict[str, Any]:
-        record = taskio.running_record(self.client, task_id, args)
-        resolved, user = None, options.get("user")
-        if user:
-            cfg = taskconfig.config_of(record)
-            image = images.get_image(
-                self.client, record.image, platform=cfg.platform if cfg else None
-            )
-            snapshotter = cfg.snapshotter if cfg else "overlayfs"
-            resolved = self.users.resolve(self.client, image, user, snapshotter)
-        env, workdir = options.get("env"), options.get("workdir")
-        return taskio.exec_spec(record.spec, args, env=env, workdir=workdir, user=resolved, tty=tty)
-
     def exec_stream(
         self,
         task_id: str,
@@ -628,7 +605,7 @@ class Executor:
     ) -> Process:
         """Run a command in the task and stream its stdio (see :class:`ctrexec.Process`);
         ``tty`` gives it a pseudo-terminal of ``size`` (columns, rows)."""
-        spec = self._exec_spec(task_id, args, options, tty=tty)
+        spec = process_spec(self.client, self.users, task_id, args, options, tty=tty)
         out, err = options.get("on_stdout"), options.get("on_stderr")
         with taskio.command_errors():
             return start_exec(
@@ -644,6 +621,16 @@ class Executor:
         **options: Unpack[ExecOptions],
     ) -> ExecResult:
         """Run a command in the task and return its exit code and output."""
-        spec = self._exec_spec(task_id, args, options)
+        spec = process_spec(self.client, self.users, task_id, args, options)
         with taskio.command_errors():
             return run_exec(self.client, task_id, spec, timeout=timeout)
+
+    def exec_detached(
+        self, task_id: str, args: Sequence[str], **options: Unpack[ExecOptions]
+    ) -> execs.DetachedExec:
+        """Start a command in the task and return once it runs, leaving it running with
+        its output discarded (docker's ``exec -d``); the task is its keeper (see
+        :func:`ctrexec.containerd.execs.start_detached`)."""
+        spec = process_spec(self.client, self.users, task_id, args, options)
+        with taskio.command_errors():
+            return execs.start_detached(self.client, task_id, spec)

@@ -20,9 +20,11 @@ from ctrexec.containerd import containers, stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, HandleMismatch, InvalidArgument, NotFound
+from ctrexec.oci import mounts as ocimounts
 from ctrexec.oci import process
+from ctrexec.oci.mounts import Mount
 from ctrexec.tasks import health, logkeeper, runs
-from ctrexec.tasks.config import TaskHandle, TaskInfo, config_of
+from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo, config_of
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -113,11 +115,13 @@ def build(
         exit_status = runs.kept_exit(labels)
         status = Status.STOPPED if exit_status is not None else Status.CREATED
     pid = state.pid if state else 0
+    config = config_of(record)
     return TaskInfo(
         exit_reason=runs.exit_reason(labels) if state is None else None,
         unknown_reason=state.reason if state is not None and state.unknown else None,
         id=record.id,
         image=labels.get(lbl.IMAGE_REF, record.image),
+        image_id=labels.get(lbl.IMAGE_ID, ""),
         status=status,
         pid=pid,
         exit=exit_status,
@@ -127,9 +131,9 @@ def build(
         log_path=labels.get(lbl.LOG_PATH, ""),
         labels=labels,
         created_at=record.created_at,
-        config=config_of(record),
+        config=config,
         run=now.run if now else 0,
-        started_at=now.started_at if now else None,
+        started_at=_not_before(now.started_at, record.created_at) if now else None,
         restart_count=_count(labels.get(lbl.RESTART_COUNT)),
         # A live task is not restarting, whatever a supervisor that died left behind.
         restarting=lbl.RESTART_PENDING in labels and status not in (Status.RUNNING, Status.PAUSED),
@@ -137,6 +141,40 @@ def build(
         ports=group_ports(labels),
         addresses=addresses_of(record, _live_pid(state)) if addresses else None,
         **_process_facts(record.spec),
+        mounts=_user_mounts(record.spec, config),
+    )
+
+
+def _not_before(started: datetime | None, created: datetime | None) -> datetime | None:
+    """A run's start, never before its record's creation (docker's ``Created`` precedes
+    ``StartedAt``). ``run`` writes the start time into the record in the create call
+    itself (no label update after), so that time is read on this host before
+    containerd stamps the record and can precede it by the create's round trip; the
+    task itself starts after the record exists."""
+    if started is None or created is None:
+        return started
+    return max(started, created)
+
+
+def _user_mounts(spec: Mapping[str, Any], cfg: TaskConfig | None) -> tuple[Mount, ...]:
+    """The spec's mounts at the destinations the config's ``-v`` and ``--mount`` name
+    (not ctrexec's own: hosts files, the init): what docker's ``.Mounts`` lists."""
+    wanted: set[str] = set()
+    for parse, texts in ((ocimounts.parse_volume, cfg.volumes if cfg else ()),
+                         (ocimounts.parse_mount, cfg.mounts if cfg else ())):  # fmt: skip
+        for text in texts:
+            with contextlib.suppress(InvalidArgument):  # a record made by another ctrexec
+                wanted.add(parse(text).destination)
+    found = spec.get("mounts")
+    return tuple(
+        Mount(
+            str(m["destination"]),
+            str(m.get("type") or ""),
+            str(m.get("source") or ""),
+            tuple(str(o) for o in m.get("options") or ()),
+        )
+        for m in (found if isinstance(found, list) else ())
+        if isinstance(m, dict) and m.get("destination") in wanted
     )
 
 

@@ -344,8 +344,8 @@ def default_hostname(cfg: TaskConfig) -> str:
 def record_labels(
     checked: CheckedConfig,
     *,
-    image_stop_signal: str,
-    image_entrypoint: Sequence[str] | None = None,
+    image_config: ImageConfig,
+    image_id: str = "",
     mode: str,
     netns_path: str | None,
     files: HostFiles | None,
@@ -362,7 +362,7 @@ def record_labels(
         lbl.LOG_PATH: str(log_path),
         lbl.IMAGE_REF: config.image,
         lbl.STOP_TIMEOUT: str(config.stop_timeout),
-        lbl.STOP_SIGNAL: config.stop_signal or image_stop_signal or "SIGTERM",
+        lbl.STOP_SIGNAL: config.stop_signal or image_config.stop_signal or "SIGTERM",
         **owner_labels,
     }
     if netns_path is not None:
@@ -371,8 +371,12 @@ def record_labels(
         labels[lbl.HOSTFILES_DIR] = str(files.directory)
     if config.group:
         labels[lbl.GROUP] = config.group
+    if image_id:
+        labels[lbl.IMAGE_ID] = image_id
+    if image_config.working_dir:
+        labels[lbl.IMAGE_WORKDIR] = image_config.working_dir
     if config.entrypoint is None:  # the argv starts with the image's Entrypoint
-        labels[lbl.IMAGE_ENTRYPOINT_ARGS] = str(len(image_entrypoint or ()))
+        labels[lbl.IMAGE_ENTRYPOINT_ARGS] = str(len(image_config.entrypoint or ()))
     if config.auto_remove:
         labels[lbl.AUTO_REMOVE] = "true"
     if config.restart.policy != "no":

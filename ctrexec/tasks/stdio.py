@@ -156,6 +156,10 @@ def running_record(client: Client, task_id: str, args: Sequence[str]) -> contain
         raise InvalidArgument("exec needs a command")
     record = containers.get(client, task_id)
     state = tasks.find(client, task_id)
+    if state is not None and state.status in (Status.PAUSED, Status.PAUSING):  # docker's words
+        raise FailedPrecondition(
+            f"container {task_id} is paused, unpause the container before exec"
+        )
     if state is None or state.status is not Status.RUNNING:
         raise FailedPrecondition(f"container {task_id} is not running")
     return record

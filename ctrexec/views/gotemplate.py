@@ -31,7 +31,12 @@ __all__ = ["GoMap", "Template", "TemplateError", "parse"]
 
 
 class TemplateError(InvalidArgument):
-    """A template that does not parse, or fails while it runs (Go's own wording)."""
+    """A template that does not parse, or fails while it runs (Go's own wording).
+
+    Exit code 1, docker's for a ``--format`` that fails (``inspect`` gives 64 for one
+    that does not parse: :mod:`ctrexec.cli.inspect` says so)."""
+
+    exit_code = 1
 
 
 # --- lexing -------------------------------------------------------------------------

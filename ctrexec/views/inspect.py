@@ -4,7 +4,7 @@ Scripts written for ``docker inspect`` read ``.State.Status``, ``.Config.Env`` o
 ``.NetworkSettings.IPAddress``; this builds those keys, with docker's types and
 spellings, from a :class:`TaskInfo`, and keeps ctrexec's own view (snake_case, with
 the run, the namespace, the group and the log path) whole under ``Ctrexec``. Keys
-docker has and ctrexec cannot know (GraphDriver, Mounts, Driver...) are left out, not
+docker has and ctrexec cannot know (GraphDriver, Driver...) are left out, not
 made up. Go maps (labels, ports) are :class:`~ctrexec.views.gofuncs.GoMap`, so templates
 index and range over them as docker's do.
 """
@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import PurePosixPath
 from typing import Any
 
 from ctrexec.containerd.tasks import Status
-from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS, NETWORK_MODE
+from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS, IMAGE_WORKDIR, NETWORK_MODE, VOLUMES
 from ctrexec.oci.resources import parse_size
 from ctrexec.tasks.config import TaskConfig, TaskInfo
 from ctrexec.views.gofuncs import GoMap
@@ -25,6 +26,8 @@ from ctrexec.views.ps import state
 #: Go's zero time, which docker prints for a time that never was.
 ZERO_TIME = "0001-01-01T00:00:00Z"
 _LIVE = (Status.RUNNING, Status.PAUSED, Status.PAUSING)
+#: Bind propagations as docker's ``Mounts`` names them (``rprivate`` unless given).
+_PROPAGATIONS = ("private", "rprivate", "shared", "rshared", "slave", "rslave")
 
 
 def rfc3339(when: datetime | None) -> str:
@@ -49,12 +52,15 @@ def document(info: TaskInfo, *, log_dropped: int = 0) -> dict[str, Any]:
         "Path": args[0] if args else "",
         "Args": args[1:],
         "State": state_of(info),
-        "Image": info.image,
+        # docker's: the image's ID (the reference is Config.Image); a record made
+        # before ctrexec kept the ID shows the reference, the one name it has
+        "Image": info.image_id or info.image,
         "LogPath": info.log_path,
         "LogDroppedBytes": log_dropped,
         "Name": f"/{info.id}",
         "RestartCount": info.restart_count,
         "HostConfig": host_config(info.config, info),
+        "Mounts": mounts_of(info),
         "Config": config_of(info),
         "NetworkSettings": network_settings(info),
         "Ctrexec": ctrexec_view(info),
@@ -119,7 +125,11 @@ def _split_args(
 def config_of(info: TaskInfo) -> dict[str, Any]:
     cfg = info.config
     entry, cmd = _split_args(cfg, info.labels, list(info.args))
-    workdir = (cfg.workdir if cfg else None) or ("" if info.workdir == "/" else info.workdir)
+    # "/" is what the spec says for an image with no WorkingDir, which docker shows as ""
+    from_image = IMAGE_WORKDIR in info.labels
+    workdir = (cfg.workdir if cfg else None) or (
+        "" if info.workdir == "/" and not from_image else info.workdir
+    )
     return {
         "Hostname": info.hostname,
         "User": (cfg.user if cfg else None) or "",
@@ -132,6 +142,32 @@ def config_of(info: TaskInfo) -> dict[str, Any]:
         "Entrypoint": entry or None,
         "Labels": GoMap(dict(sorted((cfg.labels if cfg else {}).items())), zero=""),
     }
+
+
+def mounts_of(info: TaskInfo) -> list[dict[str, Any]]:
+    """docker's ``Mounts``: each ``-v``/``--mount`` with its host source; a named or
+    anonymous volume (its directory ``NAME/_data``, the name among the record's
+    volumes) as docker's ``volume``, with its ``Name`` and the ``local`` driver."""
+    volumes = set(info.labels.get(VOLUMES, "").split(",")) - {""}
+    out: list[dict[str, Any]] = []
+    for m in info.mounts:
+        rw = "ro" not in m.options
+        source = PurePosixPath(m.source)
+        if source.name == "_data" and source.parent.name in volumes:
+            out.append({
+                "Type": "volume", "Name": source.parent.name, "Source": m.source,
+                "Destination": m.destination, "Driver": "local", "Mode": "", "RW": rw,
+                "Propagation": "",
+            })  # fmt: skip
+            continue
+        kind = "tmpfs" if m.type == "tmpfs" else "bind"
+        spread = next((o for o in m.options if o in _PROPAGATIONS), "rprivate")
+        out.append({
+            "Type": kind, "Source": m.source if kind == "bind" else "",
+            "Destination": m.destination, "Mode": "", "RW": rw,
+            "Propagation": spread if kind == "bind" else "",
+        })  # fmt: skip
+    return out
 
 
 def _bindings(info: TaskInfo, default_ip: str) -> GoMap:

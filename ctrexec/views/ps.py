@@ -115,7 +115,8 @@ def _ports(info: TaskInfo) -> str:
 
 #: ``ps --format`` fields, with the header ``table`` prints for each.
 PS_FIELDS: dict[str, tuple[str, Callable[[TaskInfo, datetime], object]]] = {
-    "ID": ("CONTAINER ID", lambda i, _: i.id[:12]),
+    # The whole name: a cut one is not unique (a group's members share its prefix).
+    "ID": ("CONTAINER ID", lambda i, _: i.id),
     "Image": ("IMAGE", lambda i, _: i.image),
     "Command": ("COMMAND", lambda i, _: _command(i)),
     "CreatedAt": ("CREATED AT", lambda i, _: _iso(i.created_at)),
@@ -131,9 +132,8 @@ PS_FIELDS: dict[str, tuple[str, Callable[[TaskInfo, datetime], object]]] = {
     "Networks": ("NETWORKS", lambda i, _: _networks(i)),
     "Mounts": ("MOUNTS", lambda i, _: _mounts(i)),
 }
-#: What ``ps --no-trunc`` shows instead: whole ids (a name any verb takes) and commands.
+#: What ``ps --no-trunc`` shows instead: whole commands and mounts.
 PS_UNTRUNCATED: dict[str, Callable[[TaskInfo, datetime], object]] = {
-    "ID": lambda i, _: i.id,
     "Command": lambda i, _: _command(i, trunc=False),
     "Mounts": lambda i, _: _mounts(i, trunc=False),
 }
@@ -171,7 +171,7 @@ def ps_template(template: str) -> tuple[bool, gotemplate.Template]:
     known = {*PS_FIELDS, "Label"}
     for name in sorted(parsed.root_fields() - known):
         names = ", ".join(f".{f}" for f in PS_FIELDS)
-        raise InvalidArgument(f"ps --format: unknown field .{name} (known: {names})")
+        raise gotemplate.TemplateError(f"ps --format: unknown field .{name} (known: {names})")
     return table, parsed
 
 
@@ -207,8 +207,10 @@ def ps_lines(
 ) -> list[str]:
     """The ``ps`` output lines for ``template``; a ``table`` one aligned under a header.
 
-    ``trunc`` cuts ids to 12 characters and commands to 20, as docker's ``ps`` does
-    (any verb takes a unique prefix of a name, so a cut id still names its container).
+    ``trunc`` cuts commands to 20 characters, as docker's ``ps`` does. Ids are never
+    cut: docker's are random hex, unique in 12 characters, but ctrexec's ids are names,
+    whose first 12 characters many share (``my-service-alpha-1`` and ``-2``, a group's
+    members), and ``rm -f $(ctrexec ps -aq)`` must name each container.
     """
     now = now or datetime.now(UTC)
     table, parsed = ps_template(template)

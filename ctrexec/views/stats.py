@@ -14,7 +14,6 @@ from collections.abc import Sequence
 import attrs
 
 from ctrexec.containerd.stats import Stats
-from ctrexec.errors import InvalidArgument
 from ctrexec.views import gotemplate
 from ctrexec.views.images import human_size
 from ctrexec.views.ps import render, table_template
@@ -83,7 +82,7 @@ def stats_template(template: str) -> tuple[bool, gotemplate.Template]:
     table, parsed = table_template(template)
     for name in sorted(parsed.root_fields() - set(STATS_HEADERS)):
         names = ", ".join(f".{f}" for f in STATS_HEADERS)
-        raise InvalidArgument(f"stats --format: unknown field .{name} (known: {names})")
+        raise gotemplate.TemplateError(f"stats --format: unknown field .{name} (known: {names})")
     return table, parsed
 
 

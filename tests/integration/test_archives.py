@@ -677,7 +677,7 @@ def test_run_create_and_rmi_take_an_image_id_prefix(
     for given, name in ((f"sha256:{short}", names[0]), (short[:6], short[:6])):  # name wins
         made = run("create", "--name", "cx-idp-c", given, "true")
         assert made.returncode == 0, made.stderr
-        assert run("inspect", "-f", "{{.Image}}", "cx-idp-c").stdout == f"{name}\n", given
+        assert run("inspect", "-f", "{{.Config.Image}}", "cx-idp-c").stdout == f"{name}\n", given
         assert run("rm", "cx-idp-c").returncode == 0
     for argv, code in ((("run", "--rm", first, "true"), 125), (("rmi", first), 1)):
         out = run(*argv)

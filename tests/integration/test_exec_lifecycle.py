@@ -47,7 +47,7 @@ def test_an_exec_after_the_init_exited_is_refused_in_dockers_words(
     with pytest.raises(errors.FailedPrecondition, match=r"^container exl-done is not running$"):
         ex.exec_stream("exl-done", ["true"])
     out = cli("exec", "exl-done", "true")
-    assert (out.returncode, out.stderr) == (125, "ctrexec: container exl-done is not running\n")
+    assert (out.returncode, out.stderr) == (1, "ctrexec: container exl-done is not running\n")
 
 
 def test_an_exec_running_when_its_init_is_killed_ends_and_both_exits_arrive(

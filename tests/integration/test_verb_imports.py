@@ -75,7 +75,7 @@ def _verbs(cli: Cli, image: str) -> dict[str, tuple[list[str], int]]:
         "rm": ("rm", UP),
         "pull": ("pull", NO_REGISTRY),
     }
-    codes = {"pull": 125}
+    codes = {"pull": 1}  # docker's code for a pull that fails
     verbs = {
         verb: (cli.argv(command, *args)[len(CLI_PROG) :], codes.get(verb, 0))
         for verb, (command, *args) in calls.items()

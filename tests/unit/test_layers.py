@@ -210,6 +210,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "grouplock",
         "groupnet",
         "stdio",
+        "execspec",
         "waiting",
         "events",
         "stale",

@@ -75,7 +75,7 @@ def test_parse_filters() -> None:
         parse_filters(["status"])
 
 
-def test_ps_ids_cut_to_12_unless_no_trunc() -> None:
+def test_ps_ids_whole_commands_cut_unless_no_trunc() -> None:
     from ctrexec.containerd.tasks import Status
     from ctrexec.tasks.config import TaskConfig, TaskInfo
     from ctrexec.views.ps import ps_lines
@@ -86,7 +86,7 @@ def test_ps_ids_cut_to_12_unless_no_trunc() -> None:
         netns_path=None, netns_mode="none", group=None, log_path="", labels={},
         created_at=None, config=config,
     )  # fmt: skip
-    assert ps_lines([info], "{{.ID}}") == ["ctrexec-0123"]
+    assert ps_lines([info], "{{.ID}}") == ["ctrexec-0123456789abcdef"]
     assert ps_lines([info], "{{.ID}}", trunc=False) == ["ctrexec-0123456789abcdef"]
     assert ps_lines([info], "{{.Command}}") == ['"echo echo echo echo…"']
     assert ps_lines([info], "{{.Command}}", trunc=False) == [f'"{" ".join(["echo"] * 8)}"']
