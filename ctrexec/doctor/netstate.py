@@ -29,13 +29,13 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
+from ctrexec import inflight, owners
 from ctrexec import labels as lbl
-from ctrexec import owners
 from ctrexec.doctor.findings import Check, Finding, Scope, every_record, stamp
-from ctrexec.errors import CtrexecError, NetworkError
+from ctrexec.errors import CtrexecError, FailedPrecondition, NetworkError
 from ctrexec.net import health, holders, ipamstore, iptables, netns, nsmarks, nsrefs
 from ctrexec.net.cni import CNI
 from ctrexec.net.cniconf import CNIAttachment
@@ -86,10 +86,22 @@ def abandoned(scope: Scope) -> set[str]:
         # group, or one made before owners were recorded, is not judged abandoned.
         if owners.spared(nsmarks.owner_of(path), address, namespace) is None
         and not users.get(path)
+        and not inflight.busy(inflight.netns_key(prefix + group))  # a run -p under way
         and netns.is_mounted(path)
         and scope.old_enough(_mtime(Path(path)))
         and not any(grouplock.busy(scope.client.with_namespace(n), group) for n in spaces)
     }
+
+
+@contextlib.contextmanager
+def _claimed(owner: str, where: str) -> Iterator[None]:
+    """gc's removal of what an attachment of ``owner`` left, holding its pin's in-flight
+    lock (:mod:`ctrexec.inflight`): no create of that name makes its reservation and
+    rules meanwhile, which come before its record."""
+    with inflight.claimed(inflight.netns_key(holders.NETNS_PREFIX + owner)) as free:
+        if not free:
+            raise FailedPrecondition(f"{where} belongs to a create under way; left alone")
+        yield
 
 
 def _killed(owner: str, gone: Collection[str]) -> str:
@@ -222,7 +234,10 @@ def remove_reservation(scope: Scope, finding: Finding) -> None:
     path = Path(finding.where)
     if pool is None or path.parent != pool.directory:
         raise NetworkError(f"{path} is not in the pool of {scope.networks.network}")
-    ipamstore.release_own(pool, [path.name], finding.ref)
+    with _claimed(finding.ref, finding.where):
+        if ipaddress.ip_address(path.name) in explained(scope, abandoned(scope)):
+            raise FailedPrecondition(f"{path} is held again; left alone")
+        ipamstore.release_own(pool, [path.name], finding.ref)
     if path.exists():
         raise NetworkError(f"{path} is still there (it names another holder now)")
 
@@ -276,7 +291,10 @@ def find_rules(scope: Scope) -> list[Finding]:
 
 def remove_rules(scope: Scope, finding: Finding) -> None:
     network = scope.networks.network
-    iptables.remove_attachment(network, finding.ref)
+    with _claimed(finding.ref, finding.where):
+        if finding.ref not in dead_owners(scope):
+            raise FailedPrecondition(f"{finding.where}: its attachment is live again; left alone")
+        iptables.remove_attachment(network, finding.ref)
     for tool in iptables.TOOLS:
         if finding.ref in iptables.owners(iptables.list_rules(tool), network):
             raise NetworkError(f"{tool}: rules of {finding.ref} are still there")
