@@ -29,6 +29,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from ctrexec import flocks
 from ctrexec.defaults import RUN_DIR
 
 #: One lock file per key; made on demand, unlinked by gc once it held it.
@@ -118,18 +119,7 @@ def claimed(key: str) -> Iterator[bool]:
 def busy(key: str) -> bool:
     """Whether a create holds ``key`` now (doctor's view; gc decides under
     :func:`claimed`). A key with no lock file is not busy, and none is made."""
-    path = _path(key)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return flocks.held(_path(key))
 
 
 __all__ = ["LOCK_DIR", "busy", "claimed", "creating", "netns_key"]

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from ctrexec import flocks
 from ctrexec.containerd.client import Client
 from ctrexec.defaults import RUN_DIR
 
@@ -55,16 +56,4 @@ def presence(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> Iterator[None
 
 def is_supervised(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> bool:
     """Whether a supervisor (any process) serves the client's address and namespace."""
-    try:
-        fd = os.open(_lock_path(client, lock_dir), os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # also releases the probe's lock
-    return False
+    return flocks.held(_lock_path(client, lock_dir))

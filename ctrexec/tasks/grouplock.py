@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from ctrexec import flocks
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
@@ -186,16 +187,4 @@ def of_task(client: Client, task_id: str) -> contextlib.AbstractContextManager[N
 def busy(client: Client, group: str, lock_dir: Path = DEFAULT_DIR) -> bool:
     """Whether some process holds ``group``'s lock now (an up, a down or a start under
     way), probed without waiting; doctor spares what such an act is making."""
-    try:
-        fd = os.open(lock_path(client, group, lock_dir), os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return False  # never locked since boot: nothing under way
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # also releases the probe's own lock
-    return False
+    return flocks.held(lock_path(client, group, lock_dir))
