@@ -133,7 +133,7 @@ def build(
         created_at=record.created_at,
         config=config,
         run=now.run if now else 0,
-        started_at=_not_before(now.started_at, record.created_at) if now else None,
+        started_at=now.started_at if now else None,
         restart_count=_count(labels.get(lbl.RESTART_COUNT)),
         # A live task is not restarting, whatever a supervisor that died left behind.
         restarting=lbl.RESTART_PENDING in labels and status not in (Status.RUNNING, Status.PAUSED),
@@ -143,17 +143,6 @@ def build(
         **_process_facts(record.spec),
         mounts=_user_mounts(record.spec, config),
     )
-
-
-def _not_before(started: datetime | None, created: datetime | None) -> datetime | None:
-    """A run's start, never before its record's creation (docker's ``Created`` precedes
-    ``StartedAt``). ``run`` writes the start time into the record in the create call
-    itself (no label update after), so that time is read on this host before
-    containerd stamps the record and can precede it by the create's round trip; the
-    task itself starts after the record exists."""
-    if started is None or created is None:
-        return started
-    return max(started, created)
 
 
 def _user_mounts(spec: Mapping[str, Any], cfg: TaskConfig | None) -> tuple[Mount, ...]:

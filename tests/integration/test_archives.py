@@ -386,9 +386,9 @@ def test_export_to_stdout_round_trips_through_stdin(
 # -- bad input ----------------------------------------------------------------------------------
 
 
-def _refused(out: subprocess.CompletedProcess[bytes], words: str) -> None:
+def _refused(out: subprocess.CompletedProcess[bytes], words: str, code: int = 125) -> None:
     err = out.stderr.decode()
-    assert out.returncode == 125, err
+    assert out.returncode == code, err
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("ctrexec: ") and words in err, err
     assert "Traceback" not in err

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -35,19 +34,6 @@ def _doc(cli: Cli, name: str) -> dict[str, object]:
     assert out.returncode == 0, out.stderr
     doc: dict[str, object] = json.loads(out.stdout)[0]
     return doc
-
-
-def test_created_is_not_after_started(cli: Cli, test_image: str, made: list[str]) -> None:
-    for name in NAMES:
-        made.append(name)
-        assert cli("run", "-d", "--name", name, test_image, "sleep", "300").returncode == 0
-    for name in NAMES:
-        doc = _doc(cli, name)
-        state = doc["State"]
-        assert isinstance(state, dict)
-        created = datetime.fromisoformat(str(doc["Created"]))
-        started = datetime.fromisoformat(str(state["StartedAt"]))
-        assert created <= started, (name, doc["Created"], state["StartedAt"])
 
 
 def test_working_dir_from_the_image(cli: Cli, test_image: str, made: list[str]) -> None:

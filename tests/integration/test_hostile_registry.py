@@ -1,6 +1,7 @@
 """Pulls from a hostile registry through the real CLI (docs/security.md, "Registry
-pulls"): each bad answer is refused with one line and exit 125, and the namespace is
-left empty (no image, blob, ingest or lease); credentials go only where the rules say.
+pulls"): each bad answer is refused with one line and exit 1 (docker's for a failed
+pull), and the namespace is left empty (no image, blob, ingest or lease); credentials
+go only where the rules say.
 
 The registry is tests/integration/_hostile_registry.py's server on 127.0.0.1; a second
 one on 127.0.0.2 (another host: another origin) plays the CDN a blob redirect goes to
@@ -30,6 +31,8 @@ from test_archives import _empty, _members, _refused, build_oci_variant
 from ctrexec.containerd import content, images
 from ctrexec.containerd.client import Client
 
+#: docker's exit code for any failed pull (README, "Exit codes"), ctrexec's too.
+PULL_FAILED = 1
 #: The import tests' fixture: a namespace of the test's own, emptied and removed after.
 ns = test_archives.ns
 USER, PASSWORD = "sin-user", "sin-s3cret"
@@ -151,7 +154,7 @@ def test_hostile_registry_answers_are_refused_and_leave_nothing(
 ) -> None:
     reg, _ = servers
     for repo, words in _refusals(reg, test_image_archive, tmp_path):
-        _refused(_pull(cli, ns, f"{reg.host}/{repo}:v1", docker_config), words)
+        _refused(_pull(cli, ns, f"{reg.host}/{repo}:v1", docker_config), words, PULL_FAILED)
         assert _empty(ns) == [], repo
     # the loop was cut after 10 redirects (11 requests)
     assert len(reg.headers_of("/v2/loop/")) == 11
@@ -238,6 +241,10 @@ def test_an_https_registry_credentials_never_go_to_a_plain_http_realm(
         env = {**os.environ, "DOCKER_CONFIG": str(d)}
         ref = f"{reg.host}/clear:v1"
         out = _pull(cli, ns, ref, env, "--hosts-dir", str(tmp_path / "certs.d"))
-        _refused(out, "is plain HTTP; credentials for an HTTPS registry are not sent in clear")
+        _refused(
+            out,
+            "is plain HTTP; credentials for an HTTPS registry are not sent in clear",
+            PULL_FAILED,
+        )
         assert other.headers_of("/token-clear") == []
         assert _empty(ns) == []
