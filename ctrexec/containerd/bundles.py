@@ -32,6 +32,7 @@ PLUGIN_DIR = "io.containerd.runtime.v2.task"
 #: directory: a fixed path, shared by all containerds of the host.
 SHIM_SOCKET_DIR = Path("/run/containerd/s")
 _LEFT = re.compile(r"mkdir (/\S+): file exists")
+_GONE = re.compile(r"open (/\S+): no such file or directory")
 #: How long the shim's ``delete`` may take (containerd gives its own cleanup 5 s).
 DELETE_TIMEOUT = 30.0
 
@@ -49,14 +50,23 @@ def left_by(exc: CtrexecError, namespace: str, container_id: str) -> Path | None
     return path
 
 
-def vanished(exc: CtrexecError) -> bool:
-    """Whether a Tasks.Create failed because the new shim found its bundle gone as it
-    started (it runs in the bundle; its ``getwd`` fails). containerd's cleanup of an
-    earlier create of this id that was cancelled (its caller killed) removes the
-    bundle by path, and it can land on the one made for the next create. That cleanup
-    runs once, so the create sent again finds its way clear."""
+def vanished(exc: CtrexecError, namespace: str, container_id: str) -> bool:
+    """Whether a Tasks.Create failed because the new shim's bundle went as it started.
+    containerd's cleanup of an earlier create of this id that was cancelled (its caller
+    killed) removes the bundle by path, and it can land on the one made for the next
+    create: 1.6's shim then fails in it (``getwd``), and 2.x fails to write the file it
+    keeps there (``open <bundle>/shim-binary-path``). That cleanup runs once, so the
+    create sent again finds its way clear. Only this container's own bundle counts."""
     text = str(exc)
-    return "failed to start shim" in text and "getwd: no such file or directory" in text
+    if "failed to start shim" not in text:
+        return False
+    if "getwd: no such file or directory" in text:
+        return True
+    match = _GONE.search(text)
+    if match is None:
+        return False
+    path = Path(match.group(1))
+    return path.parts[-4:-1] == (PLUGIN_DIR, namespace, container_id) and ".." not in path.parts
 
 
 def shim_socket(address: str, namespace: str, group: str) -> Path:

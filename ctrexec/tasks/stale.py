@@ -4,9 +4,10 @@ containerd cancels such a call halfway (see :mod:`ctrexec.containerd.bundles`): 
 task is listed, but the bundle stays, often with its shim and a ``runc init`` under
 it, and every later Tasks.Create of that id fails with ``mkdir <bundle>: file
 exists``. Or containerd's own cleanup of that cancelled create removes the bundle of
-the next one as its shim starts (``getwd: no such file or directory``): that create
-is sent again as it is. Every start goes through :func:`create_task` (``run``,
-``start``, ``group up``, the supervisor), so each of them completes such a container:
+the next one as its shim starts (``getwd``, or 2.x's ``open <bundle>/shim-binary-path``:
+no such file or directory): that create is sent again as it is. Every start goes
+through :func:`create_task` (``run``, ``start``, ``group up``, the supervisor), so each
+of them completes such a container:
 the container half made under the shim is deleted, the shim is stopped when it serves
 nothing else (as destroy stops an orphaned shim), and once containerd's own cleanup of
 that shim has had its time, whatever is left of the bundle is removed; then the create
@@ -39,7 +40,7 @@ def create_task(client: Client, record: containers.Container, create: Callable[[
         try:
             return create()
         except CtrexecError as exc:
-            if bundles.vanished(exc):
+            if bundles.vanished(exc, client.namespace, record.id):
                 continue
             path = bundles.left_by(exc, client.namespace, record.id)
             if path is None:
