@@ -14,7 +14,9 @@ are judged by the tests' reserved range ``10.231.0.0/16`` (every test subnet lie
 it, which tests/unit/test_sweep.py checks): iptables rules that name an address in it,
 with the CNI chains only they use, and bridges that hold an address in it and have no
 port. So are the namespaces tests pin themselves (``cxt-``) that no process uses. These
-are left alone while another test run is going on. Nothing else on the host is touched.
+are left alone while another test run is going on. runc's own state of the session's
+namespace (under a path all containerds share) goes when no shim of that namespace runs
+and the container's init is dead. Nothing else on the host is touched.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import ipaddress
+import json
 import os
 import re
 import shlex
@@ -37,6 +40,7 @@ from ctrexec._linux import mounts_under
 from ctrexec.containerd import containers
 from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
 from ctrexec.errors import CtrexecError
+from ctrexec.logs.orphaned_shims import arg, processes
 from ctrexec.net import netns, nsrefs
 from ctrexec.net.netns import NETNS_RUN_DIR
 from ctrexec.testing import OWNER_LOCK, PRIVATE_PARENT, PRIVATE_PREFIX, owner_gone
@@ -53,6 +57,9 @@ TEST_PINS = "cxt-"
 #: A directory without an owner lock younger than this may be a run that is starting.
 MIN_AGE = 60.0
 TABLES = ("nat", "filter")
+#: Where containerd's runc shim keeps runc's state, per containerd namespace: a fixed
+#: path, shared by every containerd of the host (the shim's default ``root``).
+RUNC_ROOT = Path("/run/containerd/runc")
 _ADDRESS = re.compile(r"\b10\.231\.\d{1,3}\.\d{1,3}\b")
 _OWNER = re.compile(r'name: \\"([^"\\]+)\\" id: \\"([^"\\]+)\\"')
 
@@ -245,7 +252,49 @@ def remove_test_pins(run_dir: Path = Path(NETNS_RUN_DIR)) -> list[str]:
     return gone
 
 
-def sweep(cli: Sequence[str]) -> list[str]:
+def remove_runc_state(namespace: str, root: Path = RUNC_ROOT) -> list[str]:
+    """runc's state of this session's namespace that no shim serves and whose init is
+    dead: what a killed run leaves when its shims were killed too (CI kills all a
+    stopped session left running). runc's state outlives its containerd, under a path
+    every containerd of the host shares, so the next session's create of the same id
+    fails with ``container with id exists``. The namespace is this session's own (each
+    run of a matrix has its own); while any shim of it runs, nothing is touched."""
+    where = root / namespace
+    if not where.is_dir():
+        return []
+    for _, argv in processes().values():
+        shim = Path(os.fsdecode(argv[0])).name.startswith("containerd-shim")
+        if shim and arg(argv, b"-namespace") == os.fsencode(namespace):
+            return []
+    runc = shutil.which("runc")
+    gone: list[str] = []
+    for state in sorted(where.iterdir()):
+        if _init_alive(state / "state.json"):
+            continue
+        if runc is not None:
+            _run(runc, "--root", str(where), "delete", "--force", state.name)
+        shutil.rmtree(state, ignore_errors=True)
+        gone.append(f"runc state {namespace}/{state.name}")
+    return gone
+
+
+def _init_alive(state: Path) -> bool:
+    """Whether the container's init process (pid and start time, as runc recorded
+    them) still runs. Unreadable state counts as alive: it is left alone."""
+    try:
+        saved = json.loads(state.read_text())
+        pid, start = int(saved["init_process_pid"]), int(saved["init_process_start"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return False
+    return int(fields[19]) == start
+
+
+def sweep(cli: Sequence[str], namespace: str) -> list[str]:
     """Everything a killed test run left that this one can tell is a test's.
 
     What only a name or an address tells is left alone while another run goes on
@@ -254,6 +303,7 @@ def sweep(cli: Sequence[str]) -> list[str]:
     gone: list[str] = []
     for where in dead_dirs():
         gone += remove_dead_dir(where, cli)
+    gone += remove_runc_state(namespace)
     if live_runs():
         return gone
     return gone + remove_rules() + remove_bridges() + remove_test_pins()

@@ -147,7 +147,7 @@ def _sweep_killed_sessions(request: pytest.FixtureRequest) -> None:
     from _cli import CLI_PROG
     from _sweep import sweep
 
-    gone = sweep(CLI_PROG)
+    gone = sweep(CLI_PROG, TEST_NAMESPACE)
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
         for what in gone:

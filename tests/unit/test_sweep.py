@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import fcntl
 import ipaddress
+import json
 import os
 import re
 import time
 from pathlib import Path
 
-from _sweep import MIN_AGE, TEST_RANGE, dead_dirs, doomed, parse_rules
+from _sweep import MIN_AGE, TEST_RANGE, dead_dirs, doomed, parse_rules, remove_runc_state
 
 from ctrexec.testing import OWNER_LOCK
 
@@ -97,3 +98,40 @@ def test_a_directory_is_dead_when_its_owner_lock_is_free(tmp_path: Path) -> None
     finally:
         os.close(held)
     assert tmp_path / "cxd-held" in dead_dirs(tmp_path, now=now)
+
+
+def _runc_state(root: Path, namespace: str, cid: str, pid: int, start: int) -> Path:
+    where = root / namespace / cid
+    where.mkdir(parents=True)
+    state = {"id": cid, "init_process_pid": pid, "init_process_start": start}
+    (where / "state.json").write_text(json.dumps(state))
+    return where
+
+
+def _start_time(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    return int(fields[19])
+
+
+def test_runc_state_of_a_dead_init_goes_and_a_live_ones_stays(tmp_path: Path) -> None:
+    """A killed session's runc state (its init and its shims dead) is in the way of the
+    next session's create of the same id; a live container's is never touched."""
+    ns = f"cxt-unit-{os.getpid()}"
+    dead_pid = 2**22 + 7  # above any pid_max this runs with: no such process
+    dead = _runc_state(tmp_path, ns, "dead", dead_pid, 1)
+    me = os.getpid()
+    live = _runc_state(tmp_path, ns, "live", me, _start_time(me))
+    reused = _runc_state(tmp_path, ns, "reused", me, _start_time(me) + 1)  # pid reused
+    unreadable = tmp_path / ns / "unreadable"
+    unreadable.mkdir()
+    gone = remove_runc_state(ns, root=tmp_path)
+    assert sorted(gone) == [f"runc state {ns}/dead", f"runc state {ns}/reused"]
+    assert not dead.exists() and not reused.exists()
+    assert live.exists() and unreadable.exists()
+
+
+def test_another_namespaces_runc_state_is_not_looked_at(tmp_path: Path) -> None:
+    ns = f"cxt-unit-{os.getpid()}"
+    other = _runc_state(tmp_path, ns + "-other", "dead", 2**22 + 7, 1)
+    assert remove_runc_state(ns, root=tmp_path) == []
+    assert other.exists()
