@@ -96,6 +96,17 @@ def addresses_of(record: containers.Container, pid: int) -> tuple[Address, ...] 
     return tuple(a for a in found.addresses if a.ifname != "lo")
 
 
+def _created(stamped: datetime | None, now: runs.Run | None) -> datetime | None:
+    """When the container was made, as docker's ``Created``: never after its run began.
+    containerd stamps the record as it stores it; a ``run`` writes the start time into
+    that very create, read a few ms before the stamp, and a rename stores a new record.
+    The container existed by the time it started, so the earlier of the two is true."""
+    started = now.started_at if now else None
+    if stamped is None or started is None:
+        return stamped or started
+    return min(stamped, started)
+
+
 def build(
     record: containers.Container,
     state: tasks.ProcessState | None,
@@ -130,7 +141,7 @@ def build(
         group=labels.get(lbl.GROUP),
         log_path=labels.get(lbl.LOG_PATH, ""),
         labels=labels,
-        created_at=record.created_at,
+        created_at=_created(record.created_at, now),
         config=config,
         run=now.run if now else 0,
         started_at=now.started_at if now else None,

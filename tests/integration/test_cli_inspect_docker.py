@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,21 @@ def test_mounts_in_docker_s_shape(
     finally:
         cli("rm", "-f", "insd-mnt")
         cli("volume rm", volume)
+
+
+def test_created_is_never_after_started_at(cli: Cli, test_image: str, made: list[str]) -> None:
+    """docker's ``Created`` comes before ``State.StartedAt``. A ``run`` writes its start
+    time into the record's create, read before containerd stamps the record, which made
+    ``Created`` 1-4 ms the later of the two; a rename stores a new record too."""
+    made += ["insd-when", "insd-when2"]
+    run = cli("run", "--name", "insd-when", test_image, "true")
+    assert run.returncode == 0, run.stderr
+    fmt = "{{.Created}} {{.State.StartedAt}}"
+    for name in ("insd-when", "insd-when2"):
+        out = cli("inspect", "-f", fmt, name)
+        assert out.returncode == 0, out.stderr
+        created, started = (datetime.fromisoformat(v) for v in out.stdout.split())
+        assert created <= started, out.stdout
+        if name == "insd-when":
+            renamed = cli("rename", "insd-when", "insd-when2")  # a stopped one: a new record
+            assert renamed.returncode == 0, renamed.stderr
