@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ctrexec import _rpc
+from ctrexec import _rpc, flocks
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._linux import mount_points, mounts_under, unix_socket_listening
 from ctrexec.containerd import containers, snapshots, tasks
@@ -75,17 +75,10 @@ def owner_gone(base: Path) -> bool | None:
     """Whether the run that made ``base`` has ended (its :data:`OWNER_LOCK` is free);
     None when the directory has no such lock (not one of :func:`private_containerd`'s,
     or one made before it kept a lock)."""
-    try:
-        fd = os.open(base / OWNER_LOCK, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
+    lock = base / OWNER_LOCK
+    if not lock.exists():
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
+    return not flocks.held(lock)
 
 
 #: Where containerd 1.6 puts runc's per-namespace state, whatever the daemon's own state

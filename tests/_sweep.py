@@ -43,7 +43,13 @@ from ctrexec.errors import CtrexecError
 from ctrexec.logs.orphaned_shims import arg, processes
 from ctrexec.net import netns, nsrefs
 from ctrexec.net.netns import NETNS_RUN_DIR
-from ctrexec.testing import OWNER_LOCK, PRIVATE_PARENT, PRIVATE_PREFIX, owner_gone
+from ctrexec.testing import (
+    OWNER_LOCK,
+    PRIVATE_PARENT,
+    PRIVATE_PREFIX,
+    RUNC_STATE_DIR,
+    owner_gone,
+)
 
 #: The chaos suite's own private containerds (tests/chaos/conftest.py), beside the
 #: session's (``ctrexec.testing.PRIVATE_PREFIX``).
@@ -57,9 +63,6 @@ TEST_PINS = "cxt-"
 #: A directory without an owner lock younger than this may be a run that is starting.
 MIN_AGE = 60.0
 TABLES = ("nat", "filter")
-#: Where containerd's runc shim keeps runc's state, per containerd namespace: a fixed
-#: path, shared by every containerd of the host (the shim's default ``root``).
-RUNC_ROOT = Path("/run/containerd/runc")
 _ADDRESS = re.compile(r"\b10\.231\.\d{1,3}\.\d{1,3}\b")
 _OWNER = re.compile(r'name: \\"([^"\\]+)\\" id: \\"([^"\\]+)\\"')
 
@@ -252,7 +255,7 @@ def remove_test_pins(run_dir: Path = Path(NETNS_RUN_DIR)) -> list[str]:
     return gone
 
 
-def remove_runc_state(namespace: str, root: Path = RUNC_ROOT) -> list[str]:
+def remove_runc_state(namespace: str, root: Path = RUNC_STATE_DIR) -> list[str]:
     """runc's state of this session's namespace that no shim serves and whose init is
     dead: what a killed run leaves when its shims were killed too (CI kills all a
     stopped session left running). runc's state outlives its containerd, under a path
