@@ -38,35 +38,20 @@ def parse_mac(text: str) -> bytes:
 
 def probe_frame(own_mac: bytes, target: ipaddress.IPv4Address) -> bytes:
     """An Ethernet broadcast ARP request for ``target`` with sender IP 0.0.0.0."""
-    header = _ETH_HEADER.pack(BROADCAST, own_mac, ETH_P_ARP)
-    body = _ARP_BODY.pack(
-        _HTYPE_ETHER,
-        _ETH_P_IP,
-        6,
-        4,
-        ARP_REQUEST,
-        own_mac,
-        bytes(4),
-        bytes(6),
-        target.packed,
-    )
-    return header + body
+    return _request(own_mac, bytes(4), target)
 
 
 def announcement_frame(own_mac: bytes, address: ipaddress.IPv4Address) -> bytes:
     """An RFC 5227 ARP announcement: a broadcast request for ``address`` whose sender is
     ``address`` at ``own_mac`` (Linux takes it as gratuitous and overrides its entry)."""
+    return _request(own_mac, address.packed, address)
+
+
+def _request(own_mac: bytes, sender_ip: bytes, target: ipaddress.IPv4Address) -> bytes:
+    """A broadcast ARP request; the two kinds RFC 5227 sends differ in its sender IP."""
     header = _ETH_HEADER.pack(BROADCAST, own_mac, ETH_P_ARP)
     body = _ARP_BODY.pack(
-        _HTYPE_ETHER,
-        _ETH_P_IP,
-        6,
-        4,
-        ARP_REQUEST,
-        own_mac,
-        address.packed,
-        bytes(6),
-        address.packed,
+        _HTYPE_ETHER, _ETH_P_IP, 6, 4, ARP_REQUEST, own_mac, sender_ip, bytes(6), target.packed
     )
     return header + body
 

@@ -16,10 +16,12 @@ so unasked for up to ~30 s) while the published port is dead.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import select
 import socket
 import time
+from collections.abc import Iterator
 
 from ctrexec.errors import NetworkError
 from ctrexec.net import arp, netns
@@ -48,16 +50,28 @@ def _open(ifname: str) -> socket.socket:
     return sock
 
 
+@contextlib.contextmanager
+def _link(netns_path: str, ifname: str, doing: str) -> Iterator[socket.socket]:
+    """The namespace's ARP socket on ``ifname`` for one act (``doing``: "probe for
+    10.0.0.2", say); any failure, opening or using it, is a NetworkError that says so."""
+    try:
+        sock = netns.run_inside(netns_path, lambda: _open(ifname), doing=f"{doing} from")
+    except OSError as exc:
+        raise NetworkError(f"cannot {doing} on {ifname}: {exc.strerror}") from exc
+    try:
+        yield sock
+    except OSError as exc:
+        raise NetworkError(f"{doing} on {ifname} failed: {exc}") from exc
+    finally:
+        sock.close()
+
+
 def probe(netns_path: str, ifname: str, address: ipaddress.IPv4Address) -> str | None:
     """The MAC of another holder of ``address`` on ``ifname``'s link; None if none answered.
 
     NetworkError if the probe cannot be sent (no such interface, no permission).
     """
-    try:
-        sock = netns.run_inside(netns_path, lambda: _open(ifname), doing="probe from")
-    except OSError as exc:
-        raise NetworkError(f"cannot probe for {address} on {ifname}: {exc.strerror}") from exc
-    try:
+    with _link(netns_path, ifname, f"probe for {address}") as sock:
         own = sock.getsockname()[4]
         frame = arp.probe_frame(own, address)
         for n in range(PROBES):
@@ -67,10 +81,6 @@ def probe(netns_path: str, ifname: str, address: ipaddress.IPv4Address) -> str |
             if found is not None:
                 return arp.format_mac(found)
         return None
-    except OSError as exc:
-        raise NetworkError(f"ARP probe for {address} on {ifname} failed: {exc}") from exc
-    finally:
-        sock.close()
 
 
 def announce(netns_path: str, ifname: str, address: ipaddress.IPv4Address) -> str:
@@ -78,11 +88,7 @@ def announce(netns_path: str, ifname: str, address: ipaddress.IPv4Address) -> st
 
     NetworkError if the announcement cannot be sent.
     """
-    try:
-        sock = netns.run_inside(netns_path, lambda: _open(ifname), doing="announce from")
-    except OSError as exc:
-        raise NetworkError(f"cannot announce {address} on {ifname}: {exc.strerror}") from exc
-    try:
+    with _link(netns_path, ifname, f"announce {address}") as sock:
         own = sock.getsockname()[4]
         frame = arp.announcement_frame(own, address)
         for n in range(ANNOUNCEMENTS):
@@ -90,10 +96,6 @@ def announce(netns_path: str, ifname: str, address: ipaddress.IPv4Address) -> st
                 time.sleep(ANNOUNCE_INTERVAL)
             sock.send(frame)
         return arp.format_mac(own)
-    except OSError as exc:
-        raise NetworkError(f"ARP announcement of {address} on {ifname} failed: {exc}") from exc
-    finally:
-        sock.close()
 
 
 def _listen(
