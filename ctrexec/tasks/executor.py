@@ -250,7 +250,9 @@ class Executor:
             from ctrexec.tasks import groupnet, records
 
             # Its group's namespace pinned again, or made again after a reboot; first,
-            # so that a start of a running member (a no-op) repairs a lost pin too.
+            # so that a start of a running member (a no-op) repairs a lost pin too. Read
+            # again under the locks, on purpose: of_task read it only to find the group,
+            # and another act may have changed it while this one waited.
             current = containers.get(self.client, task_id)
             groupnet.ensure(self.client, current, self.files_dir)
             if netns_path := current.labels.get(lbl.NETNS_PATH):
