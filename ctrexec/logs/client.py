@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ctrexec import flocks
 from ctrexec.defaults import DEFAULT_LOGD_DIR, LOGD_DIR_ENV
 from ctrexec.errors import DeadlineExceeded, FailedPrecondition
 from ctrexec.logs import daemon as logdaemon
@@ -30,9 +31,6 @@ from ctrexec.logs.launcher import boot_source
 START_TIMEOUT = 10.0
 #: How long one request may take (``wait`` has its own timeout).
 REQUEST_TIMEOUT = 10.0
-#: How long :func:`keep_alive` waits for a ping: a daemon silent that long is taken for
-#: dead (a start then finds its lock held and leaves it be).
-PING_TIMEOUT = 3.0
 
 
 def state_dir() -> Path:
@@ -66,8 +64,10 @@ def keep_alive(where: Path | None = None) -> bool:
     blocks them. Whoever notices calls this (the supervisor every few seconds, and
     ``ps``, ``logs``, ``inspect``, ``doctor --fix``, each task start): the new daemon
     adopts the runs from their registration files and the blocked writers resume. Cheap
-    when all is well: a directory listing and, if it has runs, one ping. Raises
-    FailedPrecondition when the daemon cannot be started.
+    when all is well, as it is on ``ps``'s path: a directory listing and, if it has
+    runs, a probe of the lock the daemon holds while it lives (the kernel drops it with
+    the daemon, however it died), with no round trip to a daemon that may be busy
+    copying. Raises FailedPrecondition when the daemon cannot be started.
     """
     where = state_dir() if where is None else where
     try:
@@ -75,8 +75,7 @@ def keep_alive(where: Path | None = None) -> bool:
             return False  # nothing to read: an idle exit is no death
     except OSError:
         return False
-    with contextlib.suppress(OSError, EOFError, FailedPrecondition, DeadlineExceeded):
-        _exchange(where / logdaemon.SOCKET, {"op": "ping"}, PING_TIMEOUT)
+    if flocks.held(where / logdaemon.LOCK):
         return False
     spawn(where)
     return True
