@@ -39,6 +39,29 @@ seams. Every translated error chains the original with ``raise ... from``.
 
 from __future__ import annotations
 
+#: The most of a user's value that an error quotes (its ``repr``), in characters: a
+#: 10 MB hostname is named by its start and its length, not printed whole.
+QUOTE_LIMIT = 120
+
+
+def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` for an error's text, cut to ``limit`` characters with an
+    ellipsis and the value's whole length when longer: the one bound on what any
+    error quotes of a user's input (docker's messages cut long values too)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, str):
+        whole = f"{len(value.encode(errors='surrogatepass'))} bytes"
+    elif isinstance(value, bytes):
+        whole = f"{len(value)} bytes"
+    elif isinstance(value, tuple | list | dict):
+        items = "item" if len(value) == 1 else "items"
+        whole = f"{len(value)} {items}, {len(text)} characters"
+    else:
+        whole = f"{len(text)} characters"
+    return f"{text[:limit]}… ({whole})"
+
 
 class CtrexecError(Exception):
     """Root of every error ctrexec raises on purpose."""
@@ -61,7 +84,7 @@ class InvalidField(InvalidArgument):
 
     def __init__(self, field: str, value: object, reason: str) -> None:
         shown = list(value) if isinstance(value, tuple) else value
-        super().__init__(f"{field} = {shown!r}: {reason}")
+        super().__init__(f"{field} = {quoted(shown)}: {reason}")
         self.field = field
         self.value = value
         self.reason = reason

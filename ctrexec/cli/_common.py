@@ -274,6 +274,11 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
 _RPC_NAME = re.compile(r"^(?:[A-Z][A-Za-z]*\.)+[A-Z][A-Za-z]*: ")
 #: runc's and containerd's code for an error they did not classify.
 _NOISE = (": unknown", ": internal")
+#: The longest error line printed, in characters; a longer one keeps its start and its
+#: end (where the reason is) around a note of what was cut. Values are quoted cut
+#: already (errors.quoted): this is the last guard, for a message that quoted whole.
+LINE_LIMIT = 1000
+_LINE_HEAD, _LINE_TAIL = 600, 300
 
 
 def user_words(err: CtrexecError) -> str:
@@ -286,7 +291,15 @@ def user_words(err: CtrexecError) -> str:
     msg = _RPC_NAME.sub("", text.splitlines()[0]) if text else type(err).__name__
     for noise in _NOISE:
         msg = msg.removesuffix(noise)
-    return msg
+    return bounded(msg)
+
+
+def bounded(line: str) -> str:
+    """``line`` cut to about :data:`LINE_LIMIT` characters, saying how many it had."""
+    if len(line) <= LINE_LIMIT:
+        return line
+    cut = len(line) - _LINE_HEAD - _LINE_TAIL
+    return f"{line[:_LINE_HEAD]}[… {cut} characters cut …]{line[-_LINE_TAIL:]}"
 
 
 def fail(err: CtrexecError) -> int:

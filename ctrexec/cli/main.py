@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         error_exits = getattr(args, "error_exits", ())
         code: int = args.func(args)
     except UnknownCommand as err:  # docker's two lines: what was typed, then a way on
-        print(f"ctrexec: {err}\n{err.hint}", file=sys.stderr)
+        print(f"ctrexec: {_common.bounded(str(err))}\n{err.hint}", file=sys.stderr)
         return err.exit_code
     except CtrexecError as err:
         code = _common.fail(err)

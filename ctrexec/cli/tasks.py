@@ -31,6 +31,7 @@ from ctrexec.errors import (
     InvalidField,
     MissingArguments,
     NotFound,
+    quoted,
 )
 from ctrexec.labels import parse_key_values
 from ctrexec.logs import modes as logmodes
@@ -126,7 +127,8 @@ def _by_flag() -> Iterator[None]:
         flag = _FLAGS.get(exc.field, "--" + exc.field.replace("_", "-"))
         if isinstance(exc.value, tuple | Mapping):  # the reason names the bad item
             raise InvalidArgument(f"invalid {flag}: {exc.reason}") from exc
-        raise InvalidArgument(f"invalid value {exc.value!r} for {flag}: {exc.reason}") from exc
+        shown = quoted(exc.value)
+        raise InvalidArgument(f"invalid value {shown} for {flag}: {exc.reason}") from exc
 
 
 def _config(args: argparse.Namespace) -> TaskConfig:
