@@ -26,7 +26,7 @@ from ctrexec.oci import caps, namespaces, process, resources, secopts
 from ctrexec.oci.mounts import Mount
 from ctrexec.oci.spec import with_annotations
 from ctrexec.oci.user import check_group_add, split_user_spec
-from ctrexec.tasks import fields
+from ctrexec.tasks import fields, requestsize
 
 if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
     from ctrexec.containerd import containers
@@ -346,8 +346,10 @@ class TaskConfig:
         """A swap limit needs a memory limit, as docker's. Only ``json-file`` rotates:
         limits given to another driver would be ignored.
 
-        Output sent to the caller's paths has no log driver at all.
+        Output sent to the caller's paths has no log driver at all. The fields
+        together must fit in containerd's one request (:mod:`requestsize`).
         """
+        requestsize.check((f.name, getattr(self, f.name)) for f in attrs.fields(type(self)))
         if self.memory_swap is not None and self.memory is None:
             raise InvalidField(
                 "memory_swap",

@@ -192,6 +192,7 @@ ORDER: dict[str, tuple[str, ...]] = {
     "ctrexec.tasks": (
         "envfile",
         "fields",
+        "requestsize",
         "config",
         "output",
         "logkeeper",
