@@ -24,6 +24,7 @@ from ctrexec import _rpc, defaults, errors
 from ctrexec._api.containerd.services.tasks.v1 import tasks_pb2
 from ctrexec._api.containerd.types import mount_pb2
 from ctrexec._api.containerd.types.task import task_pb2
+from ctrexec.containerd import runcerrors
 from ctrexec.containerd._proto import from_timestamp
 from ctrexec.containerd.client import Client
 
@@ -447,14 +448,23 @@ def wait_until(predicate: Any, timeout: float, interval: float = 0.02) -> bool:
 
 
 def command_error(exc: errors.CtrexecError) -> errors.CtrexecError:
-    """Turn runc's 'not found' / 'permission denied' into docker's 126/127 errors."""
+    """Turn runc's 'not found' / 'permission denied' into docker's 126/127 errors, a
+    working directory or mount runc refused into the user's words
+    (:mod:`runcerrors`), and any other create failure into runc's reason without
+    containerd's and runc's wrapping (the caller chains the original)."""
     text = str(exc)
     if "failed to start shim" in text:  # containerd's shim, not the task's command
         return exc
+    translated = runcerrors.translate(exc)
+    if translated is not None:
+        return translated
     if "executable file not found" in text or "no such file or directory" in text:
         return errors.CommandNotFound(f"command not found: {_runc_reason(text)}")
     if "permission denied" in text:
         return errors.CommandNotExecutable(f"command cannot be executed: {_runc_reason(text)}")
+    detail = runcerrors.runc_detail(text)
+    if detail is not None and type(exc).__init__ is Exception.__init__:
+        return type(exc)(f"cannot create the container's process: {detail}")
     return exc
 
 
