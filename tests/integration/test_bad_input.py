@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,109 @@ def test_images_command_lists_the_test_image(cli: Cli, test_image: str) -> None:
 
     names = [i["name"] for i in json.loads(out.stdout)]
     assert test_image in names
+
+
+#: Words of components the user never chose (issue 37, item 7): none may reach them.
+INTERNAL_WORDS = (
+    "shim",
+    "OCI runtime",
+    "runc",
+    "gRPC",
+    "grpc",
+    "Sent message",
+    "Tasks.",
+    "config.json",
+)
+
+
+def _one_line(out: subprocess.CompletedProcess[str], code: int) -> str:
+    """The one error line of a refused command: its exit code, no internal names, bounded."""
+    assert out.returncode == code, (out.returncode, out.stdout, out.stderr[:2000])
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr[:2000]
+    assert lines[0].startswith("ctrexec: ")
+    assert len(lines[0]) <= 1100, lines[0][:2000]
+    for word in (*INTERNAL_WORDS, "Traceback"):
+        assert word not in out.stderr, out.stderr[:2000]
+    return lines[0]
+
+
+RUNC_CASES = {
+    # -w at a file: runc's `mkdir /etc/passwd: not a directory` (docker: 125 too)
+    "workdir-a-file": (["-w", "/etc/passwd"], 125, "working directory", "'/etc/passwd'"),
+    "workdir-under-a-file": (
+        ["-w", "/etc/passwd/sub"],
+        125,
+        "working directory",
+        "not a directory",
+    ),
+    "mount-a-file-on-a-dir": (
+        ["-v", "/etc/hostname:/etc"],
+        125,
+        "cannot mount '/etc/hostname'",
+        "at '/etc'",
+    ),
+    # runc's message names the bundle's rootfs path on the host: the user reads '/proc'
+    "mount-over-proc": (["-v", "/tmp:/proc"], 125, "at '/proc'", "not of type proc"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RUNC_CASES))
+def test_a_setting_runc_refuses_is_named_in_the_users_words(
+    case: str, client: Client, containerd_address: str, test_image: str, tmp_path: Path, cli: Cli
+) -> None:
+    flags, code, *words = RUNC_CASES[case]
+    before = _snapshot(client, tmp_path, containerd_address)
+    line = _one_line(cli("run", "--name", f"bad-{case}", *flags, test_image, "true"), code)
+    for word in words:
+        assert word in line, line
+    assert "/rootfs" not in line
+    shutil.rmtree(tmp_path / "logs", ignore_errors=True)  # the failed task's log is not state
+    assert _snapshot(client, tmp_path, containerd_address) == before
+
+
+def test_an_oversized_env_is_refused_by_name_before_any_call(
+    client: Client, containerd_address: str, tmp_path: Path, cli: Cli
+) -> None:
+    """10 MiB of environment from an env file (no argv limit on the way): refused by
+    name, before the image is even looked up (a registry nobody serves would be asked)."""
+    env_file = tmp_path / "big.env"
+    env_file.write_text("".join(f"V{n}={'x' * 100_000}\n" for n in range(105)))
+    before = _snapshot(client, tmp_path, containerd_address)
+    ref = "127.0.0.1:1/does-not-exist:v0"
+    out = cli("run", "--name", "bad-big-env", "--env-file", str(env_file), ref, "true")
+    line = _one_line(out, 125)
+    assert "Unable to find image" not in out.stderr
+    assert line.startswith("ctrexec: invalid --env: the env is 10.0 MiB; "), line
+    assert "16.0 MiB per request" in line
+    assert _snapshot(client, tmp_path, containerd_address) == before
+
+
+BIG = 10 * 1024 * 1024
+BIG_GROUP_CASES = {
+    "command": f'command = ["echo", "{"x" * BIG}"]\n',
+    "hostname": f'hostname = "{"h" * BIG}"\n',
+}
+
+
+@pytest.mark.parametrize("case", sorted(BIG_GROUP_CASES))
+def test_a_ten_megabyte_field_in_a_group_file_is_one_short_line(
+    case: str, client: Client, containerd_address: str, test_image: str, tmp_path: Path, cli: Cli
+) -> None:
+    group_file = tmp_path / "group.toml"
+    group_file.write_text(
+        f'name = "gbig"\nnetwork = "none"\n[[task]]\nname = "t"\nimage = "{test_image}"\n'
+        + BIG_GROUP_CASES[case]
+    )
+    before = _snapshot(client, tmp_path, containerd_address)
+    line = _one_line(cli("group up", str(group_file)), 125)
+    assert f"task t: {case} = " in line, line[:2000]
+    assert f"({BIG} bytes" in line or "(2 items" in line, line
+    assert _snapshot(client, tmp_path, containerd_address) == before
+    assert not Path("/run/netns/cx-gbig").exists()
+
+
+def test_a_long_flag_value_is_quoted_cut(cli: Cli, test_image: str) -> None:
+    line = _one_line(cli("run", "--hostname", "h" * 100_000, test_image, "true"), 125)
+    assert "… (100000 bytes)" in line
+    assert line.endswith("hostname must be 1 to 64 characters"), line
