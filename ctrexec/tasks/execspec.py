@@ -12,6 +12,7 @@ from typing import Any, TypedDict
 from ctrexec.containerd import images
 from ctrexec.containerd.client import Client
 from ctrexec.tasks import config as taskconfig
+from ctrexec.tasks import requestsize
 from ctrexec.tasks import stdio as taskio
 from ctrexec.tasks.users import ImageUsers
 
@@ -35,7 +36,11 @@ def process_spec(
     tty: bool = False,
 ) -> dict[str, Any]:
     """The OCI process ``args`` run as in the running task ``task_id``: refused in the
-    user's words when the task does not run (:func:`ctrexec.tasks.stdio.running_record`)."""
+    user's words when the task does not run (:func:`ctrexec.tasks.stdio.running_record`),
+    and before any call when it would not fit in containerd's request (:mod:`requestsize`)."""
+    requestsize.check(
+        [("command", tuple(args)), ("env", options.get("env") or {})], why=requestsize.EXEC
+    )
     record = taskio.running_record(client, task_id, args)
     resolved, user = None, options.get("user")
     if user:

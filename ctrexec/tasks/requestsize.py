@@ -31,8 +31,16 @@ BUDGET_BYTES = (_rpc.MAX_MESSAGE_BYTES - RESERVE_BYTES) // 2
 _WORST_PER_CHAR = 12
 
 
-def check(values: Iterable[tuple[str, Any]]) -> None:
-    """Refuse fields (``name, value`` pairs) that would not fit, naming the largest."""
+#: Why a container's settings are held to :data:`BUDGET_BYTES`.
+CONTAINER = "a container's request holds its settings twice (its record and its OCI spec)"
+#: Why an exec's are: its process spec carries the container's own environment too,
+#: which may take as much.
+EXEC = "an exec's request also holds the container's own environment"
+
+
+def check(values: Iterable[tuple[str, Any]], why: str = CONTAINER) -> None:
+    """Refuse fields (``name, value`` pairs) that would not fit, naming the largest;
+    ``why`` says what else the request holds."""
     fields = list(values)
     if sum(_chars(v) for _, v in fields) * _WORST_PER_CHAR <= BUDGET_BYTES:
         return
@@ -42,9 +50,8 @@ def check(values: Iterable[tuple[str, Any]]) -> None:
         return
     size, name, value = sizes[0]
     limit = (
-        f"containerd accepts at most {_mib(_rpc.MAX_MESSAGE_BYTES)} per request, and a "
-        "container's request holds its settings twice (its record and its OCI spec), so "
-        f"they may take at most {_mib(BUDGET_BYTES)}"
+        f"containerd accepts at most {_mib(_rpc.MAX_MESSAGE_BYTES)} per request, and "
+        f"{why}, so they may take at most {_mib(BUDGET_BYTES)}"
     )
     if size > BUDGET_BYTES:
         reason = f"the {name} is {_mib(size)}; {limit}"

@@ -93,3 +93,12 @@ def test_runcs_create_failures_in_the_users_words(
 def test_a_missing_command_keeps_dockers_127() -> None:
     err = command_error(errors.Internal(WRAP + 'exec: "nope": executable file not found in $PATH'))
     assert type(err) is errors.CommandNotFound
+
+
+def test_an_oversized_exec_is_refused_before_any_call() -> None:
+    from ctrexec.tasks.execspec import process_spec
+
+    with pytest.raises(errors.InvalidField) as caught:  # no client: no call is made
+        process_spec(None, None, "t", ["sh", "x" * (10 * MIB)], {})  # type: ignore[arg-type]
+    assert caught.value.field == "command"
+    assert "also holds the container's own environment" in caught.value.reason
