@@ -12,6 +12,7 @@ generated ``*_pb2_grpc`` module (which would import grpc) is needed anywhere.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import threading
 import time
@@ -127,12 +128,31 @@ def error_class(code: grpc.StatusCode, message: str) -> type[errors.CtrexecError
     return _CODE_TO_ERROR.get(code, errors.Internal)
 
 
+#: gRPC's own refusal of a message over a channel's limit, either way (``CLIENT: Sent
+#: message larger than max (20983155 vs. 16777216)``): its words, not the user's.
+_TOO_LARGE = re.compile(
+    r"(?P<way>Sent|Received) message larger than max \((?P<size>\d+) vs\. \d+\)"
+)
+
+
 def translate(exc: grpc.RpcError, what: str) -> errors.CtrexecError:
     """Build the ctrexec error for a failed call; the caller raises it ``from exc``."""
     code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
     details = (exc.details() if isinstance(exc, grpc.Call) else None) or str(exc)
+    too_large = _TOO_LARGE.search(details)
+    if too_large is not None:
+        return errors.ResourceExhausted(f"{what}: {_too_large(too_large)}")
     cls = error_class(code, details)
     return cls(f"{what}: {details}")
+
+
+def _too_large(match: re.Match[str]) -> str:
+    """The last guard for a message over the limit (the config and exec checks come
+    first, naming the field): its size against containerd's, in a user's words."""
+    size, limit = int(match["size"]) / 2**20, MAX_MESSAGE_BYTES / 2**20
+    if match["way"] == "Sent":
+        return f"the request is {size:.1f} MiB; containerd accepts at most {limit:.1f} MiB"
+    return f"containerd's answer is {size:.1f} MiB; ctrexec reads at most {limit:.1f} MiB"
 
 
 class Stream(Iterator[M]):

@@ -102,3 +102,20 @@ def test_an_oversized_exec_is_refused_before_any_call() -> None:
         process_spec(None, None, "t", ["sh", "x" * (10 * MIB)], {})  # type: ignore[arg-type]
     assert caught.value.field == "command"
     assert "also holds the container's own environment" in caught.value.reason
+
+
+def test_grpcs_own_refusal_of_a_large_message_is_said_in_a_users_words() -> None:
+    import grpc
+
+    from ctrexec._rpc import translate
+
+    class TooLarge(grpc.RpcError, grpc.Call):  # type: ignore[misc]
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.RESOURCE_EXHAUSTED
+
+        def details(self) -> str:
+            return "CLIENT: Sent message larger than max (20983155 vs. 16777216)"
+
+    err = translate(TooLarge(), "Containers.Create")
+    assert type(err) is errors.ResourceExhausted
+    assert user_words(err) == "the request is 20.0 MiB; containerd accepts at most 16.0 MiB"
