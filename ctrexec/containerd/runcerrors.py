@@ -6,7 +6,7 @@ create failed: runc create failed: unable to start container process: error duri
 container init: mkdir /etc/passwd: not a directory: unknown``): the names of
 components the user never chose. :func:`translate` keeps what the user can act on
 (which setting, which path, the system's reason) and leaves the rest to the cause the
-caller chains (``raise ... from``), for ``--debug`` and logs.
+caller chains (``raise ... from``), for a library caller and logs to read.
 
 Exit codes follow docker's meaning of them: 125 for a setting the container cannot
 be made with, 126 when the command cannot be started from its working directory
