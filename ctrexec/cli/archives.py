@@ -8,6 +8,7 @@ import contextlib
 import sys
 from typing import TYPE_CHECKING, cast
 
+from ctrexec.cli import confirm
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.errors import InvalidArgument
 
@@ -137,6 +138,13 @@ def _bytes(n: int) -> str:
 def cmd_prune(args: argparse.Namespace) -> int:
     from ctrexec.images.prune import prune_images
 
+    which = (
+        "all images without at least one container associated to them"
+        if args.all
+        else "all dangling images"
+    )
+    if not confirm.confirmed(f"WARNING! This will remove {which}.", force=args.force):
+        return 0
     with connect(args) as client:
         report = prune_images(client, all_images=args.all)
     if args.json:
@@ -194,6 +202,9 @@ def register(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
         "--all", "-a", action="store_true", help="all unused images, not just untagged ones"
     )
     p.add_argument(
-        "--force", "-f", action="store_true", help="accepted for docker's scripts: prune never asks"
+        "--force",
+        "-f",
+        action="store_true",
+        help="do not prompt for confirmation (no terminal on stdin: never asks)",
     )
     p.set_defaults(func=cmd_prune)

@@ -2,8 +2,8 @@
 
 doctor exits 1 when it finds anything (so a cron job or a health check can act on it),
 0 when the host is clean; gc exits 1 when something it should remove stays. The two
-prunes print docker's lines; like ``image prune`` they never ask (``-f`` is accepted
-for docker's scripts), and exit 1 when a container could not be removed.
+prunes print docker's lines, ask docker's ``[y/N]`` on a terminal without ``-f``
+(:mod:`ctrexec.cli.confirm`), and exit 1 when a container could not be removed.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from ctrexec.cli import confirm
 from ctrexec.cli._common import (
     ArgumentParser,
     connect,
@@ -31,6 +32,27 @@ if TYPE_CHECKING:
 
 #: doctor's exit code when it found something, gc's when a removal failed.
 FOUND = 1
+#: What ``container prune`` says before it asks (docker's words).
+CONTAINER_WARNING = "WARNING! This will remove all stopped containers."
+
+
+def system_warning(*, all_images: bool) -> str:
+    """docker's list for ``system prune``, of what ctrexec's removes."""
+    images = (
+        "all images without at least one container associated to them"
+        if all_images
+        else "all dangling images"
+    )
+    return "\n".join(
+        (
+            "WARNING! This will remove:",
+            "  - all stopped containers",
+            "  - ctrexec's bridge network if no container uses it",
+            f"  - {images}",
+            "  - what `ctrexec gc` removes (leftovers no container owns)",
+            "",
+        )
+    )
 
 
 def _scope(args: argparse.Namespace) -> Scope:
@@ -163,6 +185,8 @@ def cmd_container_prune(args: argparse.Namespace) -> int:
     from ctrexec.doctor.prune import prune_containers
 
     where = container_filter(args.filter)
+    if not confirm.confirmed(CONTAINER_WARNING, force=args.force):
+        return 0
     scope = _scope(args)
     with scope.client:
         report = prune_containers(scope, where)
@@ -177,6 +201,8 @@ def cmd_container_prune(args: argparse.Namespace) -> int:
 def cmd_system_prune(args: argparse.Namespace) -> int:
     from ctrexec.doctor.prune import prune_system
 
+    if not confirm.confirmed(system_warning(all_images=args.all), force=args.force):
+        return 0
     scope = _scope(args)
     with scope.client:
         report = prune_system(scope, all_images=args.all)
@@ -201,7 +227,7 @@ def cmd_system_prune(args: argparse.Namespace) -> int:
 
 def _prune_parsers(sub: argparse._SubParsersAction[ArgumentParser]) -> None:
     conn = connection_flags()
-    never_asks = "accepted for docker's scripts: prune never asks"
+    never_asks = "do not prompt for confirmation (no terminal on stdin: never asks)"
     group = sub.add_parser("container", help="manage containers (prune)")
     group_sub = group.add_subparsers(
         dest="container_command", metavar="COMMAND", parser_class=ArgumentParser

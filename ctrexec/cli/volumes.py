@@ -4,9 +4,9 @@ ctrexec.tasks.volumes)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING
 
+from ctrexec.cli import confirm
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, fail, print_json
 from ctrexec.errors import CtrexecError, InvalidArgument
 
@@ -116,12 +116,10 @@ def cmd_rm(args: argparse.Namespace) -> int:
 def cmd_prune(args: argparse.Namespace) -> int:
     from ctrexec.tasks import volumes
 
-    if not args.force:
-        which = "all local volumes" if args.all else "anonymous local volumes"
-        print(f"WARNING! This will remove {which} not used by at least one container.")
-        print("Are you sure you want to continue? [y/N] ", end="", flush=True)
-        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-            return 0
+    which = "all local volumes" if args.all else "anonymous local volumes"
+    warning = f"WARNING! This will remove {which} not used by at least one container."
+    if not confirm.confirmed(warning, force=args.force):
+        return 0
     with connect(args) as client:
         gone = volumes.prune(client, everything=args.all)
     if gone:
