@@ -186,6 +186,10 @@ def cmd_top(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What ``stats`` writes before each table on a terminal: clear the screen, cursor home.
+CLEAR_SCREEN = "\x1b[2J\x1b[H"
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     """Stream a table of the named tasks (all running ones by default) until interrupted.
 
@@ -201,6 +205,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     lookup = ex.lookup()
     ids = list(dict.fromkeys(lookup(word) for word in args.ids))  # "No such container" first
     host_memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    # Streaming tables to a terminal redraw in place, as docker's; a pipe or a file gets
+    # them one after another, a blank line apart, with no escape codes in its text.
+    redraw = not args.no_stream and sys.stdout.isatty()
     with signal_pipe((signal.SIGINT, signal.SIGTERM)) as wake:
         before = _sample(ex, ids)
         while True:
@@ -215,6 +222,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
             if args.json:
                 print_json({r.name: _stats_json(r) for r in rows})
             else:
+                if redraw:
+                    sys.stdout.write(CLEAR_SCREEN)
                 print(
                     "\n".join(statsview.stats_lines(rows, args.format or statsview.STATS_DEFAULT))
                 )
@@ -222,7 +231,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             if args.no_stream:
                 return 0
             before = results
-            if not args.json:
+            if not args.json and not redraw:
                 print()
 
 

@@ -67,7 +67,7 @@ def _fields(row: StatsRow) -> dict[str, object]:
     return {
         "Container": row.name,
         "Name": row.name,
-        "ID": row.name[:12],
+        "ID": row.name,  # whole, as ps's: a name's first 12 characters may not be unique
         "CPUPerc": f"{row.cpu_percent:.2f}%",
         "MemUsage": f"{bytes_size(used)} / {bytes_size(limit)}",
         "MemPerc": f"{used / limit * 100:.2f}%" if limit else "--",

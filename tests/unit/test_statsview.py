@@ -69,7 +69,7 @@ def test_format_json_and_table() -> None:
     assert set(whole) == {
         "Container", "Name", "ID", "CPUPerc", "MemUsage", "MemPerc", "NetIO", "BlockIO", "PIDs",
     }  # fmt: skip
-    assert (whole["ID"], whole["NetIO"]) == ("a-long-conta", "0B / 0B")
+    assert (whole["ID"], whole["NetIO"]) == ("a-long-container-name", "0B / 0B")  # whole, as ps
     assert stats_lines([row], r"table {{.Container}}\t{{.PIDs}}") == [
         "CONTAINER               PIDS",
         "a-long-container-name   2",
