@@ -813,6 +813,10 @@ def test_driver_with_bad_arguments_still_drains(tmp_path: Path, launcher: str) -
 
 # ----------------------------------------------------------------------------- orphans
 
+#: The fake shims' namespaces, this process's own: stop_orphaned_drivers looks at every
+#: process of the host, so another test run's fake shims (same id) must not be ours.
+NS1, NS2 = f"ns1-{os.getpid()}", f"ns2-{os.getpid()}"
+
 _FAKE_SHIM = """
 import os, subprocess, sys, time
 driver, log, mode = sys.argv[1:4]
@@ -873,41 +877,41 @@ def _gone(pid: int) -> bool:
 
 def test_orphaned_shim_and_driver_are_stopped(tmp_path: Path, fake_shim: Any) -> None:
     """containerd 1.6 leaves a shim holding the driver's pipes after a cancelled Create."""
-    shim, (driver,) = fake_shim("orphan", "ns1")
+    shim, (driver,) = fake_shim("orphan", NS1)
     log = tmp_path / "t1" / "task.log"
-    assert stop_orphaned_drivers(log, "ns1", "t1", settle=5, stable=0.2) == [shim.pid]
+    assert stop_orphaned_drivers(log, NS1, "t1", settle=5, stable=0.2) == [shim.pid]
     assert shim.wait(10) == -signal.SIGKILL
     wait_for(lambda: _gone(driver))  # its pipe ended with the shim
 
 
 def test_a_shim_that_runs_more_is_left_alone(tmp_path: Path, fake_shim: Any) -> None:
-    busy, _ = fake_shim("busy", "ns1")
-    other, _ = fake_shim("orphan", "ns2")  # another namespace's
+    busy, _ = fake_shim("busy", NS1)
+    other, _ = fake_shim("orphan", NS2)  # another namespace's
     log = tmp_path / "t1" / "task.log"
-    assert stop_orphaned_drivers(log, "ns1", "t1", settle=5, stable=0.2) == []
+    assert stop_orphaned_drivers(log, NS1, "t1", settle=5, stable=0.2) == []
     assert busy.poll() is None and other.poll() is None
 
 
 def test_a_shim_whose_runc_lingers_is_stopped_after_settle(tmp_path: Path, fake_shim: Any) -> None:
     """A cancelled create's ``runc init`` can outlive destroy's wait; the shim cannot stay."""
-    shim, _ = fake_shim("runc", "ns1")
+    shim, _ = fake_shim("runc", NS1)
     started = time.monotonic()
-    got = stop_orphaned_drivers(tmp_path / "t1" / "task.log", "ns1", "t1", settle=0.5, stable=0.1)
+    got = stop_orphaned_drivers(tmp_path / "t1" / "task.log", NS1, "t1", settle=0.5, stable=0.1)
     assert got == [shim.pid]
     assert time.monotonic() - started >= 0.5  # runc at work: it waited
     assert shim.wait(10) == -signal.SIGKILL
 
 
 def test_a_shim_never_given_its_task_is_stopped(fake_shim: Any) -> None:
-    shim, _ = fake_shim("childless", "ns1")
+    shim, _ = fake_shim("childless", NS1)
     started = time.monotonic()
-    got = stop_orphaned_drivers("/nowhere/task.log", "ns1", "t1", settle=5, stable=0.3)
+    got = stop_orphaned_drivers("/nowhere/task.log", NS1, "t1", settle=5, stable=0.3)
     assert got == [shim.pid]
     assert time.monotonic() - started >= 0.3  # a shim may be childless for a moment
     assert shim.wait(10) == -signal.SIGKILL
 
 
 def test_no_shim_of_ours_returns_at_once(fake_shim: Any) -> None:
-    shim, _ = fake_shim("childless", "ns1")
-    assert stop_orphaned_drivers("/nowhere/task.log", "ns1", "t2", settle=30, stable=20) == []
+    shim, _ = fake_shim("childless", NS1)
+    assert stop_orphaned_drivers("/nowhere/task.log", NS1, "t2", settle=30, stable=20) == []
     assert shim.poll() is None
