@@ -15,6 +15,7 @@ import pytest
 from _cli import Cli
 
 from ctrexec import _linux
+from ctrexec.testing import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -254,3 +255,79 @@ def test_a_link_swapped_in_meanwhile_leads_nowhere_on_the_host(
                 seen.add(member.read())
         assert {p.name: p.read_bytes() for p in host.iterdir()} == before, i
     assert seen <= {b"inside\n", b"dir\n", b"payload\n", b""}  # b"": caught mid-write
+
+
+def _members(out: subprocess.CompletedProcess[bytes]) -> dict[str, bytes | None]:
+    """Each member of a tar stream by its clean name: a file's bytes, None for the rest.
+    Reading every member checks the stream is whole to its end."""
+    _ok(out)
+    got: dict[str, bytes | None] = {}
+    with tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
+        for m in tar:
+            data = tar.extractfile(m) if m.isreg() else None
+            got[os.path.normpath(m.name)] = data.read() if data is not None else None
+    return got
+
+
+def _state(cli: Cli, name: str) -> str:
+    return cli("inspect", "-f", "{{.State.Status}}", name).stdout.strip()
+
+
+def test_a_whole_container_comes_out_with_its_mounts_without_the_kernels(
+    cli: Cli, test_image: str, made: list[str], tmp_path: Path
+) -> None:
+    """``cp NAME:/. -``, README's stand-in for ``docker export``: the rootfs and a bind
+    mount come out, /proc and /sys only as the empty directories docker's archive has
+    (walking /proc died on /proc/self, which names nothing outside the task's pids)."""
+    made.append("cp-all")
+    bound = tmp_path / "bound"
+    bound.mkdir()
+    (bound / "b").write_text("bound\n")
+    out = cli("run", "-d", "--name", "cp-all", "-v", f"{bound}:/bound", test_image, "sleep", "3600")
+    assert out.returncode == 0, out.stderr
+    _sh(
+        cli, "cp-all", "echo t > /tmp/t && mkdir -p /var/v && echo v > /var/v/f && echo r > /root/r"
+    )
+    files = {"tmp/t": b"t\n", "var/v/f": b"v\n", "root/r": b"r\n", "bound/b": b"bound\n"}
+    got = _members(_cp(cli, "cp-all:/.", "-"))
+    assert {k: got.get(k) for k in files} == files
+    assert [k for k in got if k.startswith(("proc/", "sys/"))] == []
+    assert {"proc", "sys"} <= set(got)
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    _ok(_cp(cli, "cp-all:/", str(whole)))
+    assert {k: (whole / k).read_bytes() for k in files} == files
+    assert list((whole / "proc").iterdir()) == list((whole / "sys").iterdir()) == []
+    _ok(_cp(cli, "cp-all:/var/v", str(tmp_path / "v")))
+    assert (tmp_path / "v" / "f").read_text() == "v\n"
+    # Stopped: its snapshot (a stopped container's volumes are not in it; README says so).
+    assert cli("kill", "cp-all").returncode == 0
+    wait_for(lambda: _state(cli, "cp-all") == "exited", timeout=60, what="cp-all exited")
+    got = _members(_cp(cli, "cp-all:/.", "-"))
+    assert {k: got.get(k) for k in ("tmp/t", "var/v/f", "root/r")} == {
+        k: files[k] for k in ("tmp/t", "var/v/f", "root/r")
+    }
+    stopped = tmp_path / "stopped"
+    _ok(_cp(cli, "cp-all:/var/v", str(stopped)))
+    assert (stopped / "f").read_text() == "v\n"
+
+
+def test_files_vanishing_while_the_tree_is_read_are_not_fatal(
+    cli: Cli, test_image: str, made: list[str]
+) -> None:
+    """The container makes and removes files, directories and processes without a
+    pause while cp reads its whole tree: every copy succeeds and its stream is whole."""
+    made.append("cp-churn")
+    churn = (
+        "mkdir -p /churn; while :; do mkdir -p /churn/d; for i in 1 2 3 4 5 6 7 8; do"
+        " head -c 65536 /dev/zero > /churn/d/f$i; : > /churn/f$i; done; rm -rf /churn/d /churn/f*;"
+        " done"
+    )
+    out = cli("run", "-d", "--name", "cp-churn", test_image, "sh", "-c", churn)
+    assert out.returncode == 0, out.stderr
+    wait_for(
+        lambda: _sh(cli, "cp-churn", "ls /churn") != "", timeout=60, what="the churn under way"
+    )
+    for source in ("cp-churn:/.", "cp-churn:/churn", "cp-churn:/.", "cp-churn:/churn"):
+        got = _members(_cp(cli, source, "-"))
+        assert got, source
