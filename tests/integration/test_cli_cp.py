@@ -340,8 +340,10 @@ def test_files_vanishing_while_the_tree_is_read_are_not_fatal(
     )
     out = cli("run", "-d", "--name", "cp-churn", test_image, "sh", "-c", churn)
     assert out.returncode == 0, out.stderr
-    wait_for(
-        lambda: _sh(cli, "cp-churn", "ls /churn") != "", timeout=60, what="the churn under way"
+    wait_for(  # ls fails until the loop has made /churn: not an error, a wait
+        lambda: cli("exec", "cp-churn", "ls", "/churn").stdout != "",
+        timeout=60,
+        what="the churn under way",
     )
     for source in ("cp-churn:/.", "cp-churn:/churn", "cp-churn:/.", "cp-churn:/churn"):
         got = _members(_cp(cli, source, "-"))
