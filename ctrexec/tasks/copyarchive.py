@@ -48,20 +48,77 @@ def _reopen(pfd: int, flags: int) -> int:
 # -- writing a tree as a tar stream -------------------------------------------------------------
 
 
+#: ``f_type`` of the kernel's pseudo filesystems (statfs(2)): their directories are
+#: archived empty, as docker's archive of a container has ``/proc`` and ``/sys`` (its
+#: copy reads the rootfs with the volumes mounted, never these). Walking them reads
+#: the kernel's state, not files: ``/proc/self`` names nothing from outside the
+#: task's pid namespace, and a process's directory vanishes mid-walk.
+PSEUDO_FILESYSTEMS = frozenset(
+    {
+        0x9FA0,  # proc
+        0x62656572,  # sysfs
+        0x1CD1,  # devpts
+        0x19800202,  # mqueue
+        0x27E0EB,  # cgroup
+        0x63677270,  # cgroup2
+        0x73636673,  # securityfs
+        0x64626720,  # debugfs
+        0x74726163,  # tracefs
+        0xCAFE4A11,  # bpf
+        0x42494E4D,  # binfmt_misc
+        0x65735543,  # fusectl
+        0x62656570,  # configfs
+        0x6165676C,  # pstore
+        0xF97CFF8C,  # selinuxfs
+        _linux.NSFS_MAGIC,
+    }
+)
+TMPFS_MAGIC = 0x01021994
+#: The container's device directory: a tmpfs mounted there is the runtime's /dev.
+_DEV = "/dev"
+
+
 def write_tar(
     root_fd: int, path: str, out: IO[bytes], *, arcname: str, follow: bool = False
 ) -> None:
     """Write ``path`` (below ``root_fd``) to ``out`` as a tar stream named ``arcname``.
 
     ``follow``: a symlink at ``path`` itself is followed (inside the root), as with
-    ``cp -L``; symlinks below it never are.
+    ``cp -L``; symlinks below it never are. A pseudo filesystem's directory (see
+    :data:`PSEUDO_FILESYSTEMS`) and a tmpfs mounted at ``/dev`` are archived without
+    their contents. An entry that vanishes while the tree is read is left out, as a
+    process's files come and go: only the walk's start must exist.
     """
     top = _linux.path_in_root(root_fd, path, follow=follow)
     try:
         with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-            _add(tar, top, arcname, {})
+            _add(tar, top, arcname, _Where(path, os.fstat(root_fd).st_dev, {}), top=True)
     finally:
         os.close(top)
+
+
+class _Where:
+    """Where the walk is: the entry's path below the root, its parent's device, and the
+    hard links seen so far (shared by the whole walk)."""
+
+    def __init__(self, path: str, parent_dev: int, seen: dict[tuple[int, int], str]) -> None:
+        self.path, self.parent_dev, self.seen = path, parent_dev, seen
+
+    def child(self, name: str, dev: int) -> _Where:
+        return _Where(posixpath.join(self.path, name), dev, self.seen)
+
+
+def _gone(exc: OSError) -> bool:
+    """The entry vanished under the walk (a procfs task's files fail with ESRCH)."""
+    return exc.errno in (errno.ENOENT, errno.ESRCH)
+
+
+def _walked(pfd: int, st: os.stat_result, where: _Where) -> bool:
+    """Whether a directory's contents are archived: not a pseudo filesystem's."""
+    kind = _linux.fstatfs_type(pfd)
+    if kind in PSEUDO_FILESYSTEMS:
+        return False
+    return not (kind == TMPFS_MAGIC and where.path == _DEV and st.st_dev != where.parent_dev)
 
 
 def _info(st: os.stat_result, arcname: str) -> tarfile.TarInfo:
@@ -72,56 +129,91 @@ def _info(st: os.stat_result, arcname: str) -> tarfile.TarInfo:
     return info
 
 
-def _add(tar: tarfile.TarFile, pfd: int, arcname: str, seen: dict[tuple[int, int], str]) -> None:
-    st = os.fstat(pfd)
-    info = _info(st, arcname)
-    if stat.S_ISDIR(st.st_mode):
-        info.type = tarfile.DIRTYPE
-        tar.addfile(info)
-        _add_children(tar, pfd, arcname, seen)
-    elif stat.S_ISREG(st.st_mode):
-        key = (st.st_dev, st.st_ino)
-        if st.st_nlink > 1 and key in seen:
-            info.type, info.linkname = tarfile.LNKTYPE, seen[key]
+class _Exact:
+    """A file read as exactly ``size`` bytes: one that shrank since its stat is padded
+    with zeros (as GNU tar pads it), so the archive's header stays true."""
+
+    def __init__(self, f: IO[bytes], size: int) -> None:
+        self._f, self._left = f, size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n < 0 else min(n, self._left)
+        data = self._f.read(n)
+        data += bytes(n - len(data))
+        self._left -= n
+        return data
+
+
+def _add(tar: tarfile.TarFile, pfd: int, arcname: str, where: _Where, *, top: bool = False) -> None:
+    """Archive one entry; everything that can find it gone is done before its header
+    is written, so a vanished entry is left out whole (the top one is an error)."""
+    try:
+        st = os.fstat(pfd)
+        info = _info(st, arcname)
+        if stat.S_ISDIR(st.st_mode):
+            info.type = tarfile.DIRTYPE
+            if not _walked(pfd, st, where):
+                tar.addfile(info)
+                return
+            dfd = _reopen(pfd, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                names = sorted(os.listdir(dfd))
+                tar.addfile(info)
+                _add_children(tar, dfd, arcname, names=names, where=where, dev=st.st_dev)
+            finally:
+                os.close(dfd)
+        elif stat.S_ISREG(st.st_mode):
+            _add_file(tar, pfd, st, info, where.seen)
+        elif stat.S_ISLNK(st.st_mode):
+            info.type = tarfile.SYMTYPE
+            info.linkname = os.readlink("", dir_fd=pfd)  # readlinkat(fd, ""): the link's text
             tar.addfile(info)
-            return
-        seen[key] = arcname
-        with os.fdopen(_reopen(pfd, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
-            info.size = os.fstat(f.fileno()).st_size
-            tar.addfile(info, f)
-    elif stat.S_ISLNK(st.st_mode):
-        info.type = tarfile.SYMTYPE
-        info.linkname = os.readlink("", dir_fd=pfd)  # readlinkat(fd, ""): the link's own text
+        elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+            info.type = (
+                tarfile.CHRTYPE
+                if stat.S_ISCHR(st.st_mode)
+                else tarfile.BLKTYPE
+                if stat.S_ISBLK(st.st_mode)
+                else tarfile.FIFOTYPE
+            )
+            info.devmajor, info.devminor = os.major(st.st_rdev), os.minor(st.st_rdev)
+            tar.addfile(info)
+        # a socket has no tar type: left out, as docker's archive leaves it out
+    except OSError as exc:
+        if top or not _gone(exc):
+            raise
+
+
+def _add_file(
+    tar: tarfile.TarFile,
+    pfd: int,
+    st: os.stat_result,
+    info: tarfile.TarInfo,
+    seen: dict[tuple[int, int], str],
+) -> None:
+    key = (st.st_dev, st.st_ino)
+    if st.st_nlink > 1 and key in seen:
+        info.type, info.linkname = tarfile.LNKTYPE, seen[key]
         tar.addfile(info)
-    elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISFIFO(st.st_mode):
-        info.type = (
-            tarfile.CHRTYPE
-            if stat.S_ISCHR(st.st_mode)
-            else tarfile.BLKTYPE
-            if stat.S_ISBLK(st.st_mode)
-            else tarfile.FIFOTYPE
-        )
-        info.devmajor, info.devminor = os.major(st.st_rdev), os.minor(st.st_rdev)
-        tar.addfile(info)
-    # a socket has no tar type: left out, as docker's archive leaves it out
+        return
+    with os.fdopen(_reopen(pfd, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+        info.size = os.fstat(f.fileno()).st_size
+        seen[key] = info.name
+        tar.addfile(info, _Exact(f, info.size))
 
 
 def _add_children(
-    tar: tarfile.TarFile, pfd: int, arcname: str, seen: dict[tuple[int, int], str]
+    tar: tarfile.TarFile, dfd: int, arcname: str, *, names: list[str], where: _Where, dev: int
 ) -> None:
-    dfd = _reopen(pfd, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for name in sorted(os.listdir(dfd)):
-            try:
-                child = _linux.child_path(dfd, name)
-            except FileNotFoundError:
-                continue  # removed while the tree was read
-            try:
-                _add(tar, child, posixpath.join(arcname, name), seen)
-            finally:
-                os.close(child)
-    finally:
-        os.close(dfd)
+    for name in names:
+        try:
+            child = _linux.child_path(dfd, name)
+        except FileNotFoundError:
+            continue  # removed while the tree was read
+        try:
+            _add(tar, child, posixpath.join(arcname, name), where.child(name, dev))
+        finally:
+            os.close(child)
 
 
 # -- unpacking a tar stream below a root ------------------------------------------------------

@@ -7,8 +7,10 @@ task (stopped, or created and never started) has its rootfs snapshot mounted in 
 mount namespace private to one short-lived thread
 (:func:`ctrexec._linux.in_private_mount_namespace`): the host never sees the mount,
 it is unmounted before the thread returns, and it dies with the thread whatever
-happens. A stopped container's volumes are not there (they are not in its snapshot),
-which is where ctrexec differs from docker.
+happens. Its volumes and bind mounts are mounted over the snapshot there too, where
+the task had them (:func:`_mount_binds`), as docker's cp mounts a stopped container's.
+The kernel's pseudo filesystems (``/proc``, ``/sys``, ...) are archived as empty
+directories either way (:data:`ctrexec.tasks.copyarchive.PSEUDO_FILESYSTEMS`).
 
 Everything below the container's root goes through :mod:`ctrexec.tasks.copyarchive`,
 which never leaves it. Both directions move a tar stream, as docker's do: the side
@@ -19,7 +21,7 @@ and name. The stream is held in an unlinked temporary file between the two.
 from __future__ import annotations
 
 # Host paths stay strings: they are compared, joined and split by docker's string rules.
-# ruff: noqa: PTH100, PTH106, PTH112, PTH116, PTH120
+# ruff: noqa: PTH100, PTH106, PTH110, PTH112, PTH115, PTH116, PTH120
 import os
 import posixpath
 import stat
@@ -35,6 +37,7 @@ from ctrexec import _linux, errors
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.images import ImageCache
+from ctrexec.oci.mounts import Mount
 from ctrexec.tasks import records
 from ctrexec.tasks.copyarchive import READ_ONLY, clean, extract_tar, kind_error, write_tar
 
@@ -130,6 +133,10 @@ def in_container_root(
         finally:
             os.close(fd)
     mounts = records.rootfs_mounts(client, record, cache)
+    binds = [
+        Mount(m["destination"], m.get("type", ""), m.get("source", ""), tuple(m.get("options", ())))
+        for m in record.spec.get("mounts") or []
+    ]
     tmp = tempfile.mkdtemp(prefix="ctrexec-cp-")
 
     def work() -> T:
@@ -137,6 +144,7 @@ def in_container_root(
             _linux.mount_readonly(mounts, tmp, writable=write)
             fd = _linux.open_root(tmp)
             try:
+                _mount_binds(fd, tmp, [m for m in binds if m.is_bind], write=write)
                 return fn(fd)
             finally:
                 os.close(fd)
@@ -148,6 +156,27 @@ def in_container_root(
     finally:
         with suppress(OSError):
             os.rmdir(tmp)
+
+
+def _mount_binds(root_fd: int, root: str, binds: list[Mount], *, write: bool) -> None:
+    """Mount a stopped container's volumes and bind mounts over its snapshot at ``root``
+    (inside the private mount namespace), as docker's cp mounts them: where the task had
+    them, each resolved inside the root. One whose mount point or source is missing (a
+    created container's, never made; a removed host directory) is left out. ``ro``
+    stays read-only whatever ``write`` asks."""
+    for m in binds:
+        try:
+            fd = _linux.path_in_root(root_fd, m.destination)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        try:
+            at = os.readlink(f"/proc/self/fd/{fd}")  # the resolved place, below root
+        finally:
+            os.close(fd)
+        if not at.startswith(root.rstrip("/") + "/") or not os.path.exists(m.source):
+            continue
+        readonly = _linux.split_options(m.options)[0] & _linux.MS_RDONLY
+        _linux.mount_readonly([m], at, writable=write and not readonly)
 
 
 def _stat(root_fd: int, path: str, *, follow: bool) -> os.stat_result | None:

@@ -15,6 +15,7 @@ import pytest
 from _cli import Cli
 
 from ctrexec import _linux
+from ctrexec.testing import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -254,3 +255,97 @@ def test_a_link_swapped_in_meanwhile_leads_nowhere_on_the_host(
                 seen.add(member.read())
         assert {p.name: p.read_bytes() for p in host.iterdir()} == before, i
     assert seen <= {b"inside\n", b"dir\n", b"payload\n", b""}  # b"": caught mid-write
+
+
+def _members(out: subprocess.CompletedProcess[bytes]) -> dict[str, bytes | None]:
+    """Each member of a tar stream by its clean name: a file's bytes, None for the rest.
+    Reading every member checks the stream is whole to its end."""
+    _ok(out)
+    got: dict[str, bytes | None] = {}
+    with tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
+        for m in tar:
+            data = tar.extractfile(m) if m.isreg() else None
+            got[os.path.normpath(m.name)] = data.read() if data is not None else None
+    return got
+
+
+def _state(cli: Cli, name: str) -> str:
+    return cli("inspect", "-f", "{{.State.Status}}", name).stdout.strip()
+
+
+def test_a_whole_container_comes_out_with_its_mounts_without_the_kernels(
+    cli: Cli, test_image: str, made: list[str], tmp_path: Path
+) -> None:
+    """``cp NAME:/. -``, README's stand-in for ``docker export``: the rootfs and a bind
+    mount come out, /proc and /sys only as the empty directories docker's archive has
+    (walking /proc died on /proc/self, which names nothing outside the task's pids)."""
+    made.append("cp-all")
+    bound = tmp_path / "bound"
+    bound.mkdir()
+    (bound / "b").write_text("bound\n")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    volumes = ["-v", f"{bound}:/bound", "-v", f"{ro}:/ro:ro"]
+    out = cli("run", "-d", "--name", "cp-all", *volumes, test_image, "sleep", "3600")
+    assert out.returncode == 0, out.stderr
+    _sh(
+        cli, "cp-all", "echo t > /tmp/t && mkdir -p /var/v && echo v > /var/v/f && echo r > /root/r"
+    )
+    files = {"tmp/t": b"t\n", "var/v/f": b"v\n", "root/r": b"r\n", "bound/b": b"bound\n"}
+    got = _members(_cp(cli, "cp-all:/.", "-"))
+    assert {k: got.get(k) for k in files} == files
+    assert [k for k in got if k.startswith(("proc/", "sys/"))] == []
+    assert {"proc", "sys"} <= set(got)
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    _ok(_cp(cli, "cp-all:/", str(whole)))
+    assert {k: (whole / k).read_bytes() for k in files} == files
+    assert list((whole / "proc").iterdir()) == list((whole / "sys").iterdir()) == []
+    _ok(_cp(cli, "cp-all:/var/v", str(tmp_path / "v")))
+    assert (tmp_path / "v" / "f").read_text() == "v\n"
+    # Stopped: its snapshot with the bind mount over it again, as docker's cp mounts it.
+    assert cli("kill", "cp-all").returncode == 0
+    wait_for(lambda: _state(cli, "cp-all") == "exited", timeout=60, what="cp-all exited")
+    got = _members(_cp(cli, "cp-all:/.", "-"))
+    assert {k: got.get(k) for k in files} == files
+    assert [k for k in got if k.startswith(("proc/", "sys/"))] == []
+    (bound / "later").write_text("later\n")
+    _ok(_cp(cli, "cp-all:/bound/later", str(tmp_path / "later")))
+    assert (tmp_path / "later").read_text() == "later\n"
+    (tmp_path / "in").write_text("in\n")
+    _ok(_cp(cli, str(tmp_path / "in"), "cp-all:/bound/"))
+    assert (bound / "in").read_text() == "in\n"
+    assert _cp(cli, str(tmp_path / "in"), "cp-all:/ro/").returncode == 1
+    assert list(ro.iterdir()) == []
+    assert [p for p in _linux.mount_points() if "ctrexec-cp-" in p] == []
+    made.append("cp-all-new")  # never started: its mount point may not be made yet
+    out = cli("create", "--name", "cp-all-new", "-v", f"{bound}:/new/b", test_image, "true")
+    assert out.returncode == 0, out.stderr
+    assert "bin" in _members(_cp(cli, "cp-all-new:/.", "-"))
+    stopped = tmp_path / "stopped"
+    _ok(_cp(cli, "cp-all:/var/v", str(stopped)))
+    assert (stopped / "f").read_text() == "v\n"
+
+
+def test_files_vanishing_while_the_tree_is_read_are_not_fatal(
+    cli: Cli, test_image: str, made: list[str]
+) -> None:
+    """The container makes and removes files, directories and processes without a
+    pause while cp reads its whole tree: every copy succeeds and its stream is whole (the
+    old walk died on a file shorter than its stat: "unexpected end of data")."""
+    made.append("cp-churn")
+    churn = (  # files and directories come and go; /churn/big shrinks as it is read
+        "mkdir -p /churn; while :; do mkdir -p /churn/d; for i in 1 2 3 4; do"
+        " head -c 65536 /dev/zero > /churn/d/f$i; head -c 4194304 /dev/zero > /churn/big;"
+        " : > /churn/big; done; rm -rf /churn/d; done"
+    )
+    out = cli("run", "-d", "--name", "cp-churn", test_image, "sh", "-c", churn)
+    assert out.returncode == 0, out.stderr
+    wait_for(  # ls fails until the loop has made /churn: not an error, a wait
+        lambda: cli("exec", "cp-churn", "ls", "/churn").stdout != "",
+        timeout=60,
+        what="the churn under way",
+    )
+    for source in ["cp-churn:/.", "cp-churn:/churn"] * 5:
+        got = _members(_cp(cli, source, "-"))
+        assert got, source

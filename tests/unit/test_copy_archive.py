@@ -205,3 +205,33 @@ def test_a_link_swapped_in_after_the_check_is_not_written_through(
     with pytest.raises(FileExistsError):
         _extract(root, "/", [(_file("victim"), b"overwritten")])
     assert (host / "secret").read_text() == "host"
+
+
+def _archive_of_host(path: str, arcname: str) -> list[tuple[tarfile.TarInfo, bytes]]:
+    buf = io.BytesIO()
+    fd = _linux.open_root("/")
+    try:
+        copyarchive.write_tar(fd, path, buf, arcname=arcname)
+    finally:
+        os.close(fd)
+    buf.seek(0)
+    with tarfile.open(fileobj=buf) as tar:
+        return [(m, (tar.extractfile(m) or io.BytesIO()).read()) for m in tar]
+
+
+def test_a_pseudo_filesystem_directory_is_archived_empty() -> None:
+    """sysfs's files are the kernel's state (and read shorter than their stat says):
+    the directory is there, as docker's /sys is, its contents not."""
+    members = _archive_of_host("/sys/devices/system/cpu", "cpu")
+    assert [(m.name, m.isdir()) for m, _ in members] == [("cpu", True)]
+
+
+def test_a_file_shorter_than_its_stat_keeps_the_archive_whole() -> None:
+    """sysfs's ``online`` says 4096 bytes and reads a few, as a file truncated while cp
+    reads it does: the rest is zeros, and the archive stays readable to its end."""
+    path = "/sys/devices/system/cpu/online"
+    [(member, data)] = _archive_of_host(path, "online")
+    assert member.size == os.stat(path).st_size == len(data)
+    text = Path(path).read_bytes()
+    assert len(text) < member.size
+    assert data == text + bytes(member.size - len(text))
