@@ -5,6 +5,8 @@ write as ``ctrexec.NAME(...)`` is public API: docs/library.md once taught
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from _docblocks import CALL, ROOT, all_blocks, doc_files, parse
@@ -90,3 +92,20 @@ def test_doc_files_are_the_readme_and_docs() -> None:
     names = [p.relative_to(ROOT) for p in doc_files()]
     assert names[0] == Path("README.md")
     assert Path("docs/library.md") in names
+
+
+def test_doctor_is_the_function_whatever_was_loaded_first() -> None:
+    """``doctor`` is also the name of its subpackage: loading ``gc`` or ``Scope`` first
+    made ``ctrexec.doctor`` the module (docs/reliability.md's call a TypeError)."""
+    probe = (
+        "import ctrexec\n"
+        "from ctrexec import gc, Scope\n"
+        "from ctrexec.doctor import prune\n"
+        "from ctrexec import doctor\n"
+        "assert callable(ctrexec.doctor) and doctor is ctrexec.doctor, ctrexec.doctor\n"
+        "assert doctor.__module__ == 'ctrexec.doctor.checks'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
