@@ -9,12 +9,16 @@ and pyroute2. Type checkers and IDEs read the ``TYPE_CHECKING`` imports instead.
 
 from __future__ import annotations
 
+import sys
+
 from ctrexec.defaults import DEFAULT_NAMESPACE
 
 #: ``typing`` would cost the command line's client (:mod:`ctrexec.cli.client`) most of
 #: its start-up (it loads ``re`` and ``collections``); mypy reads this name as typing's.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from ctrexec.containerd.client import (
         Client,
         Lease,
@@ -111,6 +115,8 @@ if TYPE_CHECKING:
     from ctrexec.tasks.events import EventFilter, TaskEvents
     from ctrexec.tasks.executor import Executor
     from ctrexec.tasks.rename import rename
+else:
+    ModuleType = type(sys)  # not ``types``: the command line's client does not load it
 
 #: Where each lazily loaded public name is defined: all but ``DEFAULT_NAMESPACE``, even
 #: the errors, which the command line's client would otherwise load for nothing.
@@ -379,3 +385,20 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+class _Package(ModuleType):
+    """``doctor`` is a public function and the name of the subpackage that defines it.
+    The import system sets a package's attribute to each subpackage it loads, so
+    ``from ctrexec import gc, doctor`` (or any name of ``ctrexec.doctor`` first) gave the
+    module, not the function. That setting of a public name is dropped: the subpackage
+    is still imported by its dotted name (``from ctrexec.doctor.checks import ...``),
+    which goes through ``sys.modules``."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in __all__ and isinstance(value, ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

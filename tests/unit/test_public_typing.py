@@ -163,7 +163,7 @@ def test_type_checking_imports_match_the_lazy_exports() -> None:
     seen = {
         (a.asname or a.name, (node.module, a.name))
         for node in block.body
-        if isinstance(node, ast.ImportFrom)
+        if isinstance(node, ast.ImportFrom) and node.module != "types"  # ModuleType's, for mypy
         for a in node.names
     }
     assert seen == set(ctrexec._MODULE_OF.items())
