@@ -11,8 +11,9 @@ no live task means one of two things doctor can tell apart:
   not progressing on it (a restart that keeps failing says why in
   :data:`~ctrexec.labels.RESTART_ERROR`, which the finding repeats).
 
-``ps`` says ``Restarting`` for both (the mark is all it reads); doctor says which, and
-the fix. Findings only: gc removes nothing here.
+``ps`` says ``Restarting`` for both; for the first, ``ps``, ``inspect`` and ``group ps``
+also name the missing supervisor with the words and fix doctor gives, which
+:mod:`ctrexec.tasks.supervised` owns. Findings only: gc removes nothing here.
 """
 
 from __future__ import annotations
@@ -24,14 +25,12 @@ from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.tasks import Status
 from ctrexec.doctor.containers import command
 from ctrexec.doctor.findings import Check, Finding, Scope
-from ctrexec.groups.presence import is_supervised
+from ctrexec.tasks.supervised import DETAIL, is_supervised, repair
 
 KIND = "restart"
 #: How long past its due time a restart may be under way before doctor calls it
 #: stalled: a start (image mounts, a group's namespace made whole) takes seconds.
 OVERDUE = 30.0
-#: The systemd unit that keeps a supervisor running (contrib/systemd).
-UNIT = "ctrexec-supervise@{namespace}.service"
 
 
 def _due(labels: dict[str, str]) -> datetime | None:
@@ -53,11 +52,8 @@ def judge(
     failing = labels.get(lbl.RESTART_ERROR)
     why = f"; its last attempt failed: {failing}" if failing else ""
     if not supervised:
-        what = "a restart is pending, but no supervisor serves this namespace" + why
-        fix = (
-            f"{command(scope, 'supervise')} (or systemctl start "
-            f"{UNIT.format(namespace=scope.namespace)}); or {command(scope, 'start', record.id)}"
-        )
+        what = DETAIL + why
+        fix = repair(scope.namespace, record.id)
     elif due is not None and scope.now - due.timestamp() > OVERDUE:
         what = "a restart is overdue: the supervisor is not progressing on it" + why
         fix = f"{command(scope, 'start', record.id)}; and restart the supervisor"
@@ -73,12 +69,12 @@ def find(scope: Scope) -> list[Finding]:
     if not pending:
         return []
     states = tasks.states_of(scope.client, [r.id for r in pending])
-    supervised = is_supervised(scope.client)
+    served = is_supervised(scope.client)
     found = []
     for record in pending:
         state = states.get(record.id)
         live = state is not None and state.status not in (Status.STOPPED, Status.CREATED)
-        finding = judge(scope, record, live, supervised)
+        finding = judge(scope, record, live, served)
         if finding is not None:
             found.append(finding)
     return found

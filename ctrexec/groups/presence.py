@@ -9,24 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ctrexec import flocks
 from ctrexec.containerd.client import Client
-from ctrexec.defaults import RUN_DIR
+
+# The lock's place and its probe live with the tasks' views, which ask them too.
+from ctrexec.tasks.supervised import DEFAULT_LOCK_DIR, is_supervised, lock_path
 
 log = logging.getLogger("ctrexec.groups.supervisor")
-#: Where running supervisors hold their presence locks (cleared by a reboot).
-DEFAULT_LOCK_DIR = Path(RUN_DIR, "supervise")
-
-
-def _lock_path(client: Client, lock_dir: Path) -> Path:
-    key = hashlib.sha256(os.path.realpath(client.address).encode()).hexdigest()[:16]
-    return lock_dir / f"{key}-{client.namespace}.lock"
 
 
 @contextlib.contextmanager
@@ -36,7 +29,7 @@ def presence(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> Iterator[None
     The kernel drops a flock when its holder dies, so the lock cannot go stale the
     way a pid file can; shared, so several supervisors may run.
     """
-    path = _lock_path(client, lock_dir)
+    path = lock_path(client, lock_dir)
     try:
         # root's alone: anyone who could open the lock could hold it and fake a supervisor
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -54,6 +47,4 @@ def presence(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> Iterator[None
         os.close(fd)
 
 
-def is_supervised(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> bool:
-    """Whether a supervisor (any process) serves the client's address and namespace."""
-    return flocks.held(_lock_path(client, lock_dir))
+__all__ = ["DEFAULT_LOCK_DIR", "is_supervised", "presence"]

@@ -23,7 +23,7 @@ from ctrexec.errors import CtrexecError, HandleMismatch, InvalidArgument, NotFou
 from ctrexec.oci import mounts as ocimounts
 from ctrexec.oci import process
 from ctrexec.oci.mounts import Mount
-from ctrexec.tasks import health, logkeeper, runs
+from ctrexec.tasks import health, logkeeper, runs, supervised
 from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo, config_of
 
 if TYPE_CHECKING:
@@ -222,6 +222,7 @@ def inspect(
     info = build(record, state, exits.get(task_id), addresses=addresses)
     # Any command that inspects is one of the log daemon's keepers (tasks.logkeeper).
     info = logkeeper.annotate([info], logkeeper.revive(client, state_dir))[0]
+    info = supervised.annotate(client, [info])[0]  # a restart no supervisor will make
     checked = _checked(client, info)
     # With its addresses (netlink already), its attachment too: eth0, veth, bridge.
     return health.attachment_problems([checked])[0] if addresses else checked
@@ -251,6 +252,7 @@ def list_infos(
     infos = [build(r, states.get(r.id), exits.get(r.id), addresses=addresses) for r in records]
     # Any command that lists is one of the log daemon's keepers (tasks.logkeeper).
     infos = logkeeper.annotate(infos, logkeeper.revive(client, state_dir))
+    infos = supervised.annotate(client, infos)  # a restart no supervisor will make
     # Every running member is among the infos, so their group's pin can be checked.
     return sorted(health.annotate(infos), key=lambda i: i.id)
 

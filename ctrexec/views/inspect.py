@@ -99,7 +99,8 @@ def state_of(info: TaskInfo) -> dict[str, Any]:
 def _error(info: TaskInfo) -> str:
     if info.unknown_reason:
         return f"state unknown: {info.unknown_reason}"
-    return info.restart_error or "; ".join(map(str, info.problems)) or info.exit_reason or ""
+    said = [*map(str, info.problems), *([info.restart_error] if info.restart_error else [])]
+    return "; ".join(said) or info.exit_reason or ""
 
 
 def _split_args(

@@ -9,6 +9,7 @@ are other processes that learn of a pending restart from the record's labels alo
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -28,6 +29,7 @@ from ctrexec.groups.presence import is_supervised
 from ctrexec.net import netns
 from ctrexec.tasks.config import RestartPolicy, TaskConfig
 from ctrexec.tasks.executor import Executor
+from ctrexec.tasks.supervised import UNSERVED, repair
 
 pytestmark = pytest.mark.integration
 
@@ -156,3 +158,67 @@ def test_stop_of_a_task_waiting_to_restart_keeps_it_stopped(
     assert cli("start", name).returncode == 0
     until(lambda: ex.inspect(name).restarting, "the next restart to be scheduled", timeout=60)
     assert lbl.STOPPED_BY_USER not in ex.inspect(name).labels
+
+
+def test_a_restart_no_supervisor_serves_is_named_until_one_does(
+    ex: Executor, cli: Cli, test_image: str, tmp_path: Path
+) -> None:
+    """Issue 36: a supervisor SIGKILLed while a restart waits leaves it pending with
+    nobody to make it. ``ps``, ``inspect`` and ``group ps`` name the missing supervisor
+    and the fix doctor gives (one answer); a new supervisor makes the restart, and the
+    words go."""
+    group = "sr-unsv"
+    name = f"{group}-t"
+    spec = tmp_path / "group.toml"
+    spec.write_text(
+        f'name = "{group}"\nnetwork = "none"\n[[task]]\nname = "t"\nimage = "{test_image}"\n'
+        'command = ["sleep", "1000"]\nrestart = { policy = "always", delay = 20 }\n'
+    )
+    up = cli("group up", str(spec))
+    assert up.returncode == 0, up.stderr
+    ns = ex.client.namespace
+    fix = repair(ns, name)
+    first = Supervise(cli)
+    second: Supervise | None = None
+    try:
+        until(lambda: is_supervised(ex.client), "the supervisor's presence lock")
+        os.kill(ex.inspect(name).pid, signal.SIGKILL)
+        until(lambda: ex.inspect(name).restarting, "the supervisor's restart pending", timeout=60)
+        first.proc.kill()  # while the restart waits its 20 s: nobody will make it now
+        assert first.proc.wait(timeout=30) == -signal.SIGKILL
+        until(lambda: not is_supervised(ex.client), "the killed supervisor's lock dropped")
+
+        status = rf"{name} Restarting \(137\) .+ ago \(no supervisor: run ctrexec supervise\)"
+        until(lambda: re.fullmatch(status, _status(cli, name)), "ps naming no supervisor")
+        listed = cli("ps", "-a", "--filter", f"name={name}")
+        warning = f"warning: group {group}: no supervisor"  # said once for the group
+        assert warning in listed.stderr and fix in listed.stderr, listed.stderr
+        shown = json.loads(cli("inspect", name, check=True).stdout)[0]
+        assert shown["State"]["Status"] == "restarting"
+        assert "no supervisor serves this namespace" in shown["State"]["Error"]
+        assert fix in shown["State"]["Error"]
+        assert [p["problem"] for p in shown["Ctrexec"]["problems"]] == [UNSERVED]
+        members = cli("group ps", group)
+        assert "(no supervisor: run ctrexec supervise)" in members.stdout, members.stdout
+        assert fix in members.stderr, members.stderr
+        doctor = cli("doctor")
+        assert fix in doctor.stdout + doctor.stderr  # the same fix, from the same owner
+
+        second = Supervise(cli)
+        until(lambda: ex.inspect(name).status is Status.RUNNING, "the restart", timeout=90)
+        pid = ex.inspect(name).pid
+        assert Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0")
+        until(lambda: _status(cli, name).startswith(f"{name} Up "), "ps saying Up")
+        assert "no supervisor" not in _status(cli, name)
+        shown = json.loads(cli("inspect", name, check=True).stdout)[0]
+        assert shown["State"]["Error"] == "" and shown["Ctrexec"]["problems"] == []
+    finally:
+        if first.proc.poll() is None:
+            first.proc.kill()
+        first.proc.wait(timeout=30)
+        first._reader.join(timeout=10)
+        assert first.proc.stderr is not None
+        first.proc.stderr.close()
+        if second is not None:
+            assert second.stop() == 0, second.lines
+        cli("group down", group)

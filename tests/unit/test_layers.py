@@ -196,6 +196,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "config",
         "output",
         "logkeeper",
+        "supervised",
         "runs",
         "users",
         "spec",

@@ -7,6 +7,9 @@ labels; these read them back the way another process (``ps``) does.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
@@ -70,3 +73,34 @@ def test_the_last_restart_error_is_in_inspect() -> None:
     fmt = parse_template("{{.State.Status}} {{.State.Restarting}} {{.State.Error}}")
     assert execute(fmt, doc) == f"restarting true {why}"
     assert taskinfo.build(_record({}), _state(Status.STOPPED)).restart_error is None
+
+
+def test_a_pending_restart_no_supervisor_serves_says_so_with_doctors_fix(tmp_path: Path) -> None:
+    """Issue 36: ``ps`` and ``inspect`` name the missing supervisor, with the fix doctor
+    gives; a held presence lock (a supervisor) takes the words away, and a listing with
+    nothing restarting never probes the lock."""
+    import fcntl
+
+    from ctrexec.doctor import restarts
+    from ctrexec.doctor.findings import Scope
+    from ctrexec.tasks import supervised
+
+    client: Any = SimpleNamespace(address="/run/x.sock", namespace="ns")
+    record = _record({lbl.RESTART_PENDING: "true"})
+    waiting = taskinfo.build(record, _state(Status.STOPPED))
+    running = taskinfo.build(_record({}), _state(Status.RUNNING))
+    said = supervised.annotate(client, [waiting, running], tmp_path)
+    assert said[1] == running
+    assert status_text(said[0], NOW) == (
+        "Restarting (137) 7 seconds ago (no supervisor: run ctrexec supervise)"
+    )
+    error = document(said[0])["State"]["Error"]
+    scope = Scope(client, networks=object(), now=NOW.timestamp())  # type: ignore[arg-type]
+    found = restarts.judge(scope, record, live=False, supervised=False)
+    assert found is not None and found.what in error and found.fix in error  # one answer
+
+    lock = supervised.lock_path(client, tmp_path)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_SH)  # as a running supervisor holds it
+        assert supervised.annotate(client, [waiting], tmp_path) == [waiting]
+    assert supervised.annotate(client, [running], tmp_path / "absent") == [running]
