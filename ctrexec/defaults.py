@@ -17,6 +17,10 @@ ADDRESS_ENV = "CONTAINERD_ADDRESS"
 #: The containerd binary an embedded daemon runs (its shim is taken from the same
 #: directory); unset, ``containerd`` on PATH.
 CONTAINERD_BIN_ENV = "CTREXEC_CONTAINERD_BIN"
+#: A directory for the embedded containerd's root and state (``root/``, ``state/``),
+#: for a throwaway or test daemon; unset, /var/lib/ctrexec/containerd and
+#: /run/ctrexec/containerd.
+EMBEDDED_DIR_ENV = "CTREXEC_EMBEDDED_DIR"
 #: The containerd namespace ctrexec works in unless told otherwise.
 DEFAULT_NAMESPACE = "ctrexec"
 NAMESPACE_ENV = "CTREXEC_NAMESPACE"

@@ -221,7 +221,10 @@ def connect(args: argparse.Namespace) -> Client:
     address = getattr(args, "address", None) or os.environ.get(ADDRESS_ENV)
     namespace = getattr(args, "namespace", None)
     if address:
-        return Client.connect(address, namespace=namespace)
+        try:
+            return Client.connect(address, namespace=namespace)
+        except ConnectError as exc:
+            raise ConnectError(f"{exc}{_embedded_hint(address)}") from None
     if Path(DEFAULT_ADDRESS).exists():
         return Client.connect(DEFAULT_ADDRESS, namespace=namespace)
     from ctrexec.containerd.daemon import EmbeddedContainerd
@@ -235,6 +238,18 @@ def connect(args: argparse.Namespace) -> Client:
         print(f"ctrexec: starting embedded containerd at {daemon.address}", file=sys.stderr)
     daemon.start()  # starting it, or waiting for one just started to answer
     return Client.connect(daemon.address, namespace=namespace)
+
+
+def _embedded_hint(address: str) -> str:
+    """The fix when an explicit address is the embedded containerd's and it is down:
+    ctrexec starts it on its own only when no address is given (see :func:`connect`)."""
+    # Here, not at the top: only a failed connection needs the daemon's paths.
+    from ctrexec.containerd.daemon import EmbeddedContainerd
+
+    daemon = EmbeddedContainerd()
+    if os.path.realpath(address) != os.path.realpath(daemon.address) or daemon.is_running():
+        return ""
+    return "; the embedded containerd is not running: run `ctrexec daemon start`"
 
 
 def executor(args: argparse.Namespace, client: Client | None = None) -> Executor:

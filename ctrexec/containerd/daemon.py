@@ -22,7 +22,7 @@ from ctrexec import errors
 from ctrexec._linux import mounts_under, unmount_all
 from ctrexec.containerd import tasks
 from ctrexec.containerd.client import Client
-from ctrexec.defaults import CONTAINERD_BIN_ENV, RUN_DIR
+from ctrexec.defaults import CONTAINERD_BIN_ENV, EMBEDDED_DIR_ENV, RUN_DIR
 
 DEFAULT_STATE_DIR = Path(RUN_DIR, "containerd")
 DEFAULT_ROOT_DIR = Path("/var/lib/ctrexec/containerd")
@@ -89,6 +89,10 @@ class DaemonPaths:
 
 
 def default_paths() -> DaemonPaths:
+    """The embedded daemon's directories: ``$CTREXEC_EMBEDDED_DIR``'s, else the host's."""
+    base = os.environ.get(EMBEDDED_DIR_ENV)
+    if base:
+        return DaemonPaths.under(Path(base))
     return DaemonPaths(root=DEFAULT_ROOT_DIR, state=DEFAULT_STATE_DIR)
 
 
