@@ -67,7 +67,7 @@ def until(entries: Iterable[LogEntry], when: datetime, tail: int | None) -> Iter
     """``logs --until``: the entries up to ``when``, then the last ``tail`` of those."""
     limit = int(when.timestamp() * 1e9)
     kept = [e for e in entries if e.time_ns <= limit]
-    return iter(kept if tail is None else kept[len(kept) - tail :] if tail else [])
+    return iter(kept if tail is None else kept[max(0, len(kept) - tail) :] if tail else [])
 
 
 def cmd_wait(args: argparse.Namespace) -> int:

@@ -29,7 +29,7 @@ Rotation follows docker too: the current file is ``path``; rotated files are
 
 from __future__ import annotations
 
-import collections
+import contextlib
 import functools
 import json
 import os
@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 import attrs
 
 from ctrexec.errors import CtrexecError, FailedPrecondition, InvalidArgument
+from ctrexec.logs import backward, modes
 from ctrexec.logs import client as logclient
-from ctrexec.logs import modes
 from ctrexec.logs.driver import (
     DEFAULT_MAX_FILES,
     DEFAULT_MAX_SIZE,
@@ -63,7 +63,7 @@ from ctrexec.logs.driver import (
 from ctrexec.logs.launcher import DEFAULT_LAUNCHER_DIR, write_launcher
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Iterator
+    from collections.abc import Callable, Collection, Generator, Iterator
     from datetime import datetime
 
 __all__ = [
@@ -103,6 +103,12 @@ EXIT_SETTLE = PARTIAL_IDLE + 0.25
 OUTPUT = "output"
 
 _NS = 1_000_000_000
+#: How far back past ``since`` a read from the end goes before it stops. One writer
+#: stamps and writes a log's entries in file order, except where its stdout and
+#: stderr readers race for the file (a stamp taken, then the lock waited for): a few
+#: microseconds out of order, milliseconds on a loaded host. A forward read filters
+#: every entry; this bound lets a backward one stop and print the same.
+SINCE_SLACK_NS = 1_000_000_000
 _READ_CHUNK = 1024 * 1024
 
 
@@ -298,6 +304,51 @@ class _Cursor:
             self._last = self._ident
             yield from self._read_new()
 
+    def start_backward(self) -> Generator[bytes, None, None]:
+        """The lines :meth:`start` would yield, newest first, read from the end by blocks.
+
+        The cursor is left where :meth:`start` leaves it (at the current file's end, its
+        unterminated rest kept) before the first line is asked for, so ``poll`` goes on
+        from there however few lines the caller takes. The files are the same ones:
+        the current file opened first, then the rotated ones older than it.
+        """
+        self.close()
+        self._buf, self._pos = b"", 0
+        try:
+            self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._fd = None
+        self._ident = _identity(os.fstat(self._fd)) if self._fd is not None else None
+        older: list[str] = []
+        for p in rotated_paths(self._path):
+            ident = _stat_identity(p)
+            if ident is None or ident == self._ident:
+                break  # as start(): rotated meanwhile, the current file comes last
+            older.append(p)
+            self._last = ident
+        newest: Iterator[bytes] = iter(())
+        if self._fd is not None:
+            self._last = self._ident
+            size = os.fstat(self._fd).st_size
+            newest = backward.pieces(self._fd, size)
+            self._buf, self._pos = next(newest), size
+        return self._backward(newest, older[::-1])
+
+    @staticmethod
+    def _backward(newest: Iterator[bytes], older: list[str]) -> Generator[bytes, None, None]:
+        yield from newest
+        for path in older:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                lines = backward.pieces(fd, os.fstat(fd).st_size)
+                next(lines)  # a rotated file's unterminated rest: start() skips it too
+                yield from lines
+            finally:
+                os.close(fd)
+
     def rest(self) -> bytes:
         """The current file's unterminated last line, taken (raw logs print it as is)."""
         rest, self._buf = self._buf, b""
@@ -403,13 +454,15 @@ def read_logs(
     at the call, before the first entry is asked for.
 
     ``since`` (an aware datetime, or ns since the epoch) and ``streams`` filter first;
-    ``tail`` then keeps the last N of the entries present now. With ``follow``, entries
-    written later are yielded as they appear (polling every ``poll_interval`` seconds,
-    across rotations; ``wait`` pauses between polls, and an event's ``wait`` lets its
-    setter cut a pause short) until ``stop()`` returns true (e.g. ``event.is_set``), and then
-    once more, so whatever was written before ``stop()`` said so is yielded; without
-    ``stop`` it follows until the caller stops iterating. A missing log yields nothing
-    (or, when following, waits for it). Lines that are not entries are skipped.
+    ``tail`` then keeps the last N of the entries present now. Either makes the read start
+    from the end (:mod:`ctrexec.logs.backward`), so it costs what it yields, not what the
+    log holds (``since``: back to :data:`SINCE_SLACK_NS` before it). With ``follow``,
+    entries written later are yielded as they appear (polling every ``poll_interval``
+    seconds, across rotations; ``wait`` pauses between polls, and an event's ``wait`` lets
+    its setter cut a pause short) until ``stop()`` returns true (e.g. ``event.is_set``), and
+    then once more, so whatever was written before ``stop()`` said so is yielded; without
+    ``stop`` it follows until the caller stops iterating. A missing log yields nothing (or,
+    when following, waits for it). Lines that are not entries are skipped.
     """
     modes.check_driver(driver)
     if driver == modes.NONE:
@@ -426,8 +479,15 @@ def read_logs(
             return _raw_entries(lines, cursor)
         return _json_entries(lines, wanted, since_ns)
 
+    def present() -> Iterator[LogEntry]:
+        if tail is None and since_ns is None:
+            return select(cursor.start())  # everything: forward is the cheaper way
+        if driver == modes.FILE:
+            return _last_raw(cursor, tail)  # (no since: refused above)
+        return _last_json(cursor.start_backward(), wanted, since_ns, tail)
+
     pause = functools.partial(wait, poll_interval)
-    return _entries(cursor, select, tail=tail, follow=follow, stop=stop, pause=pause)
+    return _entries(cursor, present, select, follow=follow, stop=stop, pause=pause)
 
 
 class _ReadOptions(TypedDict, total=False):
@@ -451,19 +511,16 @@ def read_task_logs(
 
 def _entries(
     cursor: _Cursor,
+    present: Callable[[], Iterator[LogEntry]],
     select: Callable[[Iterator[bytes]], Iterator[LogEntry]],
     *,
-    tail: int | None,
     follow: bool,
     stop: Callable[[], bool] | None,
     pause: Callable[[], object],
 ) -> Iterator[LogEntry]:
     """The generator behind :func:`read_logs`, whose checks so come at the call."""
     try:
-        present = select(cursor.start())
-        if tail is not None:
-            present = iter(collections.deque(present, maxlen=tail))
-        yield from present
+        yield from present()
         if not follow:
             return
         while stop is None or not stop():
@@ -488,6 +545,45 @@ def _json_entries(
         if since_ns is not None and entry.time_ns < since_ns:
             continue
         yield entry
+
+
+def _last_json(
+    lines: Generator[bytes, None, None],
+    wanted: frozenset[str],
+    since_ns: int | None,
+    tail: int | None,
+) -> Iterator[LogEntry]:
+    """The entries a forward read would keep for ``since``/``tail``, from lines newest
+    first: read back only until ``tail`` entries are kept, or to an entry older than
+    ``since`` by more than :data:`SINCE_SLACK_NS`."""
+    kept: list[LogEntry] = []
+    floor = None if since_ns is None else since_ns - SINCE_SLACK_NS
+    with contextlib.closing(lines):  # closes the rotated file being read, if any
+        for line in lines if tail != 0 else ():
+            entry = decode_entry(line) if line else None
+            if entry is None:
+                continue
+            if floor is not None and entry.time_ns < floor:
+                break
+            if entry.stream not in wanted or (since_ns is not None and entry.time_ns < since_ns):
+                continue
+            kept.append(entry)
+            if len(kept) == tail:
+                break
+    return reversed(kept)
+
+
+def _last_raw(cursor: _Cursor, tail: int | None) -> Iterator[LogEntry]:
+    """A raw log's last ``tail`` entries: its lines, then its unterminated rest (taken)."""
+    lines = cursor.start_backward()
+    rest = cursor.rest()
+    kept = [LogEntry(OUTPUT, rest.decode("utf-8", "replace"), 0)] if rest and tail != 0 else []
+    with contextlib.closing(lines):
+        for line in lines:
+            if len(kept) == tail:
+                break
+            kept.append(LogEntry(OUTPUT, line.decode("utf-8", "replace") + "\n", 0))
+    return reversed(kept)
 
 
 def _raw_entries(lines: Iterator[bytes], cursor: _Cursor) -> Iterator[LogEntry]:

@@ -1,0 +1,281 @@
+"""Reading a log from its end (issue 37): ``tail``/``since`` read what they print.
+
+Every case compares with the forward read of the whole log, filtered afterwards: the
+backward read must give the same entries (same partial lines, streams, times), and
+leave a follower where the forward read leaves it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ctrexec.logs import backward, modes
+from ctrexec.logs.reader import LogEntry, LogWriter, encode_entry, read_logs
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_700_000_000_123_456_789
+
+
+def whole(path: Path, **kw: object) -> list[LogEntry]:
+    return list(read_logs(path, **kw))  # type: ignore[arg-type]
+
+
+def expected(
+    path: Path,
+    tail: int | None = None,
+    since: int | None = None,
+    streams: tuple[str, ...] = ("stdout", "stderr"),
+    driver: str = modes.JSON_FILE,
+) -> list[LogEntry]:
+    """The forward read of everything, filtered here: what the old reader printed."""
+    got = [e for e in whole(path, driver=driver) if e.stream in streams or driver == modes.FILE]
+    got = [e for e in got if since is None or e.time_ns >= since]
+    return got if tail is None else got[max(0, len(got) - tail) :] if tail else []
+
+
+def write_pieces(path: Path, data: bytes, block: int) -> list[bytes]:
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return list(backward.pieces(fd, len(data), block))
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\n",
+        b"\n\n\n",
+        b"no newline at all",
+        b"one\ntwo\n",
+        b"one\ntwo\nrest without newline",
+        b"\nstarts with an empty line\n",
+        b"x" * 1000 + b"\n" + b"y" * 777,  # a line far longer than the block
+        b"a\n" * 300,
+    ],
+)
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 64, 4096])
+def test_pieces_are_split_reversed(tmp_path: Path, data: bytes, block: int) -> None:
+    assert write_pieces(tmp_path / "f", data, block) == data.split(b"\n")[::-1]
+
+
+def test_pieces_random_blocks_and_lines(tmp_path: Path) -> None:
+    rng = random.Random(37)
+    for _ in range(200):
+        data = b"".join(
+            rng.choice([b"\n", b"", b"ab", b"c" * rng.randint(0, 300)]) for _ in range(60)
+        )
+        block = rng.randint(1, 200)
+        assert write_pieces(tmp_path / "f", data, block) == data.split(b"\n")[::-1]
+
+
+def test_pieces_read_only_the_blocks_asked_for(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"line\n" * 100_000)
+    read: list[int] = []
+    fd = os.open(path, os.O_RDONLY)
+    real = os.pread
+
+    def counting(fd: int, n: int, off: int) -> bytes:
+        read.append(n)
+        return real(fd, n, off)
+
+    try:
+        got = backward.pieces(fd, 500_000, 4096)
+        os.pread = counting  # type: ignore[assignment]
+        head = [next(got) for _ in range(11)]
+    finally:
+        os.pread = real
+        os.close(fd)
+    assert head == [b""] + [b"line"] * 10
+    assert sum(read) == 4096
+
+
+def test_pieces_stop_at_a_truncation(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"a\nb\n")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert list(backward.pieces(fd, 100, 4)) == [b""]  # the file is shorter than said
+    finally:
+        os.close(fd)
+
+
+def rotated_log(path: Path, n: int = 400, max_size: int = 3000) -> None:
+    with LogWriter(path, max_size=max_size, max_files=4) as w:
+        for i in range(n):
+            stream = "stderr" if i % 3 == 0 else "stdout"
+            w.write(stream, f"line {i:05d}" + ("\n" if i % 7 else ""), T0 + i * 1000)
+
+
+@pytest.mark.parametrize("tail", [None, 0, 1, 2, 10, 69, 70, 71, 150, 10_000])
+@pytest.mark.parametrize("streams", [("stdout", "stderr"), ("stderr",), ("stdout",)])
+def test_tail_matches_the_whole_read_across_rotated_files(
+    tmp_path: Path, tail: int | None, streams: tuple[str, ...]
+) -> None:
+    path = tmp_path / "task.log"
+    rotated_log(path)
+    assert len(list(tmp_path.iterdir())) == 4  # the tails below cross file boundaries
+    got = whole(path, tail=tail, streams=streams)
+    assert got == expected(path, tail=tail, streams=streams)
+    everything = expected(path, streams=streams)
+    assert len(got) == (len(everything) if tail is None else min(tail, len(everything)))
+
+
+@pytest.mark.parametrize("tail", [None, 0, 3, 100_000])
+@pytest.mark.parametrize("back", [0, 1, 5, 60, 200, 400, 1000])
+def test_since_matches_the_whole_read(tmp_path: Path, tail: int | None, back: int) -> None:
+    path = tmp_path / "task.log"
+    rotated_log(path)
+    since = T0 + (400 - back) * 1000 + 1
+    assert whole(path, since=since, tail=tail) == expected(path, tail=tail, since=since)
+    assert whole(path, since=since, tail=tail, streams=["stderr"]) == expected(
+        path, tail=tail, since=since, streams=("stderr",)
+    )
+
+
+def test_since_keeps_entries_stamped_slightly_out_of_order(tmp_path: Path) -> None:
+    """The two streams' readers race for the file: a stamp can be a little older than
+    the entry before it. The read back goes on past since by the slack."""
+    path = tmp_path / "task.log"
+    path.write_bytes(
+        encode_entry("stdout", "old\n", T0)
+        + encode_entry("stdout", "new\n", T0 + 10_000_000)
+        + encode_entry("stderr", "raced\n", T0 + 9_000_000)  # stamped, then waited
+        + encode_entry("stdout", "newer\n", T0 + 11_000_000)
+    )
+    since = T0 + 9_500_000
+    assert [e.message for e in whole(path, since=since)] == ["new\n", "newer\n"]
+    assert whole(path, since=since) == expected(path, since=since)
+
+
+def test_edge_files(tmp_path: Path) -> None:
+    """Empty files, a rotated file ending mid-line, torn and foreign lines, a
+    current file that is missing or ends without a newline."""
+    path = tmp_path / "task.log"
+    e = lambda i: encode_entry("stdout", f"{i}\n", T0 + i)  # noqa: E731
+    Path(f"{path}.3").write_bytes(b"")
+    Path(f"{path}.2").write_bytes(e(1) + e(2) + b'{"log":"torn')
+    Path(f"{path}.1").write_bytes(e(3) + b"not json\n\n" + e(4))
+    for current in [None, b"", e(5) + b'{"log":"half wri', e(5) + e(6)]:
+        if current is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_bytes(current)
+        for tail in [None, 0, 1, 2, 3, 4, 5, 6, 7, 100]:
+            assert whole(path, tail=tail) == expected(path, tail=tail), (current, tail)
+    for name in os.listdir(tmp_path):
+        (tmp_path / name).write_bytes(b"")
+    assert whole(path, tail=10) == [] == whole(path, since=T0)
+
+
+@pytest.mark.parametrize("tail", [None, 0, 1, 2, 3, 50])
+@pytest.mark.parametrize("rest", [b"", b"no newline yet"])
+def test_raw_tail(tmp_path: Path, tail: int | None, rest: bytes) -> None:
+    path = tmp_path / "task.log"
+    path.write_bytes(b"one\n\nthree\xff\n" + rest)
+    got = whole(path, tail=tail, driver=modes.FILE)
+    assert got == expected(path, tail=tail, driver=modes.FILE)
+
+
+def follow(path: Path, **kw: object) -> tuple[list[LogEntry], threading.Event, threading.Thread]:
+    got: list[LogEntry] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        for entry in read_logs(path, follow=True, stop=stop.is_set, poll_interval=0.005, **kw):  # type: ignore[arg-type]
+            got.append(entry)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return got, stop, t
+
+
+def wait_for(cond: object, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.mark.parametrize("kw", [{"tail": 1}, {"tail": 3}, {"since": T0 + 2}])
+def test_follow_goes_on_after_the_tail_with_a_torn_last_line(
+    tmp_path: Path, kw: dict[str, int]
+) -> None:
+    """The current file ends mid-entry when the read starts: its end, once written,
+    comes whole, after the tail, and nothing comes twice."""
+    path = tmp_path / "task.log"
+    last = encode_entry("stderr", "late\n", T0 + 4)
+    path.write_bytes(
+        b"".join(encode_entry("stdout", f"{i}\n", T0 + i) for i in range(4)) + last[:9]
+    )
+    head = expected(path, **kw)  # type: ignore[arg-type]
+    assert head
+    got, stop, t = follow(path, **kw)
+    try:
+        wait_for(lambda: len(got) >= len(head))  # the tail is out: the follower is at the end
+        with path.open("ab") as f:
+            f.write(last[9:] + encode_entry("stdout", "after\n", T0 + 5))
+        wait_for(lambda: got and got[-1].message == "after\n")
+    finally:
+        stop.set()
+        t.join(10)
+    assert not t.is_alive()
+    assert [e.message for e in got] == [e.message for e in head] + ["late\n", "after\n"]
+
+
+def test_follow_raw_after_the_tail(tmp_path: Path) -> None:
+    path = tmp_path / "task.log"
+    path.write_bytes(b"a\nb\npart")
+    got, stop, t = follow(path, tail=2, driver=modes.FILE)
+    try:
+        wait_for(lambda: len(got) >= 2)
+        with path.open("ab") as f:
+            f.write(b" two\nc\n")
+        wait_for(lambda: got and got[-1].message == "c\n")
+    finally:
+        stop.set()
+        t.join(10)
+    assert [e.message for e in got] == ["b\n", "part", " two\n", "c\n"]
+
+
+def test_tail_reads_what_it_prints_not_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cost is structural: bytes read, counted, for 10 lines of an 8 MB log."""
+    path = tmp_path / "task.log"
+    with LogWriter(path, max_size=4 * 1024 * 1024, max_files=3) as w:
+        line = "x" * 60 + "\n"
+        for i in range(110_000):
+            w.write("stdout", line, T0 + i * 1_000_000)  # 1 ms apart: the slack is 1000
+    assert Path(f"{path}.1").exists()
+    read: list[int] = []
+    real_pread, real_read = os.pread, os.read
+
+    def pread(fd: int, n: int, off: int) -> bytes:
+        data = real_pread(fd, n, off)
+        read.append(len(data))
+        return data
+
+    def plain_read(fd: int, n: int) -> bytes:
+        data = real_read(fd, n)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(os, "read", plain_read)
+    assert len(whole(path, tail=10)) == 10
+    assert len(whole(path, since=T0 + 109_990 * 1_000_000)) == 10
+    monkeypatch.undo()
+    assert sum(read) <= 6 * backward.BLOCK, sum(read)  # of 8 MB
