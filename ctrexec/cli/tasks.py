@@ -403,13 +403,21 @@ def cmd_logs(args: argparse.Namespace) -> int:
         tail=args.tail if args.until is None else None,
     )  # fmt: skip
     dropped = 0
+    last = None  # the stream written last: flushed when the other comes, so the two
+    # keep their order where they share a file (2>&1), without a flush per line
     for entry in entries if args.until is None else until(entries, args.until, args.tail):
         out = sys.stderr if entry.stream == logstore.STDERR else sys.stdout
+        if last is not None and out is not last:
+            last.flush()
         if args.timestamps:
             out.write(f"{entry.time} ")
         out.write(entry.message)
-        out.flush()
+        if args.follow:
+            out.flush()  # a follower prints each line as it comes
         dropped += entry.dropped
+        last = out
+    if last is not None:
+        last.flush()
     if dropped:  # the marker lines say where; this says how much, apart from the output
         print(f"ctrexec: {dropped} bytes of {task_id}'s output were dropped", file=sys.stderr)
     return 0

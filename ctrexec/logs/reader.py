@@ -138,14 +138,13 @@ def parse_time(text: str) -> int:
 
 
 def _parse_rfc3339(text: str) -> int:
-    if len(text) < 20 or text[4] != "-" or text[10] not in "Tt" or text[13] != ":":
+    if len(text) == 30 and text[19] == "." and text[29] == "Z":  # as format_time writes
+        digits = text[20:29]
+        if digits.isdigit():
+            return _whole_seconds(text[:19]) * _NS + int(digits)
+    if len(text) < 20:
         raise ValueError(text)
-    secs = (
-        _days_from_civil(int(text[0:4]), int(text[5:7]), int(text[8:10])) * 86400
-        + int(text[11:13]) * 3600
-        + int(text[14:16]) * 60
-        + int(text[17:19])
-    )
+    secs = _whole_seconds(text[:19])
     rest = text[19:]
     frac = 0
     if rest.startswith("."):
@@ -164,6 +163,20 @@ def _parse_rfc3339(text: str) -> int:
     else:
         raise ValueError(text)
     return (secs - offset) * _NS + frac
+
+
+@functools.lru_cache(maxsize=64)
+def _whole_seconds(text: str) -> int:
+    """Seconds since the epoch of ``YYYY-MM-DDTHH:MM:SS``. Cached: a log's entries come
+    many to a second, and this was most of the cost of reading a log (issue 37)."""
+    if len(text) != 19 or text[4] != "-" or text[10] not in "Tt" or text[13] != ":":
+        raise ValueError(text)
+    return (
+        _days_from_civil(int(text[0:4]), int(text[5:7]), int(text[8:10])) * 86400
+        + int(text[11:13]) * 3600
+        + int(text[14:16]) * 60
+        + int(text[17:19])
+    )
 
 
 @attrs.frozen
@@ -191,6 +204,9 @@ class LogEntry:
         return not self.message.endswith("\n")
 
 
+_decode_json = json.JSONDecoder().decode
+
+
 def decode_entry(line: bytes | str) -> LogEntry | None:
     """Parse one line; ``None`` for anything that is not a well-formed entry.
 
@@ -198,7 +214,10 @@ def decode_entry(line: bytes | str) -> LogEntry | None:
     every line that follows it.
     """
     try:
-        obj = json.loads(line)
+        if isinstance(line, bytes) and line[:2] == b'{"':  # json.loads's own reading of it,
+            obj = _decode_json(line.decode("utf-8", "surrogatepass"))  # minus its guessing
+        else:
+            obj = json.loads(line)
         if not isinstance(obj, dict):
             return None
         message, stream, when = obj["log"], obj["stream"], obj["time"]

@@ -114,6 +114,13 @@ def test_tail_and_since_print_the_whole_log_filtered(
             assert (got.stdout, got.stderr) == shown(kept, True), back
             got = cli("logs", "--since", since, "--tail", "3", name)
             assert (got.stdout, got.stderr) == shown(kept[-3:], False), back
+        for tail in ("5000", "all"):  # one pipe for both: the entries' order is kept
+            merged = subprocess.run(
+                cli.argv("logs", "--tail", tail, name),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120, check=True,
+            )  # fmt: skip
+            kept = entries if tail == "all" else entries[-int(tail) :]
+            assert merged.stdout.decode() == "".join(e.message for e in kept), tail
         got = cli("logs", "-f", "--tail", "5", name)  # exited: ends after the settle
         assert (got.stdout, got.stderr) == shown(entries[-5:], False)
     finally:
