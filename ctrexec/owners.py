@@ -13,8 +13,12 @@ recorded (made before owners were, or by someone else) is spared, and doctor say
 Where the record lives: a namespace pin's in its marker (:mod:`ctrexec.net.nsmarks`);
 a task's (its log and host-file directories, its cgroup) in one small file per task,
 :func:`task_record`, under the state directory, written before the container record
-is made and removed after it went. Both go with a reboot, as pins and cgroups do; a
-log directory that outlives a reboot then has no owner recorded and is spared.
+is made and removed after it went; a network attachment's (its CNI result and the
+host-local reservation its ADD makes, which names only the group) in one file per
+attachment, :func:`attachment_record`, beside the CNI cache, written before the ADD
+and removed with the cached result by the DEL. All go with a reboot, as pins and
+cgroups do; a log directory that outlives a reboot then has no owner recorded and
+is spared.
 """
 
 from __future__ import annotations
@@ -28,8 +32,11 @@ import attrs
 
 from ctrexec.defaults import RUN_DIR
 
-#: The per-task owner records, under the state directory.
+#: The per-task owner records, under the state directory; the per-attachment ones,
+#: under the CNI cache directory.
 OWNERS_DIR = "owners"
+#: Why gc spares an object with no owner recorded, in doctor's and gc's words.
+UNRECORDED = "no owner record: made before ctrexec recorded owners, or by another tool; spared"
 
 
 @attrs.frozen
@@ -64,6 +71,13 @@ def task_record(state_dir: Path | None, namespace: str, task_id: str) -> Path:
     state directory (``/run/ctrexec`` when None)."""
     base = Path(RUN_DIR) if state_dir is None else state_dir
     return Path(base, OWNERS_DIR, f"{namespace}+{task_id}")
+
+
+def attachment_record(cache_dir: Path, network: str, container_id: str, ifname: str) -> Path:
+    """The owner record of the attachment (network, container id, ifname) whose CNI
+    result is cached under ``cache_dir``: the owner of that result and of the
+    reservation its ADD made (a host-local file names the container id alone)."""
+    return Path(cache_dir, OWNERS_DIR, f"{network}+{container_id}+{ifname}")
 
 
 def task_owners(state_dir: Path | None, namespace: str) -> list[Owner]:
@@ -117,7 +131,7 @@ def spared(owner: Owner | None, address: str, namespace: str) -> str | None:
     """Why an object with this recorded owner is not gc's to judge for that containerd
     namespace, in doctor's words; None when it is."""
     if owner is None:
-        return "no owner recorded; spared"
+        return UNRECORDED
     if not owner.same_daemon(address, namespace):
         return f"owned by {owner}; spared"
     return None
@@ -125,7 +139,9 @@ def spared(owner: Owner | None, address: str, namespace: str) -> str | None:
 
 __all__ = [
     "OWNERS_DIR",
+    "UNRECORDED",
     "Owner",
+    "attachment_record",
     "forget",
     "read",
     "recording",

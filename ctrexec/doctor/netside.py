@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctrexec import inflight
+from ctrexec import inflight, owners
 from ctrexec import labels as lbl
 from ctrexec.doctor.files import spared
 from ctrexec.doctor.findings import Check, Finding, Scope, every_record, stamp
@@ -101,7 +101,7 @@ def _owner_says(scope: Scope, path: str) -> str | None:
         return None
     owner = nsmarks.owner_of(path)
     if owner is None:
-        return "no owner recorded; spared"
+        return owners.UNRECORDED
     return None if owner.same_daemon(scope.client.address, scope.namespace) else ""
 
 

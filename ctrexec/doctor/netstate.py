@@ -16,6 +16,14 @@ the grace period is *abandoned*: what a ``group down`` (or ``up``) killed mid-wa
 Its pin and cached result no longer account for its reservation and rules, which are
 named with ``ctrexec group down NAME`` (it runs the DEL the killed one did not).
 
+Ownership is recorded, not inferred: an attachment's owner record
+(:func:`ctrexec.owners.attachment_record`, the owner of its result and of the
+reservation its ADD made) must name the scope's containerd namespace. Another
+containerd's result or reservation is not listed; one with no record (made by another
+tool, or by ctrexec before it recorded owners) is listed as spared, with the reason,
+and never removed. An abandoned group's pin is recorded as the scope's, and so counts
+as the owner of its reservation when an older ADD recorded none.
+
 gc undoes a dead cached result with a CNI DEL (``Networks.teardown``), which also
 releases its address and its rules; then the reservations and rules no result
 explains go one by one. A cached result and a reservation are files with an age, and
@@ -34,6 +42,7 @@ from pathlib import Path
 
 from ctrexec import inflight, owners
 from ctrexec import labels as lbl
+from ctrexec.doctor.files import judge_owner, spared
 from ctrexec.doctor.findings import Check, Finding, Scope, every_record, stamp
 from ctrexec.errors import CtrexecError, FailedPrecondition, NetworkError
 from ctrexec.net import health, holders, ipamstore, iptables, netns, nsmarks, nsrefs
@@ -114,6 +123,20 @@ def _fix_for(owner: str, gone: Collection[str]) -> str:
     return f"ctrexec group down {owner}" if owner in gone else _FIX
 
 
+def _judged(
+    scope: Scope, found: Finding, network: str, holder: str, gone: Collection[str] = ()
+) -> Finding | None:
+    """``found`` as gc may act on it, by the attachment's recorded owner (see the
+    module's text): None for another containerd's, spared for one with no record."""
+    owner = scope.networks.cni.owner(network, holder, IFNAME)
+    if owner is None and holder in gone:  # its pin is recorded as this scope's
+        owner = owners.Owner(scope.client.address, scope.client.namespace, holder)
+    why = judge_owner(scope, owner)
+    if why is None:
+        return found
+    return None if owner is not None else spared(found, why)
+
+
 # ------------------------------------------------------------------ CNI results
 
 
@@ -135,8 +158,11 @@ def dead_results(scope: Scope) -> list[tuple[CNIAttachment, float | None]]:
 
 
 def find_results(scope: Scope) -> list[Finding]:
-    return [
-        Finding(
+    out = []
+    for cached, since in dead_results(scope):
+        if not scope.old_enough(since):
+            continue
+        found = Finding(
             kind=CNI_RESULT,
             where=os.fspath(_result_path(scope, cached)),
             what=f"the cached attachment of {cached.container_id} to {cached.network}, "
@@ -145,9 +171,10 @@ def find_results(scope: Scope) -> list[Finding]:
             since=stamp(since),
             ref=f"{cached.network}\n{cached.container_id}",
         )
-        for cached, since in dead_results(scope)
-        if scope.old_enough(since)
-    ]
+        judged = _judged(scope, found, cached.network, cached.container_id)
+        if judged is not None:
+            out.append(judged)
+    return out
 
 
 def remove_result(scope: Scope, finding: Finding) -> None:
@@ -155,7 +182,10 @@ def remove_result(scope: Scope, finding: Finding) -> None:
     network, owner = finding.ref.split("\n", 1)
     nets = scope.networks
     mode = "bridge" if network == nets.network else f"cni:{network}"
-    nets.teardown(owner, None, mode)
+    with _claimed(owner, finding.where):  # a create of that name makes its result anew
+        if Path(finding.where).exists() and (owner in recorded_groups(scope) or pinned(owner)):
+            raise FailedPrecondition(f"{finding.where} is live again; left alone")
+        nets.teardown(owner, None, mode)
     if Path(finding.where).exists():
         raise NetworkError(f"CNI DEL of {owner} on {network} left {finding.where}")
 
@@ -215,17 +245,18 @@ def find_reservations(scope: Scope) -> list[Finding]:
         since = _mtime(path)
         if ipaddress.ip_address(path.name) in live or not scope.old_enough(since):
             continue
-        out.append(
-            Finding(
-                kind=IPAM,
-                where=os.fspath(path),
-                what=f"{path.name} reserved for {holder or '?'}, which no attachment "
-                "and no live namespace holds" + _killed(holder, gone),
-                fix=_fix_for(holder, gone),
-                since=stamp(since),
-                ref=holder,
-            )
+        found = Finding(
+            kind=IPAM,
+            where=os.fspath(path),
+            what=f"{path.name} reserved for {holder or '?'}, which no attachment "
+            "and no live namespace holds" + _killed(holder, gone),
+            fix=_fix_for(holder, gone),
+            since=stamp(since),
+            ref=holder,
         )
+        judged = _judged(scope, found, pool.directory.name, holder, gone) if holder else None
+        if judged is not None or not holder:
+            out.append(judged or spared(found, owners.UNRECORDED))
     return out
 
 
@@ -238,6 +269,9 @@ def remove_reservation(scope: Scope, finding: Finding) -> None:
         if ipaddress.ip_address(path.name) in explained(scope, abandoned(scope)):
             raise FailedPrecondition(f"{path} is held again; left alone")
         ipamstore.release_own(pool, [path.name], finding.ref)
+        cni = scope.networks.cni
+        if not cni.cache_path(pool.directory.name, finding.ref, IFNAME).exists():
+            owners.forget(cni.owner_path(pool.directory.name, finding.ref, IFNAME))
     if path.exists():
         raise NetworkError(f"{path} is still there (it names another holder now)")
 

@@ -20,6 +20,9 @@ Choices that matter for ctrexec's reliability goals:
   ADD to be followed by a DEL, so no IP stays allocated. The cache record is
   written *before* the first ADD, so even a process killed mid-ADD leaves DEL the
   config and capability args it needs (portmap's DEL is a no-op without them).
+- Each attachment names its owner (:func:`ctrexec.owners.attachment_record`, the
+  owner its namespace's pin records), written before the ADD and removed with the
+  cached result, so gc removes only its own results and reservations.
 - Known limits of containernetworking-plugins 1.1.1 (Debian 12): the bridge
   plugin finds the addresses to un-masquerade on the container interface, so DEL
   an attachment *before* removing its namespace or its ipMasq rule stays; and
@@ -50,6 +53,7 @@ from typing import Any
 
 import attrs
 
+from ctrexec import owners
 from ctrexec.defaults import RUN_DIR
 from ctrexec.errors import (
     AlreadyExists,
@@ -59,6 +63,7 @@ from ctrexec.errors import (
     NotFound,
 )
 from ctrexec.net import netns as _netns
+from ctrexec.net import nsmarks as _nsmarks
 from ctrexec.net.cniconf import (
     CNIDNS,
     DEFAULT_IPAM_DIR,
@@ -272,7 +277,39 @@ class CNI:
         _netns.validate_ifname(ifname)
         return self.cache_dir / f"{network}+{container_id}+{ifname}.json"
 
-    def _write_cache(self, path: Path, attachment: CNIAttachment) -> None:
+    def owner_path(self, network: str, container_id: str, ifname: str) -> Path:
+        return owners.attachment_record(self.cache_dir, network, container_id, ifname)
+
+    def owner(self, network: str, container_id: str, ifname: str) -> owners.Owner | None:
+        """Who made the attachment (its result and reservation); None if not recorded."""
+        return owners.read(self.owner_path(network, container_id, ifname))
+
+    def _record_owner(self, network: str, container_id: str, ifname: str, ns_path: str) -> None:
+        """Record the pin's owner as the attachment's; no record for a namespace whose pin
+        names none (gc then spares what the ADD makes)."""
+        path = self.owner_path(network, container_id, ifname)
+        owner = _nsmarks.owner_of(ns_path)
+        try:
+            if owner is None:
+                owners.forget(path)
+            else:
+                owners.write(path, owner)
+        except OSError as exc:
+            raise NetworkError(f"cannot record the owner of {container_id}: {exc}") from exc
+
+    def _drop(self, network: str, container_id: str, ifname: str) -> None:
+        """Forget a rolled-back ADD: its cached record and its owner record."""
+        self.cache_path(network, container_id, ifname).unlink(missing_ok=True)
+        owners.forget(self.owner_path(network, container_id, ifname))
+
+    def _write_cache(
+        self, path: Path, attachment: CNIAttachment, *, record_owner: bool = False
+    ) -> None:
+        """Cache ``attachment``; with ``record_owner`` (the pending record, before the
+        first plugin runs), first record its namespace's pin's owner as its owner."""
+        a = attachment
+        if record_owner:
+            self._record_owner(a.network, a.container_id, a.ifname, a.netns)
         record = {
             "kind": _CACHE_KIND,
             "network": attachment.network,
@@ -467,7 +504,7 @@ class CNI:
                 cni_args=cni_args,
                 capability_args=caps,
             )
-            self._write_cache(path, pending)
+            self._write_cache(path, pending, record_owner=True)
             prev: JSONDict | None = None
             try:
                 for plugin in conf.plugins:
@@ -477,7 +514,7 @@ class CNI:
                 self._write_cache(path, attrs.evolve(pending, result=result))
             except BaseException:
                 if self._rollback(conf, prev, call):
-                    path.unlink(missing_ok=True)
+                    self._drop(conf.name, container_id, ifname)
                 raise
         return result
 
@@ -568,6 +605,7 @@ class CNI:
                     conf = self._conflist(network)
                 except NotFound as exc:
                     log.info("DEL %s/%s: nothing cached and %s", name, container_id, exc)
+                    owners.forget(self.owner_path(name, container_id, ifname))
                     return
                 cni_args = format_cni_args(args)
                 caps = merge_capability_args(capability_args, port_mappings)
@@ -581,3 +619,4 @@ class CNI:
                 path.unlink(missing_ok=True)
             except OSError as exc:
                 raise NetworkError(f"cannot remove CNI result cache {path}: {exc}") from exc
+            owners.forget(self.owner_path(name, container_id, ifname))

@@ -33,6 +33,7 @@ from _cli import cli_argv
 from _nethelpers import NET_MARKS
 
 from ctrexec import labels as lbl
+from ctrexec import owners
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.doctor import checks, netside, netstate
@@ -282,7 +283,7 @@ def test_each_leftover_is_found_listed_removed_and_nothing_else(
     assert found.returncode == 1, found.stderr
     assert _mine(p, json.loads(found.stdout)) == p.garbage
     assert _mine(p, json.loads(found.stdout), garbage=False) == p.spared
-    assert "no owner recorded; spared" in found.stdout
+    assert owners.UNRECORDED in found.stdout
     table = _cli(p, containerd_address, "doctor")
     assert table.returncode == 1 and f"dnv{p.tag}a" in table.stdout
 

@@ -63,7 +63,7 @@ def test_an_owner_round_trips_and_says_why_gc_spares_an_object() -> None:
     assert owners.Owner.parse(owner.to_text()) == owner
     assert owners.Owner.parse("1:2:3\n") is None
     assert owners.spared(owner, owner.address, "ctrexec") is None
-    assert owners.spared(None, owner.address, "ctrexec") == "no owner recorded; spared"
+    assert owners.spared(None, owner.address, "ctrexec") == owners.UNRECORDED
     other = owners.spared(owner, "/var/lib/ctrexec/containerd.sock", "ctrexec")
     assert other is not None and owner.address in other
 
