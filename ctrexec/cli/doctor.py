@@ -95,6 +95,7 @@ def _gc_json(report: GcReport) -> dict[str, object]:
         "DryRun": report.dry_run,
         "Removed": [f.to_json() for f in report.removed],
         "Failed": [dict(f.finding.to_json(), Reason=f.reason) for f in report.failed],
+        "Spared": [f.to_json() for f in report.spared],
     }
 
 
@@ -105,6 +106,8 @@ def _print_gc(report: GcReport, as_json: bool) -> int:
         verb = "would remove" if report.dry_run else "removed"
         for f in report.removed:
             print(f"{verb} {f.kind} {f.where}: {f.what}")
+        for f in report.spared:  # not ours to judge: the reason ends each one's text
+            print(f"spared {f.kind} {f.where}: {f.what}")
         for failure in report.failed:
             f = failure.finding
             reason = failure.reason

@@ -24,6 +24,7 @@ from ctrexec.doctor import (
     shims,
     snapshots,
 )
+from ctrexec.doctor.files import is_spared
 from ctrexec.doctor.findings import Check, Finding, Scope
 from ctrexec.errors import CtrexecError
 
@@ -69,11 +70,13 @@ class Failure:
 
 @attrs.frozen
 class GcReport:
-    """What gc removed (or, with ``dry_run``, would remove), and what it could not."""
+    """What gc removed (or, with ``dry_run``, would remove), what it could not, and
+    what it spared (no owner recorded: the reason is in each one's ``what``)."""
 
     removed: list[Finding]
     failed: list[Failure]
     dry_run: bool
+    spared: list[Finding] = attrs.field(factory=list)
 
 
 def _unchecked(check: Check, err: CtrexecError) -> Finding:
@@ -107,8 +110,11 @@ def gc(scope: Scope, *, dry_run: bool = False, checks: tuple[Check, ...] | None 
     """
     removed: list[Finding] = []
     failed: list[Failure] = []
+    kept: list[Finding] = []
     for check in CHECKS if checks is None else checks:
         for finding in _find(check, scope):
+            if is_spared(finding):
+                kept.append(finding)
             if not finding.garbage or check.remove is None:
                 continue
             if dry_run:
@@ -120,4 +126,4 @@ def gc(scope: Scope, *, dry_run: bool = False, checks: tuple[Check, ...] | None 
                 failed.append(Failure(finding, str(err)))
             else:
                 removed.append(finding)
-    return GcReport(removed=removed, failed=failed, dry_run=dry_run)
+    return GcReport(removed=removed, failed=failed, dry_run=dry_run, spared=kept)

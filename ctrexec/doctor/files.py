@@ -99,14 +99,17 @@ def judge_owner(scope: Scope, owner: owners.Owner | None) -> str | None:
     return owners.spared(owner, scope.client.address, scope.namespace)
 
 
+#: The fix of a leftover gc spares (:func:`spared`); gc's report names those.
+SPARED_FIX = "nothing: gc spares it; remove it by hand once you know it is no one's"
+
+
 def spared(finding: Finding, reason: str) -> Finding:
     """A leftover gc leaves alone (no owner recorded), with the reason in its row."""
-    return attrs.evolve(
-        finding,
-        what=f"{finding.what}: {reason}",
-        fix="nothing: gc spares it; remove it by hand once you know it is no one's",
-        garbage=False,
-    )
+    return attrs.evolve(finding, what=f"{finding.what}: {reason}", fix=SPARED_FIX, garbage=False)
+
+
+def is_spared(finding: Finding) -> bool:
+    return not finding.garbage and finding.fix == SPARED_FIX
 
 
 def _finding(scope: Scope, kind: str, ns: str, task_id: str, path: Path) -> Finding | None:

@@ -120,10 +120,10 @@ def _namespaces(p: Planted, client: Client) -> None:
     _sh("ip", "-n", p.ns("p"), "addr", "add", "10.231.212.201/24", "dev", "eth0")
 
 
-def _group_gone(p: Planted) -> None:
+def _group_gone(p: Planted, client: Client) -> None:
     """A group's namespace removed behind ctrexec's back: result, address, rule stay."""
     owner = p.owner("a")
-    made = netns.create(p.ns("a"))
+    made = netns.create(p.ns("a"), owner=Owner(client.address, client.namespace, owner))
     attached = p.nets.setup(owner, made.path)
     netns.remove(made.path)
     result = p.nets.cni.cache_path(p.nets.network, owner, "eth0")
@@ -132,7 +132,10 @@ def _group_gone(p: Planted) -> None:
     reservation = Path(p.nets.ipam_dir, p.nets.network, address)
     _age(reservation)
     p.garbage[str(result)] = netstate.CNI_RESULT
-    p.freed += [str(reservation), owner]  # the result explains them; its DEL frees them
+    record = p.nets.cni.owner_path(p.nets.network, owner, "eth0")
+    assert owners.read(record) == Owner(client.address, client.namespace, owner)
+    # the result explains them; its DEL frees them, and the owner record goes with it
+    p.freed += [str(reservation), owner, str(record)]
 
 
 def _links(p: Planted) -> None:
@@ -150,16 +153,31 @@ def _links(p: Planted) -> None:
     p.kept += [f"link dnw{p.tag}a", f"link {live_host}"]
 
 
-def _store(p: Planted) -> None:
+def _store(p: Planted, client: Client) -> None:
     pool = Path(p.nets.ipam_dir, p.nets.network)
-    for last, holder, old in ((200, "b", True), (201, "p", True), (202, "q", False)):
+    made = (
+        (200, "b", True),
+        (201, "p", True),
+        (202, "q", False),
+        (205, "z", True),
+        (206, "w", True),
+    )
+    for last, holder, old in made:
         address = ipaddress.ip_address(f"10.231.212.{last}")
         # .201 may be reserved already: the ADD above puts back what live namespaces hold
         ipamstore.reserve(pool, address, p.owner(holder), "eth0")
         if old:
             _age(pool / str(address))
+    # ownership is recorded: .200's attachment names this containerd namespace (its
+    # result lost), .206's another containerd; .205's none (another tool's): spared
+    record = p.nets.cni.owner_path(p.nets.network, p.owner("b"), "eth0")
+    owners.write(record, Owner(client.address, client.namespace, p.owner("b")))
+    elsewhere = Owner("/elsewhere/containerd.sock", client.namespace, p.owner("w"))
+    owners.write(p.nets.cni.owner_path(p.nets.network, p.owner("w"), "eth0"), elsewhere)
     p.garbage[str(pool / "10.231.212.200")] = netstate.IPAM
-    p.kept += [str(pool / "10.231.212.201"), str(pool / "10.231.212.202")]
+    p.freed.append(str(record))
+    p.spared[str(pool / "10.231.212.205")] = netstate.IPAM
+    p.kept += [str(pool / f"10.231.212.{last}") for last in (201, 202, 205, 206)]
     _masquerade(p.nets.network, p.owner("c"), "10.231.212.203/32")
     _masquerade(p.owner("o"), p.owner("c"), "10.231.212.204/32")  # another network's
     p.garbage[p.owner("c")] = netstate.NAT_RULES
@@ -215,9 +233,9 @@ def planted(tmp_path: Path, containerd_address: str, client: Client) -> Iterator
     p = Planted(tag=tag, env=env, nets=settings.from_env(env))
     try:
         _namespaces(p, client)
-        _group_gone(p)
+        _group_gone(p, client)
         _links(p)
-        _store(p)
+        _store(p, client)
         _recorded(p, containerd_address)
         yield p
     finally:

@@ -11,6 +11,16 @@ Two cases, through the real binary for every create and removal:
   directories, cgroup): gc against the session's containerd, at the default grace and
   at ``--grace 0``, removes none of them (:mod:`ctrexec.owners`).
 
+And a network attachment's CNI result and host-local reservation, each named by its
+owner record (:func:`ctrexec.owners.attachment_record`):
+
+- the other containerd's, its pin unmounted behind ctrexec's back (so that only the
+  record says whose it is), survive ``gc --grace 0``;
+- a reservation another tool wrote (an id ctrexec never made) is spared, and gc's
+  report and doctor name it with the reason;
+- ctrexec's own, its container record deleted and its pin unmounted behind its back,
+  is still removed (a CNI DEL: result, reservation and owner record go).
+
 The gc is the library's (what the CLI's ``gc`` runs), with its findings narrowed to
 this test's tag: a host-wide gc of the old code would judge every ``cx-`` namespace
 on this shared machine against the session's containerd alone.
@@ -19,8 +29,10 @@ on this shared machine against the session's containerd alone.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,13 +43,15 @@ from _cli import TEST_NAMESPACE, Cli
 from _nethelpers import cli_bridge
 from _support import until
 
-from ctrexec.containerd import tasks
+from ctrexec import owners
+from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.doctor import checks
 from ctrexec.doctor.findings import Check, Finding, Scope
+from ctrexec.doctor.netstate import CNI_RESULT, IPAM
 from ctrexec.ids import task_cgroup
-from ctrexec.net import hostfiles, netns, nsmarks, settings
+from ctrexec.net import hostfiles, ipamstore, netns, nsmarks, settings
 from ctrexec.testing import import_image, private_containerd
 
 pytestmark = pytest.mark.integration
@@ -206,3 +220,113 @@ def test_gc_leaves_a_second_containerd_with_the_same_namespace_name_alone(
     finally:
         with contextlib.suppress(Exception):
             other.cli("rm", "-f", running, stopped)
+
+
+def _attachment(name: str) -> dict[str, bool]:
+    """Whether each part of the bridge attachment of the one-task group ``name`` is
+    there: its cached CNI result, its owner record, its host-local reservation."""
+    nets = settings.from_env()
+    held = [
+        path
+        for path in Path(nets.ipam_dir, nets.network).glob("10.*")
+        if ipamstore.parse_reservation(path.read_bytes().decode())[0] == name
+    ]
+    return {
+        "result": nets.cni.cache_path(nets.network, name, "eth0").exists(),
+        "owner record": nets.cni.owner_path(nets.network, name, "eth0").exists(),
+        "reservation": bool(held),
+    }
+
+
+def _unpin(name: str) -> None:
+    """The pin unmounted behind ctrexec's back (``ip netns del``)."""
+    subprocess.run(["ip", "netns", "del", f"cx-{name}"], check=True, capture_output=True)
+    assert not netns.is_mounted(_pin(name))
+
+
+def test_gc_spares_a_second_containerds_cni_result_and_reservation(
+    cli: Cli, client: Client, test_image: str, bridge: str, other: _Other
+) -> None:
+    tag = f"gcn{secrets.token_hex(2)}"
+    name = f"{tag}-run"
+    try:
+        out = other.cli("run", "-d", "-p", "8080", "--name", name, test_image, "sleep", "600")
+        assert out.returncode == 0, out.stderr
+        until(lambda: _in_its_pin(other.client, name), "the other's container running")
+        state = tasks.find(other.client, name)
+        assert state is not None and state.pid
+        nets = settings.from_env()
+        owner = nets.cni.owner(nets.network, name, "eth0")
+        assert owner == owners.Owner(other.client.address, TEST_NAMESPACE, name)
+        _unpin(name)  # nothing but the owner record now says whose the attachment is
+        assert all(_attachment(name).values()), _attachment(name)
+
+        scope = Scope(client, networks=settings.from_env(), log_dir=other.logs, grace=0.0)
+        report = checks.gc(scope, checks=_narrowed(tag))
+        assert report.removed == [] and report.failed == [], report
+        assert all(_attachment(name).values()), _attachment(name)
+        assert Path(f"/proc/{state.pid}/ns/net").exists(), "the other's task is gone"
+        doctor = cli("doctor", "--json", "--grace", "0", "--log-dir", str(other.logs))
+        rows = [r for r in json.loads(doctor.stdout or "[]") if r["Kind"] in (CNI_RESULT, IPAM)]
+        assert [r for r in rows if tag in f"{r['Where']} {r['What']}"] == [], rows
+    finally:
+        with contextlib.suppress(Exception):
+            other.cli("rm", "-f", name)
+
+
+def test_gc_spares_and_names_a_reservation_another_tool_made(
+    cli: Cli, client: Client, bridge: str
+) -> None:
+    nets = settings.from_env()
+    pool = Path(nets.ipam_dir, nets.network)
+    pool.mkdir(parents=True, exist_ok=True)
+    holder = f"othertool-{secrets.token_hex(3)}"  # an id ctrexec never made
+    path = pool / "10.231.219.250"
+    path.write_text(ipamstore.reservation_text(holder, "eth0"))
+    _age(path)
+    try:
+        report = checks.gc(Scope(client, networks=nets, grace=0.0), checks=_narrowed(holder))
+        assert report.removed == [] and report.failed == [], report
+        assert path.exists(), "gc removed another tool's reservation"
+        named = [f for f in report.spared if f.where == str(path)]
+        assert [f.kind for f in named] == [IPAM], report.spared
+        assert owners.UNRECORDED in named[0].what and holder in named[0].what, named
+        found = cli("doctor", "--json", "--grace", "0")
+        rows = [r for r in json.loads(found.stdout or "[]") if r["Where"] == str(path)]
+        assert len(rows) == 1 and rows[0]["Garbage"] is False, rows
+        assert owners.UNRECORDED in str(rows[0]["What"]), rows
+        dry = cli("gc", "--dry-run", "--json", "--grace", "0")
+        listed = json.loads(dry.stdout)
+        assert str(path) not in {r["Where"] for r in listed["Removed"]}, listed
+        assert str(path) in {r["Where"] for r in listed["Spared"]}, listed
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def test_gc_still_removes_ctrexecs_own_attachment_left_behind(
+    cli: Cli, client: Client, test_image: str, bridge: str, tmp_path: Path
+) -> None:
+    tag = f"gcs{secrets.token_hex(2)}"
+    name = f"{tag}-own"
+    try:
+        out = cli("run", "-d", "-p", "8080", "--name", name, test_image, "sleep", "600")
+        assert out.returncode == 0, out.stderr
+        until(lambda: _in_its_pin(client, name), "the container running in its pin")
+        nets = settings.from_env()
+        assert nets.cni.owner(nets.network, name, "eth0") == owners.Owner(
+            client.address, client.namespace, name
+        )
+        # its task and record deleted, its pin unmounted, all behind ctrexec's back
+        tasks.force_delete(client, name)
+        containers.delete(client, name)
+        _unpin(name)
+        assert all(_attachment(name).values()), _attachment(name)
+
+        scope = Scope(client, networks=settings.from_env(), log_dir=tmp_path / "logs", grace=0)
+        report = checks.gc(scope, checks=_narrowed(tag))
+        assert report.failed == [], report.failed
+        assert CNI_RESULT in {f.kind for f in report.removed}, report.removed
+        assert not any(_attachment(name).values()), _attachment(name)
+    finally:
+        with contextlib.suppress(Exception):
+            cli("rm", "-f", name)
