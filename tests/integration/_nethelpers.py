@@ -223,5 +223,7 @@ def cli_bridge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, subnet: str) -> 
         IP_FORWARD.write_text(forward)
     assert list((tmp_path / "ipam").rglob("10.*")) == [], "an address stayed allocated"
     assert list((tmp_path / "cni-cache").rglob("*-eth0")) == [], "a CNI result stayed"
+    owned = list((tmp_path / "cni-cache" / "owners").glob("*"))
+    assert owned == [], "an attachment's owner record stayed (its DEL removes it)"
     prefix = subnet.rsplit(".", 1)[0] + "."
     assert prefix not in iptables_dump(), "a port mapping or masquerade rule stayed"
