@@ -330,3 +330,10 @@ def test_gc_still_removes_ctrexecs_own_attachment_left_behind(
     finally:
         with contextlib.suppress(Exception):
             cli("rm", "-f", name)
+        # the namespace's cgroup, which ctrexec's own destroy would have removed with
+        # the last task: runc removed the leaf, and nothing else is left to
+        cgroup = Path(task_cgroup(client.namespace, name).lstrip("/")).parent
+        for tree in [Path("/sys/fs/cgroup"), *Path("/sys/fs/cgroup").iterdir()]:
+            for path in (tree / cgroup, tree / cgroup.parent):
+                with contextlib.suppress(OSError):
+                    path.rmdir()  # only when empty: another namespace's tasks stay
