@@ -300,25 +300,37 @@ def spawn_server_at_exit(lock_path: str) -> None:
     atexit.register(spawn_server, lock_path, dict(os.environ))
 
 
-def spawn_server(lock_path: str, environ: dict[str, str] | None = None) -> None:
-    """Start the server, detached, unless one holds the lock (it is starting up).
+def spawn_server(lock_path: str, environ: dict[str, str] | None = None) -> int | None:
+    """Start the server, detached, unless one holds the lock (it is starting up); its
+    pid, or None.
 
     The caller does not wait: this command runs in-process and the next finds the
     server warm. ``posix_spawn`` rather than ``subprocess``: nothing more to import.
+    It runs at idle priority almost from its first instruction: ``SCHED_IDLE`` and its
+    session's autogroup at nice 19, both set here as soon as it is exec'd, so that not
+    even its interpreter's start (~20 ms, unniced before) competes with this
+    command's exit or the commands after it; it goes back to normal after its
+    warm-up (``ctrexec.cli.server._in_the_background``).
+
+    Its keeper is the next command: the server is detached (a session of its own,
+    reparented to init), and when it dies nothing else notices, nor needs to. It
+    keeps no state; the next client's connect fails (no socket, or a stale one no
+    one listens on), that command runs in-process, and it starts a new server at
+    its exit.
     """
     try:
         lock = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         lock = -1
     except OSError:
-        return
+        return None
     if lock >= 0:
         import fcntl
 
         try:
             fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a server holds it LOCK_EX
         except OSError:
-            return  # a server holds it: starting up, or going away after a stale answer
+            return None  # a server holds it: starting up, or going away after a stale answer
         finally:
             os.close(lock)
     argv = [sys.executable, "-P", "-m", "ctrexec.cli.server"]
@@ -329,11 +341,25 @@ def spawn_server(lock_path: str, environ: dict[str, str] | None = None) -> None:
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
     try:
-        os.posix_spawn(
-            sys.executable, argv, environ or os.environ, file_actions=actions, setsid=True
+        pid = os.posix_spawn(
+            sys.executable,
+            argv,
+            environ or os.environ,
+            file_actions=actions,
+            setsid=True,
         )
     except OSError:
-        return
+        return None
+    # Here, not with posix_spawn's scheduler (glibc's takes no SCHED_IDLE): the child
+    # has just been exec'd (posix_spawn returns once it has), before it ran much.
+    try:
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+        # its own autogroup (setsid): its nice, not the process's, weighs against ours
+        with open(f"/proc/{pid}/autogroup", "w") as autogroup:  # noqa: PTH123
+            autogroup.write("19")
+    except OSError:
+        pass  # it ended already, or no autogroups here
+    return pid
 
 
 if __name__ == "__main__":

@@ -578,3 +578,76 @@ def test_the_systemd_unit_runs_the_supervisor_itself(server: Server) -> None:
             supervisor.terminate()  # KillSignal=SIGTERM, KillMode=process
             supervisor.wait(timeout=60)
     wait_for(lambda: _flock_holders(locks) == set(), timeout=30, what="the lock to go")
+
+
+def _lock_holders(lock: Path) -> set[int]:
+    """The pids that hold a flock on ``lock`` (a server's, for its whole life)."""
+    if not lock.exists():
+        return set()
+    st = lock.stat()
+    holders = set()
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()  # ... FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END
+        major, minor, inode = fields[-3].split(":")
+        key = (int(major, 16), int(minor, 16), int(inode))
+        if "FLOCK" in fields and key == (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino):
+            holders.add(int(fields[-4]))
+    return holders
+
+
+def _cat_running(srv: Server, name: str, test_image: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        srv.argv("run", "--rm", "-i", "--name", name, test_image, "cat"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=srv.env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(f"{name}\n".encode())
+    proc.stdin.flush()
+    assert proc.stdout.readline() == f"{name}\n".encode()  # it runs
+    return proc
+
+
+def _end_cat(proc: subprocess.Popen[bytes]) -> None:
+    _, err = proc.communicate(timeout=60)  # stdin's end ends cat; closes the pipes
+    assert proc.returncode == 0, err
+
+
+def test_the_first_command_runs_in_its_client_and_the_server_starts_after(
+    cli: Cli, test_image: str, names: list[str]
+) -> None:
+    """With no server, the first command is run by the process that was started (its
+    client: multi-threaded with gRPC's threads, which a handed-over client never is),
+    and no server exists while it runs (none holds the install's lock, no socket): the
+    server's warm-up is not beside the command. After the command's exit a server
+    listens, back at normal priority (SCHED_OTHER), and so are the children that run
+    the next commands (it was started SCHED_IDLE)."""
+    srv = Server(Path(tempfile.mkdtemp(prefix="cxsrv-")), cli)
+    names += ["cs-first", "cs-second"]
+    try:
+        first = _cat_running(srv, "cs-first", test_image)
+        try:
+            wait_for(
+                lambda: len(os.listdir(f"/proc/{first.pid}/task")) > 1,
+                timeout=60,
+                what="the first command's gRPC threads in its client",
+            )
+            assert _lock_holders(srv.lock) == set(), "a server started beside the command"
+            assert not srv.sock.exists()
+        finally:
+            _end_cat(first)
+        pid = srv.pid()  # bounded wait: started at the first command's exit
+        assert pid != first.pid
+        assert os.sched_getscheduler(pid) == os.SCHED_OTHER
+        second = _cat_running(srv, "cs-second", test_image)
+        try:
+            children = srv.children()
+            assert children, "the second command ran in its client, not in the server"
+            assert {os.sched_getscheduler(c) for c in children} == {os.SCHED_OTHER}
+        finally:
+            _end_cat(second)
+    finally:
+        srv.stop()
+        shutil.rmtree(srv.directory)
