@@ -306,11 +306,11 @@ def spawn_server(lock_path: str, environ: dict[str, str] | None = None) -> int |
 
     The caller does not wait: this command runs in-process and the next finds the
     server warm. ``posix_spawn`` rather than ``subprocess``: nothing more to import.
-    It runs at idle priority almost from its first instruction: ``SCHED_IDLE`` and its
-    session's autogroup at nice 19, both set here as soon as it is exec'd, so that not
-    even its interpreter's start (~20 ms, unniced before) competes with this
-    command's exit or the commands after it; it goes back to normal after its
-    warm-up (``ctrexec.cli.server._in_the_background``).
+    It is not niced from its exec: its interpreter's start runs at full weight in a
+    session (and autogroup) of its own, so on a loaded host it is listening in
+    moments; only its warm-up after that runs at nice 19
+    (``ctrexec.cli.server._in_the_background``). ``SCHED_IDLE`` from the exec was
+    tried: on a host at load 6-9 the server then took 40 to 300 s to listen.
 
     Its keeper is the next command: the server is detached (a session of its own,
     reparented to init), and when it dies nothing else notices, nor needs to. It
@@ -350,15 +350,6 @@ def spawn_server(lock_path: str, environ: dict[str, str] | None = None) -> int |
         )
     except OSError:
         return None
-    # Here, not with posix_spawn's scheduler (glibc's takes no SCHED_IDLE): the child
-    # has just been exec'd (posix_spawn returns once it has), before it ran much.
-    try:
-        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
-        # its own autogroup (setsid): its nice, not the process's, weighs against ours
-        with open(f"/proc/{pid}/autogroup", "w") as autogroup:  # noqa: PTH123
-            autogroup.write("19")
-    except OSError:
-        pass  # it ended already, or no autogroups here
     return pid
 
 

@@ -136,8 +136,6 @@ def _in_the_background() -> Iterator[None]:
     # only a session's leader's autogroup is its own (spawn_server's setsid)
     autogroup = Path("/proc/self/autogroup" if os.getsid(0) == os.getpid() else os.devnull)
     before = os.getpriority(os.PRIO_PROCESS, 0)
-    # spawn_server starts it SCHED_IDLE (and its autogroup at 19) already; the rest is
-    # for a server started otherwise
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, 0, 19)
     with contextlib.suppress(OSError):
@@ -145,8 +143,6 @@ def _in_the_background() -> Iterator[None]:
     try:
         yield
     finally:
-        with contextlib.suppress(OSError):  # its children run the commands: not idle
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, 0, before)
         with contextlib.suppress(OSError):

@@ -622,8 +622,8 @@ def test_the_first_command_runs_in_its_client_and_the_server_starts_after(
     client: multi-threaded with gRPC's threads, which a handed-over client never is),
     and no server exists while it runs (none holds the install's lock, no socket): the
     server's warm-up is not beside the command. After the command's exit a server
-    listens, back at normal priority (SCHED_OTHER), and so are the children that run
-    the next commands (it was started SCHED_IDLE)."""
+    listens, at normal priority (SCHED_OTHER), and so are the children that run the
+    next commands."""
     srv = Server(Path(tempfile.mkdtemp(prefix="cxsrv-")), cli)
     names += ["cs-first", "cs-second"]
     try:
