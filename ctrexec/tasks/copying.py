@@ -113,9 +113,19 @@ def _kind(st: os.stat_result | None) -> str | None:
 
 
 def in_container_root(
-    client: Client, cache: ImageCache, name: str, fn: Callable[[int], T], *, write: bool
+    client: Client,
+    cache: ImageCache,
+    name: str,
+    fn: Callable[[int], T],
+    *,
+    write: bool,
+    with_mounts: bool = True,
 ) -> T:
-    """Call ``fn`` with an O_PATH fd of the container's root (see the module's docstring)."""
+    """Call ``fn`` with an O_PATH fd of the container's root (see the module's docstring).
+
+    ``with_mounts=False``: a stopped container's snapshot alone, without its volumes
+    and bind mounts over it (docker's copy-up reads the image's files that a new
+    volume then covers)."""
     record = containers.get(client, name)
     state = tasks.find(client, name)
     live = state is not None and state.status in _LIVE and state.pid > 0
@@ -144,7 +154,8 @@ def in_container_root(
             _linux.mount_readonly(mounts, tmp, writable=write)
             fd = _linux.open_root(tmp)
             try:
-                _mount_binds(fd, tmp, [m for m in binds if m.is_bind], write=write)
+                if with_mounts:
+                    _mount_binds(fd, tmp, [m for m in binds if m.is_bind], write=write)
                 return fn(fd)
             finally:
                 os.close(fd)

@@ -244,7 +244,7 @@ def populate(
             os.chown(data, st.st_uid, st.st_gid)
             data.chmod(stat.S_IMODE(st.st_mode))
 
-    copying.in_container_root(client, cache, task_id, copy, write=False)
+    copying.in_container_root(client, cache, task_id, copy, write=False, with_mounts=False)
 
 
 def remove_anonymous(
