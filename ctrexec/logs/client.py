@@ -262,10 +262,25 @@ def spawn(where: Path) -> None:
         with contextlib.suppress(OSError, EOFError, FailedPrecondition):
             _exchange(where / logdaemon.SOCKET, {"op": "ping"}, 1.0)
             return  # another client started it meanwhile
-        _start(where)
+        if _start(where) == b"b" and _going_away(where):
+            _start(where)
 
 
-def _start(where: Path) -> None:
+def _going_away(where: Path) -> bool:
+    """Wait, bounded, for the daemon that holds the lock but did not answer to let it
+    go; whether it did. One that is exiting idle has removed its socket already but
+    holds the lock until its last writer is closed: on a loaded host, long enough for
+    every retry of a client to find no socket and a start that defers to it."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while flocks.held(where / logdaemon.LOCK):
+        if time.monotonic() >= deadline:
+            return False  # a live daemon, busy: the client's next connect finds it
+        time.sleep(0.02)
+    return True
+
+
+def _start(where: Path) -> bytes:
+    """Start a daemon; its answer: ``r`` it listens, ``b`` another holds the lock."""
     import subprocess  # only a start that finds no daemon pays for it
 
     boot = boot_source(logdaemon.__name__)
@@ -294,6 +309,7 @@ def _start(where: Path) -> None:
             os.close(w)
     if answer not in (b"r", b"b"):
         raise FailedPrecondition(f"the ctrexec log daemon did not start (see {where / 'logd.log'})")
+    return answer
 
 
 def _daemon_env() -> dict[str, str]:
