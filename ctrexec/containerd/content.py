@@ -26,7 +26,7 @@ import platform as _host
 import queue
 import re
 import secrets
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -503,16 +503,35 @@ class WriteSession:
         the namespace has ``expected`` already."""
         return int(self._send(action=content_pb2.STAT, total=total, expected=expected).offset)
 
-    def write(self, start: int, chunks: Iterable[bytes], desc: Descriptor) -> int:
-        """Send ``chunks`` from ``start`` on; the offset reached.
+    def write(
+        self,
+        start: int,
+        chunks: Iterable[bytes],
+        desc: Descriptor,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Send ``chunks`` from ``start`` on; the offset reached. ``progress`` hears each
+        offset containerd has written, never one merely sent.
 
         Up to :data:`_WINDOW` writes are in flight before the first answer is read
         (containerd answers each one, in order): waiting for each answer before the
         next send left containerd idle while this side read its next chunk, and this
-        side idle while containerd wrote and hashed."""
+        side idle while containerd wrote and hashed. When ``chunks`` fails (the
+        source went away), the writes in flight are waited for before the failure
+        goes up: the ingest then keeps every byte sent, for a retry to resume from."""
         offset = start
         pending: collections.deque[int] = collections.deque()
-        for data in chunks:
+        source = iter(chunks)
+        while True:
+            try:
+                data = next(source)
+            except StopIteration:
+                break
+            except BaseException:
+                with contextlib.suppress(errors.CtrexecError):
+                    while pending:
+                        self._written(pending.popleft(), desc, progress)
+                raise
             for i in range(0, len(data), _CHUNK):
                 piece = data[i : i + _CHUNK]
                 offset += len(piece)
@@ -528,18 +547,20 @@ class WriteSession:
                 )
                 pending.append(offset)
                 if len(pending) >= _WINDOW:
-                    self._written(pending.popleft(), desc)
+                    self._written(pending.popleft(), desc, progress)
         while pending:
-            self._written(pending.popleft(), desc)
+            self._written(pending.popleft(), desc, progress)
         return offset
 
-    def _written(self, want: int, desc: Descriptor) -> None:
+    def _written(self, want: int, desc: Descriptor, progress: Callable[[int], None] | None) -> None:
         try:
             resp = next(self._stream)
         except StopIteration:
             raise errors.Internal(f"content write {self.ref}: stream ended early") from None
         if resp.offset != want:
             raise errors.Internal(f"content {desc.digest}: write reached {resp.offset}")
+        if progress is not None:
+            progress(want)
 
     def commit(self, desc: Descriptor, offset: int, labels: Mapping[str, str]) -> None:
         """containerd checks the digest and size: FailedPrecondition when they differ."""

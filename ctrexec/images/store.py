@@ -250,10 +250,8 @@ def _write(
                 )
             yield data
             pos += len(data)
-            if progress is not None:
-                progress(pos)
 
-    end = session.write(offset, counted(), desc)
+    end = session.write(offset, counted(), desc, progress)
     if end != desc.size:
         raise errors.Unavailable(f"content {desc.digest}: source ended at {end} of {desc.size}")
     return end

@@ -360,22 +360,23 @@ def test_registry_killed_mid_pull_then_resumed(
     finally:
         killed.set()
         t.join(300)
-    assert failure and isinstance(failure[0], errors.Unavailable), failure
-    with pytest.raises(errors.NotFound):
-        lookup.get_image(ns, ref)
-    assert len(ns.leases()) == 1  # kept: it holds the partial download
-    partial = ns.call(
-        _rpc.CONTENT,
-        "ListStatuses",
-        content_pb2.ListStatusesRequest(),
-        content_pb2.ListStatusesResponse,
-    ).statuses
-    assert any(0 < s.offset < s.total for s in partial)
-    # the layers unpacked before the registry went away are kept by the lease too
-    kept = {s.name for s in snapshots.list_snapshots(ns) if s.kind == "committed"}
-    assert not [s for s in snapshots.list_snapshots(ns) if s.kind != "committed"]
-
-    registry.start()
+    try:
+        assert failure and isinstance(failure[0], errors.Unavailable), failure
+        with pytest.raises(errors.NotFound):
+            lookup.get_image(ns, ref)
+        assert len(ns.leases()) == 1  # kept: it holds the partial download
+        partial = ns.call(
+            _rpc.CONTENT,
+            "ListStatuses",
+            content_pb2.ListStatusesRequest(),
+            content_pb2.ListStatusesResponse,
+        ).statuses
+        assert any(0 < s.offset < s.total for s in partial)
+        # the layers unpacked before the registry went away are kept by the lease too
+        kept = {s.name for s in snapshots.list_snapshots(ns) if s.kind == "committed"}
+        assert not [s for s in snapshots.list_snapshots(ns) if s.kind != "committed"]
+    finally:
+        registry.start()  # the tests after this one pull from it too
     events: list[PullEvent] = []
     img = pull(ns, ref, progress=events.append)
     assert img.digest == summary["target"]

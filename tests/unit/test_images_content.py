@@ -311,3 +311,28 @@ def test_write_sends_ahead_of_the_answers_and_checks_each(monkeypatch: pytest.Mo
     with pytest.raises(errors.Internal, match="write reached 1"):
         other.write(0, [data], desc)
     other.close()
+
+
+def test_a_failing_source_keeps_what_was_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the registry going away mid-blob: the writes still in flight are answered before
+    # the failure goes up, so the ingest keeps them for a retry to resume from; and
+    # progress heard only the offsets containerd answered, never one merely sent
+    monkeypatch.setattr(content, "_CHUNK", 4)
+    _, _, dst = _clients(shared=False)
+    data = bytes(range(37))
+    desc = Descriptor("application/octet-stream", content.digest_of(data), len(data))
+    session = content.WriteSession(dst, "ctrexec-test-ref", None)
+    assert content.begin_write(session, desc, {}) == 0
+    heard: list[int] = []
+
+    def source() -> Iterator[bytes]:
+        yield data[:12]  # three writes: fewer than the window, none answered yet
+        assert heard == []
+        raise errors.Unavailable("registry went away")
+
+    with pytest.raises(errors.Unavailable, match="registry went away"):
+        session.write(0, source(), desc, heard.append)
+    assert heard == [4, 8, 12]
+    assert isinstance(session._stream, _Write)
+    assert session._stream.buf == data[:12]
+    session.close()
