@@ -216,8 +216,7 @@ def inspect(
     client: Client, task_id: str, *, addresses: bool = True, state_dir: Path | None = None
 ) -> TaskInfo:
     """The container's latest run; ``state_dir``: an Executor's (its log daemon's place)."""
-    record = containers.get(client, task_id)
-    state = tasks.find(client, task_id)
+    record, state = _read_together(client, task_id)
     exits = with_oom(client, {task_id: state.exit} if state and state.exit else {})
     info = build(record, state, exits.get(task_id), addresses=addresses)
     # Any command that inspects is one of the log daemon's keepers (tasks.logkeeper).
@@ -226,6 +225,29 @@ def inspect(
     checked = _checked(client, info)
     # With its addresses (netlink already), its attachment too: eth0, veth, bridge.
     return health.attachment_problems([checked])[0] if addresses else checked
+
+
+#: Reads of a record around its task before one pair is taken as it is: a start
+#: changes the labels at most twice (run number, then restart count).
+_READS = 4
+
+
+def _read_together(
+    client: Client, task_id: str
+) -> tuple[containers.Container, tasks.ProcessState | None]:
+    """The record and its task as of one moment. They are two reads, and a start
+    (numbering its run in the labels, then deleting and making the task) can fall
+    between them: the record of run 4 read with run 5's task not yet started made
+    inspect say run 4 was never started. Every start changes the labels before its
+    task, so a record that reads the same after the task read is that task's."""
+    record = containers.get(client, task_id)
+    for _ in range(_READS):
+        state = tasks.find(client, task_id)
+        again = containers.get(client, task_id)
+        if again.labels == record.labels:
+            break
+        record = again
+    return record, state
 
 
 def _checked(client: Client, info: TaskInfo) -> TaskInfo:

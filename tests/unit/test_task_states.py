@@ -232,3 +232,20 @@ def test_the_supervisor_leaves_a_silent_task_alone_and_asks_again(
 def test_state_reason_is_only_for_unknown() -> None:
     state = ProcessState("a", "", 1, Status.RUNNING, None)
     assert not state.unknown and state.reason is None
+
+
+def test_inspect_never_pairs_a_record_with_a_later_runs_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The record is read (run 4), then a restart numbers run 5 and makes its task
+    # (not started yet), then the task is read: that pair said run 4 was never started.
+    run4 = _record({lbl.RUN_ID: "4", lbl.RESTART_COUNT: "3"})
+    run5 = _record({lbl.RUN_ID: "5", lbl.RESTART_COUNT: "3"})
+    made = ProcessState("web", "", 0, Status.CREATED, None)
+    records = iter([run4, run5, run5])
+    found = iter([made, made])
+    monkeypatch.setattr(containers, "get", lambda client, task_id: next(records))
+    monkeypatch.setattr(tasks, "find", lambda client, task_id: next(found))
+    record, state = taskinfo._read_together(cast(Client, None), "web")
+    assert (record.labels[lbl.RUN_ID], state) == ("5", made)
+    assert next(records, None) is None  # read again until the record held still
