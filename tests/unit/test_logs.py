@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _logfollow import follow_in_thread
 
 from ctrexec import defaults
 from ctrexec.errors import FailedPrecondition, InvalidArgument
@@ -335,21 +336,6 @@ def test_reader_skips_torn_and_foreign_lines(tmp_path: Path) -> None:
         encode_entry("stdout", "one\n", T0) + b"not json\n" + encode_entry("stderr", "two\n", T0)
     )
     assert [e.message for e in entries(path)] == ["one\n", "two\n"]
-
-
-def follow_in_thread(
-    path: Path, **kw: object
-) -> tuple[list[LogEntry], threading.Event, threading.Thread]:
-    got: list[LogEntry] = []
-    stop = threading.Event()
-
-    def run() -> None:
-        for e in read_logs(path, follow=True, stop=stop.is_set, poll_interval=0.005, **kw):  # type: ignore[arg-type]
-            got.append(e)
-
-    t = threading.Thread(target=run)
-    t.start()
-    return got, stop, t
 
 
 def wait_for(cond: object, timeout: float = 10.0) -> None:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 import random
-import threading
-import time
 from pathlib import Path
 
 import pytest
+from _logfollow import follow_in_thread
 
 from ctrexec.logs import backward, modes
 from ctrexec.logs.reader import LogEntry, LogWriter, encode_entry, read_logs
+from ctrexec.testing import wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -187,28 +187,6 @@ def test_raw_tail(tmp_path: Path, tail: int | None, rest: bytes) -> None:
     assert got == expected(path, tail=tail, driver=modes.FILE)
 
 
-def follow(path: Path, **kw: object) -> tuple[list[LogEntry], threading.Event, threading.Thread]:
-    got: list[LogEntry] = []
-    stop = threading.Event()
-
-    def run() -> None:
-        for entry in read_logs(path, follow=True, stop=stop.is_set, poll_interval=0.005, **kw):  # type: ignore[arg-type]
-            got.append(entry)
-
-    t = threading.Thread(target=run)
-    t.start()
-    return got, stop, t
-
-
-def wait_for(cond: object, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not met in time")
-
-
 @pytest.mark.parametrize("kw", [{"tail": 1}, {"tail": 3}, {"since": T0 + 2}])
 def test_follow_goes_on_after_the_tail_with_a_torn_last_line(
     tmp_path: Path, kw: dict[str, int]
@@ -222,12 +200,12 @@ def test_follow_goes_on_after_the_tail_with_a_torn_last_line(
     )
     head = expected(path, **kw)  # type: ignore[arg-type]
     assert head
-    got, stop, t = follow(path, **kw)
+    got, stop, t = follow_in_thread(path, **kw)
     try:
-        wait_for(lambda: len(got) >= len(head))  # the tail is out: the follower is at the end
+        wait_for(lambda: len(got) >= len(head), timeout=30, what="the tail")  # then at the end
         with path.open("ab") as f:
             f.write(last[9:] + encode_entry("stdout", "after\n", T0 + 5))
-        wait_for(lambda: got and got[-1].message == "after\n")
+        wait_for(lambda: got and got[-1].message == "after\n", timeout=30, what="the line after")
     finally:
         stop.set()
         t.join(10)
@@ -238,12 +216,12 @@ def test_follow_goes_on_after_the_tail_with_a_torn_last_line(
 def test_follow_raw_after_the_tail(tmp_path: Path) -> None:
     path = tmp_path / "task.log"
     path.write_bytes(b"a\nb\npart")
-    got, stop, t = follow(path, tail=2, driver=modes.FILE)
+    got, stop, t = follow_in_thread(path, tail=2, driver=modes.FILE)
     try:
-        wait_for(lambda: len(got) >= 2)
+        wait_for(lambda: len(got) >= 2, timeout=30, what="the tail")
         with path.open("ab") as f:
             f.write(b" two\nc\n")
-        wait_for(lambda: got and got[-1].message == "c\n")
+        wait_for(lambda: got and got[-1].message == "c\n", timeout=30, what="the line after")
     finally:
         stop.set()
         t.join(10)
