@@ -51,15 +51,7 @@ def create_task(client: Client, record: containers.Container, create: Callable[[
 
 def clear(client: Client, record: containers.Container, path: Path) -> None:
     """Delete the half-made container in ``path``, stop its shim if it serves nothing
-    else, and remove the directory containerd no longer knows.
-
-    First, a bounded wait for containerd to remove it itself: a create whose client
-    died is still being undone, and removing the bundle is the last step of that.
-    Cleared sooner, what remains of containerd's undoing lands on the create sent
-    next (1.7, as it closes its connection to the shim: the shim's delete of this id,
-    then this id struck from its task list), which then reads as made and is lost."""
-    if tasks.wait_until(lambda: not path.exists(), timeout=CLEANUP_WAIT):
-        return
+    else, and remove the directory containerd no longer knows."""
     bundles.delete_container(
         path,
         shim_binary=runtimes.shim_binary(record.runtime.name),
