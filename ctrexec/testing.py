@@ -23,7 +23,7 @@ from ctrexec import _rpc, flocks
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._linux import mount_points, mounts_under, unix_socket_listening
 from ctrexec.containerd import containers, snapshots, tasks
-from ctrexec.containerd.bundles import RUNC_ROOT, SHIM_SOCKET_DIR
+from ctrexec.containerd.bundles import SHIM_SOCKET_DIR
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
 from ctrexec.logs import daemon as logdaemon
@@ -81,9 +81,9 @@ def owner_gone(base: Path) -> bool | None:
     return not flocks.held(lock)
 
 
-#: Where the shims keep runc's per-namespace state, whatever the daemon's own state
+#: Where containerd 1.6 puts runc's per-namespace state, whatever the daemon's own state
 #: directory: a fixed path, shared by all containerds (the shims' sockets: SHIM_SOCKET_DIR).
-RUNC_STATE_DIR = RUNC_ROOT
+RUNC_STATE_DIR = Path("/run/containerd/runc")
 
 
 def shim_state(sockets: Path = SHIM_SOCKET_DIR, runc: Path = RUNC_STATE_DIR) -> set[Path]:

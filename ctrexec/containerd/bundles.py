@@ -31,9 +31,6 @@ PLUGIN_DIR = "io.containerd.runtime.v2.task"
 #: Where containerd 1.6 puts every shim's socket, whatever the daemon's own state
 #: directory: a fixed path, shared by all containerds of the host.
 SHIM_SOCKET_DIR = Path("/run/containerd/s")
-#: Where the runc v2 shim keeps its runtime's state (``--root``, a directory per
-#: namespace) unless its options name another: a fixed path, shared by every containerd.
-RUNC_ROOT = Path("/run/containerd/runc")
 _LEFT = re.compile(r"mkdir (/\S+): file exists")
 _GONE = re.compile(r"open (/\S+): no such file or directory")
 #: How long the shim's ``delete`` may take (containerd gives its own cleanup 5 s).
@@ -107,17 +104,3 @@ def remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
     if work is not None and work.parts[-3:] == path.parts[-3:]:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def delete_runtime_container(binary: str, root: Path, namespace: str, container_id: str) -> bool:
-    """The runtime's own forced delete of ``container_id`` (its ``runc init`` killed, its
-    state removed): what is left when containerd undid a create whose client died
-    while the shim was still making the container. False when it has no state."""
-    state = root / namespace / container_id
-    exe = shutil.which(binary)
-    if exe is None or not state.exists():
-        return False
-    argv = [exe, "--root", os.fspath(root / namespace), "delete", "--force", container_id]
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        subprocess.run(argv, capture_output=True, timeout=DELETE_TIMEOUT, check=False)
-    return True

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import functools
 import shutil
-from pathlib import Path
 
 import attrs
 from google.protobuf import any_pb2
 
 from ctrexec._api.runc.options import oci_pb2
-from ctrexec.containerd.bundles import RUNC_ROOT
 from ctrexec.containerd.containers import Runtime
 from ctrexec.errors import InvalidArgument
 
@@ -50,17 +48,6 @@ class RuntimeChoice:
 def _runtime_of(choice: RuntimeChoice) -> Runtime:
     """Built once per choice: the options never change, and the record copies them."""
     return choice._build()
-
-
-def oci_runtime(runtime: Runtime) -> tuple[str, Path] | None:
-    """The runc-compatible binary the runc v2 shim drives for ``runtime``, and the root
-    it keeps that binary's state under; None for another shim."""
-    if runtime.name != RUNC_V2:
-        return None
-    opts = oci_pb2.Options()
-    if runtime.options is not None and runtime.options.value:
-        opts.ParseFromString(runtime.options.value)
-    return opts.binary_name or "runc", Path(opts.root) if opts.root else RUNC_ROOT
 
 
 def shim_binary(shim: str) -> str:

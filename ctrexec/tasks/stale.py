@@ -27,11 +27,8 @@ from ctrexec.logs.orphaned_shims import stop_orphaned_drivers
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks import records
 
-#: A bundle, then its work directory, then a runtime container left in the shim,
-#: can each be in the way once.
-_ATTEMPTS = 4
-#: runc's (and crun's) refusal of a create whose id it has state for.
-_RUNTIME_HAS_ID = "container with given ID already exists"
+#: A bundle, then its work directory, can each be in the way once.
+_ATTEMPTS = 3
 #: How long containerd's cleanup of a stopped shim may take to remove the bundle.
 CLEANUP_WAIT = 10.0
 
@@ -45,8 +42,6 @@ def create_task(client: Client, record: containers.Container, create: Callable[[
         except CtrexecError as exc:
             if bundles.vanished(exc, client.namespace, record.id):
                 continue
-            if _RUNTIME_HAS_ID in str(exc) and _left_in_shim(client, record):
-                continue
             path = bundles.left_by(exc, client.namespace, record.id)
             if path is None:
                 raise
@@ -56,15 +51,7 @@ def create_task(client: Client, record: containers.Container, create: Callable[[
 
 def clear(client: Client, record: containers.Container, path: Path) -> None:
     """Delete the half-made container in ``path``, stop its shim if it serves nothing
-    else, and remove the directory containerd no longer knows.
-
-    First, a bounded wait for containerd to remove it itself: a create whose client
-    died may still be being undone, and removing the bundle is the last step of that.
-    Cleared sooner, the rest of containerd's undoing lands on the create sent next
-    (1.7, as it closes its connection to the shim: the shim's delete of this id, then
-    this id struck from its task list), which then reads as made and is lost."""
-    if tasks.wait_until(lambda: not path.exists(), timeout=CLEANUP_WAIT):
-        return
+    else, and remove the directory containerd no longer knows."""
     bundles.delete_container(
         path,
         shim_binary=runtimes.shim_binary(record.runtime.name),
@@ -80,22 +67,6 @@ def clear(client: Client, record: containers.Container, path: Path) -> None:
     if stopped:
         tasks.wait_until(lambda: not path.exists(), timeout=CLEANUP_WAIT)
     bundles.remove(path)
-
-
-def _left_in_shim(client: Client, record: containers.Container) -> bool:
-    """Delete the runtime's container of ``record``'s id when containerd has no task
-    for it: a create whose client died reached the shim, and containerd's undoing of
-    it (bundle and all) ran before the shim had made the container (2.x, 1.7), which
-    stays in the runtime's state and refuses every later create of the id. True when
-    the create is worth sending again. Never a task of a live create: every create of
-    a record goes through ctrexec's lock of it."""
-    if tasks.find(client, record.id) is not None:
-        return False
-    runtime = runtimes.oci_runtime(record.runtime)
-    if runtime is None:
-        return False
-    binary, root = runtime
-    return bundles.delete_runtime_container(binary, root, client.namespace, record.id)
 
 
 def after_delete(client: Client, record: containers.Container) -> None:

@@ -6,16 +6,11 @@ taken: it is removed afterwards, so anything else must read as None.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from google.protobuf import any_pb2
 
-from ctrexec._api.runc.options import oci_pb2
-from ctrexec.containerd import runtimes
-from ctrexec.containerd.bundles import RUNC_ROOT, delete_runtime_container, left_by, vanished
-from ctrexec.containerd.containers import Runtime
+from ctrexec.containerd.bundles import left_by, vanished
 from ctrexec.containerd.tasks import command_error
 from ctrexec.errors import CtrexecError
 
@@ -97,31 +92,3 @@ def test_containerd_2s_form_of_the_same_race_is_sent_again() -> None:
 )
 def test_another_missing_file_is_not_that_race(text: str) -> None:
     assert not vanished(_err(text), "ns1", "a")
-
-
-def test_the_oci_runtime_a_record_names() -> None:
-    def with_options(**fields: str) -> Runtime:
-        value = oci_pb2.Options(**fields).SerializeToString()
-        return Runtime(runtimes.RUNC_V2, any_pb2.Any(type_url="x", value=value))
-
-    assert runtimes.oci_runtime(Runtime(runtimes.RUNC_V2)) == ("runc", RUNC_ROOT)
-    assert runtimes.oci_runtime(with_options(binary_name="crun")) == ("crun", RUNC_ROOT)
-    assert runtimes.oci_runtime(with_options(root="/x")) == ("runc", Path("/x"))
-    assert runtimes.oci_runtime(Runtime("io.containerd.kata.v2")) is None
-
-
-def test_a_runtime_container_left_in_the_shim_is_force_deleted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    bin_dir, root, said = tmp_path / "bin", tmp_path / "root", tmp_path / "argv"
-    bin_dir.mkdir()
-    fake = bin_dir / "fakerunc"
-    fake.write_text(f'#!/bin/sh\necho "$@" > {said}\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    # no state of that id: nothing to delete, and the binary is not run
-    assert not delete_runtime_container("fakerunc", root, "ns", "web")
-    assert not said.exists()
-    (root / "ns" / "web").mkdir(parents=True)
-    assert delete_runtime_container("fakerunc", root, "ns", "web")
-    assert said.read_text().split() == ["--root", str(root / "ns"), "delete", "--force", "web"]
