@@ -109,10 +109,9 @@ def _store_one(
 ) -> None:
     if stop.is_set():
         raise errors.Canceled("pull interrupted")
-    if content.exists(client, desc.digest):
-        content.ensure_labels(client, desc.digest, labels)
-        emit("exists", desc)
-        return
+    # Not a bare Info first: a blob the namespace has already (an image just removed
+    # holds it no longer) is taken into the pull's lease by the write's stat, so a GC
+    # between here and the unpack can't remove it (2.x collects at once after an rmi).
     started = False
 
     def on_bytes(offset: int) -> None:
@@ -135,7 +134,10 @@ def _store_one(
             if attempt == _ATTEMPTS - 1:
                 raise
             started = False
-    emit("done", desc, desc.size)
+    if started:
+        emit("done", desc, desc.size)
+    else:
+        emit("exists", desc)
 
 
 def _raise_first_failure(futures: Sequence[Future[None]]) -> None:
