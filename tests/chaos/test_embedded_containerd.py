@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _chaoslib import IMAGE, alive, kill_strays, ppid, proc, remove_cgroups, wait_for
+from _chaoslib import IMAGE, Proc, alive, kill_strays, ppid, proc, remove_cgroups, wait_for
 from _cli import CLI_PROG
 
 from ctrexec.containerd.client import Client
@@ -31,7 +32,10 @@ from ctrexec.defaults import ADDRESS_ENV, DEFAULT_ADDRESS, EMBEDDED_DIR_ENV, NO_
 from ctrexec.tasks.supervised import is_supervised
 from ctrexec.testing import PRIVATE_PARENT, import_image
 
-NAMESPACE = "chaos-embedded"
+#: This run's own: the fixture's cleanup kills every process in the namespace's task
+#: cgroups, which are the host's, not the run's; CI runs each containerd's suite at
+#: once, and a fixed name let one run's cleanup kill the other run's task mid-test.
+NAMESPACE = f"chaos-embedded-{secrets.token_hex(3)}"
 
 
 class Embedded:
@@ -83,6 +87,24 @@ def embedded(tmp_path: Path) -> Iterator[Embedded]:
     assert left == [], left
 
 
+def _what_died(embedded: Embedded, task: Proc, shim: Proc, sup: subprocess.Popen[str]) -> str:
+    """For a failure's message: which of the two is gone, and the logs of those who
+    could have ended it (containerd's own, the supervisor's)."""
+    sup.send_signal(signal.SIGTERM)
+    try:
+        _, err = sup.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        err = "(the supervisor did not end on SIGTERM)"
+    try:
+        daemon_log = embedded.paths.log.read_text(errors="replace")[-6000:]
+    except OSError as exc:
+        daemon_log = f"({exc})"
+    return (
+        f"task {task.pid} alive={alive(task)}, shim {shim.pid} alive={alive(shim)}\n"
+        f"supervisor's stderr:\n{err[-4000:]}\ncontainerd's log (its end):\n{daemon_log}"
+    )
+
+
 def test_a_killed_embedded_containerd_comes_back_and_finds_its_tasks(
     embedded: Embedded, test_image_archive: Path
 ) -> None:
@@ -104,9 +126,10 @@ def test_a_killed_embedded_containerd_comes_back_and_finds_its_tasks(
         shim = proc(ppid(task.pid))
         first = embedded.pid()
 
+        assert alive(task) and alive(shim), _what_died(embedded, task, shim, sup)
         os.kill(first, signal.SIGKILL)  # our own containerd, by its pid
         wait_for(lambda: not Path(f"/proc/{first}").exists(), "containerd to die")
-        assert alive(task) and alive(shim)  # shims outlive containerd
+        assert alive(task) and alive(shim), _what_died(embedded, task, shim, sup)
         strict = subprocess.run(
             [*embedded.argv("ps"), "--address", embedded.paths.address],
             env=embedded.env, capture_output=True, text=True, timeout=120, check=False,
