@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     )
     from ctrexec.errors import (
         AlreadyExists,
+        AlreadyRunning,
         AmbiguousPrefix,
         Canceled,
         CNIError,
@@ -123,6 +124,7 @@ else:
 _SOURCES: dict[str, tuple[str, ...]] = {
     "ctrexec.errors": (
         "AlreadyExists",
+        "AlreadyRunning",
         "AmbiguousPrefix",
         "Canceled",
         "CNIError",
@@ -252,6 +254,7 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "Address",
     "AlreadyExists",
+    "AlreadyRunning",
     "AmbiguousPrefix",
     "AsyncExecutor",
     "Attachment",

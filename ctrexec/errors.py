@@ -143,6 +143,12 @@ class Conflict(FailedPrecondition):
     """A concurrent change or a state conflict (containerd's ``ErrConflict``)."""
 
 
+class AlreadyRunning(FailedPrecondition):
+    """A start of a task that runs: docker leaves such a container be and exits 0, so a
+    front end must tell this refusal from the others without reading the state again
+    (a second read could see the task already gone)."""
+
+
 class NotModified(FailedPrecondition):
     """Nothing changed (containerd's ``ErrNotModified``)."""
 

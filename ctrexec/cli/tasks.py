@@ -24,7 +24,7 @@ from ctrexec.cli.registry import add_pull_policy, ensure_images
 from ctrexec.cli.verbs import each, stop_flags, until
 from ctrexec.defaults import DEFAULT_LOG_DIR, DEFAULT_STOP_TIMEOUT
 from ctrexec.errors import (
-    Conflict,
+    AlreadyRunning,
     CtrexecError,
     FailedPrecondition,
     InvalidArgument,
@@ -313,16 +313,9 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 def _start_one(ex: Executor, task_id: str, as_json: bool) -> bool:
     """Start one task; one that runs already is left alone, as docker does (exit 0)."""
-    from ctrexec.containerd.tasks import Status
-
     try:
         handle = ex.start(task_id)
-    except FailedPrecondition as exc:
-        # A conflict (its group's members in two namespaces) is no "already running".
-        if isinstance(exc, Conflict):
-            raise
-        if ex.inspect(task_id, addresses=False).status is not Status.RUNNING:
-            raise
+    except AlreadyRunning:
         return False
     if as_json:
         print_json(handle.to_json())

@@ -25,6 +25,7 @@ from ctrexec.containerd.streams import Process, StreamOptions
 from ctrexec.containerd.tasks import ExitStatus, Status, Stdio
 from ctrexec.errors import (
     AlreadyExists,
+    AlreadyRunning,
     CtrexecError,
     FailedPrecondition,
     InvalidArgument,
@@ -337,6 +338,8 @@ class Executor:
                 f"container {task_id} has a task whose state is unknown ({state.reason}); "
                 "not started"
             )
+        if state is not None and state.status is Status.RUNNING:
+            raise AlreadyRunning(f"container {task_id} is already running")
         if state is not None and state.status not in (Status.STOPPED, Status.CREATED):
             raise FailedPrecondition(f"container {task_id} is already {state.status.value}")
         marks = [] if by_policy else [k for k in _SUPERVISOR_MARKS if k in record.labels]

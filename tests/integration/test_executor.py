@@ -125,6 +125,24 @@ def test_stop_honours_signal_and_timeout(ex: Executor, test_image: str) -> None:
     assert ex.inspect("stop2").labels["io.ctrexec.stop.signal"] == "SIGTERM"
 
 
+def test_a_start_of_a_running_task_is_refused_as_already_running(
+    ex: Executor, test_image: str
+) -> None:
+    """Its own error, so a front end (docker's ``start``: exit 0) needs no second read;
+    a paused task's refusal is another."""
+    ex.start_task(_cfg("again1", test_image, "sleep", "600"))
+    pid = ex.inspect("again1").pid
+    with pytest.raises(errors.AlreadyRunning, match=r"^container again1 is already running$"):
+        ex.start("again1")
+    ex.pause("again1")
+    with pytest.raises(errors.FailedPrecondition, match="already paused") as refused:
+        ex.start("again1")
+    assert not isinstance(refused.value, errors.AlreadyRunning)
+    ex.resume("again1")
+    assert ex.inspect("again1").pid == pid  # the same run throughout
+    ex.destroy("again1", force=True)
+
+
 def test_stop_signal_option(ex: Executor, test_image: str) -> None:
     script = 'trap "echo got-usr1; exit 5" USR1; echo ready; while true; do sleep 0.1; done'
     h = ex.start_task(_cfg("sig1", test_image, "sh", "-c", script, stop_signal="SIGUSR1"))
