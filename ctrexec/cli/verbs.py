@@ -7,6 +7,7 @@ docker acts on every name given and reports each failure on its own line, then e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import signal
@@ -102,6 +103,9 @@ def _exit_code(ex: Executor, task_id: str) -> int:
             info = ex.inspect(task_id, addresses=False)
             if info.status in (Status.RUNNING, Status.PAUSED, Status.PAUSING):
                 return ex.wait(task_id).code
+            if info.status is Status.STOPPED:  # the library's wait: then the log is whole
+                with contextlib.suppress(NotFound):  # deleted meanwhile: its kept exit
+                    return ex.wait(task_id).code
             if info.exit is not None:  # stopped, or its exit kept once the task went
                 return info.exit.code
             if stream is None:

@@ -198,6 +198,40 @@ def wait_drained(
     request({"op": "wait", "log": os.fspath(log_path)}, start=False, timeout=timeout, where=where)
 
 
+#: How long a wait that saw a task's exit gives the daemon to write the rest (:func:`settle`).
+SETTLE_TIMEOUT = 10.0
+
+
+def settle(
+    log_path: str | os.PathLike[str], timeout: float = SETTLE_TIMEOUT, *, where: Path | None = None
+) -> bool:
+    """Return once the daemon has written all its FIFOs of this log held, the last
+    unfinished line too: for a task that has exited, so the log is whole. Whether it
+    was (False: no daemon to ask; DeadlineExceeded after ``timeout``).
+
+    The shim keeps its FIFO ends open until the task is deleted, so an exit is no end
+    of stream (:func:`wait_drained` is for after the delete). The daemon reads each
+    FIFO until it is empty and answers how much it read; the shim may still be copying
+    the task's last bytes from its pipe into a FIFO, so this asks until an answer reads
+    nothing: the FIFOs stayed empty over a whole round trip. A dead daemon is started
+    again first (:func:`keep_alive`: it adopts the runs and reads what waited).
+    """
+    where = state_dir() if where is None else where
+    with contextlib.suppress(FailedPrecondition):  # none can start: no one to ask
+        keep_alive(where)
+    deadline = time.monotonic() + timeout
+    message = {"op": "settle", "log": os.fspath(log_path)}
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceeded(f"the log daemon did not write {log_path} in {timeout:g} s")
+        reply = request(message, start=False, timeout=left, where=where)
+        if reply is None:
+            return False
+        if not reply.get("read"):
+            return True
+
+
 def ping() -> dict[str, Any] | None:
     """The running daemon's pid and registration count, or None when none runs."""
     return request({"op": "ping"}, start=False)

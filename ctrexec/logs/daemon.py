@@ -41,7 +41,7 @@ runs no ctrexec process. Its imports are the standard library's cheap modules an
 
 # The daemon is one process for every task, but its memory is still a share of each
 # task's cost: os.path over pathlib (re, fnmatch), try/except over contextlib.
-# ruff: noqa: PTH100, PTH101, PTH103, PTH105, PTH108, PTH116, PTH117, PTH118, PTH120, PTH123, PTH208, SIM105
+# ruff: noqa: PTH100, PTH101, PTH103, PTH108, PTH116, PTH117, PTH118, PTH120, PTH123, PTH208, SIM105
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ import time
 
 from ctrexec.logs import copies as logcopies
 from ctrexec.logs import driver as logdriver
-from ctrexec.logs import holders
+from ctrexec.logs import holders, statefiles
 
 TYPE_CHECKING = False  # typing costs the daemon's start ~8 ms; see logdriver
 if TYPE_CHECKING:
@@ -241,6 +241,8 @@ class _Daemon:
                 conn.waiting_for = log
                 return None
             return {"ok": True}
+        if op == "settle":  # the task exited: write what its pipes hold (client.settle)
+            return {"ok": True, "read": self._settle(str(request["log"]))}
         if op == "dropped":
             found = self.writers.get(str(request["log"]))
             return {"ok": True, "pending": found[0].unmarked if found else 0}
@@ -307,7 +309,7 @@ class _Daemon:
             for n in names
         ]
         if persist:
-            _write_json(self._reg_path(token), record)
+            statefiles.write_json(self._reg_path(token), record)
         reg = _Registration(token, log, streams, created)
         self._writer_for(log, max_size, max_files)
         self.regs[token] = reg
@@ -415,23 +417,24 @@ class _Daemon:
             stream.copy.end()
             stream.copy = None
 
-    def _drain(self, reg: _Registration, stream: _Stream, *, limit: bool = True) -> None:
-        writer = self.writers[reg.log][0]
-        for _ in range(READS_PER_TURN):
+    def _drain(self, reg: _Registration, stream: _Stream, *, limit: bool = True) -> int:
+        """Read what the FIFO holds (a turn's share with ``limit``, else all); bytes read."""
+        writer, read = self.writers[reg.log][0], 0
+        for _ in range(READS_PER_TURN if limit else sys.maxsize):
             if limit and (reg.paused or self._over_budget(reg)):
-                return
+                return read
             try:
                 data = os.read(stream.fd, READ_CHUNK)
             except (BlockingIOError, InterruptedError):
-                return
+                return read
             except OSError as exc:
-                if exc.errno != errno.EAGAIN:
-                    data = b""
-                else:
-                    return
+                if exc.errno == errno.EAGAIN:
+                    return read
+                data = b""
             if not data:
                 self._end_stream(reg, stream)
-                return
+                return read
+            read += len(data)
             now = time.time_ns()
             stream.last_data = time.monotonic()
             pieces = stream.splitter.feed(data)
@@ -440,7 +443,21 @@ class _Daemon:
                 writer.write(stream.name, piece, now)
             if stream.copy is not None and not stream.copy.send(data):
                 self._block(reg, stream)
-                return
+                return read
+        return read
+
+    def _settle(self, log: str) -> int:
+        """Write everything the FIFOs of ``log``'s runs hold now, and each stream's
+        unfinished last line (asked once the task exited: no more of that line comes);
+        the bytes read. A stream waiting on a slow attached client is left to it."""
+        read = 0
+        for reg in [r for r in self.regs.values() if r.log == log]:
+            for s in reg.streams:
+                if not s.finished and s.blocked < 0:
+                    read += self._drain(reg, s, limit=False)
+                if not s.finished and s.blocked < 0:
+                    self._flush(reg, s)
+        return read
 
     def _flush(self, reg: _Registration, stream: _Stream) -> None:
         writer = self.writers[reg.log][0]
@@ -566,14 +583,6 @@ def _unlink(path: str) -> None:
         pass
 
 
-def _write_json(path: str, data: dict[str, object]) -> None:
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
-
-
 def _log(message: str) -> None:
     try:
         sys.stderr.write(f"{NAME}[{os.getpid()}]: {message}\n")
@@ -600,7 +609,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        _tell(ready, b"b")
+        statefiles.tell(ready, b"b")
         return 0
     idle = float(os.environ.get(IDLE_ENV) or IDLE_EXIT)
     rate = int(os.environ.get(RATE_ENV) or LINE_RATE)
@@ -609,9 +618,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     daemon.adopt()
     if os.fork():
         os._exit(0)
-    _write_pid(state)
+    statefiles.write_pid(os.path.join(state, PIDFILE))
     wake, _ = logdriver.wakeup_pipe(signal.SIGTERM, signal.SIGINT)
-    _tell(ready, b"r")
+    statefiles.tell(ready, b"r")
     daemon.serve(wake)
     try:
         with open(os.path.join(state, PIDFILE), encoding="ascii") as f:
@@ -621,23 +630,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if mine:
         _unlink(os.path.join(state, PIDFILE))
     return 0
-
-
-def _write_pid(state: str) -> None:
-    path = os.path.join(state, PIDFILE)
-    with open(path + ".tmp", "w", encoding="ascii") as f:
-        f.write(f"{os.getpid()}\n")
-    os.replace(path + ".tmp", path)
-
-
-def _tell(fd: int, byte: bytes) -> None:
-    if fd < 0:
-        return
-    try:
-        os.write(fd, byte)
-    except OSError:
-        pass
-    logdriver.close_quietly(fd)
 
 
 if __name__ == "__main__":

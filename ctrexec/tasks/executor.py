@@ -462,8 +462,11 @@ class Executor:
     def wait(self, task_id: str, timeout: float | None = None) -> ExitStatus:
         """Block until the task exits (DeadlineExceeded after ``timeout`` seconds, the
         task untouched); any number of threads may wait at once. See
-        :mod:`ctrexec.tasks.waiting`."""
-        return waiting.wait(self.client, task_id, timeout)
+        :mod:`ctrexec.tasks.waiting`. Once it returns, the log holds all the task wrote
+        (:func:`ctrexec.tasks.output.settle`, bounded)."""
+        status = waiting.wait(self.client, task_id, timeout)
+        taskoutput.settle(self.client, task_id, self.state_dir)
+        return status
 
     def wait_future(self, task_id: str, *, exec_id: str = "") -> Future[ExitStatus]:
         """The exit as a future (cancel it to stop waiting); ``ctrexec.tasks.aio`` awaits it."""

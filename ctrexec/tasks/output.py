@@ -21,12 +21,15 @@ import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
+from ctrexec import labels as lbl
+from ctrexec.containerd import containers
+from ctrexec.containerd.client import Client
 from ctrexec.errors import CtrexecError, FailedPrecondition, InvalidArgument
 from ctrexec.logs import client as logdaemon_client
 from ctrexec.logs import modes as logmodes
 from ctrexec.logs import reader as logs
 from ctrexec.logs.launcher import write_launcher
-from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.config import TaskConfig, config_of
 
 
 def caller_paths(config: TaskConfig | None) -> tuple[str, str] | None:
@@ -149,3 +152,17 @@ def forget(state_dir: Path | None, *, token: str = "", log_path: str = "") -> No
         return
     with contextlib.suppress(CtrexecError):
         logdaemon_client.drop(token=token, log_path=log_path, where=logmodes.daemon_dir(state_dir))
+
+
+def settle(client: Client, task_id: str, state_dir: Path | None) -> None:
+    """After the task's exit: return once the log daemon wrote all the task wrote, as
+    ``docker wait`` returns once dockerd copied the container's streams, so a ``logs``
+    right after shows the end. Bounded (:data:`ctrexec.logs.client.SETTLE_TIMEOUT`): a
+    daemon that is stuck costs the wait that long, and then what it had not written
+    reaches the log when it does (a dead one is started again, and reads what waited).
+    """
+    with contextlib.suppress(CtrexecError):  # the exit stands, whatever the log does
+        record = containers.get(client, task_id)
+        if uses_daemon(config_of(record)):
+            where = logmodes.daemon_dir(state_dir)
+            logdaemon_client.settle(record.labels.get(lbl.LOG_PATH, ""), where=where)
