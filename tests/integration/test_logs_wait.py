@@ -10,14 +10,19 @@ reports an exit returns only once the daemon wrote what the pipes held
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _cli import Cli
+from _support import until
 
 from ctrexec import errors
 from ctrexec.containerd.client import Client
+from ctrexec.logs import client as logdaemon_client
+from ctrexec.logs import modes as logmodes
 from ctrexec.logs import reader as logs
 from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.executor import Executor
@@ -65,3 +70,26 @@ def test_the_log_is_whole_when_the_library_wait_returns(ex: Executor, test_image
         text = "".join(e.message for e in logs.read_logs(handle.log_path))
         assert text == EXPECTED, f"round {n}: {len(text)} of {len(EXPECTED)}"
         ex.destroy(name, force=True)
+
+
+def _daemon_pid(ex: Executor) -> int:
+    reply = logdaemon_client.request({"op": "ping"}, where=logmodes.daemon_dir(ex.state_dir))
+    assert reply is not None
+    return int(reply["pid"])
+
+
+def test_a_stuck_log_daemon_holds_a_wait_only_for_its_bound(ex: Executor, test_image: str) -> None:
+    """A stopped daemon: the wait returns the exit after the bound, and the log gets
+    the output once the daemon runs again."""
+    config = TaskConfig(name="logw-stuck", image=test_image, command=("sh", "-c", "echo hi"))
+    handle = ex.start_task(config)
+    pid = _daemon_pid(ex)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert ex.wait("logw-stuck", timeout=60).code == 0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    until(
+        lambda: "".join(e.message for e in logs.read_logs(handle.log_path)) == "hi\n",
+        "the resumed daemon to write the output",
+    )
