@@ -209,12 +209,13 @@ def settle(
     unfinished line too: for a task that has exited, so the log is whole. Whether it
     was (False: no daemon to ask; DeadlineExceeded after ``timeout``).
 
-    The shim keeps its FIFO ends open until the task is deleted, so an exit is no end
-    of stream (:func:`wait_drained` is for after the delete). The daemon reads each
+    containerd reports the exit without waiting for the daemon, and an exit need be no
+    end of stream (:func:`wait_drained` is for after the delete). The daemon reads each
     FIFO until it is empty and answers how much it read; the shim may still be copying
     the task's last bytes from its pipe into a FIFO, so this asks until an answer reads
     nothing: the FIFOs stayed empty over a whole round trip. A dead daemon is started
-    again first (:func:`keep_alive`: it adopts the runs and reads what waited).
+    again first (:func:`keep_alive`: it adopts the runs; what the FIFOs held when the
+    task exited with no daemon reading is lost, see :mod:`ctrexec.logs.daemon`).
     """
     where = state_dir() if where is None else where
     with contextlib.suppress(FailedPrecondition):  # none can start: no one to ask

@@ -1,8 +1,8 @@
 """``wait`` then ``logs`` shows every line the task wrote, as ``docker wait``/``logs`` do.
 
 containerd reports a task's exit as soon as the shim reaps it, while the last of its
-output may still be in the FIFO the log daemon reads (the shim keeps its ends open
-until the task is deleted, so there is no end of stream at the exit). A wait that
+output may still be in the FIFO the log daemon reads (the daemon is rate-bound and
+need see no end of stream at the exit). A wait that
 reports an exit returns only once the daemon wrote what the pipes held
 (:func:`ctrexec.tasks.output.settle`); these tests read the log at once after it.
 """
