@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tarfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,9 @@ import test_archives
 from _cli import Cli
 from _registry import PASSWORD, USER, Registry
 
+from ctrexec.containerd import content
 from ctrexec.containerd.client import Client
+from ctrexec.containerd.content import Descriptor
 from ctrexec.images import lookup
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,6 +131,34 @@ def test_push_every_platform_then_pull_back_the_same_digest(
     assert lookup.get_image(ns, dest).manifest.digest == summary["manifest"]
 
 
+def _store_unheld(ns: Client, archive: Path, manifest: str, lease: str) -> None:
+    """Write ``manifest`` and its blobs from the archive into the namespace, held only by
+    ``lease``, with no GC label of the image's naming them."""
+    with tarfile.open(archive) as tar:
+
+        def blob(digest: str) -> bytes:
+            member = tar.extractfile(f"blobs/sha256/{digest.removeprefix('sha256:')}")
+            assert member is not None
+            return member.read()
+
+        body = blob(manifest)
+        obj = json.loads(body)
+        wanted = [(manifest, body)]
+        wanted += [
+            (d, blob(d)) for d in [obj["config"]["digest"]] + [x["digest"] for x in obj["layers"]]
+        ]
+    for digest, data in wanted:
+        desc = Descriptor("", digest, len(data))
+        session = content.WriteSession(ns, f"ctrexec-test-unheld-{digest[7:19]}", lease)
+        offset = content.begin_write(session, desc, {})
+        if offset is None:
+            continue  # the namespace has it already (the session is dropped)
+        offset = session.write(offset, [data[offset:]], desc)
+        session.commit(desc, offset, {})
+        session.finish()
+    assert all(content.exists(ns, d) for d, _ in wanted)
+
+
 def test_push_of_an_index_missing_platforms_sends_the_hosts_manifest(
     cli: Cli,
     ns: Client,
@@ -139,7 +170,12 @@ def test_push_of_an_index_missing_platforms_sends_the_hosts_manifest(
     assert _run(cli, ns, "import", "-q", str(archive)).returncode == 0  # host's platform only
     dest = f"{registry.host}/cx/host-only:v1"
     assert _run(cli, ns, "tag", IMAGE, dest).returncode == 0
-    pushed = _run(cli, ns, "push", dest)
+    with ns.lease() as lease:
+        # The other platform's blobs in the store but not the image's, as a host-only
+        # import leaves them until the next GC: the push must not take them for its own
+        # (it did, and failed when the GC took one mid-push; CI, 1.7).
+        _store_unheld(ns, archive, summary["other_manifest"], lease.id)
+        pushed = _run(cli, ns, "push", dest)
     assert pushed.returncode == 0, pushed.stderr
     manifest = lookup.get_image(ns, dest).manifest
     assert manifest.digest == summary["manifest"]

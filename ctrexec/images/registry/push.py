@@ -88,8 +88,22 @@ def _manifest_parts(client: Client, desc: Descriptor) -> tuple[bytes, list[Descr
     return data, blobs
 
 
+def _held(client: Client, top: Descriptor) -> frozenset[str] | None:
+    """The children the index's GC labels hold; None when it has no such labels.
+
+    A child the labels do not hold is not the image's, even while the store still has
+    it: a host-only import writes every blob of the archive, labels only the host's
+    manifest, and leaves the others to the next GC, which can take them mid-push (a
+    push that saw them then failed with "content digest ... not found", CI, 1.7).
+    """
+    labels = content.info(client, top.digest).labels
+    held = frozenset(v for k, v in labels.items() if k.startswith(content.GC_REF_CONTENT))
+    return held or None
+
+
 def _plan(client: Client, name: str, top: Descriptor) -> _Plan:
-    """The whole target if the store has all of it, else the host platform's manifest."""
+    """The whole target if the store has all of it (and the index holds it), else the
+    host platform's manifest."""
     data = content.read_blob(client, top)
     obj = content.load_json(data, f"manifest {top.digest}")
     docs: list[tuple[Descriptor, bytes]] = []
@@ -100,8 +114,10 @@ def _plan(client: Client, name: str, top: Descriptor) -> _Plan:
         if content.content_kind(top.media_type, obj) == "index"
         else None
     )
+    held = _held(client, top) if children is not None else None
     for child in children or []:
-        parts = _manifest_parts(client, child)
+        ours = held is None or child.digest in held
+        parts = _manifest_parts(client, child) if ours else None
         if parts is None:
             break
         docs.append((child, parts[0]))
