@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from _cli import TEST_NAMESPACE, Cli
+from _procs import gone
 from _support import until
 
 from ctrexec import errors
@@ -141,14 +142,6 @@ def _driver_of(log_path: Path) -> int:
     return found[0]
 
 
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state in ("Z", "X")
-
-
 def test_destroy_of_a_logging_task_leaves_no_driver_behind(ex: Executor, test_image: str) -> None:
     """Many create/destroy cycles of a task that logs all the time, each with its own
     log driver process (issue 7, item 13).
@@ -186,7 +179,7 @@ def test_destroy_of_a_logging_task_leaves_no_driver_behind(ex: Executor, test_im
         start = time.monotonic()
         ex.destroy(name, force=True)
         durations.append(time.monotonic() - start)
-        until(lambda: _gone(driver), f"cycle {i}: the log driver {driver} gone")  # noqa: B023
+        until(lambda: gone(driver), f"cycle {i}: the log driver {driver} gone")  # noqa: B023
         assert not [t for t in ex.list(all_tasks=True) if t.id == name], f"cycle {i}: {name} left"
     total = time.monotonic() - began
     ex.destroy("logt-keeper", force=True)

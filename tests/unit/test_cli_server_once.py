@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _procs import gone
 
 from ctrexec.cli import client
 from ctrexec.testing import wait_for
@@ -71,14 +72,6 @@ CLIENT = textwrap.dedent(
 )
 
 
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state == "Z"
-
-
 @pytest.mark.parametrize("fault", ["die", "raise"])
 def test_a_server_lost_after_the_fork_runs_the_command_once(tmp_path: Path, fault: str) -> None:
     ran = tmp_path / "ran"
@@ -101,7 +94,7 @@ def test_a_server_lost_after_the_fork_runs_the_command_once(tmp_path: Path, faul
         )
         assert done.returncode == 0, done.stderr
         child = int((tmp_path / "child").read_text())
-        wait_for(lambda: _gone(child), timeout=60, what="the forked child to end")
+        wait_for(lambda: gone(child), timeout=60, what="the forked child to end")
     finally:
         if server.poll() is None:
             server.kill()

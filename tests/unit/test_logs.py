@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from _logfollow import follow_in_thread
+from _procs import gone
 
 from ctrexec import defaults
 from ctrexec.errors import FailedPrecondition, InvalidArgument
@@ -903,21 +904,13 @@ def fake_shim(
         shim.communicate(timeout=10)  # also closes its pipes
 
 
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state in ("Z", "X")
-
-
 def test_orphaned_shim_and_driver_are_stopped(tmp_path: Path, fake_shim: Any) -> None:
     """containerd 1.6 leaves a shim holding the driver's pipes after a cancelled Create."""
     shim, (driver,) = fake_shim("orphan", NS1)
     log = tmp_path / "t1" / "task.log"
     assert stop_orphaned_drivers(log, NS1, "t1", settle=5, stable=0.2) == [shim.pid]
     assert shim.wait(10) == -signal.SIGKILL
-    wait_for(lambda: _gone(driver))  # its pipe ended with the shim
+    wait_for(lambda: gone(driver))  # its pipe ended with the shim
 
 
 def test_a_shim_that_runs_more_is_left_alone(tmp_path: Path, fake_shim: Any) -> None:
@@ -961,7 +954,7 @@ def test_a_shim_whose_runc_lingers_is_stopped_after_settle(tmp_path: Path, fake_
     shim, (_, runc) = fake_shim("runc", NS1)
     got = stop_orphaned_drivers(tmp_path / "t1" / "task.log", NS1, "t1", settle=0.5, stable=0.1)
     assert got == [shim.pid]
-    assert not _gone(runc)  # still at work when the shim was stopped
+    assert not gone(runc)  # still at work when the shim was stopped
     assert shim.wait(10) == -signal.SIGKILL
 
 
