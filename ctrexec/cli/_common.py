@@ -17,18 +17,11 @@ import sys
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-from ctrexec.defaults import (
-    ADDRESS_ENV,
-    DEFAULT_ADDRESS,
-    DEFAULT_LOG_DIR,
-    DEFAULT_NAMESPACE,
-    NAMESPACE_ENV,
-)
-from ctrexec.errors import ConnectError, CtrexecError, InvalidArgument, UnknownCommand
+from ctrexec import DEFAULT_NAMESPACE, ConnectError, CtrexecError, InvalidArgument, UnknownCommand
+from ctrexec.defaults import ADDRESS_ENV, DEFAULT_ADDRESS, DEFAULT_LOG_DIR, NAMESPACE_ENV
 
 if TYPE_CHECKING:
-    from ctrexec.containerd.client import Client
-    from ctrexec.tasks.executor import Executor
+    from ctrexec import Client, Executor
 
 EXIT_ERROR = 125
 
@@ -216,7 +209,7 @@ def connect(args: argparse.Namespace) -> Client:
     """
     from pathlib import Path
 
-    from ctrexec.containerd.client import Client
+    from ctrexec import Client
 
     address = getattr(args, "address", None) or os.environ.get(ADDRESS_ENV)
     namespace = getattr(args, "namespace", None)
@@ -227,7 +220,7 @@ def connect(args: argparse.Namespace) -> Client:
             raise ConnectError(f"{exc}{_embedded_hint(address)}") from None
     if Path(DEFAULT_ADDRESS).exists():
         return Client.connect(DEFAULT_ADDRESS, namespace=namespace)
-    from ctrexec.containerd.daemon import EmbeddedContainerd
+    from ctrexec import EmbeddedContainerd
 
     daemon = EmbeddedContainerd()
     if daemon.is_running():
@@ -244,7 +237,7 @@ def _embedded_hint(address: str) -> str:
     """The fix when an explicit address is the embedded containerd's and it is down:
     ctrexec starts it on its own only when no address is given (see :func:`connect`)."""
     # Here, not at the top: only a failed connection needs the daemon's paths.
-    from ctrexec.containerd.daemon import EmbeddedContainerd
+    from ctrexec import EmbeddedContainerd
 
     daemon = EmbeddedContainerd()
     if os.path.realpath(address) != os.path.realpath(daemon.address) or daemon.is_running():
@@ -263,7 +256,7 @@ def executor(args: argparse.Namespace, client: Client | None = None) -> Executor
     """
     from pathlib import Path
 
-    from ctrexec.tasks.executor import Executor
+    from ctrexec import Executor
 
     log_dir = Path(getattr(args, "log_dir", None) or DEFAULT_LOG_DIR)
     return Executor(connect(args) if client is None else client, log_dir=log_dir)

@@ -8,12 +8,13 @@ import contextlib
 import sys
 from typing import TYPE_CHECKING, cast
 
+from ctrexec import InvalidArgument
 from ctrexec.cli import confirm
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
-from ctrexec.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from ctrexec.images.importer import ImportedImage, ImportProgress
+    from ctrexec import ImportedImage
+    from ctrexec.images.importer import ImportProgress
 
 # The library (grpc, stubs) is imported by each command, not by the parser.
 
@@ -32,7 +33,7 @@ def _progress(args: argparse.Namespace) -> ImportProgress | None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from ctrexec.images.importer import import_archive
+    from ctrexec import import_archive
 
     if args.platform and args.all_platforms:
         raise InvalidArgument("import: --platform and --all-platforms exclude each other")
@@ -75,8 +76,8 @@ def _report(done: list[ImportedImage], *, docker: bool) -> None:
 def cmd_load(args: argparse.Namespace) -> int:
     """docker's ``load [-i FILE] [-q]``: stdin by default, and only the
     ``Loaded image: NAME`` lines (bars on a terminal unless ``-q``)."""
+    from ctrexec import import_archive
     from ctrexec.cli import progress
-    from ctrexec.images.importer import import_archive
 
     if args.input is None and sys.stdin.isatty():
         raise InvalidArgument("requested load from stdin, but stdin is empty")
@@ -90,7 +91,7 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 def cmd_save(args: argparse.Namespace) -> int:
     """docker's ``save [-o FILE] IMAGE...``: stdout by default, never to a terminal."""
-    from ctrexec.images.exporter import export_archive
+    from ctrexec import export_archive
 
     if args.output is None and sys.stdout.isatty():
         raise InvalidArgument(
@@ -105,7 +106,7 @@ def cmd_save(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ctrexec.images.exporter import export_archive
+    from ctrexec import export_archive
 
     if args.platform and args.all_platforms:
         raise InvalidArgument("export: --platform and --all-platforms exclude each other")
@@ -136,7 +137,7 @@ def _bytes(n: int) -> str:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from ctrexec.images.prune import prune_images
+    from ctrexec import prune_images
 
     which = (
         "all images without at least one container associated to them"

@@ -11,13 +11,11 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from ctrexec import FailedPrecondition
 from ctrexec.cli._common import ArgumentParser, connection_flags, executor
-from ctrexec.errors import FailedPrecondition
 
 if TYPE_CHECKING:
-    from ctrexec.containerd.streams import Process, StreamOptions
-    from ctrexec.tasks.config import TaskConfig, TaskInfo
-    from ctrexec.tasks.executor import Executor
+    from ctrexec import Executor, Process, StreamOptions, TaskConfig, TaskInfo
 
 
 def detach_keys_flag(p: ArgumentParser) -> None:
@@ -175,8 +173,8 @@ def _follow_output(ex: Executor, task_id: str, info: TaskInfo) -> int:
     exits, then its exit code; ^C is forwarded to it. Its output is in its log (see
     :mod:`ctrexec.cli.follow`), so a task whose log driver is ``none`` has none to give.
     """
+    from ctrexec import Status
     from ctrexec.cli import follow
-    from ctrexec.containerd.tasks import Status
     from ctrexec.logs import modes as logmodes
     from ctrexec.tasks import output as taskoutput
 

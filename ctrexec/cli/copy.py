@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ctrexec import CtrexecError, InvalidArgument
 from ctrexec.cli._common import ArgumentParser, connection_flags, executor, fail
-from ctrexec.errors import CtrexecError, InvalidArgument
 
 #: docker cp's exit code for any failure.
 CP_FAILED = 1

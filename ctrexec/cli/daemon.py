@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 from ctrexec.cli._common import ArgumentParser
 
 if TYPE_CHECKING:
-    from ctrexec.containerd.daemon import EmbeddedContainerd
+    from ctrexec import EmbeddedContainerd
 
 
 def _daemon() -> EmbeddedContainerd:
     """Imported on use: the daemon module loads grpc and the stubs."""
-    from ctrexec.containerd.daemon import EmbeddedContainerd
+    from ctrexec import EmbeddedContainerd
 
     return EmbeddedContainerd()
 

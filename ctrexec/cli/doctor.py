@@ -13,6 +13,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from ctrexec import InvalidArgument
 from ctrexec.cli import confirm
 from ctrexec.cli._common import (
     ArgumentParser,
@@ -23,12 +24,9 @@ from ctrexec.cli._common import (
     print_table,
 )
 from ctrexec.defaults import DEFAULT_LOG_DIR
-from ctrexec.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from ctrexec.doctor.checks import GcReport
-    from ctrexec.doctor.findings import Finding, Scope
-    from ctrexec.doctor.prune import ContainerFilter, ContainerPruneReport
+    from ctrexec import ContainerFilter, ContainerPruneReport, Finding, GcReport, Scope
 
 #: doctor's exit code when it found something, gc's when a removal failed.
 FOUND = 1
@@ -58,7 +56,8 @@ def system_warning(*, all_images: bool) -> str:
 def _scope(args: argparse.Namespace) -> Scope:
     from pathlib import Path
 
-    from ctrexec.doctor.findings import DEFAULT_GRACE, Scope
+    from ctrexec import Scope
+    from ctrexec.doctor.findings import DEFAULT_GRACE
 
     grace = getattr(args, "grace", None)
     log_dir = Path(getattr(args, "log_dir", None) or DEFAULT_LOG_DIR)
@@ -78,7 +77,7 @@ def _rows(findings: list[Finding]) -> list[list[object]]:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from ctrexec.doctor.checks import doctor
+    from ctrexec import doctor
 
     scope = _scope(args)
     with scope.client:
@@ -116,7 +115,7 @@ def _print_gc(report: GcReport, as_json: bool) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from ctrexec.doctor.checks import gc
+    from ctrexec import gc
 
     scope = _scope(args)
     with scope.client:
@@ -140,8 +139,8 @@ def _grace_flag(p: ArgumentParser) -> None:
 
 def container_filter(items: list[str]) -> ContainerFilter:
     """docker's ``--filter until=...`` and ``label=...``/``label!=...``."""
+    from ctrexec import ContainerFilter
     from ctrexec.cli._time import point_in_time
-    from ctrexec.doctor.prune import ContainerFilter
 
     until, labels, not_labels = None, [], []
     for item in items:
@@ -185,7 +184,7 @@ def _containers_json(report: ContainerPruneReport) -> dict[str, object]:
 
 
 def cmd_container_prune(args: argparse.Namespace) -> int:
-    from ctrexec.doctor.prune import prune_containers
+    from ctrexec import prune_containers
 
     where = container_filter(args.filter)
     if not confirm.confirmed(CONTAINER_WARNING, force=args.force):
@@ -202,7 +201,7 @@ def cmd_container_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_system_prune(args: argparse.Namespace) -> int:
-    from ctrexec.doctor.prune import prune_system
+    from ctrexec import prune_system
 
     if not confirm.confirmed(system_warning(all_images=args.all), force=args.force):
         return 0

@@ -12,6 +12,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ctrexec import CtrexecError, InvalidArgument
 from ctrexec.cli._common import (
     ArgumentParser,
     connect,
@@ -19,10 +20,9 @@ from ctrexec.cli._common import (
     signal_pipe,
     until_signal,
 )
-from ctrexec.errors import CtrexecError, InvalidArgument
 
 if TYPE_CHECKING:
-    from ctrexec.tasks.events import TaskEvents
+    from ctrexec import TaskEvents
 
 #: ``--filter`` keys and the EventOptions entry each feeds; ``task`` is ctrexec's word.
 FILTER_KEYS = {"container": "tasks", "task": "tasks", "group": "groups", "event": "types"}
@@ -53,7 +53,8 @@ def cmd_events(args: argparse.Namespace) -> int:
     main thread, which then cancels the stream; the printing runs on its own thread,
     and its end (the stream failed, or stdout closed) ends the wait as well.
     """
-    from ctrexec.tasks.events import TaskEvents, parse_kinds
+    from ctrexec import TaskEvents
+    from ctrexec.tasks.events import parse_kinds
 
     options = parse_filters(args.filter or [])
     parse_kinds(options.get("types", []))  # refused before connecting, as bad flags are

@@ -14,13 +14,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from ctrexec.errors import CtrexecError
+from ctrexec import CtrexecError
 from ctrexec.logs import modes as logmodes
 
 if TYPE_CHECKING:
+    from ctrexec import Executor, TaskConfig
     from ctrexec.logs import reader as logstore
-    from ctrexec.tasks.config import TaskConfig
-    from ctrexec.tasks.executor import Executor
 
 
 def driver_of(config: TaskConfig | None) -> str:

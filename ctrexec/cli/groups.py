@@ -25,9 +25,7 @@ from ctrexec.defaults import DEFAULT_LOG_DIR
 
 # The library is imported inside the commands, so the parser and --help load none of it.
 if TYPE_CHECKING:
-    from ctrexec.groups.updown import Groups
-    from ctrexec.net.networks import Networks
-    from ctrexec.tasks.config import TaskInfo
+    from ctrexec import Groups, Networks, TaskInfo
 
 
 def _networks(args: argparse.Namespace) -> Networks:
@@ -37,7 +35,7 @@ def _networks(args: argparse.Namespace) -> Networks:
 
 
 def _groups(args: argparse.Namespace) -> Groups:
-    from ctrexec.groups.updown import Groups
+    from ctrexec import Groups
 
     return Groups(executor(args), _networks(args))
 
@@ -63,7 +61,7 @@ def _print(infos: list[TaskInfo], as_json: bool, gone: Sequence[tuple[str, str]]
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from ctrexec.groups.spec import load_group_file
+    from ctrexec import load_group_file
 
     spec = load_group_file(args.file)
     groups = _groups(args)
@@ -116,7 +114,7 @@ def cmd_network_prune(args: argparse.Namespace) -> int:
 def cmd_supervise(args: argparse.Namespace) -> int:
     import logging
 
-    from ctrexec.groups.supervisor import Supervisor
+    from ctrexec import Supervisor
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     ex = executor(args)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from ctrexec import CtrexecError
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 from ctrexec.cli._common import print_table as table
-from ctrexec.errors import CtrexecError
 
 # ``images`` (grpc, stubs) is imported by each command, not by the parser.
 
@@ -15,9 +15,9 @@ from ctrexec.errors import CtrexecError
 def cmd_images(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
+    from ctrexec import image_usage
     from ctrexec.containerd import images
     from ctrexec.images.reference import parse_reference
-    from ctrexec.images.usage import image_usage
     from ctrexec.views import images as imagetable
 
     if args.repository is not None:
@@ -62,7 +62,7 @@ def cmd_rmi(args: argparse.Namespace) -> int:
 
 
 def cmd_tag(args: argparse.Namespace) -> int:
-    from ctrexec.images.tagging import tag_image
+    from ctrexec import tag_image
 
     with connect(args) as client:
         tag_image(client, args.source, args.target)
@@ -71,7 +71,8 @@ def cmd_tag(args: argparse.Namespace) -> int:
 
 def cmd_commit(args: argparse.Namespace) -> int:
     """docker's ``commit``: the new image's ID (its config digest) on stdout."""
-    from ctrexec.images.commit import apply_changes, commit_container
+    from ctrexec import commit_container
+    from ctrexec.images.commit import apply_changes
     from ctrexec.images.lookup import image_name
 
     image_name(args.ref)  # a typo starts no daemon
@@ -91,7 +92,7 @@ def cmd_commit(args: argparse.Namespace) -> int:
 
 def cmd_ensure(args: argparse.Namespace) -> int:
     """Make an image usable here: adopt it from another namespace and unpack it."""
-    from ctrexec.images.lookup import ensure_image
+    from ctrexec import ensure_image
 
     with connect(args) as client:
         image = ensure_image(client, args.ref)

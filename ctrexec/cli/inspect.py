@@ -17,7 +17,7 @@ from ctrexec.cli._common import (
 from ctrexec.cli.verbs import each
 
 if TYPE_CHECKING:
-    from ctrexec.tasks.config import TaskInfo
+    from ctrexec import TaskInfo
     from ctrexec.views.gotemplate import Template
 
 

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Collection, Sequence
 from typing import NoReturn, cast
 
+from ctrexec import AmbiguousPrefix, CtrexecError, NotFound, UnknownCommand
 from ctrexec.cli import (
     _common,
     archives,
@@ -29,7 +30,6 @@ from ctrexec.cli import (
     verbs,
     volumes,
 )
-from ctrexec.errors import AmbiguousPrefix, CtrexecError, NotFound, UnknownCommand
 
 #: Verbs on one container for which ``No such container`` (or a prefix of several
 #: names) exits 1, as docker's do and as the verbs on several names do (see

@@ -13,7 +13,7 @@ import time
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ctrexec.images.registry.pull import PullEvent
+    from ctrexec import PullEvent
 
 _REDRAW = 0.1  # seconds between two redraws of the bars
 #: A blob's state after each step: ``done`` is stored and checked (a pull's or an

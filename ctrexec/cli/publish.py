@@ -15,14 +15,12 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from ctrexec import CtrexecError, InvalidArgument
 from ctrexec.defaults import DEFAULT_SUBNET, SUBNET_ENV
-from ctrexec.errors import CtrexecError, InvalidArgument
 
 if TYPE_CHECKING:
-    from ctrexec.containerd.client import Client
+    from ctrexec import Client, Executor, RestartPolicy, TaskConfig
     from ctrexec.groups.implicit import Wiring
-    from ctrexec.tasks.config import RestartPolicy, TaskConfig
-    from ctrexec.tasks.executor import Executor
 
 _POLICIES = ("no", "on-failure", "always", "unless-stopped")
 SUPERVISOR_UNIT = "contrib/systemd/ctrexec-supervise@.service"
@@ -86,7 +84,7 @@ def restart_policy(text: str) -> tuple[str, int]:
 
 def restart_config(args: argparse.Namespace) -> RestartPolicy:
     """The task's RestartPolicy (docker's default: no), checked against --rm."""
-    from ctrexec.tasks.config import RestartPolicy
+    from ctrexec import RestartPolicy
 
     policy, count = args.restart or ("no", 0)
     if policy != "no" and args.rm:
@@ -120,8 +118,8 @@ def with_exposed(
     comes after it; the ``-p`` ports keep the host ports already picked for them."""
     if wired is None and args.network in ("none", "host"):
         return wired
+    from ctrexec import get_image
     from ctrexec.groups.implicit import requested
-    from ctrexec.images.lookup import get_image
     from ctrexec.net.ports import parse_port
 
     taken = {(m.container_port, m.protocol) for m in map(parse_port, wired.ports if wired else ())}
@@ -166,7 +164,7 @@ def warn_unsupervised(client: Client, configs: list[TaskConfig]) -> None:
     policies = sorted({c.restart.policy for c in configs} - {"no"})
     if not policies:
         return  # without loading the supervisor module (its event stubs cost ~7 ms)
-    from ctrexec.groups.presence import is_supervised
+    from ctrexec import is_supervised
 
     if is_supervised(client):
         return

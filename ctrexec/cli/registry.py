@@ -8,16 +8,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ctrexec import CtrexecError, InvalidArgument
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags
-from ctrexec.errors import CtrexecError, InvalidArgument
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ctrexec.containerd.client import Client
+    from ctrexec import Client, PullEvent, TaskConfig
     from ctrexec.containerd.images import ImageCache
-    from ctrexec.images.registry.pull import PullEvent
-    from ctrexec.tasks.config import TaskConfig
 
 # The registry package (urllib3) and the progress renderers load in each command.
 
@@ -70,7 +68,7 @@ def ensure_images(
     policy (progress on stderr), before anything is created: a missing one stops the
     command with nothing made. With the executor's ``cache``, the create that follows
     reads no image document again."""
-    from ctrexec.images.registry.pull import ensure_pulled
+    from ctrexec import ensure_pulled
 
     options = pull_options(args)
     if getattr(args, "json", False) and options["progress"] is not None:
@@ -118,7 +116,7 @@ def _count(text: str) -> int:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    from ctrexec.images.registry.pull import pull
+    from ctrexec import pull
 
     options = pull_options(args)
     with connect(args) as client:
@@ -134,9 +132,9 @@ def cmd_push(args: argparse.Namespace) -> int:
     """docker's ``push``: progress on stderr (``The push refers to repository [...]``,
     then a line per layer), and docker's last line, ``TAG: digest: ... size: N``, on
     stdout."""
+    from ctrexec import push
     from ctrexec.cli import progress
     from ctrexec.images.reference import parse_reference
-    from ctrexec.images.registry.push import push
 
     parse_reference(args.ref)  # a typo starts no daemon
     shown = None if args.quiet else progress.PushLines(sys.stderr)

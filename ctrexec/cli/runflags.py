@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ctrexec import Conflict, InvalidArgument
 from ctrexec.cli._common import ArgumentParser
-from ctrexec.errors import Conflict, InvalidArgument
 
 
 def add_flags(p: ArgumentParser) -> None:

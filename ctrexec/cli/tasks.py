@@ -9,6 +9,15 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ctrexec import (
+    AlreadyRunning,
+    CtrexecError,
+    FailedPrecondition,
+    InvalidArgument,
+    InvalidField,
+    MissingArguments,
+    NotFound,
+)
 from ctrexec import labels as lbl
 from ctrexec.cli import attach, follow, publish, runflags
 from ctrexec.cli._common import (
@@ -23,25 +32,15 @@ from ctrexec.cli._time import point_in_time
 from ctrexec.cli.registry import add_pull_policy, ensure_images
 from ctrexec.cli.verbs import each, stop_flags, until
 from ctrexec.defaults import DEFAULT_LOG_DIR, DEFAULT_STOP_TIMEOUT
-from ctrexec.errors import (
-    AlreadyRunning,
-    CtrexecError,
-    FailedPrecondition,
-    InvalidArgument,
-    InvalidField,
-    MissingArguments,
-    NotFound,
-    quoted,
-)
+from ctrexec.errors import quoted
 from ctrexec.labels import parse_key_values
 from ctrexec.logs import modes as logmodes
 
 # The library (grpc, stubs, attrs) is imported inside the commands: building the
 # parser, --help and bad flags must not load it.
 if TYPE_CHECKING:
+    from ctrexec import Executor, TaskConfig
     from ctrexec.groups.implicit import Wiring
-    from ctrexec.tasks.config import TaskConfig
-    from ctrexec.tasks.executor import Executor
 
 
 def _env(items: list[str]) -> dict[str, str]:
@@ -134,7 +133,7 @@ def _by_flag() -> Iterator[None]:
 def _config(args: argparse.Namespace) -> TaskConfig:
     import secrets
 
-    from ctrexec.tasks.config import TaskConfig
+    from ctrexec import TaskConfig
     from ctrexec.tasks.envfile import read_env_files
 
     driver = logmodes.DEFAULT_DRIVER if args.log_driver is None else args.log_driver
@@ -265,7 +264,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _warn_unsupervised_rm(ex: Executor, task_id: str) -> None:
     """``-d --rm`` relies on ``ctrexec supervise`` (ctrexec has no daemon): say so if
     none runs. (The supervisor module, with its event stubs, loads only here.)"""
-    from ctrexec.groups.presence import is_supervised
+    from ctrexec import is_supervised
 
     if is_supervised(ex.client):
         return
@@ -365,8 +364,8 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    from ctrexec import Status
     from ctrexec.containerd.containers import Lookup
-    from ctrexec.containerd.tasks import Status
     from ctrexec.logs import reader as logstore
     from ctrexec.tasks import info as taskinfo
 

@@ -22,11 +22,11 @@ import tty
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from ctrexec import CtrexecError, InvalidArgument, NotATerminal
 from ctrexec.cli._common import signal_pipe
-from ctrexec.errors import CtrexecError, InvalidArgument, NotATerminal
 
 if TYPE_CHECKING:
-    from ctrexec.containerd.streams import Process
+    from ctrexec import Process
 
 DEFAULT_DETACH_KEYS = "ctrl-p,ctrl-q"
 #: docker's names for control characters: ``ctrl-@`` is 0, ``ctrl-a`` 1 ... ``ctrl-_`` 31.

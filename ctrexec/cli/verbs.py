@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from ctrexec import CtrexecError, FailedPrecondition, NotFound
 from ctrexec.cli._common import (
     ArgumentParser,
     connection_flags,
@@ -27,15 +28,11 @@ from ctrexec.cli._common import (
     print_table,
     signal_pipe,
 )
-from ctrexec.errors import CtrexecError, FailedPrecondition, NotFound
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from ctrexec.containerd.stats import Stats
-    from ctrexec.logs.reader import LogEntry
-    from ctrexec.tasks.events import TaskEvents
-    from ctrexec.tasks.executor import Executor
+    from ctrexec import Executor, LogEntry, Stats, TaskEvents
     from ctrexec.views.stats import StatsRow
 
 #: docker's exit code when some of the names given failed.
@@ -94,7 +91,7 @@ def _exit_code(ex: Executor, task_id: str) -> int:
     removal of a never-started container is no task event: the state is also read
     again every RECHECK seconds, so the wait then ends with No such container.
     """
-    from ctrexec.containerd.tasks import Status
+    from ctrexec import Status
 
     stream = None
     woke = threading.Event()
@@ -136,7 +133,7 @@ def _pump(stream: TaskEvents, woke: threading.Event) -> None:
 
 def cmd_rename(args: argparse.Namespace) -> int:
     """docker's ``rename``, for a container whose task is not running (see ctrexec.tasks.rename)."""
-    from ctrexec.tasks.rename import rename
+    from ctrexec import rename
 
     ex = executor(args)
     rename(ex, ex.lookup()(args.old), args.new)
@@ -172,7 +169,7 @@ def cmd_port(args: argparse.Namespace) -> int:
 def cmd_top(args: argparse.Namespace) -> int:
     """The task's processes as the host sees them (docker runs ps on the host too):
     read from /proc, or with ps options, the host's ``ps`` with them."""
-    from ctrexec.containerd.tasks import Status
+    from ctrexec import Status
     from ctrexec.tasks import procs
 
     ex = executor(args)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from ctrexec import CtrexecError, InvalidArgument
 from ctrexec.cli import confirm
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, fail, print_json
-from ctrexec.errors import CtrexecError, InvalidArgument
 
 if TYPE_CHECKING:
     from ctrexec.tasks.volumes import Volume
