@@ -65,7 +65,7 @@ def _scope(args: argparse.Namespace) -> Scope:
 
 
 def _since(finding: Finding) -> str:
-    from ctrexec.views.durations import human_duration
+    from ctrexec.cli.views.durations import human_duration
 
     if finding.since is None:
         return "-"
@@ -160,7 +160,7 @@ def container_filter(items: list[str]) -> ContainerFilter:
 
 
 def _size(n: int) -> str:
-    from ctrexec.views.images import human_size
+    from ctrexec.cli.views.images import human_size
 
     return human_size(n)
 

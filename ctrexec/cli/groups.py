@@ -54,7 +54,7 @@ def _print(infos: list[TaskInfo], as_json: bool, gone: Sequence[tuple[str, str]]
         rows.append([i.id, i.image, status, i.pid or "-", i.netns_path or "-"])
     rows += [[m, "-", status, "-", "-"] for m, status in gone]
     table(["ID", "IMAGE", "STATUS", "PID", "NETNS"], rows)
-    from ctrexec.views.ps import problem_lines  # start-up: loaded only to print a table
+    from ctrexec.cli.views.ps import problem_lines  # start-up: loaded only to print a table
 
     for line in problem_lines(infos):  # on stderr: scripts read stdout
         print(line, file=sys.stderr)

@@ -16,9 +16,9 @@ def cmd_images(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from ctrexec import image_usage
+    from ctrexec.cli.views import images as imagetable
     from ctrexec.containerd import images
     from ctrexec.images.reference import parse_reference
-    from ctrexec.views import images as imagetable
 
     if args.repository is not None:
         parse_reference(args.repository)  # a typo starts no daemon

@@ -1,5 +1,5 @@
 """``ps`` and ``inspect``: docker's columns, filters, document and Go templates
-(see ctrexec.views.ps and ctrexec.views.inspect)."""
+(see ctrexec.cli.views.ps and ctrexec.cli.views.inspect)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ from ctrexec.cli.verbs import each
 
 if TYPE_CHECKING:
     from ctrexec import TaskInfo
-    from ctrexec.views.gotemplate import Template
+    from ctrexec.cli.views.gotemplate import Template
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
+    from ctrexec.cli.views import inspect as inspectdoc
+    from ctrexec.cli.views import ps as psformat
     from ctrexec.tasks import info as taskinfo
-    from ctrexec.views import inspect as inspectdoc
-    from ctrexec.views import ps as psformat
 
     filters = psformat.parse_filters(args.filter)  # before connecting: a typo starts nothing
     if args.format:
@@ -53,15 +53,15 @@ def _created(info: TaskInfo) -> float:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    """docker's document for each container found (see ctrexec.views.inspect), or ``-f``'s
+    """docker's document for each container found (see ctrexec.cli.views.inspect), or ``-f``'s
     text for each; a template that fails prints nothing (as docker's) and exits 125,
     ctrexec's code for bad input."""
+    from ctrexec.cli.views import inspect as inspectdoc
+    from ctrexec.cli.views import ps as psformat
     from ctrexec.containerd.containers import Lookup
     from ctrexec.logs import modes as logmodes
     from ctrexec.logs import reader as logstore
     from ctrexec.tasks import info as taskinfo
-    from ctrexec.views import inspect as inspectdoc
-    from ctrexec.views import ps as psformat
 
     template = _inspect_template(args.format) if args.format else None  # before connecting
     client = connect(args)  # not the Executor: inspecting needs none of its own modules
@@ -90,8 +90,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def _inspect_template(text: str) -> Template:
     """``inspect -f``'s template; one that does not parse exits 64, docker inspect's
     code for it (a template that fails as it runs keeps docker's 1)."""
-    from ctrexec.views import gotemplate  # here, as the verbs' other views: start-up cost
-    from ctrexec.views import ps as psformat
+    from ctrexec.cli.views import gotemplate  # here, as the verbs' other views: start-up cost
+    from ctrexec.cli.views import ps as psformat
 
     try:
         return psformat.parse_template(text)

@@ -45,8 +45,8 @@ from ctrexec.defaults import DEFAULT_SERVER_IDLE, SERVER_IDLE_ENV
 WARM_MODULES = (
     "ctrexec.cli.main", "ctrexec.cli.terminal", "ctrexec.cli.progress",
     "ctrexec.cli.publish", "ctrexec.tasks.executor", "ctrexec.tasks.config",
-    "ctrexec.tasks.events", "ctrexec.views.ps", "ctrexec.views.inspect",
-    "ctrexec.views.images", "ctrexec.containerd.streams", "ctrexec.logs.reader",
+    "ctrexec.tasks.events", "ctrexec.cli.views.ps", "ctrexec.cli.views.inspect",
+    "ctrexec.cli.views.images", "ctrexec.containerd.streams", "ctrexec.logs.reader",
     "ctrexec.images.registry.pull", "ctrexec.images.lookup", "ctrexec.net.netns",
     "ctrexec.net.networks", "ctrexec.groups.updown", "ctrexec.groups.spec",
     "ctrexec.containerd.daemon", "ctrexec.containerd.bundles", "ctrexec.images.usage",

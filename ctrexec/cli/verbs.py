@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from ctrexec import Executor, LogEntry, Stats, TaskEvents
-    from ctrexec.views.stats import StatsRow
+    from ctrexec.cli.views.stats import StatsRow
 
 #: docker's exit code when some of the names given failed.
 SOME_FAILED = 1
@@ -198,7 +198,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     between them (100 % is one CPU's worth), so the first table comes one interval
     after the first reading, and ``--no-stream`` reads twice, as docker does.
     """
-    from ctrexec.views import stats as statsview
+    from ctrexec.cli.views import stats as statsview
 
     if args.format is not None:
         statsview.stats_template(args.format)  # a bad template before any reading

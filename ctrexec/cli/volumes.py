@@ -54,8 +54,8 @@ def _row(volume: Volume) -> dict[str, str]:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    from ctrexec.cli.views import ps as psformat
     from ctrexec.tasks import volumes
-    from ctrexec.views import ps as psformat
 
     text = "{{.Name}}" if args.quiet else args.format or _LS_DEFAULT
     text = "{{json .}}" if text.strip() == "json" else text.replace("\\t", "\t")
@@ -79,8 +79,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from ctrexec.cli.views import ps as psformat
     from ctrexec.tasks import volumes
-    from ctrexec.views import ps as psformat
 
     template = psformat.parse_template(args.format) if args.format else None
     docs, code = [], 0

@@ -14,6 +14,6 @@ containerd doctor is connected to knows nothing of them (another containerd, ano
 namespace, another tool). And nothing younger than the scope's grace period is garbage:
 it may be a create in flight.
 
-Layer: above ``groups/`` and ``views/`` (it reads groups' damage), below ``cli/``,
+Layer: above ``groups/`` (it reads groups' damage), below ``cli/``,
 ``nomad/`` and ``testing``, which use it.
 """

@@ -4,5 +4,5 @@ What it holds: group files (``spec``), ``group up/down/ps`` (``updown``), the im
 one-task group that ``run -p``/``--network`` makes (``implicit``), the restart
 supervisor (``supervisor``) and its presence lock (``presence``).
 
-May import: ``tasks/`` and everything below it. Never ``views/`` or a front end.
+May import: ``tasks/`` and everything below it. Never a front end (``cli/``, its views included).
 """

@@ -13,7 +13,7 @@ at once (``teardown``) and the ``Executor`` that composes them. Helpers take wha
 (a client, a directory, a callable), never the Executor; only ``aio`` wraps it.
 
 May import: ``containerd/``, ``net/``, ``oci/``, ``images/``, ``logs/``, ``_linux``,
-``labels``, ``ids``, ``defaults``, ``errors``. Never ``groups/``, ``views/`` or a front end:
+``labels``, ``ids``, ``defaults``, ``errors``. Never ``groups/`` or a front end:
 a group is made of tasks, not the other way round. Inside the package the order is
 enforced by ``tests/unit/test_layers.py``: a module imports only those listed before it.
 """

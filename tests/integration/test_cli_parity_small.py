@@ -17,8 +17,8 @@ import pytest
 from _cli import Cli
 from _nethelpers import cli_bridge, free_port
 
+from ctrexec.cli.views.stats import bytes_size
 from ctrexec.testing import wait_for
-from ctrexec.views.stats import bytes_size
 
 pytestmark = pytest.mark.integration
 

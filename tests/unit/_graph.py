@@ -30,7 +30,7 @@ def hand_written() -> dict[str, Path]:
     }
 
 
-def _target(name: str, modules: dict[str, Path]) -> str | None:
+def target(name: str, modules: dict[str, Path]) -> str | None:
     """The hand-written module an imported dotted name lives in (``a.b.C`` → ``a.b``)."""
     while name and name not in modules:
         name = name.rpartition(".")[0]
@@ -54,7 +54,7 @@ def graph() -> dict[str, set[str]]:
     modules = hand_written()
     edges: dict[str, set[str]] = {}
     for name, path in modules.items():
-        deps = {_target(n, modules) for n in imported(path.read_text())}
+        deps = {target(n, modules) for n in imported(path.read_text())}
         edges[name] = {d for d in deps if d and d not in (name, "ctrexec")}
     return edges
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from ctrexec.views.gofuncs import GoMap, format_float, go_printf
-from ctrexec.views.gotemplate import TemplateError, parse
+from ctrexec.cli.views.gofuncs import GoMap, format_float, go_printf
+from ctrexec.cli.views.gotemplate import TemplateError, parse
 
 DATA: dict[str, Any] = {
     "Id": "web",

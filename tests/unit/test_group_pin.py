@@ -9,14 +9,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ctrexec import labels as lbl
+from ctrexec.cli.views import inspect as inspectdoc
+from ctrexec.cli.views import ps
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import Conflict
 from ctrexec.groups.supervisor import HOST_RESTARTED, LOST_AFTER, TASK_LOST, lost_reason
 from ctrexec.net import grouppin
 from ctrexec.tasks import health, runs
 from ctrexec.tasks.config import Problem, TaskInfo
-from ctrexec.views import inspect as inspectdoc
-from ctrexec.views import ps
 
 NSFS = 4
 PIN = "/run/netns/cx-web"

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from ctrexec.cli.views import images as imagetable
 from ctrexec.containerd.images import ImageSummary
-from ctrexec.views import images as imagetable
 
 NOW = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
 CFG = "sha256:" + "ab" * 32

@@ -8,13 +8,13 @@ from typing import Any
 
 import attrs
 
+from ctrexec.cli.views.inspect import ZERO_TIME, document, rfc3339
+from ctrexec.cli.views.ps import execute, parse_template
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS
 from ctrexec.net.cniconf import PortMapping
 from ctrexec.net.nsinfo import Address
 from ctrexec.tasks.config import RestartPolicy, TaskConfig, TaskInfo
-from ctrexec.views.inspect import ZERO_TIME, document, rfc3339
-from ctrexec.views.ps import execute, parse_template
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, 123400, tzinfo=UTC)
 

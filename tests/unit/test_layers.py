@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 from pathlib import Path
 
 import _graph
@@ -43,7 +44,7 @@ def test_only_rpc_imports_grpc() -> None:
 
 def test_cli_uses_no_private_layers() -> None:
     offenders = []
-    for p in (PKG / "cli").glob("*.py"):
+    for p in (PKG / "cli").rglob("*.py"):
         for m in _imports(p):
             if m.startswith(("ctrexec._rpc", "ctrexec._api")):
                 offenders.append(f"{p.name}: {m}")
@@ -182,7 +183,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ctrexec.containerd", "ctrexec.net"),
     ("ctrexec.logs", "ctrexec.images"),
     ("ctrexec.tasks",),
-    ("ctrexec.groups", "ctrexec.views"),
+    ("ctrexec.groups",),
     ("ctrexec.doctor",),
     ("ctrexec.cli", "ctrexec.nomad", "ctrexec.testing"),
 )
@@ -308,6 +309,72 @@ def test_no_private_name_crosses_modules() -> None:
     assert offenders == []
 
 
+#: The library's internal modules that ``cli/`` still imports, beside the names it takes
+#: from ``ctrexec``: a list that only shrinks, until the CLI is built on the public API alone.
+CLI_INTERNAL_IMPORTS = Path(__file__).resolve().parents[1] / "data" / "cli-internal-imports.json"
+
+
+def _in_cli(module: str) -> bool:
+    return module == "ctrexec.cli" or module.startswith("ctrexec.cli.")
+
+
+def _cli_internal_imports() -> dict[str, list[str]]:
+    """Internal module → the ``cli/`` modules that import it, in every form (module
+    level, inside a function, under ``TYPE_CHECKING``; see ``_graph``). The package root
+    and ``cli/``'s own modules are not internal; nor is a public name that shares its
+    module's name (``from ctrexec import doctor`` is the function)."""
+    modules = _graph.hand_written()
+    public = {f"ctrexec.{name}" for name in ctrexec.__all__}
+    used: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        if _in_cli(module):
+            for name in _graph.imported(path.read_text()) - public:
+                dep = _graph.target(name, modules)
+                if dep and dep != "ctrexec" and not _in_cli(dep):
+                    used.setdefault(dep, set()).add(module)
+    return {dep: sorted(by) for dep, by in sorted(used.items())}
+
+
+def _recorded_cli_imports() -> list[str]:
+    recorded: list[str] = json.loads(CLI_INTERNAL_IMPORTS.read_text())
+    assert recorded == sorted(set(recorded)), f"{CLI_INTERNAL_IMPORTS.name}: keep it sorted"
+    return recorded
+
+
+def test_cli_imports_no_new_internal_module() -> None:
+    """``cli/`` is built on what ``ctrexec`` exports; what it still takes from internal
+    modules is recorded, and the record only shrinks."""
+    new = {m: by for m, by in _cli_internal_imports().items() if m not in _recorded_cli_imports()}
+    assert new == {}, (
+        f"cli/ imports internal modules that {CLI_INTERNAL_IMPORTS.name} does not list. "
+        "Import the name from `ctrexec` instead; if ctrexec exports nothing for it, give the "
+        "library a public call (in ctrexec.__all__, typed, documented) rather than adding "
+        "the module to the list: the list only shrinks, entries are removed as cli/ "
+        "stops using them"
+    )
+
+
+def test_the_cli_import_list_has_no_stale_entry() -> None:
+    """The record shrinks with the code: a module cli/ no longer imports leaves it."""
+    stale = sorted(set(_recorded_cli_imports()) - set(_cli_internal_imports()))
+    assert stale == [], (
+        f"cli/ no longer imports these: remove them from {CLI_INTERNAL_IMPORTS.name}"
+    )
+
+
+def test_cli_views_import_no_verb() -> None:
+    """``cli/views`` formats values for the verbs; the verbs import it, never the other
+    way (it sat a layer below ``cli/`` before it moved into it)."""
+    offenders = [
+        f"{module} -> {dep}"
+        for module, deps in sorted(_graph.graph().items())
+        if module.startswith("ctrexec.cli.views")
+        for dep in sorted(deps)
+        if _in_cli(dep) and not dep.startswith("ctrexec.cli.views")
+    ]
+    assert offenders == []
+
+
 #: What only ``cli/groups.py`` may drive: group files and group up/down/ps.
 _GROUP_FILE_MODULES = ("ctrexec.groups.spec", "ctrexec.groups.updown")
 
@@ -319,7 +386,7 @@ def test_cli_families_do_not_reach_into_groups() -> None:
     can change without touching them."""
     offenders = [
         f"{p.name}: {m}"
-        for p in (PKG / "cli").glob("*.py")
+        for p in (PKG / "cli").rglob("*.py")
         if p.name != "groups.py"
         for m in sorted(_imports(p))
         if m in _GROUP_FILE_MODULES or m.startswith(tuple(f"{x}." for x in _GROUP_FILE_MODULES))
@@ -357,10 +424,10 @@ def test_the_template_engine_is_a_leaf() -> None:
     offenders = [
         f"{name}: {m}"
         for name in ("gotemplate.py", "gofuncs.py")
-        for m in _imports(PKG / "views" / name)
+        for m in _imports(PKG / "cli" / "views" / name)
         if m.startswith("ctrexec")
-        and m not in ("ctrexec", "ctrexec.views", "ctrexec.views.gofuncs", "ctrexec.errors")
-        and not m.startswith(("ctrexec.views.gofuncs.", "ctrexec.errors."))
+        and m not in ("ctrexec", "ctrexec.cli.views", "ctrexec.cli.views.gofuncs", "ctrexec.errors")
+        and not m.startswith(("ctrexec.cli.views.gofuncs.", "ctrexec.errors."))
     ]
     assert offenders == []
 

@@ -12,11 +12,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from ctrexec import labels as lbl
+from ctrexec.cli.views.inspect import document
+from ctrexec.cli.views.ps import execute, parse_template, state, status_text
 from ctrexec.containerd import containers
 from ctrexec.containerd.tasks import ExitStatus, ProcessState, Status
 from ctrexec.tasks import info as taskinfo
-from ctrexec.views.inspect import document
-from ctrexec.views.ps import execute, parse_template, state, status_text
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 EXITED = ExitStatus(code=137, exited_at=NOW - timedelta(seconds=7))

@@ -8,9 +8,9 @@ import re
 import attrs
 import pytest
 
+from ctrexec.cli.views.stats import STATS_DEFAULT, StatsRow, bytes_size, stats_lines
 from ctrexec.containerd.stats import Stats
 from ctrexec.errors import InvalidArgument
-from ctrexec.views.stats import STATS_DEFAULT, StatsRow, bytes_size, stats_lines
 
 HOST = 8 << 30
 STATS = Stats(

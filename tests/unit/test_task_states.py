@@ -18,6 +18,8 @@ from ctrexec import _rpc, defaults, errors
 from ctrexec import labels as lbl
 from ctrexec._api.containerd.services.tasks.v1 import tasks_pb2
 from ctrexec._api.containerd.types.task import task_pb2
+from ctrexec.cli.views import inspect as inspectview
+from ctrexec.cli.views import ps as psview
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ProcessState, Status
@@ -25,8 +27,6 @@ from ctrexec.groups.supervisor import Supervisor, lost_reason
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks.config import TaskConfig, TaskInfo
 from ctrexec.tasks.executor import Executor
-from ctrexec.views import inspect as inspectview
-from ctrexec.views import ps as psview
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

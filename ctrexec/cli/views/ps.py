@@ -1,6 +1,6 @@
 """``ps`` as docker prints it: its columns, durations, filters and Go templates.
 
-Templates are Go's (:mod:`ctrexec.views.gotemplate`, the one engine ``inspect -f`` uses
+Templates are Go's (:mod:`ctrexec.cli.views.gotemplate`, the one engine ``inspect -f`` uses
 too); ``table`` in front prints a header and aligns the columns, which a tab (``\\t``,
 typed literally) separates. A row has the fields of :data:`PS_FIELDS` and docker's
 ``.Label "KEY"``.
@@ -12,12 +12,10 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
-from ctrexec.containerd.tasks import Status
-from ctrexec.errors import InvalidArgument
+from ctrexec import InvalidArgument, Status, TaskInfo
+from ctrexec.cli.views import gotemplate
+from ctrexec.cli.views.durations import human_duration
 from ctrexec.labels import NETWORK_MODE
-from ctrexec.tasks.config import TaskInfo
-from ctrexec.views import gotemplate
-from ctrexec.views.durations import human_duration
 
 _LIVE = (Status.RUNNING, Status.PAUSED)
 #: What ``Unknown`` says in ``ps``'s STATUS (``inspect``'s State.Error has the details).

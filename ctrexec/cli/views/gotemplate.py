@@ -23,9 +23,9 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from ctrexec.cli.views import gofuncs
+from ctrexec.cli.views.gofuncs import NO_VALUE, GoMap
 from ctrexec.errors import InvalidArgument
-from ctrexec.views import gofuncs
-from ctrexec.views.gofuncs import NO_VALUE, GoMap
 
 __all__ = ["GoMap", "Template", "TemplateError", "parse"]
 

@@ -1,4 +1,4 @@
-"""How Go prints values, and the functions a template calls (for :mod:`ctrexec.views.gotemplate`).
+"""How Go prints values, and the functions a template calls (for :mod:`.gotemplate`).
 
 Values are JSON-shaped: a plain dict is a Go struct (printed ``{v1 v2}``), a dict
 marked as a map (:class:`GoMap`) prints ``map[k:v]`` in key order, a list ``[a b]``,

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from ctrexec.containerd.images import ImageSummary
-from ctrexec.errors import InvalidArgument
+from ctrexec import ImageSummary, InvalidArgument
+from ctrexec.cli.views.durations import human_duration
 from ctrexec.images.reference import Reference, parse_reference
-from ctrexec.views.durations import human_duration
 
 NONE = "<none>"
 _DECIMAL_UNITS = ("B", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 import attrs
 
-from ctrexec.containerd.stats import Stats
-from ctrexec.views import gotemplate
-from ctrexec.views.images import human_size
-from ctrexec.views.ps import render, table_template
+from ctrexec import Stats
+from ctrexec.cli.views import gotemplate
+from ctrexec.cli.views.images import human_size
+from ctrexec.cli.views.ps import render, table_template
 
 #: ``stats --format`` fields and the header ``table`` prints for each.
 STATS_HEADERS = {

@@ -6,6 +6,8 @@ CLI connects), ``ps`` (columns, filters, states), ``durations`` (docker's wordin
 age; standard library only), ``images`` (the ``images`` table) and ``inspect``
 (inspect's document in docker's shape).
 
-May import: ``tasks/`` value types, ``containerd/`` value types, ``oci/``, ``labels``,
-``errors``. Never a front end.
+Front-end code: only ``cli/`` uses it (a scheduler wants ``TaskInfo``, not docker's
+wording of it), so it lives in the CLI's package. May import: ``tasks/`` value types,
+``containerd/`` value types, ``oci/``, ``labels``, ``errors``. Never a verb's module of
+``cli/``: the verbs import views, not the other way.
 """

@@ -5,7 +5,7 @@ Scripts written for ``docker inspect`` read ``.State.Status``, ``.Config.Env`` o
 spellings, from a :class:`TaskInfo`, and keeps ctrexec's own view (snake_case, with
 the run, the namespace, the group and the log path) whole under ``Ctrexec``. Keys
 docker has and ctrexec cannot know (GraphDriver, Driver...) are left out, not
-made up. Go maps (labels, ports) are :class:`~ctrexec.views.gofuncs.GoMap`, so templates
+made up. Go maps (labels, ports) are :class:`~ctrexec.cli.views.gofuncs.GoMap`, so templates
 index and range over them as docker's do.
 """
 
@@ -16,12 +16,11 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
-from ctrexec.containerd.tasks import Status
+from ctrexec import Status, TaskConfig, TaskInfo
+from ctrexec.cli.views.gofuncs import GoMap
+from ctrexec.cli.views.ps import state
 from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS, IMAGE_WORKDIR, NETWORK_MODE, VOLUMES
 from ctrexec.oci.resources import parse_size
-from ctrexec.tasks.config import TaskConfig, TaskInfo
-from ctrexec.views.gofuncs import GoMap
-from ctrexec.views.ps import state
 
 #: Go's zero time, which docker prints for a time that never was.
 ZERO_TIME = "0001-01-01T00:00:00Z"
