@@ -19,6 +19,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
 
+    from ctrexec._linux import cgroup_v2_only
+    from ctrexec._version import VERSION as __version__  # noqa: N811 (PEP 8 names it so)
+    from ctrexec.containerd._proto import to_timestamp
     from ctrexec.containerd.client import (
         Client,
         Lease,
@@ -98,12 +101,16 @@ if TYPE_CHECKING:
     from ctrexec.images.lookup import ensure_image, get_image, remove_image
     from ctrexec.images.prune import PruneReport, prune_images
     from ctrexec.images.reference import normalize_reference
+    from ctrexec.images.registry.auth import Credentials as RegistryCredentials
+    from ctrexec.images.registry.auth import credentials_from_helper
     from ctrexec.images.registry.pull import PullEvent, ensure_pulled, pull
     from ctrexec.images.registry.push import PushResult, push
     from ctrexec.images.tagging import tag_image
     from ctrexec.images.usage import image_usage
     from ctrexec.logs.reader import LogEntry, read_logs, read_task_logs
     from ctrexec.net.cni import PortMapping
+    from ctrexec.net.hostfiles import Resolver as ResolvConf
+    from ctrexec.net.hostfiles import host_resolver
     from ctrexec.net.netns import NetNS
     from ctrexec.net.netns import create as create_netns
     from ctrexec.net.netns import list_namespaces as list_netns
@@ -111,10 +118,13 @@ if TYPE_CHECKING:
     from ctrexec.net.networks import Attachment, Networks
     from ctrexec.net.nsinfo import Address, Interface, NetNSInfo, Route
     from ctrexec.net.nsinfo import inspect as inspect_netns
+    from ctrexec.oci.caps import DEFAULT_CAPABILITIES, normalize_capability
     from ctrexec.tasks.aio import AsyncExecutor
+    from ctrexec.tasks.cgroupfs import cgroupfs_relative
     from ctrexec.tasks.config import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
     from ctrexec.tasks.events import EventFilter, TaskEvents
     from ctrexec.tasks.executor import Executor
+    from ctrexec.tasks.nomadtasks import NomadTask, nomad_labels, nomad_task_id, nomad_tasks
     from ctrexec.tasks.rename import rename
 else:
     ModuleType = type(sys)  # not ``types``: the command line's client does not load it
@@ -212,6 +222,13 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "Status",
     ),
     "ctrexec.tasks.executor": ("Executor",),
+    "ctrexec._linux": ("cgroup_v2_only",),
+    "ctrexec.containerd._proto": ("to_timestamp",),
+    "ctrexec.images.registry.auth": ("credentials_from_helper",),
+    "ctrexec.net.hostfiles": ("host_resolver",),
+    "ctrexec.oci.caps": ("DEFAULT_CAPABILITIES", "normalize_capability"),
+    "ctrexec.tasks.cgroupfs": ("cgroupfs_relative",),
+    "ctrexec.tasks.nomadtasks": ("NomadTask", "nomad_labels", "nomad_task_id", "nomad_tasks"),
     "ctrexec.groups.spec": ("GroupSpec", "load_group_file", "parse_group"),
     "ctrexec.groups.updown": ("Groups",),
     "ctrexec.logs.reader": ("LogEntry", "read_logs", "read_task_logs"),
@@ -242,6 +259,9 @@ _SOURCES: dict[str, tuple[str, ...]] = {
 #: Public names that are another name in their module: ``netns.create`` is too vague
 #: at the top level.
 _ALIASES: dict[str, tuple[str, str]] = {
+    "RegistryCredentials": ("ctrexec.images.registry.auth", "Credentials"),
+    "ResolvConf": ("ctrexec.net.hostfiles", "Resolver"),
+    "__version__": ("ctrexec._version", "VERSION"),
     "create_netns": ("ctrexec.net.netns", "create"),
     "inspect_netns": ("ctrexec.net.nsinfo", "inspect"),
     "list_netns": ("ctrexec.net.netns", "list_namespaces"),
@@ -251,6 +271,7 @@ _MODULE_OF = {name: (module, name) for module, names in _SOURCES.items() for nam
 _MODULE_OF.update(_ALIASES)
 
 __all__ = [
+    "DEFAULT_CAPABILITIES",
     "DEFAULT_NAMESPACE",
     "Address",
     "AlreadyExists",
@@ -305,6 +326,7 @@ __all__ = [
     "NetNSInfo",
     "NetworkError",
     "Networks",
+    "NomadTask",
     "NotATerminal",
     "NotFound",
     "NotModified",
@@ -317,8 +339,10 @@ __all__ = [
     "PruneReport",
     "PullEvent",
     "PushResult",
+    "RegistryCredentials",
     "RegistryError",
     "RegistryRefused",
+    "ResolvConf",
     "ResourceExhausted",
     "RestartPolicy",
     "Route",
@@ -345,14 +369,19 @@ __all__ = [
     "Unavailable",
     "Unimplemented",
     "UnknownCommand",
+    "__version__",
+    "cgroup_v2_only",
+    "cgroupfs_relative",
     "commit_container",
     "create_netns",
+    "credentials_from_helper",
     "doctor",
     "ensure_image",
     "ensure_pulled",
     "export_archive",
     "gc",
     "get_image",
+    "host_resolver",
     "image_usage",
     "import_archive",
     "inspect_netns",
@@ -360,6 +389,10 @@ __all__ = [
     "list_images",
     "list_netns",
     "load_group_file",
+    "nomad_labels",
+    "nomad_task_id",
+    "nomad_tasks",
+    "normalize_capability",
     "normalize_reference",
     "parse_group",
     "prune_containers",
@@ -373,6 +406,7 @@ __all__ = [
     "remove_netns",
     "rename",
     "tag_image",
+    "to_timestamp",
 ]
 
 

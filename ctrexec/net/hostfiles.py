@@ -212,6 +212,12 @@ def render_dns(
     return "\n".join(lines) + "\n"
 
 
+def host_resolver() -> Resolver:
+    """The host's resolv.conf (:data:`HOST_RESOLV`) as a task's namespace can use it:
+    loopback servers left out (they are not reachable from there); unreadable: empty."""
+    return parse_resolv_conf(read_host_file(HOST_RESOLV))
+
+
 def read_host_file(path: Path) -> str:
     """A host file's text; a missing or unreadable one reads as empty."""
     try:

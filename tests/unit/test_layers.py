@@ -222,6 +222,8 @@ ORDER: dict[str, tuple[str, ...]] = {
         "executor",
         "aio",
         "rename",
+        "nomadtasks",
+        "cgroupfs",
     ),
     "ctrexec.groups": (
         "spec",

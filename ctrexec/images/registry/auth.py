@@ -28,6 +28,7 @@ from typing import Any
 import attrs
 
 from ctrexec import errors
+from ctrexec.images.reference import parse_reference
 
 DOCKER_CONFIG_ENV = "DOCKER_CONFIG"
 #: The key docker uses for Docker Hub in config.json.
@@ -177,6 +178,13 @@ def _from_auths(cfg: dict[str, Any], domain: str) -> Credentials | None:
 def from_helper(helper: str, domain: str) -> Credentials | None:
     """What ``docker-credential-<helper> get`` answers for ``domain`` (None: it has none)."""
     return _helper_get(helper, domain)
+
+
+def credentials_from_helper(helper: str, ref: str) -> Credentials | None:
+    """What ``docker-credential-<helper> get`` answers for the registry of the image
+    ``ref`` (None: it has none), for a caller that names its helper itself, as Nomad's
+    plugin config does, instead of docker's config file."""
+    return _helper_get(helper, parse_reference(ref).domain)
 
 
 def lookup(domain: str, path: Path | None = None) -> Credentials | None:
