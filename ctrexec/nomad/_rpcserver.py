@@ -25,7 +25,19 @@ import grpc
 from google.protobuf import any_pb2, descriptor, message_factory
 from google.protobuf.message import Message
 
-from ctrexec import errors
+from ctrexec import (
+    AlreadyExists,
+    Canceled,
+    CtrexecError,
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unavailable,
+    Unimplemented,
+)
 from ctrexec._api.google.rpc import status_pb2
 from ctrexec._api.goplugin import grpc_controller_pb2, grpc_stdio_pb2
 from ctrexec._api.health.v1 import health_pb2
@@ -33,19 +45,19 @@ from ctrexec._api.health.v1 import health_pb2
 #: A method's implementation: a coroutine for unary calls, an async iterator for streams.
 Handler = Callable[[Any], Awaitable[Message]] | Callable[[Any], AsyncIterator[Message]]
 #: Builds the status detail for an error a retry may fix (None: not recoverable).
-DetailFor = Callable[[errors.CtrexecError], Message | None]
+DetailFor = Callable[[CtrexecError], Message | None]
 
-_ERROR_TO_CODE: tuple[tuple[type[errors.CtrexecError], grpc.StatusCode], ...] = (
-    (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
-    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
-    (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
-    (errors.FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
-    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
-    (errors.DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
-    (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
-    (errors.Unimplemented, grpc.StatusCode.UNIMPLEMENTED),
-    (errors.Canceled, grpc.StatusCode.CANCELLED),
-    (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+_ERROR_TO_CODE: tuple[tuple[type[CtrexecError], grpc.StatusCode], ...] = (
+    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (Unimplemented, grpc.StatusCode.UNIMPLEMENTED),
+    (Canceled, grpc.StatusCode.CANCELLED),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
 )
 _DETAILS_KEY = "grpc-status-details-bin"
 HEALTH_SERVICE = "plugin"
@@ -75,14 +87,14 @@ class LiveStreams:
             task.cancel()
 
 
-def status_code(exc: errors.CtrexecError) -> grpc.StatusCode:
+def status_code(exc: CtrexecError) -> grpc.StatusCode:
     for cls, code in _ERROR_TO_CODE:
         if isinstance(exc, cls):
             return code
     return grpc.StatusCode.INTERNAL
 
 
-def status_of(exc: errors.CtrexecError, detail: Message | None) -> tuple[Any, str, tuple[Any, ...]]:
+def status_of(exc: CtrexecError, detail: Message | None) -> tuple[Any, str, tuple[Any, ...]]:
     """(code, message, trailing metadata) for ``exc``. With a detail, the code is
     FAILED_PRECONDITION and the detail rides as google.rpc.Status in the trailers,
     which is how go-plugin peers read a "recoverable" flag (``status.Details()``)."""
@@ -100,7 +112,7 @@ def _unary(fn: Any, detail_for: DetailFor) -> Callable[[Any, Any], Awaitable[Mes
     async def call(request: Any, context: Any) -> Message:
         try:
             result: Message = await fn(request)
-        except errors.CtrexecError as exc:
+        except CtrexecError as exc:
             code, text, trailers = status_of(exc, detail_for(exc))
             await context.abort(code, text, trailing_metadata=trailers)
             raise  # abort raises; this keeps type checkers sure nothing returns
@@ -126,7 +138,7 @@ def _stream(
         try:
             async for item in fn(request):
                 yield item
-        except errors.CtrexecError as exc:
+        except CtrexecError as exc:
             code, text, trailers = status_of(exc, detail_for(exc))
             await context.abort(code, text, trailing_metadata=trailers)
         except asyncio.CancelledError:
@@ -155,7 +167,7 @@ def service_handler(
         if fn is None:
             continue
         if m.client_streaming and not m.server_streaming:
-            raise errors.Unimplemented(f"{m.full_name}: client streams are not served here")
+            raise Unimplemented(f"{m.full_name}: client streams are not served here")
         request = message_factory.GetMessageClass(m.input_type)
         handler: Callable[[Any, Any], Any]
         if m.client_streaming:  # requests in
@@ -219,7 +231,7 @@ class PluginServer:
 
     async def _check(self, request: health_pb2.HealthCheckRequest) -> Message:
         if request.service not in ("", HEALTH_SERVICE):
-            raise errors.NotFound(f"unknown service {request.service!r}")
+            raise NotFound(f"unknown service {request.service!r}")
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
 
     async def _watch(self, request: health_pb2.HealthCheckRequest) -> AsyncIterator[Message]:
@@ -240,7 +252,7 @@ class PluginServer:
 
     async def start(self) -> None:
         if self._server.add_insecure_port(f"unix:{self.socket_path}") == 0:
-            raise errors.Unavailable(f"cannot listen on {self.socket_path}")
+            raise Unavailable(f"cannot listen on {self.socket_path}")
         await self._server.start()
 
     async def wait_and_stop(self, grace: float = 0.5) -> None:

@@ -12,15 +12,11 @@ from typing import Any
 
 import attrs
 
-from ctrexec import defaults
-from ctrexec.errors import InvalidField
+from ctrexec import DEFAULT_CAPABILITIES, InvalidField, defaults, normalize_capability
 from ctrexec.nomad.hclspec import Attr, Block, BlockList, Schema
-from ctrexec.oci import caps
 
 #: Docker's default capabilities, lower case without CAP_, as Nomad's docker driver lists them.
-DEFAULT_ALLOW_CAPS = tuple(
-    sorted(c.removeprefix("CAP_").lower() for c in caps.DEFAULT_CAPABILITIES)
-)
+DEFAULT_ALLOW_CAPS = tuple(sorted(c.removeprefix("CAP_").lower() for c in DEFAULT_CAPABILITIES))
 
 PLUGIN_SCHEMA: Schema = (
     Attr("address", "string", defaults.DEFAULT_ADDRESS),
@@ -164,7 +160,7 @@ class PluginConfig:
         for cap in allowed:
             if cap != "all":
                 try:
-                    caps.normalize_capability(cap)
+                    normalize_capability(cap)
                 except Exception as exc:
                     raise InvalidField("allow_caps", cap, str(exc)) from exc
         values["allow_caps"] = allowed

@@ -16,12 +16,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ctrexec import labels as lbl
-from ctrexec.containerd import containers
-from ctrexec.errors import CtrexecError, NotFound
+from ctrexec import CtrexecError, NotFound, nomad_tasks
 from ctrexec.nomad.config import DanglingPolicy
+
+if TYPE_CHECKING:
+    from ctrexec import Executor
 
 log = logging.getLogger("ctrexec.nomad")
 
@@ -31,7 +32,7 @@ class Reconciler:
 
     def __init__(
         self,
-        executor: Any,
+        executor: Executor,
         policy: DanglingPolicy,
         claimed: Callable[[], set[str]],
         in_thread: Callable[[Callable[[], list[str]]], Awaitable[list[str]]],
@@ -57,12 +58,12 @@ class Reconciler:
         now = datetime.now(UTC)
         claimed = self._claimed()
         out = []
-        for c in containers.list_containers(self._executor.client):
-            if lbl.NOMAD_TASK_ID not in c.labels or c.id in claimed:
+        for t in nomad_tasks(self._executor.client):
+            if t.container_id in claimed:
                 continue
-            age = (now - c.created_at).total_seconds() if c.created_at else 0.0
+            age = (now - t.created_at).total_seconds() if t.created_at else 0.0
             if age >= self._policy.creation_grace:
-                out.append(c.id)
+                out.append(t.container_id)
         return out
 
     def sweep(self) -> list[str]:

@@ -19,23 +19,24 @@ import shutil
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from ctrexec import _version
-from ctrexec import labels as lbl
-from ctrexec._api.nomad.base import base_pb2 as bpb
-from ctrexec._api.nomad.drivers import driver_pb2 as pb
-from ctrexec._api.nomad.structs import attribute_pb2, recoverable_error_pb2
-from ctrexec.containerd import _proto
-from ctrexec.containerd.tasks import ExitStatus, Status
-from ctrexec.errors import (
+from ctrexec import (
     CtrexecError,
     DeadlineExceeded,
+    ExitStatus,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    Status,
     Unavailable,
+    __version__,
+    nomad_task_id,
+    to_timestamp,
 )
+from ctrexec._api.nomad.base import base_pb2 as bpb
+from ctrexec._api.nomad.drivers import driver_pb2 as pb
+from ctrexec._api.nomad.structs import attribute_pb2, recoverable_error_pb2
 from ctrexec.nomad import hclspec
 from ctrexec.nomad.config import PLUGIN_SCHEMA, TASK_SCHEMA, PluginConfig
 from ctrexec.nomad.stats import Compute, StatsSampler
@@ -49,7 +50,11 @@ from ctrexec.nomad.taskmap import (
 )
 from ctrexec.nomad.waits import ExitWaiters
 
+if TYPE_CHECKING:
+    from ctrexec import Executor, Process, TaskConfig
+
 T = TypeVar("T")
+P = ParamSpec("P")
 log = logging.getLogger("ctrexec.nomad")
 
 PLUGIN_NAME = "ctrexec"
@@ -66,10 +71,10 @@ def recoverable_detail(exc: CtrexecError) -> recoverable_error_pb2.RecoverableEr
     return None
 
 
-def _ensure_image(executor: Any, config: Any, options: dict[str, Any]) -> None:
+def _ensure_image(executor: Executor, config: TaskConfig, options: dict[str, Any]) -> None:
     """The task's image in this namespace: adopted from another, or pulled."""
     # The registry client (urllib3) loads with the first StartTask, not at plugin start.
-    from ctrexec.images.registry.pull import ensure_pulled
+    from ctrexec import ensure_pulled
 
     ensure_pulled(
         executor.client, config.image, platform=config.platform,
@@ -79,7 +84,9 @@ def _ensure_image(executor: Any, config: Any, options: dict[str, Any]) -> None:
 
 
 async def _until_exit(
-    proc: Any, queue: asyncio.Queue[pb.ExecTaskStreamingResponse], loop: asyncio.AbstractEventLoop
+    proc: Process,
+    queue: asyncio.Queue[pb.ExecTaskStreamingResponse],
+    loop: asyncio.AbstractEventLoop,
 ) -> AsyncIterator[pb.ExecTaskStreamingResponse]:
     """The queued output until the process has exited and all of it is out.
 
@@ -118,7 +125,7 @@ class NomadDriver:
         self.plugin: PluginConfig | None = None
         #: the node's CPU from SetConfig's NomadConfig: TaskStats' total_ticks
         self.compute = Compute()
-        self._executor: Any = None
+        self._executor: Executor | None = None
         self._waits: ExitWaiters | None = None
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="ctrexec-nomad")
         #: Nomad task id -> (containerd id, the TaskConfig Nomad sent, started at)
@@ -131,11 +138,11 @@ class NomadDriver:
 
     # -- plumbing ----------------------------------------------------------------
 
-    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
 
-    def _ready(self) -> Any:
+    def _ready(self) -> Executor:
         if self._executor is None:
             raise Unavailable("the driver has no containerd connection yet (SetConfig first)")
         return self._executor
@@ -145,7 +152,7 @@ class NomadDriver:
             task_id=task.id,
             alloc_id=task.alloc_id,
             task_name=task.name,
-            timestamp=_proto.to_timestamp(datetime.now(UTC)),
+            timestamp=to_timestamp(datetime.now(UTC)),
             message=message,
             annotations=annotations,
         )
@@ -192,7 +199,7 @@ class NomadDriver:
         return bpb.PluginInfoResponse(
             type=bpb.DRIVER,
             plugin_api_versions=[API_VERSION],
-            plugin_version=_version.VERSION,
+            plugin_version=__version__,
             name=PLUGIN_NAME,
         )
 
@@ -229,12 +236,11 @@ class NomadDriver:
     def _connect(self, config: PluginConfig, loop: asyncio.AbstractEventLoop) -> None:
         # containerd's stubs and the executor load at SetConfig, after the handshake and
         # the schema calls Nomad makes of every plugin it fingerprints.
-        from ctrexec.containerd.client import Client
-        from ctrexec.tasks.executor import Executor
+        from ctrexec import Client, Executor
 
         client = Client.connect(config.address, namespace=config.namespace)
         self._executor = Executor(client)
-        self._waits = ExitWaiters(client, loop)
+        self._waits = ExitWaiters(self._executor, loop)
 
     # -- Driver: set-up ------------------------------------------------------------------
 
@@ -281,7 +287,7 @@ class NomadDriver:
         def attr(text: str) -> attribute_pb2.Attribute:
             return attribute_pb2.Attribute(string_val=text)
 
-        attrs = {f"driver.{PLUGIN_NAME}.version": attr(_version.VERSION)}
+        attrs = {f"driver.{PLUGIN_NAME}.version": attr(__version__)}
         found = [r for r in _RUNTIMES if shutil.which(r)]
         attrs[f"driver.{PLUGIN_NAME}.runtimes"] = attr(",".join(found))
         if self._executor is None:
@@ -411,8 +417,8 @@ class NomadDriver:
                 id=task.id,
                 name=task.name,
                 state=state,
-                started_at=_proto.to_timestamp(started),
-                completed_at=_proto.to_timestamp(exited.exited_at if exited else None),
+                started_at=to_timestamp(started),
+                completed_at=to_timestamp(exited.exited_at if exited else None),
                 result=exit_result(exited) if exited else pb.ExitResult(),
             ),
             driver=pb.TaskDriverStatus(
@@ -484,7 +490,7 @@ class NomadDriver:
         yield pb.ExecTaskStreamingResponse(exited=True, result=exit_result(status))
 
     async def _feed_exec(
-        self, proc: Any, requests: AsyncIterator[pb.ExecTaskStreamingRequest]
+        self, proc: Process, requests: AsyncIterator[pb.ExecTaskStreamingRequest]
     ) -> None:
         async for req in requests:
             if req.HasField("tty_size"):
@@ -526,7 +532,7 @@ class NomadDriver:
                 f" this plugin uses {executor.client.namespace}"
             )
         info = await self._run(executor.inspect, state.container_id)
-        if info.labels.get(lbl.NOMAD_TASK_ID) != task.id:
+        if nomad_task_id(info.labels) != task.id:
             raise NotFound(f"container {state.container_id} is not task {task.id}")
         self._tasks[task.id] = (state.container_id, task, state.started_at)
         log.info("recovered task", extra={"task_id": task.id, "status": info.status.value})

@@ -21,8 +21,8 @@ from typing import Any
 import attrs
 import msgpack
 
+from ctrexec import InvalidField
 from ctrexec._api.nomad.hclspec import hcl_spec_pb2 as pb
-from ctrexec.errors import InvalidField
 
 _TYPES = ("string", "bool", "number", "list(string)", "map(string)")
 #: Attributes whose value an error never shows (docs/security.md, "Secrets").

@@ -79,9 +79,6 @@ def sweep_stale_sockets(tmp: Path, *, min_age: float = 5.0) -> list[Path]:
     else of that name, is not ours), its socket accepts no connection and it is older
     than ``min_age`` seconds (a plugin starting right now has not listened yet).
     """
-    # _linux (ctypes) loads only for a plugin that passed the handshake checks.
-    from ctrexec._linux import unix_socket_listening
-
     removed = []
     now = time.time()
     for directory in tmp.glob(NOMAD_SOCKET_DIR_PREFIX + "*"):
@@ -90,12 +87,28 @@ def sweep_stale_sockets(tmp: Path, *, min_age: float = 5.0) -> list[Path]:
             info = directory.lstat()
             if info.st_uid != os.geteuid() or now - info.st_mtime < min_age:
                 continue
-            if unix_socket_listening(sock):
+            if _listening(sock):
                 continue
             sock.unlink(missing_ok=True)
             directory.rmdir()
             removed.append(directory)
     return removed
+
+
+def _listening(sock: Path) -> bool:
+    """Whether a process accepts connections on ``sock``: a SIGKILLed plugin's socket
+    file stays behind, and only a connect tells the two apart (as ``ctrexec doctor``
+    does for the same directories)."""
+    # socket (and selectors) load only for a plugin that passed the handshake checks.
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(sock))
+        except OSError:
+            return False
+    return True
 
 
 def _handshake(socket_path: str) -> None:

@@ -12,9 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ctrexec.errors import InvalidField
+from ctrexec import InvalidField, normalize_capability
 from ctrexec.nomad.config import PluginConfig
-from ctrexec.oci import caps
 
 #: The one prefix of sysctls the kernel keeps per network namespace.
 NET_SYSCTL_PREFIX = "net."
@@ -72,9 +71,9 @@ def check_allowed(opts: dict[str, Any], plugin: PluginConfig, *, own_netns: bool
             "privileged", True, "the plugin config does not set allow_privileged = true"
         )
     if "all" not in plugin.allow_caps:
-        allowed = {caps.normalize_capability(c) for c in plugin.allow_caps}
+        allowed = {normalize_capability(c) for c in plugin.allow_caps}
         for cap in opts["cap_add"]:
-            if caps.normalize_capability(cap) not in allowed:
+            if normalize_capability(cap) not in allowed:
                 raise InvalidField("cap_add", cap, "not in the plugin config's allow_caps")
     _check_mounts(opts, plugin)
     if opts["device"] and not plugin.allow_devices:

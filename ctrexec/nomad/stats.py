@@ -26,10 +26,9 @@ from collections.abc import Callable
 
 import attrs
 
+from ctrexec import Stats, to_timestamp
 from ctrexec._api.nomad.base import base_pb2 as bpb
 from ctrexec._api.nomad.drivers import driver_pb2 as pb
-from ctrexec.containerd import _proto
-from ctrexec.containerd.stats import Stats
 
 _CPU = pb.CPUUsage
 _MEM = pb.MemoryUsage
@@ -122,5 +121,5 @@ class StatsSampler:
     def convert(self, now: Stats) -> pb.TaskStats:
         usage = pb.TaskResourceUsage(cpu=self._cpu(now), memory=self._memory(now))
         return pb.TaskStats(
-            id=self.task_id, timestamp=_proto.to_timestamp(now.read_at), agg_resource_usage=usage
+            id=self.task_id, timestamp=to_timestamp(now.read_at), agg_resource_usage=usage
         )

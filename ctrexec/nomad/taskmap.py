@@ -33,17 +33,22 @@ from typing import Any
 
 import attrs
 
-from ctrexec import _linux
-from ctrexec import labels as lbl
+from ctrexec import (
+    FailedPrecondition,
+    InvalidArgument,
+    InvalidField,
+    RegistryCredentials,
+    TaskConfig,
+    cgroup_v2_only,
+    cgroupfs_relative,
+    credentials_from_helper,
+    host_resolver,
+    inspect_netns,
+    nomad_labels,
+)
 from ctrexec._api.nomad.drivers import driver_pb2 as pb
-from ctrexec.errors import FailedPrecondition, InvalidArgument, InvalidField
-from ctrexec.images.reference import parse_reference
-from ctrexec.images.registry import auth as registry_auth
-from ctrexec.net import hostfiles, nsinfo
 from ctrexec.nomad import policy
 from ctrexec.nomad.config import PluginConfig
-from ctrexec.oci import resources
-from ctrexec.tasks.config import TaskConfig
 
 log = logging.getLogger("ctrexec.nomad")
 
@@ -67,14 +72,7 @@ def container_id(nomad_id: str) -> str:
 def owner_labels(task: pb.TaskConfig, addresses: Sequence[str] = ()) -> dict[str, str]:
     """Who the container is to Nomad, and the alloc's ``addresses`` (the task's own
     /etc/hosts line; :func:`alloc_addresses`)."""
-    labels = {
-        lbl.NOMAD_TASK_ID: task.id,
-        lbl.NOMAD_ALLOC_ID: task.alloc_id,
-        lbl.NOMAD_TASK_NAME: task.name,
-    }
-    if addresses:
-        labels[lbl.ADDRESSES] = ",".join(addresses)
-    return labels
+    return nomad_labels(task.id, task.alloc_id, task.name, addresses)
 
 
 def _group_spec(task: pb.TaskConfig) -> pb.NetworkIsolationSpec | None:
@@ -93,7 +91,7 @@ def alloc_addresses(task: pb.TaskConfig) -> tuple[str, ...]:
         return ()
     if spec.hostsConfig.address:
         return (spec.hostsConfig.address,)
-    found = nsinfo.inspect(spec.path).addresses_of(_ALLOC_IFNAME)
+    found = inspect_netns(spec.path).addresses_of(_ALLOC_IFNAME)
     ips = [ipaddress.ip_address(a.address) for a in found]
     kept = [ip for ip in ips if not (ip.version == 6 and ip.is_link_local)]
     return tuple(str(ip) for ip in sorted(kept, key=lambda ip: ip.version))
@@ -207,10 +205,9 @@ def pull_options(opts: dict[str, Any], plugin: PluginConfig | None = None) -> di
     auth = opts["auth"]
     out: dict[str, Any] = {"policy": "always" if opts["force_pull"] else "missing"}
     if auth and auth.get("username"):
-        out["credentials"] = registry_auth.Credentials(auth["username"], auth.get("password") or "")
+        out["credentials"] = RegistryCredentials(auth["username"], auth.get("password") or "")
     elif plugin is not None and plugin.auth_helper:
-        domain = parse_reference(opts["image"]).domain
-        out["credentials"] = registry_auth.from_helper(plugin.auth_helper, domain)
+        out["credentials"] = credentials_from_helper(plugin.auth_helper, opts["image"])
     elif plugin is not None and plugin.auth_config:
         out["docker_config"] = Path(plugin.auth_config)
     return out
@@ -287,15 +284,11 @@ def _cgroups(task: pb.TaskConfig) -> dict[str, Any]:
     given = task.resources.linux_resources.cpuset_cgroup
     if not given:
         return {}
-    root = str(_linux.CGROUP_ROOT)
     try:
-        path = resources.check_cgroupfs_path(given)
+        relative = cgroupfs_relative(given)
     except InvalidArgument as exc:
         raise InvalidArgument(f"Nomad's cpuset_cgroup: {exc}") from exc
-    if not path.startswith(root + "/"):
-        raise InvalidArgument(f"Nomad's cpuset_cgroup {given!r} is not under {root}")
-    relative = path[len(root) :]
-    if _linux.cgroup_v2_only():
+    if cgroup_v2_only():
         return {"cgroup": relative}
     scope = f"{task.alloc_id}.{task.name}"  # Nomad's cgroup v1 task scope
     parts = relative.split("/")[1:]
@@ -337,16 +330,15 @@ def _dns(task: pb.TaskConfig) -> dict[str, Any]:
     dns = task.dns
     if not (dns.servers or dns.searches or dns.options):
         return {}
-    host = hostfiles.Resolver()
-    if not (dns.servers and dns.searches and dns.options):
-        host = hostfiles.parse_resolv_conf(hostfiles.read_host_file(hostfiles.HOST_RESOLV))
-    servers = tuple(dns.servers) or host.servers
+    # the host's file is read only for a part the block leaves out
+    host = host_resolver() if not (dns.servers and dns.searches and dns.options) else None
+    servers = tuple(dns.servers) or (host.servers if host else ())
     if not servers:
         return {}
     return {
         "dns": servers,
-        "dns_search": tuple(dns.searches) or host.searches,
-        "dns_options": tuple(dns.options) or host.options,
+        "dns_search": tuple(dns.searches) or (host.searches if host else ()),
+        "dns_options": tuple(dns.options) or (host.options if host else ()),
     }
 
 

@@ -1,8 +1,9 @@
 """Task exits as asyncio futures: one containerd Wait per task, any number of waiters.
 
 Nomad holds a WaitTask call open for each task's whole life, calls it again after
-every plugin restart and may call it concurrently. Each task gets one armed
-Tasks.Wait (a gRPC future, no thread); its completion resolves one asyncio future
+every plugin restart and may call it concurrently. Each task gets one exit future
+(:meth:`ctrexec.Executor.wait_future`: containerd's Wait, armed, no thread); its
+completion resolves one asyncio future
 that every WaitTask awaits behind a shield, so a waiter whose call is cancelled
 (the agent stopping) goes away without ending the wait for the others, and is not
 mistaken for an exit.
@@ -11,21 +12,21 @@ mistaken for an exit.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from typing import Any
+from concurrent.futures import CancelledError, Future
+from typing import TYPE_CHECKING
 
-from ctrexec.containerd import tasks
-from ctrexec.containerd.client import Client
-from ctrexec.containerd.tasks import ExitStatus
-from ctrexec.errors import CtrexecError
+from ctrexec import Canceled, CtrexecError, ExitStatus
+
+if TYPE_CHECKING:
+    from ctrexec import Executor
 
 
 class ExitWaiters:
-    def __init__(self, client: Client, loop: asyncio.AbstractEventLoop) -> None:
-        self._client = client
+    def __init__(self, executor: Executor, loop: asyncio.AbstractEventLoop) -> None:
+        self._executor = executor
         self._loop = loop
         self._futures: dict[str, asyncio.Future[ExitStatus]] = {}
-        self._pending: dict[str, Any] = {}
+        self._pending: dict[str, Future[ExitStatus]] = {}
 
     def arm(self, container_id: str) -> asyncio.Future[ExitStatus]:
         """The task's exit future, arming containerd's Wait on first use (from the loop)."""
@@ -34,20 +35,24 @@ class ExitWaiters:
             return fut
         fut = self._loop.create_future()
         self._futures[container_id] = fut
-        pending = tasks.arm_wait(self._client, container_id)
+        pending = self._executor.wait_future(container_id)
         self._pending[container_id] = pending
 
-        def done(p: Any) -> None:  # on gRPC's thread
+        def done(p: Future[ExitStatus]) -> None:  # on gRPC's thread
             self._loop.call_soon_threadsafe(self._settle, container_id, fut, p)
 
         pending.add_done_callback(done)
         return fut
 
-    def _settle(self, container_id: str, fut: asyncio.Future[ExitStatus], pending: Any) -> None:
+    def _settle(
+        self, container_id: str, fut: asyncio.Future[ExitStatus], pending: Future[ExitStatus]
+    ) -> None:
         if fut.done():
             return
         try:
-            fut.set_result(tasks.collect(pending, 0))
+            fut.set_result(pending.result(0))
+        except CancelledError:  # forgotten: the task was destroyed
+            fut.set_exception(Canceled(f"the wait for {container_id} was cancelled"))
         except CtrexecError as exc:
             # containerd went away or the task was deleted: the next arm retries.
             fut.set_exception(exc)
@@ -63,5 +68,4 @@ class ExitWaiters:
         self._futures.pop(container_id, None)
         pending = self._pending.pop(container_id, None)
         if pending is not None:
-            with contextlib.suppress(CtrexecError):
-                pending.cancel()
+            pending.cancel()

@@ -51,6 +51,42 @@ def test_cli_uses_no_private_layers() -> None:
     assert offenders == []
 
 
+#: What ``nomad/`` may import from the package besides ``ctrexec`` itself and its own
+#: modules. The generated stubs are its wire: Nomad's driver and base services, go-plugin's
+#: controller and stdio, gRPC health and ``google.rpc.Status`` (the plugin's server seam,
+#: the one place that speaks them); ``ctrexec.defaults`` is the import-free module of
+#: shared defaults (the plugin's socket scheme, which doctor sweeps too), read before
+#: anything heavy loads.
+NOMAD_MAY_IMPORT = (
+    "ctrexec._api.nomad.",
+    "ctrexec._api.goplugin.",
+    "ctrexec._api.health.",
+    "ctrexec._api.google.rpc.",
+    "ctrexec.defaults",
+    "ctrexec.nomad",
+)
+
+
+def test_nomad_uses_only_the_public_api() -> None:
+    """The Nomad driver is built on what ``ctrexec`` exports, as any scheduler would be."""
+    offenders = []
+    for p in sorted((PKG / "nomad").rglob("*.py")):
+        tree = ast.parse(p.read_text(), filename=str(p))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                modules = [node.module]
+            else:
+                continue
+            for m in modules:
+                if m == "ctrexec" or not m.startswith("ctrexec."):
+                    continue
+                if not any(m == a.rstrip(".") or m.startswith(a) for a in NOMAD_MAY_IMPORT):
+                    offenders.append(f"{p.name}: {m}")
+    assert offenders == []
+
+
 def test_public_api_is_exported() -> None:
     assert ctrexec.__all__, "ctrexec.__all__ must list the public API"
     missing = [name for name in ctrexec.__all__ if not hasattr(ctrexec, name)]
@@ -306,7 +342,8 @@ def test_no_private_name_crosses_modules() -> None:
                 continue
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
-                if alias.name.startswith("_") and not _is_module(full):
+                dunder = alias.name.startswith("__") and alias.name.endswith("__")  # __version__
+                if alias.name.startswith("_") and not dunder and not _is_module(full):
                     offenders.append(f"{p.relative_to(PKG)}: {full}")
     assert offenders == []
 

@@ -370,17 +370,17 @@ def test_cgroup_v1_places_the_task_as_nomads_exec_driver(
 ) -> None:
     """v1: the cpuset hierarchy's share or reserve cgroup for the init process,
     <parent>/<alloc>.<task> in every other hierarchy."""
-    from ctrexec import _linux
+    from ctrexec.nomad import taskmap
 
-    monkeypatch.setattr(_linux, "cgroup_v2_only", lambda: False)
+    monkeypatch.setattr(taskmap, "cgroup_v2_only", lambda: False)
     cfg = to_task_config(_cgroup_task(given), _opts(), _plugin())
     assert (cfg.cgroup, cfg.cpuset_cgroup) == (cgroup, cpuset)
 
 
 def test_cgroup_v2_places_the_task_in_the_scope_nomad_made(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ctrexec import _linux
+    from ctrexec.nomad import taskmap
 
-    monkeypatch.setattr(_linux, "cgroup_v2_only", lambda: True)
+    monkeypatch.setattr(taskmap, "cgroup_v2_only", lambda: True)
     scope = f"/nomad.slice/share.slice/{ALLOC}.web.scope"
     cfg = to_task_config(_cgroup_task("/sys/fs/cgroup" + scope), _opts(), _plugin())
     assert (cfg.cgroup, cfg.cpuset_cgroup) == (scope, None)
@@ -401,9 +401,9 @@ def test_cgroup_v2_places_the_task_in_the_scope_nomad_made(monkeypatch: pytest.M
 def test_a_cgroup_path_that_escapes_or_is_not_nomads_is_refused(
     monkeypatch: pytest.MonkeyPatch, given: str, says: str
 ) -> None:
-    from ctrexec import _linux
+    from ctrexec.nomad import taskmap
 
-    monkeypatch.setattr(_linux, "cgroup_v2_only", lambda: False)
+    monkeypatch.setattr(taskmap, "cgroup_v2_only", lambda: False)
     with pytest.raises(InvalidArgument) as err:
         to_task_config(_cgroup_task(given), _opts(), _plugin())
     assert says in str(err.value) and "\n" not in str(err.value)
