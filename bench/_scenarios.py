@@ -149,8 +149,8 @@ class Bench:
         self.ex.start_task(TaskConfig(name=name, image=IMAGE, command=("true",)))
         status = self.ex.wait(name, timeout=30)
         self.ex.destroy(name)
-        if status.code != 0:
-            raise BenchError(f"{name}: true exited {status.code}")
+        if status.exit_code != 0:
+            raise BenchError(f"{name}: true exited {status.exit_code}")
 
     def lib_group(self, name: str, tasks: int = 1) -> None:
         """A new pinned namespace, then ``tasks`` tasks started at once (threads)."""

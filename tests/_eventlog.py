@@ -62,7 +62,7 @@ class EventLog:
                 if listed:
                     self.listed.add(task_id)
                 return
-            same = known.exited_at == status.exited_at and known.code == status.code
+            same = known.exited_at == status.exited_at and known.exit_code == status.exit_code
             if same and (listed or task_id in self.listed):
                 return  # the list and the stream overlap: one exit
             self.errors.append(f"{task_id}: exit seen twice: {known} then {status}")

@@ -71,7 +71,7 @@ def stream_until_exit(
 
     def waiter() -> None:
         try:
-            result["code"] = ex.wait(task_id).code
+            result["code"] = ex.wait(task_id).exit_code
         except CtrexecError as exc:
             errors.append(exc)
         finally:

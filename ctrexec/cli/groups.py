@@ -49,7 +49,9 @@ def _print(infos: list[TaskInfo], as_json: bool, gone: Sequence[tuple[str, str]]
     for i in infos:
         status = i.status.value
         if i.exit is not None:
-            status = f"exited ({i.exit.code})" + (f" ({i.exit_reason})" if i.exit_reason else "")
+            status = f"exited ({i.exit.exit_code})" + (
+                f" ({i.exit_reason})" if i.exit_reason else ""
+            )
         status += "".join(f" ({p.what})" for p in i.problems)
         rows.append([i.id, i.image, status, i.pid or "-", i.netns_path or "-"])
     rows += [[m, "-", status, "-", "-"] for m, status in gone]

@@ -167,7 +167,7 @@ class Session:
             fds = [wake, self.proc.exit_fd] + ([0] if self._stdin_open else [])
             ready, _, _ = select.select(fds, [], [])
             if self.proc.exit_fd in ready:
-                return self.proc.wait().code
+                return self.proc.wait().exit_code
             if wake in ready:
                 left = self._on_signals(os.read(wake, 64))
                 if left is not None:

@@ -99,12 +99,12 @@ def _exit_code(ex: Executor, task_id: str) -> int:
         while True:
             info = ex.inspect(task_id, addresses=False)
             if info.status in (Status.RUNNING, Status.PAUSED, Status.PAUSING):
-                return ex.wait(task_id).code
+                return ex.wait(task_id).exit_code
             if info.status is Status.STOPPED:  # the library's wait: then the log is whole
                 with contextlib.suppress(NotFound):  # deleted meanwhile: its kept exit
-                    return ex.wait(task_id).code
+                    return ex.wait(task_id).exit_code
             if info.exit is not None:  # stopped, or its exit kept once the task went
-                return info.exit.code
+                return info.exit.exit_code
             if stream is None:
                 stream = ex.events(tasks=[task_id])
                 threading.Thread(target=_pump, args=(stream, woke), daemon=True).start()

@@ -197,7 +197,7 @@ class RecordChanged:
 
 
 def _exit_of(code: int, ts: Any) -> ExitStatus:
-    return ExitStatus(code=int(code), exited_at=from_timestamp(ts))
+    return ExitStatus(exit_code=int(code), exited_at=from_timestamp(ts))
 
 
 def _decode_task(topic: str, value: bytes, base: dict[str, Any]) -> TaskEvent | None:

@@ -174,4 +174,4 @@ def run_exec(
             with contextlib.suppress(CtrexecError):
                 proc.kill(signal.SIGKILL)
             raise
-    return ExecResult(exit_code=status.code, stdout=bytes(out.data), stderr=bytes(err.data))
+    return ExecResult(exit_code=status.exit_code, stdout=bytes(out.data), stderr=bytes(err.data))

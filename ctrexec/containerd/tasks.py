@@ -13,6 +13,7 @@ import enum
 import json
 import signal as signals
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -52,27 +53,55 @@ class Status(enum.Enum):
 SIGKILL_EXIT_CODE = 128 + signals.SIGKILL
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class ExitStatus:
-    """How a process ended. ``code`` is the shell-style code: 128+N for signal N.
+    """How a process ended. ``exit_code`` is the shell-style code: 128+N for signal N.
 
     ``oom_killed`` is docker's ``State.OOMKilled``: the task died of SIGKILL and the
     kernel's OOM killer ran in its cgroup. containerd's exit carries no such fact;
     the executor adds it from the cgroup's counters (see ``Executor.inspect``).
+
+    ``exit_code`` is the name :class:`ExecResult` and ``TaskInfo`` use too; the old
+    ``code`` (attribute and keyword) still works for one release, with a
+    DeprecationWarning.
     """
 
-    code: int
+    exit_code: int
     exited_at: datetime | None = None
     oom_killed: bool = False
+
+    def __init__(
+        self,
+        exit_code: int | None = None,
+        exited_at: datetime | None = None,
+        oom_killed: bool = False,
+        *,
+        code: int | None = None,
+    ) -> None:
+        if code is not None:
+            warnings.warn(_CODE_RENAMED, DeprecationWarning, stacklevel=2)
+            if exit_code is not None:
+                raise TypeError("ExitStatus takes exit_code or code, not both")
+            exit_code = code
+        if exit_code is None:
+            raise TypeError("ExitStatus needs exit_code")
+        self.__attrs_init__(exit_code, exited_at, oom_killed)
+
+    @property
+    def code(self) -> int:
+        """Deprecated: :attr:`exit_code`, the name every exit code has in ctrexec."""
+        warnings.warn(_CODE_RENAMED, DeprecationWarning, stacklevel=2)
+        return self.exit_code
 
     @property
     def signal(self) -> int | None:
         """The killing signal, when the code says the process died of one."""
-        return self.code - 128 if 128 < self.code < 128 + 65 else None
+        return self.exit_code - 128 if 128 < self.exit_code < 128 + 65 else None
 
     def to_json(self) -> dict[str, Any]:
+        # "code" is the stored form (state written by earlier releases reads the same).
         return {
-            "code": self.code,
+            "code": self.exit_code,
             "exited_at": self.exited_at.isoformat() if self.exited_at else None,
             "oom_killed": self.oom_killed,
         }
@@ -81,10 +110,13 @@ class ExitStatus:
     def from_json(cls, data: dict[str, Any]) -> ExitStatus:
         at = data.get("exited_at")
         return cls(
-            code=int(data["code"]),
+            exit_code=int(data["code"]),
             exited_at=datetime.fromisoformat(at) if at else None,
             oom_killed=bool(data.get("oom_killed", False)),
         )
+
+
+_CODE_RENAMED = "ExitStatus.code is deprecated: use ExitStatus.exit_code"
 
 
 #: Why a state is UNKNOWN when containerd gave it with no reason (up to 2.1, Get and
@@ -142,7 +174,7 @@ class Stdio:
 
 def _exit(code: int, ts: Any) -> ExitStatus:
     # containerd reports 255 for a process it could not reap properly; keep it.
-    return ExitStatus(code=int(code), exited_at=from_timestamp(ts))
+    return ExitStatus(exit_code=int(code), exited_at=from_timestamp(ts))
 
 
 def create(

@@ -120,5 +120,5 @@ def remaining_wait(labels: Mapping[str, str], status: ExitStatus, delay: float) 
 
 def same_exit(a: ExitStatus, b: ExitStatus) -> bool:
     if a.exited_at is None or b.exited_at is None:
-        return a.code == b.code
+        return a.exit_code == b.exit_code
     return a.exited_at == b.exited_at

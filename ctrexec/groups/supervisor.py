@@ -358,7 +358,7 @@ class Supervisor:
         if live:
             labels = self._keep_exit_of_gone_task(container_id, labels, status)
         what = f"{container_id} {describe(status)}"
-        if should_restart(labels, status.code):
+        if should_restart(labels, status.exit_code):
             delay = delay_for(
                 labels, status.exited_at, cap=self.max_backoff, reset_after=self.reset_after
             )
@@ -408,7 +408,7 @@ class Supervisor:
         """
         run = runs.current(labels)
         if (
-            (status.code != tasks.SIGKILL_EXIT_CODE and not any_code)
+            (status.exit_code != tasks.SIGKILL_EXIT_CODE and not any_code)
             or run is None
             or run.started_at is None
             or status.exited_at is None
@@ -561,7 +561,7 @@ class Supervisor:
         if not same_exit(info.exit, status):
             return None  # another exit since: that one schedules its own restart
         labels = dict(info.labels)
-        if should_restart(labels, info.exit.code):
+        if should_restart(labels, info.exit.exit_code):
             return labels
         if labels.get(lbl.STOPPED_BY_USER) == "true":
             log.info("%s was stopped by hand; not restarting it", container_id)
@@ -636,7 +636,7 @@ class Supervisor:
 
 def describe(status: ExitStatus) -> str:
     """An exit as the log says it: ``exited with code 137 (OOM killed)``."""
-    return f"exited with code {status.code}" + (" (OOM killed)" if status.oom_killed else "")
+    return f"exited with code {status.exit_code}" + (" (OOM killed)" if status.oom_killed else "")
 
 
 def serve(executor: Executor, stop: threading.Event | None = None) -> None:

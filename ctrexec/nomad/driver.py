@@ -114,7 +114,7 @@ async def _until_exit(
 
 def exit_result(status: ExitStatus) -> pb.ExitResult:
     return pb.ExitResult(
-        exit_code=status.code, signal=status.signal or 0, oom_killed=status.oom_killed
+        exit_code=status.exit_code, signal=status.signal or 0, oom_killed=status.oom_killed
     )
 
 

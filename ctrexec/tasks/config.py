@@ -545,7 +545,7 @@ class TaskInfo:
 
     @property
     def exit_code(self) -> int | None:
-        return self.exit.code if self.exit else None
+        return self.exit.exit_code if self.exit else None
 
     @property
     def finished_at(self) -> datetime | None:

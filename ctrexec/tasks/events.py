@@ -463,7 +463,7 @@ class TaskEvents(Iterator[Event]):
 
     def _with_oom(self, event: TaskExited) -> TaskExited:
         oom = self._ledger.take_oom(event.task_id)
-        if event.exit.code != tasks.SIGKILL_EXIT_CODE:
+        if event.exit.exit_code != tasks.SIGKILL_EXIT_CODE:
             return event
         status = (
             attrs.evolve(event.exit, oom_killed=True)

@@ -45,7 +45,7 @@ def with_oom(client: Client, exits: Mapping[str, ExitStatus]) -> dict[str, ExitS
     SIGKILL exit can be an OOM kill, so others cost no Metrics call.
     """
     out = dict(exits)
-    killed = [cid for cid, e in exits.items() if e.code == tasks.SIGKILL_EXIT_CODE]
+    killed = [cid for cid, e in exits.items() if e.exit_code == tasks.SIGKILL_EXIT_CODE]
     try:
         metrics = tasks.metrics_of(client, killed)
     except CtrexecError:

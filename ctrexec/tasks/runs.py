@@ -170,7 +170,7 @@ def lost_run(
     run = Run(
         run=now.run if now else 0,
         started_at=now.started_at if now else None,
-        exit=heard or ExitStatus(code=LOST_EXIT_CODE, exited_at=at),
+        exit=heard or ExitStatus(exit_code=LOST_EXIT_CODE, exited_at=at),
     )
     return {lbl.RUN_PREVIOUS: previous_label(run), lbl.EXIT_REASON: reason}
 

@@ -139,7 +139,7 @@ class _ExitWaiter:
         except CtrexecError as exc:
             self._settle(error=exc)
             return
-        if self._exec_id or status.code != tasks.SIGKILL_EXIT_CODE:
+        if self._exec_id or status.exit_code != tasks.SIGKILL_EXIT_CODE:
             self._settle(status)
             return
         try:  # only a SIGKILL can be the OOM killer's: ask the cgroup, without blocking

@@ -107,7 +107,7 @@ def test_task_outlives_containerd_and_is_recovered(
 
     # The reconnected daemon drives the old shim: stop delivers SIGTERM, wait sees it.
     status = ex2.stop("survivor", timeout=30)
-    assert status is not None and status.code == 3
+    assert status is not None and status.exit_code == 3
     ex2.destroy("survivor")
     wait_for(lambda: not alive(shim), "the shim to exit after destroy")
     assert audit(ex2.client) == []

@@ -300,12 +300,12 @@ def test_task_exit_while_nobody_watches_is_recovered(
     info = wait_for(
         lambda: (i := ex.recover(handle)).status is Status.STOPPED and i, "the task to exit"
     )
-    assert info.exit is not None and info.exit.code == 9
+    assert info.exit is not None and info.exit.exit_code == 9
     assert info.pid == handle.pid
     assert b"started" in Path(handle.log_path).read_bytes()
     # And again: the exit stays in containerd until the task is deleted.
     again = session_ex.recover(handle)
-    assert again.exit is not None and again.exit.code == 9
+    assert again.exit is not None and again.exit.exit_code == 9
     session_ex.destroy(name)
     assert audit(client) == []
 

@@ -92,9 +92,9 @@ def test_one_stream_sees_every_exit_across_a_containerd_restart(
     assert log.errors == []
     want = {n: code for n, (_cmd, _mem, code) in plan.items() if code >= 0}
     for name in outage:  # 1.7+ delete a task whose shim has no process left as they start
-        assert (log.exits[name].code, reasons[name]) in ((137, None), (255, GONE)), name
-        want[name] = log.exits[name].code
-    assert {n: s.code for n, s in log.exits.items()} == want
+        assert (log.exits[name].exit_code, reasons[name]) in ((137, None), (255, GONE)), name
+        want[name] = log.exits[name].exit_code
+    assert {n: s.exit_code for n, s in log.exits.items()} == want
     assert log.exits["ev-oom"].oom_killed
     assert not any(s.oom_killed for n, s in log.exits.items() if n != "ev-oom")
     # Each exit before and after the outage came as an event, once; the outage's by listing.
@@ -123,12 +123,12 @@ def test_a_wait_outlasts_a_containerd_restart_and_reports_no_false_exit(
         assert status.exited_at is not None
         # 1.6 keeps the task's exit; 1.7+ delete the task as they start, exit and all.
         reason = ex.inspect("ev-w-victim").exit_reason
-        assert (status.code, reason) in ((137, None), (255, GONE))
+        assert (status.exit_code, reason) in ((137, None), (255, GONE))
         # The bystander's wait was sent again too, and still waits: it never ran out.
         assert ex.inspect("ev-w-bystander").status is Status.RUNNING
         assert not bystander_exit.done()
         ex.signal("ev-w-bystander", "SIGKILL")
-        assert bystander_exit.result(timeout=60).code == 137
+        assert bystander_exit.result(timeout=60).exit_code == 137
     finally:
         for info in ex.list(all_tasks=True):
             ex.destroy(info.id, force=True)

@@ -58,10 +58,10 @@ def test_task_sigkill_then_restart_rejoins_netns(
 
     os.kill(victim.pid, signal.SIGKILL)  # from the host, not through containerd
 
-    assert ex.wait("chaos-victim", timeout=30).code == 137
+    assert ex.wait("chaos-victim", timeout=30).exit_code == 137
     info = ex.inspect("chaos-victim")
     assert info.status is Status.STOPPED
-    assert info.exit is not None and info.exit.code == 137
+    assert info.exit is not None and info.exit.exit_code == 137
 
     again = ex.start("chaos-victim")
     assert again.pid != victim.pid

@@ -153,7 +153,7 @@ def test_a_failed_move_leaves_the_old_container_whole(
 
     with scratch_executor(client, tmp_path, "rn-lib") as ex:
         ex.start_task(TaskConfig(name="rn-lib-a", image=test_image, command=("echo", "kept")))
-        assert ex.wait("rn-lib-a").code == 0
+        assert ex.wait("rn-lib-a").exit_code == 0
         log_path = Path(ex.inspect("rn-lib-a").log_path)
         taken = log_path.parent.parent / "rn-lib-b"
         taken.mkdir()
@@ -163,9 +163,9 @@ def test_a_failed_move_leaves_the_old_container_whole(
         with pytest.raises(errors.NotFound):
             ex.inspect("rn-lib-b")
         info = ex.inspect("rn-lib-a")
-        assert info.exit is not None and info.exit.code == 0
+        assert info.exit is not None and info.exit.exit_code == 0
         assert log_path.read_text().count("kept") == 1
         record = containers.get(client, "rn-lib-a")
         assert snapshots.stat_snapshot(client, record.snapshot_key, record.snapshotter)
         ex.start("rn-lib-a")
-        assert ex.wait("rn-lib-a").code == 0
+        assert ex.wait("rn-lib-a").exit_code == 0

@@ -54,11 +54,11 @@ def test_a_tasks_life_in_events(ex: Executor, test_image: str) -> None:
     ]
     assert seen[0].pid == handle.pid  # type: ignore[attr-defined]
     exec_exit = seen[4]
-    assert isinstance(exec_exit, ExecExited) and exec_exit.exit.code == 3
+    assert isinstance(exec_exit, ExecExited) and exec_exit.exit.exit_code == 3
     assert exec_exit.exec_id == seen[3].exec_id  # type: ignore[attr-defined]
     exit_event = seen[5]
     assert isinstance(exit_event, TaskExited)
-    assert exit_event.exit.code == 5 and not exit_event.exit.oom_killed
+    assert exit_event.exit.exit_code == 5 and not exit_event.exit.oom_killed
     assert exit_event.exit.exited_at is not None and exit_event.pid == handle.pid
     deleted = seen[6]
     assert isinstance(deleted, TaskDeleted) and deleted.exit == exit_event.exit
@@ -97,7 +97,7 @@ def test_filters_by_group_label_and_type(ex: Executor, test_image: str) -> None:
     assert label_seen == [("ev-f-b", "start"), ("ev-f-b", "exit")]
     type_seen = [(e.task_id, e.kind) for e in by_type.events if isinstance(e, TaskEvent)]
     assert type_seen == [("ev-f-b", "exit"), ("ev-f-a", "exit")]
-    assert by_type.exits["ev-f-a"].code == by_type.exits["ev-f-b"].code == 137
+    assert by_type.exits["ev-f-a"].exit_code == by_type.exits["ev-f-b"].exit_code == 137
     for log in (by_group, by_label, by_type):
         assert log.errors == [] and log.missed == 0
 

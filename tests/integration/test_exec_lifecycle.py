@@ -41,7 +41,7 @@ def test_an_exec_after_the_init_exited_is_refused_in_dockers_words(
     ex: Executor, test_image: str, cli: Cli
 ) -> None:
     _start(ex, "exl-done", test_image, "sh", "-c", "exit 4")
-    assert ex.wait("exl-done", timeout=60).code == 4
+    assert ex.wait("exl-done", timeout=60).exit_code == 4
     with pytest.raises(errors.FailedPrecondition, match=r"^container exl-done is not running$"):
         ex.exec("exl-done", ["true"])
     with pytest.raises(errors.FailedPrecondition, match=r"^container exl-done is not running$"):
@@ -60,8 +60,8 @@ def test_an_exec_running_when_its_init_is_killed_ends_and_both_exits_arrive(
         ex.signal("exl-kill", signal.SIGKILL)
         # The kernel kills every process of the task's pid namespace with its init:
         # the exec's exit comes first on 2.x, the init's after it; each is heard.
-        assert proc.wait(timeout=60).code == 137
-    assert ex.wait("exl-kill", timeout=60).code == 137
+        assert proc.wait(timeout=60).exit_code == 137
+    assert ex.wait("exl-kill", timeout=60).exit_code == 137
     wait_for(
         lambda: ex.inspect("exl-kill").status.value == "stopped",
         timeout=30,

@@ -69,7 +69,7 @@ def test_stdin_in_stdout_and_stderr_apart(ex: Executor) -> None:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         proc.write(b"hello\n")
         status = proc.wait(BOUND)
-        assert status.code == 3
+        assert status.exit_code == 3
         assert proc.stdout.read() == b"out:hello\n"
         assert proc.stderr.read() == b"err:hello\n"
         assert proc.stdout.read() == b""  # EOF after the exit
@@ -81,7 +81,7 @@ def test_callbacks_get_all_output_before_wait_returns(ex: Executor) -> None:
     cmd = ["sh", "-c", "seq 1 20000; echo done >&2"]
     with ex.exec_stream(TASK, cmd, on_stdout=out.append, on_stderr=err.append) as proc:
         assert proc.stdout is None and proc.stderr is None
-        assert proc.wait(BOUND).code == 0
+        assert proc.wait(BOUND).exit_code == 0
     text = b"".join(out).decode()
     assert text.splitlines() == [str(i) for i in range(1, 20001)]
     assert b"".join(err) == b"done\n"
@@ -93,7 +93,7 @@ def test_close_stdin_ends_input(ex: Executor) -> None:
         assert b"abc\n" in _read_until(proc.stdout, b"abc\n")
         assert proc.poll() is None  # cat still waits for more input
         proc.close_stdin()
-        assert proc.wait(BOUND).code == 0
+        assert proc.wait(BOUND).exit_code == 0
 
 
 def test_kill_and_wait_timeout(ex: Executor) -> None:
@@ -101,7 +101,7 @@ def test_kill_and_wait_timeout(ex: Executor) -> None:
         with pytest.raises(errors.DeadlineExceeded):
             proc.wait(0.2)
         proc.kill(signal.SIGTERM)
-        assert proc.wait(BOUND).code == 128 + signal.SIGTERM
+        assert proc.wait(BOUND).exit_code == 128 + signal.SIGTERM
     assert ex.inspect(TASK).status is Status.RUNNING
 
 
@@ -109,7 +109,7 @@ def test_exit_fd_turns_readable_at_the_exit(ex: Executor) -> None:
     with ex.exec_stream(TASK, ["sh", "-c", "exit 7"], on_stdout=lambda _b: None) as proc:
         ready, _, _ = select.select([proc.exit_fd], [], [], BOUND)
         assert ready == [proc.exit_fd]
-        assert proc.poll() is not None and proc.wait(0).code == 7
+        assert proc.poll() is not None and proc.wait(0).exit_code == 7
 
 
 def test_tty_exec_merges_streams_and_resizes(ex: Executor) -> None:
@@ -121,12 +121,12 @@ def test_tty_exec_merges_streams_and_resizes(ex: Executor) -> None:
         proc.write(b"stty size\n")
         assert b"40 120" in _read_until(proc.stdout, b"40 120")
         proc.write(b"exit 5\n")
-        assert proc.wait(BOUND).code == 5
+        assert proc.wait(BOUND).exit_code == 5
 
 
 def test_tty_initial_size(ex: Executor) -> None:
     with ex.exec_stream(TASK, ["stty", "size"], tty=True, size=(91, 27)) as proc:
-        assert proc.wait(BOUND).code == 0
+        assert proc.wait(BOUND).exit_code == 0
         assert proc.stdout is not None
         assert b"27 91" in proc.stdout.read()
 
@@ -149,7 +149,7 @@ def test_exec_timeout_and_exception_paths_remove_fifos(ex: Executor) -> None:
 def test_close_detaches_and_the_process_is_reaped(ex: Executor) -> None:
     proc = ex.exec_stream(TASK, ["sh", "-c", "sleep 1; exit 4"])
     proc.close()
-    assert proc.wait(BOUND).code == 4  # still watched after the detach
+    assert proc.wait(BOUND).exit_code == 4  # still watched after the detach
 
 
 def test_many_execs_in_parallel(ex: Executor) -> None:
@@ -185,7 +185,7 @@ def test_start_attached_sees_output_of_a_task_that_exits_at_once(
     cfg = TaskConfig(name="xattach1", image=test_image, command=("echo", "early"), tty=True)
     handle, proc = ix.start_attached(cfg)
     with proc:
-        assert proc.wait(BOUND).code == 0
+        assert proc.wait(BOUND).exit_code == 0
         assert proc.stdout is not None
         assert proc.stdout.read() == b"early\r\n"
     assert handle.id == "xattach1"
@@ -202,7 +202,7 @@ def test_attach_detach_attach_again(ix: Executor, test_image: str) -> None:
         second.write(b"two\n")
         assert b"two\n" in _read_until(second.stdout, b"two\n")
         second.close_stdin()
-        assert second.wait(BOUND).code == 0
+        assert second.wait(BOUND).exit_code == 0
     with pytest.raises(errors.FailedPrecondition):
         ix.attach(handle.id)
 
@@ -218,5 +218,5 @@ def test_big_output_through_the_stream_is_whole(ex: Executor) -> None:
     with ex.exec_stream(TASK, ["seq", "1", "200000"]) as proc:
         assert proc.stdout is not None
         data = proc.stdout.read()  # to EOF, far beyond any pipe buffer
-        assert proc.wait(BOUND).code == 0
+        assert proc.wait(BOUND).exit_code == 0
     assert data.decode().splitlines() == [str(i) for i in range(1, 200001)]

@@ -76,7 +76,7 @@ def test_two_tasks_share_netns_and_restart(ex: Executor, ns: str, test_image: st
     until(fetch, "the server to answer", timeout=20)
     # Kill the server with SIGKILL: the namespace must survive with no pause container.
     ex.signal("srv", "SIGKILL")
-    assert ex.wait("srv", timeout=30).code == 137
+    assert ex.wait("srv", timeout=30).exit_code == 137
     assert ex.exec("cli", ["wget", "-q", "-O", "-", "http://127.0.0.1:8080/"]).exit_code != 0
     again = ex.start("srv")
     assert again.netns_path == server.netns_path
@@ -106,7 +106,7 @@ def test_stop_honours_signal_and_timeout(ex: Executor, test_image: str) -> None:
     h = ex.start_task(_cfg("stop1", test_image, "sh", "-c", script))
     until(lambda: _log_has(h.log_path, b"ready"), "ready in the log", timeout=20)
     status = ex.stop("stop1", timeout=30)
-    assert status is not None and status.code == 3
+    assert status is not None and status.exit_code == 3
     until(lambda: b"got-term" in Path(h.log_path).read_bytes(), "got-term in the log", timeout=20)
     # A task that ignores the stop signal is killed when the timeout passes.
     h2 = ex.start_task(
@@ -120,7 +120,7 @@ def test_stop_honours_signal_and_timeout(ex: Executor, test_image: str) -> None:
     )
     until(lambda: _log_has(h2.log_path, b"ready"), "ready in the log", timeout=20)
     status = ex.stop("stop2", timeout=0.5)
-    assert status is not None and status.code == 137
+    assert status is not None and status.exit_code == 137
     # The image's StopSignal is the default: ctrexec-test declares SIGTERM.
     assert ex.inspect("stop2").labels["io.ctrexec.stop.signal"] == "SIGTERM"
 
@@ -148,7 +148,7 @@ def test_stop_signal_option(ex: Executor, test_image: str) -> None:
     h = ex.start_task(_cfg("sig1", test_image, "sh", "-c", script, stop_signal="SIGUSR1"))
     until(lambda: _log_has(h.log_path, b"ready"), "ready in the log", timeout=20)
     status = ex.stop("sig1", timeout=30)
-    assert status is not None and status.code == 5
+    assert status is not None and status.exit_code == 5
 
 
 def test_stats_show_memory_and_cpu(ex: Executor, test_image: str) -> None:
@@ -186,7 +186,7 @@ def test_handle_roundtrip_and_recover(ex: Executor, test_image: str, client: Cli
     other = Executor(client, log_dir=ex.log_dir, files_dir=ex.files_dir)
     until(lambda: other.inspect("rec").status is Status.STOPPED, "the exit", timeout=20)
     info = other.recover(TaskHandle.from_json(persisted))
-    assert info.exit is not None and info.exit.code == 4
+    assert info.exit is not None and info.exit.exit_code == 4
     assert info.config is not None and info.config.command == ("sh", "-c", "exit 4")
 
 
@@ -252,7 +252,7 @@ def test_image_from_default_namespace_runs(
     )
     try:
         h = ex.start_task(_cfg("dflt", name, "echo", "from-default"))
-        assert ex.wait("dflt", timeout=60).code == 0
+        assert ex.wait("dflt", timeout=60).exit_code == 0
         until(lambda: b"from-default" in Path(h.log_path).read_bytes(), "the output", timeout=20)
     finally:
         subprocess.run(

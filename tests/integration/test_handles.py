@@ -71,7 +71,7 @@ def test_recover_after_a_restart_reports_the_old_runs_exit(ex: Executor, test_im
     assert first.run == 1
     ex.signal(name, "SIGKILL")
     died = ex.wait(name, timeout=30)
-    assert died.code == 137
+    assert died.exit_code == 137
     second = ex.start(name)
     assert second.run == 2 and second.pid != first.pid
 
@@ -187,7 +187,9 @@ def test_info_times_and_addresses(ex: Executor, test_image: str, ns: str) -> Non
     exit_status = ex.stop(name, timeout=1)
     assert exit_status is not None
     stopped = ex.inspect(name)
-    assert stopped.finished_at == exit_status.exited_at and stopped.exit_code == exit_status.code
+    assert (
+        stopped.finished_at == exit_status.exited_at and stopped.exit_code == exit_status.exit_code
+    )
 
 
 def test_a_none_task_has_only_loopback(ex: Executor, test_image: str) -> None:

@@ -76,10 +76,10 @@ def test_each_run_ends_its_registration(
     config = TaskConfig(name=name, image=test_image, command=["sh", "-c", "echo run; exit 3"])
     handle = executor.start_task(config)
     try:
-        assert executor.wait(name).code == 3
+        assert executor.wait(name).exit_code == 3
         until(lambda: not logdaemon_client.registrations(), "the first run's registration to end")
         executor.start(name)
-        assert executor.wait(name).code == 3
+        assert executor.wait(name).exit_code == 3
         until(lambda: not logdaemon_client.registrations(), "the second run's registration to end")
         lines = [e.message for e in logs.read_logs(handle.log_path)]
         assert lines == ["run\n", "run\n"]
@@ -103,7 +103,7 @@ def test_reap_returns_with_the_log_whole(executor: Executor, test_image: str) ->
         TaskConfig(name=name, image=test_image, command=["sh", "-c", script])
     )
     try:
-        assert executor.wait(name).code == 0
+        assert executor.wait(name).exit_code == 0
         executor.reap(name)
         entries = list(logs.read_logs(handle.log_path))
         assert len(entries) == 2001 and entries[-1].message == "tail"

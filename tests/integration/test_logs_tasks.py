@@ -106,7 +106,7 @@ def test_one_mib_line_binary_bytes_and_partial_end(ex: Executor, test_image: str
         'echo "$s"; printf "bin:\\200\\201\\376\\377 end"'
     )
     h = ex.start_task(TaskConfig(name="logt-big", image=test_image, command=("sh", "-c", script)))
-    assert ex.wait("logt-big", timeout=60).code == 0
+    assert ex.wait("logt-big", timeout=60).exit_code == 0
     until(lambda: text(h.log_path).endswith(" end"), "the partial last line in the log")
     got = text(h.log_path)
     assert got == "a" * MIB + "\nbin:" + "\ufffd" * 4 + " end"
@@ -121,7 +121,7 @@ def test_task_killed_mid_line_keeps_the_text(ex: Executor, test_image: str) -> N
     h = ex.start_task(TaskConfig(name="logt-kill", image=test_image, command=("sh", "-c", script)))
     until(lambda: text(h.log_path) == "before\nhalf a li", "the partial line while running")
     ex.signal("logt-kill", "SIGKILL")
-    assert ex.wait("logt-kill", timeout=30).code == 137
+    assert ex.wait("logt-kill", timeout=30).exit_code == 137
     assert ex.inspect("logt-kill").status is Status.STOPPED
     assert text(h.log_path) == "before\nhalf a li"
     ex.destroy("logt-kill")

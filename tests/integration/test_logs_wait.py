@@ -66,7 +66,7 @@ def test_the_log_is_whole_when_the_library_wait_returns(ex: Executor, test_image
         handle = ex.start_task(
             TaskConfig(name=name, image=test_image, command=("sh", "-c", SCRIPT))
         )
-        assert ex.wait(name, timeout=60).code == 0
+        assert ex.wait(name, timeout=60).exit_code == 0
         text = "".join(e.message for e in logs.read_logs(handle.log_path))
         assert text == EXPECTED, f"round {n}: {len(text)} of {len(EXPECTED)}"
         ex.destroy(name, force=True)
@@ -86,7 +86,7 @@ def test_a_stuck_log_daemon_holds_a_wait_only_for_its_bound(ex: Executor, test_i
     pid = _daemon_pid(ex)
     os.kill(pid, signal.SIGSTOP)
     try:
-        assert ex.wait("logw-stuck", timeout=60).code == 0
+        assert ex.wait("logw-stuck", timeout=60).exit_code == 0
     finally:
         os.kill(pid, signal.SIGCONT)
     until(

@@ -33,7 +33,7 @@ def test_oom_killed_task_says_so(ex: Executor, test_image: str, cli: Cli) -> Non
     name = "oom-hog"
     ex.start_task(TaskConfig(name=name, image=test_image, command=HOG, memory="8m"))
     status = ex.wait(name, timeout=60)
-    assert status.code == 137 and status.oom_killed
+    assert status.exit_code == 137 and status.oom_killed
 
     info = ex.inspect(name)
     assert info.status is Status.STOPPED
@@ -56,6 +56,6 @@ def test_plain_sigkill_is_not_an_oom_kill(ex: Executor, test_image: str) -> None
     ex.start_task(TaskConfig(name=name, image=test_image, command=("sleep", "1000"), memory="8m"))
     ex.signal(name, "SIGKILL")
     status = ex.wait(name, timeout=30)
-    assert status.code == 137 and not status.oom_killed
+    assert status.exit_code == 137 and not status.oom_killed
     assert not ex.inspect(name).oom_killed
     assert ex.inspect(name).to_json()["oom_killed"] is False

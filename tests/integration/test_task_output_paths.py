@@ -39,7 +39,7 @@ def test_files_get_each_stream_and_logs_says_where(
     )  # fmt: skip
     executor.start_task(config)
     try:
-        assert executor.wait(name).code == 0
+        assert executor.wait(name).exit_code == 0
         until(lambda: out.read_text() == "out\n", "stdout in its file")
         until(lambda: err.read_text() == "kept\nerr\n", "stderr appended to its file")
         with pytest.raises(FailedPrecondition, match="ctrexec keeps no log"):

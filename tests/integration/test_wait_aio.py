@@ -60,7 +60,7 @@ def test_many_threads_wait_on_one_task(ex: Executor, test_image: str) -> None:
     for t in threads:
         t.join(timeout=60)
     assert len(results) == 8
-    assert {(r.code, r.exited_at) for r in results} == {(137, results[0].exited_at)}
+    assert {(r.exit_code, r.exited_at) for r in results} == {(137, results[0].exited_at)}
     assert shared.result(timeout=30) == results[0]
     # A stopped task answers at once with the exit it keeps.
     assert ex.wait(name, timeout=30) == results[0]
@@ -76,7 +76,7 @@ def test_a_cancelled_wait_is_not_an_exit(ex: Executor, test_image: str) -> None:
     assert ex.inspect(name).status is Status.RUNNING
     later = ex.wait_future(name)  # a new wait still sees the real exit
     ex.signal(name, "SIGKILL")
-    assert later.result(timeout=30).code == 137
+    assert later.result(timeout=30).exit_code == 137
 
 
 def test_waiting_on_a_task_that_does_not_exist(ex: Executor) -> None:
@@ -119,7 +119,7 @@ def test_asyncio_waits_on_fifty_tasks_without_a_thread_each(ex: Executor, test_i
     results, busiest, still_running = asyncio.run(main())
     assert still_running, "a wait ended before its task was told to exit"
     assert busiest <= before + GRPC_THREADS, f"{busiest} threads while waiting ({before} before)"
-    assert [r.code for r in results] == [10 + i for i in range(MANY)]
+    assert [r.exit_code for r in results] == [10 + i for i in range(MANY)]
     until(lambda: all(ex.inspect(n).status is Status.STOPPED for n in names), "all stopped")
 
 

@@ -19,7 +19,7 @@ from ctrexec.containerd.tasks import ExitStatus, ProcessState, Status
 from ctrexec.tasks import info as taskinfo
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
-EXITED = ExitStatus(code=137, exited_at=NOW - timedelta(seconds=7))
+EXITED = ExitStatus(exit_code=137, exited_at=NOW - timedelta(seconds=7))
 
 
 def _record(labels: dict[str, str]) -> containers.Container:

@@ -24,7 +24,7 @@ def _apply(labels: dict[str, str], update: dict[str, str | None]) -> dict[str, s
 def test_a_restart_keeps_the_replaced_runs_exit() -> None:
     labels = runs.first_run(T0)
     assert runs.current(labels) == runs.Run(run=1, started_at=T0)
-    died = ExitStatus(code=137, exited_at=T0 + timedelta(seconds=5), oom_killed=True)
+    died = ExitStatus(exit_code=137, exited_at=T0 + timedelta(seconds=5), oom_killed=True)
     labels = _apply(
         labels,
         runs.next_run(
@@ -38,7 +38,7 @@ def test_a_restart_keeps_the_replaced_runs_exit() -> None:
 
 def test_a_failed_start_is_undone_and_the_exit_stays_the_current_runs() -> None:
     before = runs.first_run(T0)
-    died = ExitStatus(code=3, exited_at=T0)
+    died = ExitStatus(exit_code=3, exited_at=T0)
     after = _apply(before, runs.next_run(before, started_at=T0, replaced_pid=7, replaced_exit=died))
     undone = _apply(after, runs.undo_next_run(before))
     assert runs.current(undone) == runs.Run(run=1, started_at=T0)
@@ -51,7 +51,7 @@ def test_a_failed_start_is_undone_and_the_exit_stays_the_current_runs() -> None:
 
 def test_a_record_from_before_runs_were_numbered() -> None:
     """No run labels: the first start numbers run 1 and keeps the old exit as run 0."""
-    died = ExitStatus(code=1, exited_at=T0)
+    died = ExitStatus(exit_code=1, exited_at=T0)
     labels = _apply({}, runs.next_run({}, started_at=T0, replaced_pid=9, replaced_exit=died))
     assert runs.current(labels) == runs.Run(run=1, started_at=T0)
     assert runs.previous(labels) == runs.Run(run=0, pid=9, exit=died)
@@ -66,7 +66,7 @@ def test_locate() -> None:
     assert runs.locate(1, 5, labels, task_pid=5) == runs.Match(run=None, newer=None)
     with pytest.raises(HandleMismatch):
         runs.locate(2, 5, labels, task_pid=5)
-    died = ExitStatus(code=0, exited_at=T0)
+    died = ExitStatus(exit_code=0, exited_at=T0)
     two = _apply(labels, runs.next_run(labels, started_at=T0, replaced_pid=5, replaced_exit=died))
     assert runs.locate(1, 5, two, task_pid=6).run == runs.Run(
         run=1, pid=5, started_at=T0, exit=died
@@ -111,7 +111,7 @@ def test_handle_json_round_trip_and_version_1() -> None:
 
 
 def test_info_json_says_the_run_and_its_end() -> None:
-    ended = ExitStatus(code=137, exited_at=T0, oom_killed=True)
+    ended = ExitStatus(exit_code=137, exited_at=T0, oom_killed=True)
     info = TaskInfo(
         id="web",
         image="img",

@@ -81,19 +81,19 @@ def test_exit_of_init_and_of_an_exec() -> None:
     init = task_pb2.TaskExit(container_id="a", id="a", pid=7, exit_status=137, exited_at=_ts(AT))
     got = events.decode(_env("/tasks/exit", init))
     assert got == TaskExited(
-        task_id="a", namespace="ns", at=AT, pid=7, exit=ExitStatus(code=137, exited_at=AT)
+        task_id="a", namespace="ns", at=AT, pid=7, exit=ExitStatus(exit_code=137, exited_at=AT)
     )
     exec_exit = task_pb2.TaskExit(container_id="a", id="x1", pid=8, exit_status=3)
     got = events.decode(_env("/tasks/exit", exec_exit))
     assert isinstance(got, ExecExited)
-    assert (got.exec_id, got.exit.code, got.exit.exited_at) == ("x1", 3, None)
+    assert (got.exec_id, got.exit.exit_code, got.exit.exited_at) == ("x1", 3, None)
 
 
 def test_delete_of_the_task_only() -> None:
     task = task_pb2.TaskDelete(container_id="a", pid=7, exit_status=0, exited_at=_ts(AT))
     got = events.decode(_env("/tasks/delete", task))
     assert got == TaskDeleted(
-        task_id="a", namespace="ns", at=AT, pid=7, exit=ExitStatus(code=0, exited_at=AT)
+        task_id="a", namespace="ns", at=AT, pid=7, exit=ExitStatus(exit_code=0, exited_at=AT)
     )
     assert (
         events.decode(_env("/tasks/delete", task_pb2.TaskDelete(container_id="a", id="x"))) is None
@@ -120,7 +120,7 @@ def test_json_lines_carry_type_task_time_and_fields() -> None:
         at=AT,
         group="web",
         pid=7,
-        exit=ExitStatus(code=137, exited_at=AT, oom_killed=True),
+        exit=ExitStatus(exit_code=137, exited_at=AT, oom_killed=True),
     )
     assert event.to_json() == {
         "type": "exit",
@@ -227,7 +227,7 @@ def test_cli_filters_become_event_options() -> None:
 
 def test_a_delete_containerd_never_sent_is_inferred_once() -> None:
     ledger = ExitLedger()
-    gone = ExitStatus(code=137, exited_at=AT)
+    gone = ExitStatus(exit_code=137, exited_at=AT)
     ledger.note_task(TaskStarted(task_id="a", namespace="ns", pid=7))
     ledger.note_task(TaskExited(task_id="a", namespace="ns", group="g", pid=7, exit=gone))
     inferred = ledger.infer_delete("a", AT)

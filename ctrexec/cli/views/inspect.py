@@ -88,7 +88,7 @@ def state_of(info: TaskInfo) -> dict[str, Any]:
         "Restarting": again,
         "OOMKilled": info.oom_killed,
         "Pid": info.pid if live else 0,
-        "ExitCode": info.exit.code if info.exit and not live else 0,
+        "ExitCode": info.exit.exit_code if info.exit and not live else 0,
         "StartedAt": rfc3339(info.started_at),
         "FinishedAt": rfc3339(info.finished_at),
         "Error": _error(info),

@@ -45,11 +45,11 @@ def _base_status(info: TaskInfo, now: datetime) -> str:
         up = f"Up {human_duration((now - since).total_seconds())}" if since else "Up"
         return f"{up} (Paused)" if info.status is Status.PAUSED else up
     if info.restarting and info.exit is not None:
-        return f"Restarting ({info.exit.code}) {_ago(info.finished_at, now)}".rstrip()
+        return f"Restarting ({info.exit.exit_code}) {_ago(info.finished_at, now)}".rstrip()
     if info.exit is not None:
         oom = ", OOM killed" if info.oom_killed else ""
         why = f" ({info.exit_reason})" if info.exit_reason else ""
-        return f"Exited ({info.exit.code}{oom}) {_ago(info.finished_at, now)}".rstrip() + why
+        return f"Exited ({info.exit.exit_code}{oom}) {_ago(info.finished_at, now)}".rstrip() + why
     return "Created"
 
 
