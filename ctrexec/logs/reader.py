@@ -35,6 +35,7 @@ import json
 import os
 import time
 import urllib.parse
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
@@ -523,8 +524,10 @@ class _ReadOptions(TypedDict, total=False):
 def read_task_logs(
     driver: str, path: str | os.PathLike[str], **options: Unpack[_ReadOptions]
 ) -> Iterator[LogEntry]:
-    """:func:`read_logs` with the driver first, as a task's ``TaskInfo.config.log_driver``
-    and ``TaskInfo.log_path`` give them (the name the library documents)."""
+    """Deprecated for one release: :func:`read_logs` (the name the package's callers use),
+    with the driver as its keyword. Issue 38: one name per operation."""
+    text = "read_task_logs is deprecated: use read_logs(path, driver=driver)"
+    warnings.warn(text, DeprecationWarning, stacklevel=2)
     return read_logs(path, driver=driver, **options)
 
 

@@ -534,7 +534,19 @@ def test_read_logs_takes_the_driver_and_checks_it_at_the_call(tmp_path: Path) ->
     assert [(e.stream, e.message) for e in read_logs(path, driver="file")] == [
         ("output", "raw line\n")
     ]
-    assert list(read_task_logs("file", path)) == list(read_logs(path, driver="file"))
+
+
+def test_read_task_logs_is_a_deprecated_read_logs(tmp_path: Path) -> None:
+    """Issue 38: one name per operation. ``read_task_logs`` (driver first) still reads
+    what ``read_logs`` does, for one release, and says it is deprecated."""
+    path = tmp_path / "task.log"
+    path.write_bytes(b"raw line\n")
+    with pytest.warns(DeprecationWarning, match="read_task_logs is deprecated: use read_logs"):
+        old = list(read_task_logs("file", path, tail=1))
+    assert old == list(read_logs(path, driver="file", tail=1))
+    assert [e.message for e in old] == ["raw line\n"]
+    with pytest.warns(DeprecationWarning), pytest.raises(FailedPrecondition):
+        read_task_logs("none", path)  # its checks still come at the call
 
 
 # ----------------------------------------------------------------------------- driver process
