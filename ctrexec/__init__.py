@@ -5,13 +5,17 @@ The public API is re-exported here; everything else is private to the package.
 The names are loaded on first use (PEP 562): ``import ctrexec`` or a light submodule
 (the CLI's parser, :mod:`ctrexec.defaults`) must not pay for grpc, the generated stubs
 and pyroute2. Type checkers and IDEs read the ``TYPE_CHECKING`` imports instead.
+
+``_WHERE`` is the one hand-kept list of public names: ``__all__`` and what
+``__getattr__`` loads are made from it. Type checkers cannot read it, so each name is
+also imported under ``TYPE_CHECKING``, in the ``X as X`` form that re-exports it;
+tests/unit/test_public_typing.py fails, naming the lines to add or drop, unless those
+imports are exactly ``_WHERE`` and each one is the object ``ctrexec.X`` gives.
 """
 
 from __future__ import annotations
 
 import sys
-
-from ctrexec.defaults import DEFAULT_NAMESPACE
 
 #: ``typing`` would cost the command line's client (:mod:`ctrexec.cli.client`) most of
 #: its start-up (it loads ``re`` and ``collections``); mypy reads this name as typing's.
@@ -19,125 +23,200 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from ctrexec._linux import cgroup_v2_only
-    from ctrexec._version import VERSION as __version__  # noqa: N811 (PEP 8 names it so)
-    from ctrexec.containerd._proto import to_timestamp
-    from ctrexec.containerd.client import (
-        Client,
-        Lease,
-        Plugin,
-        ServerInfo,
-        ServerVersion,
-    )
-    from ctrexec.containerd.content import Platform
-    from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
-    from ctrexec.containerd.events import (
-        Event,
-        EventsMissed,
-        ExecExited,
-        ExecStarted,
-        TaskDeleted,
-        TaskEvent,
-        TaskExited,
-        TaskOOM,
-        TaskPaused,
-        TaskResumed,
-        TaskStarted,
-    )
-    from ctrexec.containerd.execs import DetachedExec, ExecResult
-    from ctrexec.containerd.images import Image, ImageConfig, ImageSummary, list_images
-    from ctrexec.containerd.stats import Stats
-    from ctrexec.containerd.streams import OutputCallback, Process, StreamOptions
-    from ctrexec.containerd.tasks import ExitStatus, Status
-    from ctrexec.doctor.checks import Failure, GcReport, doctor, gc
-    from ctrexec.doctor.findings import Check, Finding, Scope
-    from ctrexec.doctor.prune import (
-        ContainerFilter,
-        ContainerPruneReport,
-        SystemPruneReport,
-        prune_containers,
-        prune_system,
-    )
-    from ctrexec.errors import (
-        AlreadyExists,
-        AlreadyRunning,
-        AmbiguousPrefix,
-        Canceled,
-        CNIError,
-        CommandNotExecutable,
-        CommandNotFound,
-        Conflict,
-        ConnectError,
-        CtrexecError,
-        DaemonError,
-        DeadlineExceeded,
-        DigestMismatch,
-        FailedPrecondition,
-        HandleMismatch,
-        Internal,
-        InvalidArgument,
-        InvalidField,
-        MissingArguments,
-        NetworkError,
-        NotATerminal,
-        NotFound,
-        NotModified,
-        PermissionDenied,
-        RegistryError,
-        RegistryRefused,
-        ResourceExhausted,
-        TaskError,
-        Unavailable,
-        Unimplemented,
-        UnknownCommand,
-    )
-    from ctrexec.groups.presence import is_supervised
-    from ctrexec.groups.spec import GroupSpec, load_group_file, parse_group
-    from ctrexec.groups.supervisor import Supervisor
-    from ctrexec.groups.updown import Groups
-    from ctrexec.images.commit import commit_container
-    from ctrexec.images.exporter import export_archive
-    from ctrexec.images.importer import ImportedImage, import_archive
-    from ctrexec.images.lookup import ensure_image, get_image, remove_image
-    from ctrexec.images.prune import PruneReport, prune_images
-    from ctrexec.images.reference import normalize_reference
-    from ctrexec.images.registry.auth import Credentials as RegistryCredentials
-    from ctrexec.images.registry.auth import credentials_from_helper
-    from ctrexec.images.registry.pull import PullEvent, ensure_pulled, pull
-    from ctrexec.images.registry.push import PushResult, push
-    from ctrexec.images.tagging import tag_image
-    from ctrexec.images.usage import image_usage
-    from ctrexec.logs.reader import LogEntry, read_logs, read_task_logs
-    from ctrexec.net.cni import PortMapping
-    from ctrexec.net.hostfiles import Resolver as ResolvConf
-    from ctrexec.net.hostfiles import host_resolver
-    from ctrexec.net.netns import NetNS
-    from ctrexec.net.netns import create as create_netns
-    from ctrexec.net.netns import list_namespaces as list_netns
-    from ctrexec.net.netns import remove as remove_netns
-    from ctrexec.net.networks import Attachment, Networks
-    from ctrexec.net.nsinfo import Address, Interface, NetNSInfo, Route
-    from ctrexec.net.nsinfo import inspect as inspect_netns
-    from ctrexec.oci.caps import DEFAULT_CAPABILITIES, normalize_capability
-    from ctrexec.tasks.aio import AsyncExecutor
-    from ctrexec.tasks.cgroupfs import cgroupfs_relative
-    from ctrexec.tasks.config import RestartPolicy, TaskConfig, TaskHandle, TaskInfo
-    from ctrexec.tasks.events import EventFilter, TaskEvents
-    from ctrexec.tasks.executor import Executor
-    from ctrexec.tasks.nomadtasks import NomadTask, nomad_labels, nomad_task_id, nomad_tasks
-    from ctrexec.tasks.rename import rename
+    from ctrexec._linux import cgroup_v2_only as cgroup_v2_only
+    from ctrexec._version import VERSION as _VERSION
+    from ctrexec.containerd._proto import to_timestamp as to_timestamp
+    from ctrexec.containerd.client import Client as Client
+    from ctrexec.containerd.client import Lease as Lease
+    from ctrexec.containerd.client import Plugin as Plugin
+    from ctrexec.containerd.client import ServerInfo as ServerInfo
+    from ctrexec.containerd.client import ServerVersion as ServerVersion
+    from ctrexec.containerd.content import Platform as Platform
+    from ctrexec.containerd.daemon import DaemonPaths as DaemonPaths
+    from ctrexec.containerd.daemon import EmbeddedContainerd as EmbeddedContainerd
+    from ctrexec.containerd.events import Event as Event
+    from ctrexec.containerd.events import EventsMissed as EventsMissed
+    from ctrexec.containerd.events import ExecExited as ExecExited
+    from ctrexec.containerd.events import ExecStarted as ExecStarted
+    from ctrexec.containerd.events import TaskDeleted as TaskDeleted
+    from ctrexec.containerd.events import TaskEvent as TaskEvent
+    from ctrexec.containerd.events import TaskExited as TaskExited
+    from ctrexec.containerd.events import TaskOOM as TaskOOM
+    from ctrexec.containerd.events import TaskPaused as TaskPaused
+    from ctrexec.containerd.events import TaskResumed as TaskResumed
+    from ctrexec.containerd.events import TaskStarted as TaskStarted
+    from ctrexec.containerd.execs import DetachedExec as DetachedExec
+    from ctrexec.containerd.execs import ExecResult as ExecResult
+    from ctrexec.containerd.images import Image as Image
+    from ctrexec.containerd.images import ImageConfig as ImageConfig
+    from ctrexec.containerd.images import ImageSummary as ImageSummary
+    from ctrexec.containerd.images import list_images as list_images
+    from ctrexec.containerd.stats import Stats as Stats
+    from ctrexec.containerd.streams import OutputCallback as OutputCallback
+    from ctrexec.containerd.streams import Process as Process
+    from ctrexec.containerd.streams import StreamOptions as StreamOptions
+    from ctrexec.containerd.tasks import ExitStatus as ExitStatus
+    from ctrexec.containerd.tasks import Status as Status
+    from ctrexec.defaults import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
+    from ctrexec.doctor.checks import Failure as Failure
+    from ctrexec.doctor.checks import GcReport as GcReport
+    from ctrexec.doctor.checks import doctor as doctor
+    from ctrexec.doctor.checks import gc as gc
+    from ctrexec.doctor.findings import Check as Check
+    from ctrexec.doctor.findings import Finding as Finding
+    from ctrexec.doctor.findings import Scope as Scope
+    from ctrexec.doctor.prune import ContainerFilter as ContainerFilter
+    from ctrexec.doctor.prune import ContainerPruneReport as ContainerPruneReport
+    from ctrexec.doctor.prune import SystemPruneReport as SystemPruneReport
+    from ctrexec.doctor.prune import prune_containers as prune_containers
+    from ctrexec.doctor.prune import prune_system as prune_system
+    from ctrexec.errors import AlreadyExists as AlreadyExists
+    from ctrexec.errors import AlreadyRunning as AlreadyRunning
+    from ctrexec.errors import AmbiguousPrefix as AmbiguousPrefix
+    from ctrexec.errors import Canceled as Canceled
+    from ctrexec.errors import CNIError as CNIError
+    from ctrexec.errors import CommandNotExecutable as CommandNotExecutable
+    from ctrexec.errors import CommandNotFound as CommandNotFound
+    from ctrexec.errors import Conflict as Conflict
+    from ctrexec.errors import ConnectError as ConnectError
+    from ctrexec.errors import CtrexecError as CtrexecError
+    from ctrexec.errors import DaemonError as DaemonError
+    from ctrexec.errors import DeadlineExceeded as DeadlineExceeded
+    from ctrexec.errors import DigestMismatch as DigestMismatch
+    from ctrexec.errors import FailedPrecondition as FailedPrecondition
+    from ctrexec.errors import HandleMismatch as HandleMismatch
+    from ctrexec.errors import Internal as Internal
+    from ctrexec.errors import InvalidArgument as InvalidArgument
+    from ctrexec.errors import InvalidField as InvalidField
+    from ctrexec.errors import MissingArguments as MissingArguments
+    from ctrexec.errors import NetworkError as NetworkError
+    from ctrexec.errors import NotATerminal as NotATerminal
+    from ctrexec.errors import NotFound as NotFound
+    from ctrexec.errors import NotModified as NotModified
+    from ctrexec.errors import PermissionDenied as PermissionDenied
+    from ctrexec.errors import RegistryError as RegistryError
+    from ctrexec.errors import RegistryRefused as RegistryRefused
+    from ctrexec.errors import ResourceExhausted as ResourceExhausted
+    from ctrexec.errors import TaskError as TaskError
+    from ctrexec.errors import Unavailable as Unavailable
+    from ctrexec.errors import Unimplemented as Unimplemented
+    from ctrexec.errors import UnknownCommand as UnknownCommand
+    from ctrexec.groups.presence import is_supervised as is_supervised
+    from ctrexec.groups.spec import GroupSpec as GroupSpec
+    from ctrexec.groups.spec import load_group_file as load_group_file
+    from ctrexec.groups.spec import parse_group as parse_group
+    from ctrexec.groups.supervisor import Supervisor as Supervisor
+    from ctrexec.groups.updown import Groups as Groups
+    from ctrexec.images.commit import commit_container as commit_container
+    from ctrexec.images.exporter import export_archive as export_archive
+    from ctrexec.images.importer import ImportedImage as ImportedImage
+    from ctrexec.images.importer import import_archive as import_archive
+    from ctrexec.images.lookup import ensure_image as ensure_image
+    from ctrexec.images.lookup import get_image as get_image
+    from ctrexec.images.lookup import remove_image as remove_image
+    from ctrexec.images.prune import PruneReport as PruneReport
+    from ctrexec.images.prune import prune_images as prune_images
+    from ctrexec.images.reference import normalize_reference as normalize_reference
+    from ctrexec.images.registry.auth import Credentials as _RegistryCredentials
+    from ctrexec.images.registry.auth import credentials_from_helper as credentials_from_helper
+    from ctrexec.images.registry.pull import PullEvent as PullEvent
+    from ctrexec.images.registry.pull import ensure_pulled as ensure_pulled
+    from ctrexec.images.registry.pull import pull as pull
+    from ctrexec.images.registry.push import PushResult as PushResult
+    from ctrexec.images.registry.push import push as push
+    from ctrexec.images.tagging import tag_image as tag_image
+    from ctrexec.images.usage import image_usage as image_usage
+    from ctrexec.logs.reader import LogEntry as LogEntry
+    from ctrexec.logs.reader import read_logs as read_logs
+    from ctrexec.logs.reader import read_task_logs as read_task_logs
+    from ctrexec.net.cni import PortMapping as PortMapping
+    from ctrexec.net.hostfiles import Resolver as _ResolvConf
+    from ctrexec.net.hostfiles import host_resolver as host_resolver
+    from ctrexec.net.netns import NetNS as NetNS
+    from ctrexec.net.netns import create as _create_netns
+    from ctrexec.net.netns import list_namespaces as _list_netns
+    from ctrexec.net.netns import remove as _remove_netns
+    from ctrexec.net.networks import Attachment as Attachment
+    from ctrexec.net.networks import Networks as Networks
+    from ctrexec.net.nsinfo import Address as Address
+    from ctrexec.net.nsinfo import Interface as Interface
+    from ctrexec.net.nsinfo import NetNSInfo as NetNSInfo
+    from ctrexec.net.nsinfo import Route as Route
+    from ctrexec.net.nsinfo import inspect as _inspect_netns
+    from ctrexec.oci.caps import DEFAULT_CAPABILITIES as DEFAULT_CAPABILITIES
+    from ctrexec.oci.caps import normalize_capability as normalize_capability
+    from ctrexec.tasks.aio import AsyncExecutor as AsyncExecutor
+    from ctrexec.tasks.cgroupfs import cgroupfs_relative as cgroupfs_relative
+    from ctrexec.tasks.config import RestartPolicy as RestartPolicy
+    from ctrexec.tasks.config import TaskConfig as TaskConfig
+    from ctrexec.tasks.config import TaskHandle as TaskHandle
+    from ctrexec.tasks.config import TaskInfo as TaskInfo
+    from ctrexec.tasks.events import EventFilter as EventFilter
+    from ctrexec.tasks.events import TaskEvents as TaskEvents
+    from ctrexec.tasks.executor import Executor as Executor
+    from ctrexec.tasks.nomadtasks import NomadTask as NomadTask
+    from ctrexec.tasks.nomadtasks import nomad_labels as nomad_labels
+    from ctrexec.tasks.nomadtasks import nomad_task_id as nomad_task_id
+    from ctrexec.tasks.nomadtasks import nomad_tasks as nomad_tasks
+    from ctrexec.tasks.rename import rename as rename
+
+    # ``from m import a as b`` re-exports nothing for mypy; an assignment does.
+    create_netns = _create_netns
+    list_netns = _list_netns
+    remove_netns = _remove_netns
+    inspect_netns = _inspect_netns
+    RegistryCredentials = _RegistryCredentials
+    ResolvConf = _ResolvConf
+    __version__ = _VERSION
 else:
     ModuleType = type(sys)  # not ``types``: the command line's client does not load it
 
-#: Where each lazily loaded public name is defined: all but ``DEFAULT_NAMESPACE``, even
-#: the errors, which the command line's client would otherwise load for nothing.
-_SOURCES: dict[str, tuple[str, ...]] = {
+#: Every public name, by the module that defines it, loaded on first use (the errors
+#: too, which the command line's client would otherwise load for nothing).
+#: ``public=name`` is a name that is another in its module: ``netns.create`` is too
+#: vague at the top level. ``read_task_logs`` is deprecated (it warns when called), to
+#: be removed in the next release.
+_WHERE: dict[str, tuple[str, ...]] = {
+    "ctrexec._linux": ("cgroup_v2_only",),
+    "ctrexec._version": ("__version__=VERSION",),
+    "ctrexec.containerd._proto": ("to_timestamp",),
+    "ctrexec.containerd.client": ("Client", "Lease", "Plugin", "ServerInfo", "ServerVersion"),
+    "ctrexec.containerd.content": ("Platform",),
+    "ctrexec.containerd.daemon": ("DaemonPaths", "EmbeddedContainerd"),
+    "ctrexec.containerd.events": (
+        "Event",
+        "EventsMissed",
+        "ExecExited",
+        "ExecStarted",
+        "TaskDeleted",
+        "TaskEvent",
+        "TaskExited",
+        "TaskOOM",
+        "TaskPaused",
+        "TaskResumed",
+        "TaskStarted",
+    ),
+    "ctrexec.containerd.execs": ("DetachedExec", "ExecResult"),
+    "ctrexec.containerd.images": ("Image", "ImageConfig", "ImageSummary", "list_images"),
+    "ctrexec.containerd.stats": ("Stats",),
+    "ctrexec.containerd.streams": ("OutputCallback", "Process", "StreamOptions"),
+    "ctrexec.containerd.tasks": ("ExitStatus", "Status"),
+    "ctrexec.defaults": ("DEFAULT_NAMESPACE",),
+    "ctrexec.doctor.checks": ("Failure", "GcReport", "doctor", "gc"),
+    "ctrexec.doctor.findings": ("Check", "Finding", "Scope"),
+    "ctrexec.doctor.prune": (
+        "ContainerFilter",
+        "ContainerPruneReport",
+        "SystemPruneReport",
+        "prune_containers",
+        "prune_system",
+    ),
     "ctrexec.errors": (
         "AlreadyExists",
         "AlreadyRunning",
         "AmbiguousPrefix",
-        "Canceled",
         "CNIError",
+        "Canceled",
         "CommandNotExecutable",
         "CommandNotFound",
         "Conflict",
@@ -165,249 +244,51 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "Unimplemented",
         "UnknownCommand",
     ),
-    "ctrexec.tasks.aio": ("AsyncExecutor",),
-    "ctrexec.containerd.client": (
-        "Client",
-        "Lease",
-        "Plugin",
-        "ServerInfo",
-        "ServerVersion",
-    ),
-    "ctrexec.containerd.content": ("Platform",),
-    "ctrexec.doctor.checks": ("Failure", "GcReport", "doctor", "gc"),
-    "ctrexec.doctor.findings": ("Check", "Finding", "Scope"),
-    "ctrexec.doctor.prune": (
-        "ContainerFilter",
-        "ContainerPruneReport",
-        "SystemPruneReport",
-        "prune_containers",
-        "prune_system",
-    ),
-    "ctrexec.containerd.daemon": (
-        "DaemonPaths",
-        "EmbeddedContainerd",
-    ),
-    "ctrexec.containerd.events": (
-        "Event",
-        "EventsMissed",
-        "ExecExited",
-        "ExecStarted",
-        "TaskDeleted",
-        "TaskEvent",
-        "TaskExited",
-        "TaskOOM",
-        "TaskPaused",
-        "TaskResumed",
-        "TaskStarted",
-    ),
-    "ctrexec.containerd.execs": ("DetachedExec", "ExecResult"),
-    "ctrexec.containerd.images": ("Image", "ImageConfig", "ImageSummary", "list_images"),
+    "ctrexec.groups.presence": ("is_supervised",),
+    "ctrexec.groups.spec": ("GroupSpec", "load_group_file", "parse_group"),
+    "ctrexec.groups.supervisor": ("Supervisor",),
+    "ctrexec.groups.updown": ("Groups",),
+    "ctrexec.images.commit": ("commit_container",),
     "ctrexec.images.exporter": ("export_archive",),
     "ctrexec.images.importer": ("ImportedImage", "import_archive"),
     "ctrexec.images.lookup": ("ensure_image", "get_image", "remove_image"),
     "ctrexec.images.prune": ("PruneReport", "prune_images"),
     "ctrexec.images.reference": ("normalize_reference",),
-    "ctrexec.images.usage": ("image_usage",),
-    "ctrexec.images.tagging": ("tag_image",),
-    "ctrexec.images.commit": ("commit_container",),
+    "ctrexec.images.registry.auth": ("RegistryCredentials=Credentials", "credentials_from_helper"),
+    "ctrexec.images.registry.pull": ("PullEvent", "ensure_pulled", "pull"),
     "ctrexec.images.registry.push": ("PushResult", "push"),
-    "ctrexec.containerd.stats": ("Stats",),
-    "ctrexec.containerd.streams": (
-        "OutputCallback",
-        "Process",
-        "StreamOptions",
-    ),
-    "ctrexec.containerd.tasks": (
-        "ExitStatus",
-        "Status",
-    ),
-    "ctrexec.tasks.executor": ("Executor",),
-    "ctrexec._linux": ("cgroup_v2_only",),
-    "ctrexec.containerd._proto": ("to_timestamp",),
-    "ctrexec.images.registry.auth": ("credentials_from_helper",),
-    "ctrexec.net.hostfiles": ("host_resolver",),
-    "ctrexec.oci.caps": ("DEFAULT_CAPABILITIES", "normalize_capability"),
-    "ctrexec.tasks.cgroupfs": ("cgroupfs_relative",),
-    "ctrexec.tasks.nomadtasks": ("NomadTask", "nomad_labels", "nomad_task_id", "nomad_tasks"),
-    "ctrexec.groups.spec": ("GroupSpec", "load_group_file", "parse_group"),
-    "ctrexec.groups.updown": ("Groups",),
+    "ctrexec.images.tagging": ("tag_image",),
+    "ctrexec.images.usage": ("image_usage",),
     "ctrexec.logs.reader": ("LogEntry", "read_logs", "read_task_logs"),
     "ctrexec.net.cni": ("PortMapping",),
-    "ctrexec.net.netns": ("NetNS",),
-    "ctrexec.net.nsinfo": ("Address", "Interface", "NetNSInfo", "Route"),
+    "ctrexec.net.hostfiles": ("ResolvConf=Resolver", "host_resolver"),
+    "ctrexec.net.netns": (
+        "NetNS",
+        "create_netns=create",
+        "list_netns=list_namespaces",
+        "remove_netns=remove",
+    ),
     "ctrexec.net.networks": ("Attachment", "Networks"),
+    "ctrexec.net.nsinfo": ("Address", "Interface", "NetNSInfo", "Route", "inspect_netns=inspect"),
+    "ctrexec.oci.caps": ("DEFAULT_CAPABILITIES", "normalize_capability"),
+    "ctrexec.tasks.aio": ("AsyncExecutor",),
+    "ctrexec.tasks.cgroupfs": ("cgroupfs_relative",),
+    "ctrexec.tasks.config": ("RestartPolicy", "TaskConfig", "TaskHandle", "TaskInfo"),
+    "ctrexec.tasks.events": ("EventFilter", "TaskEvents"),
+    "ctrexec.tasks.executor": ("Executor",),
+    "ctrexec.tasks.nomadtasks": ("NomadTask", "nomad_labels", "nomad_task_id", "nomad_tasks"),
     "ctrexec.tasks.rename": ("rename",),
-    "ctrexec.groups.presence": ("is_supervised",),
-    "ctrexec.groups.supervisor": ("Supervisor",),
-    # The events names (Executor.events' types) are added with them.
-    "ctrexec.images.registry.pull": (
-        "PullEvent",
-        "ensure_pulled",
-        "pull",
-    ),
-    "ctrexec.tasks.config": (
-        "RestartPolicy",
-        "TaskConfig",
-        "TaskHandle",
-        "TaskInfo",
-    ),
-    "ctrexec.tasks.events": (
-        "EventFilter",
-        "TaskEvents",
-    ),
 }
-#: Public names that are another name in their module: ``netns.create`` is too vague
-#: at the top level.
-_ALIASES: dict[str, tuple[str, str]] = {
-    "RegistryCredentials": ("ctrexec.images.registry.auth", "Credentials"),
-    "ResolvConf": ("ctrexec.net.hostfiles", "Resolver"),
-    "__version__": ("ctrexec._version", "VERSION"),
-    "create_netns": ("ctrexec.net.netns", "create"),
-    "inspect_netns": ("ctrexec.net.nsinfo", "inspect"),
-    "list_netns": ("ctrexec.net.netns", "list_namespaces"),
-    "remove_netns": ("ctrexec.net.netns", "remove"),
+#: Each public name: (its module, its name there).
+_MODULE_OF = {
+    public: (module, attribute or public)
+    for module, entries in _WHERE.items()
+    for public, _, attribute in (entry.partition("=") for entry in entries)
 }
-_MODULE_OF = {name: (module, name) for module, names in _SOURCES.items() for name in names}
-_MODULE_OF.update(_ALIASES)
-
-__all__ = [
-    "DEFAULT_CAPABILITIES",
-    "DEFAULT_NAMESPACE",
-    "Address",
-    "AlreadyExists",
-    "AlreadyRunning",
-    "AmbiguousPrefix",
-    "AsyncExecutor",
-    "Attachment",
-    "CNIError",
-    "Canceled",
-    "Check",
-    "Client",
-    "CommandNotExecutable",
-    "CommandNotFound",
-    "Conflict",
-    "ConnectError",
-    "ContainerFilter",
-    "ContainerPruneReport",
-    "CtrexecError",
-    "DaemonError",
-    "DaemonPaths",
-    "DeadlineExceeded",
-    "DetachedExec",
-    "DigestMismatch",
-    "EmbeddedContainerd",
-    "Event",
-    "EventFilter",
-    "EventsMissed",
-    "ExecExited",
-    "ExecResult",
-    "ExecStarted",
-    "Executor",
-    "ExitStatus",
-    "FailedPrecondition",
-    "Failure",
-    "Finding",
-    "GcReport",
-    "GroupSpec",
-    "Groups",
-    "HandleMismatch",
-    "Image",
-    "ImageConfig",
-    "ImageSummary",
-    "ImportedImage",
-    "Interface",
-    "Internal",
-    "InvalidArgument",
-    "InvalidField",
-    "Lease",
-    "LogEntry",
-    "MissingArguments",
-    "NetNS",
-    "NetNSInfo",
-    "NetworkError",
-    "Networks",
-    "NomadTask",
-    "NotATerminal",
-    "NotFound",
-    "NotModified",
-    "OutputCallback",
-    "PermissionDenied",
-    "Platform",
-    "Plugin",
-    "PortMapping",
-    "Process",
-    "PruneReport",
-    "PullEvent",
-    "PushResult",
-    "RegistryCredentials",
-    "RegistryError",
-    "RegistryRefused",
-    "ResolvConf",
-    "ResourceExhausted",
-    "RestartPolicy",
-    "Route",
-    "Scope",
-    "ServerInfo",
-    "ServerVersion",
-    "Stats",
-    "Status",
-    "StreamOptions",
-    "Supervisor",
-    "SystemPruneReport",
-    "TaskConfig",
-    "TaskDeleted",
-    "TaskError",
-    "TaskEvent",
-    "TaskEvents",
-    "TaskExited",
-    "TaskHandle",
-    "TaskInfo",
-    "TaskOOM",
-    "TaskPaused",
-    "TaskResumed",
-    "TaskStarted",
-    "Unavailable",
-    "Unimplemented",
-    "UnknownCommand",
-    "__version__",
-    "cgroup_v2_only",
-    "cgroupfs_relative",
-    "commit_container",
-    "create_netns",
-    "credentials_from_helper",
-    "doctor",
-    "ensure_image",
-    "ensure_pulled",
-    "export_archive",
-    "gc",
-    "get_image",
-    "host_resolver",
-    "image_usage",
-    "import_archive",
-    "inspect_netns",
-    "is_supervised",
-    "list_images",
-    "list_netns",
-    "load_group_file",
-    "nomad_labels",
-    "nomad_task_id",
-    "nomad_tasks",
-    "normalize_capability",
-    "normalize_reference",
-    "parse_group",
-    "prune_containers",
-    "prune_images",
-    "prune_system",
-    "pull",
-    "push",
-    "read_logs",
-    "read_task_logs",
-    "remove_image",
-    "remove_netns",
-    "rename",
-    "tag_image",
-    "to_timestamp",
-]
+# Hidden from mypy, which would take a computed ``__all__`` for an empty one (it reads
+# the ``TYPE_CHECKING`` imports' re-exports instead).
+if not TYPE_CHECKING:
+    __all__ = sorted(_MODULE_OF)  # noqa: PLE0605 - made from _WHERE, the one list
 
 
 def __getattr__(name: str) -> object:
@@ -421,7 +302,7 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(_MODULE_OF))
 
 
 class _Package(ModuleType):
@@ -433,7 +314,7 @@ class _Package(ModuleType):
     which goes through ``sys.modules``."""
 
     def __setattr__(self, name: str, value: object) -> None:
-        if name in __all__ and isinstance(value, ModuleType):
+        if name in _MODULE_OF and isinstance(value, ModuleType):
             return
         super().__setattr__(name, value)
 

@@ -15,6 +15,7 @@ first test gives mypy what compat mode would, a venv whose ``.pth`` names this t
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import shutil
 import subprocess
@@ -40,7 +41,7 @@ _USER = textwrap.dedent(
     from ctrexec import (
         DEFAULT_NAMESPACE, Client, Executor, Groups, HandleMismatch, Networks, NotFound,
         Supervisor, TaskConfig, TaskHandle, TaskInfo, create_netns, inspect_netns,
-        read_task_logs, remove_netns,
+        read_logs, remove_netns,
     )
 
     def start(address: str) -> TaskHandle:
@@ -72,7 +73,7 @@ _USER = textwrap.dedent(
 
     def lines(info: TaskInfo) -> list[str]:
         driver = info.config.log_driver if info.config else "json-file"
-        return [e.message for e in read_task_logs(driver, info.log_path, tail=10)]
+        return [e.message for e in read_logs(info.log_path, driver=driver, tail=10)]
 
     def group_of(ex: Executor) -> list[str]:
         return [i.id for i in Groups(ex, Networks()).ps("web")]
@@ -154,19 +155,44 @@ def test_mypy_strict_on_a_user_file_against_a_built_wheel(tmp_path: Path) -> Non
     _mypy(tmp_path, "--python-executable", str(_venv_reading(tmp_path, site)))
 
 
-def test_type_checking_imports_match_the_lazy_exports() -> None:
-    """What type checkers read (the TYPE_CHECKING block) is what ``__getattr__`` loads."""
+def _type_checking_names() -> dict[str, tuple[str, str]]:
+    """What type checkers read: each name the ``TYPE_CHECKING`` block binds publicly, as
+    (module, name there). ``from m import a as a`` binds ``a``; ``b = _b`` binds ``b``
+    to what ``from m import a as _b`` imported (mypy re-exports no other alias)."""
     tree = ast.parse(Path(ctrexec.__file__).read_text())
     (block,) = [
         n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
     ]
-    seen = {
-        (a.asname or a.name, (node.module, a.name))
-        for node in block.body
-        if isinstance(node, ast.ImportFrom) and node.module != "types"  # ModuleType's, for mypy
-        for a in node.names
-    }
-    assert seen == set(ctrexec._MODULE_OF.items())
-    unreachable = set(ctrexec.__all__) - set(vars(ctrexec)) - set(ctrexec._MODULE_OF)
-    assert unreachable == set()
-    assert set(ctrexec._MODULE_OF) <= set(ctrexec.__all__)
+    imported: dict[str, tuple[str, str]] = {}
+    public: dict[str, tuple[str, str]] = {}
+    for node in block.body:
+        if isinstance(node, ast.ImportFrom) and node.module != "types":  # ModuleType's
+            assert node.module is not None
+            for a in node.names:
+                name = a.asname or a.name
+                assert a.asname == a.name or name.startswith("_"), ast.unparse(node)
+                (public if name == a.name else imported)[name] = (node.module, a.name)
+        elif isinstance(node, ast.Assign):
+            (target,) = node.targets
+            assert isinstance(target, ast.Name) and isinstance(node.value, ast.Name)
+            public[target.id] = imported.pop(node.value.id)
+    assert imported == {}, "imported under TYPE_CHECKING and never made public"
+    return public
+
+
+def test_type_checking_imports_are_exactly_the_public_names() -> None:
+    """``_WHERE`` is the one hand-kept list (``__all__`` and the lazy loading are made
+    from it); the ``TYPE_CHECKING`` imports, which mypy reads instead, must say the
+    same: the same names, each the object ``ctrexec.X`` is at run time."""
+    seen = _type_checking_names()
+
+    def line(name: str, where: tuple[str, str]) -> str:
+        return f"from {where[0]} import {where[1]} as {name}"
+
+    missing = [line(n, w) for n, w in ctrexec._MODULE_OF.items() if seen.get(n) != w]
+    extra = [line(n, w) for n, w in seen.items() if ctrexec._MODULE_OF.get(n) != w]
+    assert (missing, extra) == ([], []), "add the first, drop the second under TYPE_CHECKING"
+    assert ctrexec.__all__ == sorted(seen)
+    for name, (module, attribute) in seen.items():
+        assert getattr(ctrexec, name) is getattr(importlib.import_module(module), attribute)
+    assert [n for n in ctrexec.__all__ if n not in dir(ctrexec)] == []
