@@ -145,6 +145,7 @@ if TYPE_CHECKING:
     from ctrexec.net.nsinfo import inspect as _inspect_netns
     from ctrexec.oci.caps import DEFAULT_CAPABILITIES as DEFAULT_CAPABILITIES
     from ctrexec.oci.caps import normalize_capability as normalize_capability
+    from ctrexec.paths import StrPath as StrPath
     from ctrexec.tasks.aio import AsyncExecutor as AsyncExecutor
     from ctrexec.tasks.cgroupfs import cgroupfs_relative as cgroupfs_relative
     from ctrexec.tasks.config import RestartPolicy as RestartPolicy
@@ -271,6 +272,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.net.networks": ("Attachment", "Networks"),
     "ctrexec.net.nsinfo": ("Address", "Interface", "NetNSInfo", "Route", "inspect_netns=inspect"),
     "ctrexec.oci.caps": ("DEFAULT_CAPABILITIES", "normalize_capability"),
+    "ctrexec.paths": ("StrPath",),
     "ctrexec.tasks.aio": ("AsyncExecutor",),
     "ctrexec.tasks.cgroupfs": ("cgroupfs_relative",),
     "ctrexec.tasks.config": ("RestartPolicy", "TaskConfig", "TaskHandle", "TaskInfo"),

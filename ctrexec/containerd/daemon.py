@@ -23,6 +23,7 @@ from ctrexec._linux import mounts_under, unmount_all
 from ctrexec.containerd import tasks
 from ctrexec.containerd.client import Client
 from ctrexec.defaults import CONTAINERD_BIN_ENV, EMBEDDED_DIR_ENV, RUN_DIR
+from ctrexec.paths import StrPath
 
 DEFAULT_STATE_DIR = Path(RUN_DIR, "containerd")
 DEFAULT_ROOT_DIR = Path("/var/lib/ctrexec/containerd")
@@ -63,8 +64,8 @@ CONFIG_VERSION = 2
 class DaemonPaths:
     """Where one embedded containerd keeps everything."""
 
-    root: Path
-    state: Path
+    root: Path = attrs.field(converter=Path)
+    state: Path = attrs.field(converter=Path)
 
     @property
     def address(self) -> str:
@@ -83,9 +84,9 @@ class DaemonPaths:
         return self.state / "containerd.log"
 
     @classmethod
-    def under(cls, base: Path) -> DaemonPaths:
+    def under(cls, base: StrPath) -> DaemonPaths:
         """Root and state side by side under one directory (tests, throwaway daemons)."""
-        return cls(root=base / "root", state=base / "state")
+        return cls(root=Path(base, "root"), state=Path(base, "state"))
 
 
 def default_paths() -> DaemonPaths:
@@ -123,9 +124,10 @@ def render_config(paths: DaemonPaths, version: int = CONFIG_VERSION) -> str:
 class EmbeddedContainerd:
     """Start, find and stop one private containerd, identified by its directories."""
 
-    def __init__(self, paths: DaemonPaths | None = None, *, binary: str | None = None) -> None:
+    def __init__(self, paths: DaemonPaths | None = None, *, binary: StrPath | None = None) -> None:
         self.paths = paths or default_paths()
-        self.binary = binary or os.environ.get(CONTAINERD_BIN_ENV) or "containerd"
+        given = None if binary is None else os.fspath(binary)
+        self.binary = given or os.environ.get(CONTAINERD_BIN_ENV) or "containerd"
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property

@@ -23,6 +23,7 @@ from ctrexec.ids import validate_id
 from ctrexec.net import groupns
 from ctrexec.net.networks import parse_mode, parse_port
 from ctrexec.oci.namespaces import with_hostname
+from ctrexec.paths import StrPath
 from ctrexec.tasks import envfile, fields
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks.config import TaskConfig
@@ -88,7 +89,7 @@ def _unknown(keys: set[str], allowed: set[str]) -> None:
 
 
 def parse_group(
-    data: Mapping[str, Any], *, source: str = "group", base: Path | None = None
+    data: Mapping[str, Any], *, source: str = "group", base: StrPath | None = None
 ) -> GroupSpec:
     """Validate a group definition before any side effect.
 
@@ -99,7 +100,7 @@ def parse_group(
     edited between two ``group up`` is a changed definition.
     """
     try:
-        return _parse_group(data, base)
+        return _parse_group(data, None if base is None else Path(base))
     except InvalidArgument as exc:
         raise InvalidArgument(f"{source}: {exc}") from exc
 
@@ -190,7 +191,7 @@ def _task_name(name: str) -> None:
     validate_id(name, kind="task name")
 
 
-def load_group_file(path: str | Path) -> GroupSpec:
+def load_group_file(path: StrPath) -> GroupSpec:
     try:
         data = tomllib.loads(Path(path).read_text())
     except FileNotFoundError as exc:

@@ -41,6 +41,7 @@ from ctrexec.groups.backoff import (
     stale,
 )
 from ctrexec.groups.presence import DEFAULT_LOCK_DIR, presence
+from ctrexec.paths import StrPath
 from ctrexec.tasks import grouplock, logkeeper, runs
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks.config import TaskInfo
@@ -95,7 +96,7 @@ class Supervisor:
         reconnect_delay: float = 1.0,
         max_backoff: float = MAX_BACKOFF,
         reset_after: float = RESET_AFTER,
-        lock_dir: Path = DEFAULT_LOCK_DIR,
+        lock_dir: StrPath = DEFAULT_LOCK_DIR,
         boot_time: Callable[[], float] = _linux.boot_time,
         lost_after: float = LOST_AFTER,
         recheck_silent: float = RECHECK_SILENT,
@@ -107,7 +108,7 @@ class Supervisor:
         self.boot_time = boot_time
         self.lost_after = lost_after
         self.recheck_silent = recheck_silent
-        self.lock_dir = lock_dir
+        self.lock_dir = Path(lock_dir)
         self.client = executor.client
         self.reconnect_delay = reconnect_delay
         self.max_backoff = max_backoff

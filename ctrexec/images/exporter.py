@@ -30,6 +30,7 @@ from ctrexec.containerd import content
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Descriptor, Platform
 from ctrexec.images import archives, lookup
+from ctrexec.paths import StrPath
 
 _MAX_DEPTH = 4
 
@@ -162,7 +163,7 @@ def _write(client: Client, out: IO[bytes], exports: Sequence[_Export], docker: b
 def export_archive(
     client: Client,
     refs: Sequence[str],
-    dest: IO[bytes] | str | Path,
+    dest: IO[bytes] | StrPath,
     *,
     platform: Platform | str | None = None,
     all_platforms: bool = False,
@@ -177,7 +178,7 @@ def export_archive(
     want = content.as_platform(platform)
     exports = [_resolve(client, ref, want, all_platforms) for ref in refs]
     exports = list({e.name: e for e in exports}.values())
-    if not isinstance(dest, str | Path):
+    if not isinstance(dest, str | os.PathLike):
         _write(client, dest, exports, docker_manifest)
         return [e.name for e in exports]
     path = Path(dest)

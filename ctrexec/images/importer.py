@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import secrets
 import tarfile
 import zlib
@@ -39,6 +40,7 @@ from ctrexec.images import archives
 from ctrexec.images import store as imagestore
 from ctrexec.images.archives import ArchiveImage
 from ctrexec.images.reference import parse_reference
+from ctrexec.paths import StrPath
 
 _CHUNK = 1024 * 1024
 _HEAD = 16
@@ -440,7 +442,7 @@ def _finish(
 
 def import_archive(
     client: Client,
-    source: IO[bytes] | str | Path,
+    source: IO[bytes] | StrPath,
     *,
     platform: Platform | str | None = None,
     all_platforms: bool = False,
@@ -460,7 +462,7 @@ def import_archive(
     opts = _Options(content.as_platform(platform), all_platforms, base_name, unpack, snapshotter)
     if base_name:
         parse_reference(base_name)
-    if not isinstance(source, str | Path):
+    if not isinstance(source, str | os.PathLike):
         return _import(client, source, opts, progress)
     try:
         f = Path(source).open("rb")  # noqa: SIM115 - closed below, after the import

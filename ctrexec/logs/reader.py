@@ -62,6 +62,7 @@ from ctrexec.logs.driver import (
     format_time,
 )
 from ctrexec.logs.launcher import DEFAULT_LAUNCHER_DIR, write_launcher
+from ctrexec.paths import StrPath
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Generator, Iterator
@@ -235,7 +236,7 @@ def decode_entry(line: bytes | str) -> LogEntry | None:
 # --------------------------------------------------------------------------- reader
 
 
-def rotated_paths(path: str | os.PathLike[str]) -> list[str]:
+def rotated_paths(path: StrPath) -> list[str]:
     """Rotated files of ``path``, oldest first (``path.N`` … ``path.1``)."""
     current = Path(path)
     prefix = current.name + "."
@@ -452,7 +453,7 @@ def _since_ns(since: datetime | int | None) -> int | None:
 
 
 def read_logs(
-    path: str | os.PathLike[str],
+    path: StrPath,
     *,
     driver: str = modes.JSON_FILE,
     follow: bool = False,
@@ -522,7 +523,7 @@ class _ReadOptions(TypedDict, total=False):
 
 
 def read_task_logs(
-    driver: str, path: str | os.PathLike[str], **options: Unpack[_ReadOptions]
+    driver: str, path: StrPath, **options: Unpack[_ReadOptions]
 ) -> Iterator[LogEntry]:
     """Deprecated for one release: :func:`read_logs` (the name the package's callers use),
     with the driver as its keyword. Issue 38: one name per operation."""

@@ -50,6 +50,7 @@ from ctrexec.errors import (
     PermissionDenied,
 )
 from ctrexec.net import _pyroute2, nsmarks
+from ctrexec.paths import StrPath
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -425,7 +426,7 @@ def pin_from(name: str, source: str) -> NetNS:
     return NetNS(name=name, path=path)
 
 
-def remove(name_or_path: str | os.PathLike[str]) -> None:
+def remove(name_or_path: StrPath) -> None:
     """Unpin a namespace: detach its mount and unlink the file (``ip netns del``).
 
     NotFound if absent. Refuses anything that is neither a namespace mount nor the

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from ctrexec.net import netns
+from ctrexec.paths import StrPath
 
 _RT_TABLE_MAIN = 254
 _IFF_UP = 0x1
@@ -83,7 +84,7 @@ def _link_kind(msg: Any) -> str | None:
     return None if info is None else info.get_attr("IFLA_INFO_KIND")
 
 
-def inspect(path: str | os.PathLike[str], *, allow_host: bool = False) -> NetNSInfo:
+def inspect(path: StrPath, *, allow_host: bool = False) -> NetNSInfo:
     """Links (mac, mtu, state), addresses and main-table routes of a namespace."""
     text = os.fspath(path)
     with netns.netlink(text, allow_host=allow_host) as ipr:

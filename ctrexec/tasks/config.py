@@ -26,6 +26,7 @@ from ctrexec.oci import caps, namespaces, process, resources, secopts
 from ctrexec.oci.mounts import Mount
 from ctrexec.oci.spec import with_annotations
 from ctrexec.oci.user import check_group_add, split_user_spec
+from ctrexec.paths import text_or_none
 from ctrexec.tasks import fields, requestsize
 
 if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
@@ -324,10 +325,14 @@ class TaskConfig:
     #: Where the task's stdout and stderr go instead of a log (a scheduler's FIFOs, or
     #: files): the shim opens them itself, so output flows while the caller is away.
     stdout_path: str | None = attrs.field(
-        default=None, validator=fields.text(logmodes.check_output_path, optional=True)
+        default=None,
+        converter=text_or_none,
+        validator=fields.text(logmodes.check_output_path, optional=True),
     )
     stderr_path: str | None = attrs.field(
-        default=None, validator=fields.text(logmodes.check_output_path, optional=True)
+        default=None,
+        converter=text_or_none,
+        validator=fields.text(logmodes.check_output_path, optional=True),
     )
     snapshotter: str = attrs.field(
         default="overlayfs", validator=fields.text(lambda v: validate_id(v, kind="snapshotter"))
@@ -340,7 +345,9 @@ class TaskConfig:
     )
     #: Where this task's log goes instead of the executor's ``log_dir`` (a scheduler's
     #: per-allocation directory): ``<log_dir>/<namespace>/<name>/task.log``, as there.
-    log_dir: str | None = attrs.field(default=None, validator=fields.text(_absolute, optional=True))
+    log_dir: str | None = attrs.field(
+        default=None, converter=text_or_none, validator=fields.text(_absolute, optional=True)
+    )
 
     def __attrs_post_init__(self) -> None:
         """A swap limit needs a memory limit, as docker's. Only ``json-file`` rotates:

@@ -9,6 +9,7 @@ number of Executor instances, in any number of processes, agree on what exists.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -36,6 +37,7 @@ from ctrexec.logs import modes as logmodes
 from ctrexec.net import hostfiles, netns
 from ctrexec.oci.mounts import Mount
 from ctrexec.oci.user import ResolvedUser
+from ctrexec.paths import StrPath
 from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import control as taskctl
 from ctrexec.tasks import files as taskfiles
@@ -79,9 +81,9 @@ class Executor:
         self,
         client: Client,
         *,
-        log_dir: Path = DEFAULT_LOG_DIR,
-        files_dir: Path | None = None,
-        state_dir: Path | None = None,
+        log_dir: StrPath = DEFAULT_LOG_DIR,
+        files_dir: StrPath | None = None,
+        state_dir: StrPath | None = None,
     ) -> None:
         """``log_dir``: task logs (a TaskConfig's ``log_dir`` wins). ``state_dir``: the
         rest of ctrexec's own files (the tasks' hosts files unless ``files_dir``
@@ -488,11 +490,12 @@ class Executor:
         """Ids from the words a user typed (docker's unique-prefix rule), for front ends."""
         return containers.Lookup(self.client)
 
-    def tasks_in_netns(self, path: str) -> list[TaskInfo]:
+    def tasks_in_netns(self, path: StrPath) -> list[TaskInfo]:
         """Every task, stopped ones too, that names ``path`` as its namespace."""
+        path = os.fspath(path)
         return [i for i in self.list(all_tasks=True) if i.netns_path == path]
 
-    def remove_netns(self, spec: str, *, force: bool = False) -> None:
+    def remove_netns(self, spec: StrPath, *, force: bool = False) -> None:
         """``netns rm``: refuse while anything uses the namespace (a task, any process, a
         mount elsewhere), naming it, unless forced: then its tasks are stopped first, and
         what is not ctrexec's keeps the namespace alive without the name."""

@@ -38,10 +38,12 @@ _USER = textwrap.dedent(
     from __future__ import annotations
     import threading
     import ctrexec
+    from pathlib import Path
     from ctrexec import (
-        DEFAULT_NAMESPACE, Client, Executor, Groups, HandleMismatch, Networks, NotFound,
-        Supervisor, TaskConfig, TaskHandle, TaskInfo, create_netns, inspect_netns,
-        read_logs, remove_netns,
+        DEFAULT_NAMESPACE, Client, DaemonPaths, Executor, Groups, HandleMismatch, Networks,
+        NotFound, StrPath, Supervisor, TaskConfig, TaskHandle, TaskInfo, create_netns,
+        export_archive, import_archive, inspect_netns, load_group_file, read_logs,
+        remove_netns,
     )
 
     def start(address: str) -> TaskHandle:
@@ -82,6 +84,21 @@ _USER = textwrap.dedent(
         sup = Supervisor(ex)
         sup.run(stop)
         return sup.restarts
+
+    def paths(client: Client, alloc: str, where: StrPath) -> list[str]:
+        for log_dir in (f"/var/lib/sched/{alloc}/logs", Path("/var/lib/sched", alloc, "logs")):
+            ex = Executor(client, log_dir=log_dir, state_dir=log_dir, files_dir=log_dir)
+            ex.start_task(TaskConfig(name=alloc, image="busybox", log_dir=log_dir))
+            Supervisor(ex, lock_dir=log_dir)
+            ctrexec.is_supervised(client, log_dir)
+            DaemonPaths(root=log_dir, state=log_dir)
+            DaemonPaths.under(log_dir)
+            load_group_file(log_dir)
+            import_archive(client, log_dir)
+            Networks(cache_dir=log_dir)
+            read_logs(log_dir)
+        TaskConfig(name=alloc, image="busybox", stdout_path=Path("/f"), stderr_path="/f")
+        return export_archive(client, ["busybox"], where)
     """
 )
 _WRONG_LINE = _USER.splitlines().index("    return config.name") + 1
