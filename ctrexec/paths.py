@@ -6,7 +6,8 @@ and converts at the boundary, so what is stored keeps the type it had (a TaskCon
 ``log_dir`` stays a ``str`` in its JSON record). Named as typeshed's ``_typeshed.StrPath``
 (the same union), and not ``PathLike``, which would shadow ``os.PathLike``'s meaning.
 mypy reads the plain assignment as a type alias; ``typing.TypeAlias`` would load
-``typing``, which the command line's light verbs do not pay for.
+``typing``, which the command line's light verbs do not pay for. The library's modules
+import it under ``TYPE_CHECKING`` only, so no verb loads this module.
 """
 
 from __future__ import annotations
@@ -15,9 +16,3 @@ import os
 
 #: A filesystem path as a public call takes it: ``str`` or ``os.PathLike[str]``.
 StrPath = str | os.PathLike[str]
-
-
-def text_or_none(value: StrPath | None) -> str | None:
-    """An attrs converter: a path-like to its ``str``; anything else as given, for the
-    field's validator to accept or refuse in its own words."""
-    return os.fspath(value) if isinstance(value, os.PathLike) else value

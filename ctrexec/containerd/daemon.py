@@ -15,6 +15,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -23,7 +24,9 @@ from ctrexec._linux import mounts_under, unmount_all
 from ctrexec.containerd import tasks
 from ctrexec.containerd.client import Client
 from ctrexec.defaults import CONTAINERD_BIN_ENV, EMBEDDED_DIR_ENV, RUN_DIR
-from ctrexec.paths import StrPath
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 DEFAULT_STATE_DIR = Path(RUN_DIR, "containerd")
 DEFAULT_ROOT_DIR = Path("/var/lib/ctrexec/containerd")

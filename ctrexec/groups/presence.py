@@ -12,18 +12,21 @@ import fcntl
 import logging
 import os
 from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ctrexec.containerd.client import Client
 
 # The lock's place and its probe live with the tasks' views, which ask them too.
 from ctrexec.tasks.supervised import DEFAULT_LOCK_DIR, is_supervised, lock_path
 
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
+
 log = logging.getLogger("ctrexec.groups.supervisor")
 
 
 @contextlib.contextmanager
-def presence(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> Iterator[None]:
+def presence(client: Client, lock_dir: StrPath = DEFAULT_LOCK_DIR) -> Iterator[None]:
     """Hold a shared lock saying "a supervisor serves this namespace" for the block.
 
     The kernel drops a flock when its holder dies, so the lock cannot go stale the

@@ -14,7 +14,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -23,10 +23,12 @@ from ctrexec.ids import validate_id
 from ctrexec.net import groupns
 from ctrexec.net.networks import parse_mode, parse_port
 from ctrexec.oci.namespaces import with_hostname
-from ctrexec.paths import StrPath
 from ctrexec.tasks import envfile, fields
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks.config import TaskConfig
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 _GROUP_KEYS = {"name", "network", "hostname", "ports", "task"}
 _TASK_KEYS = {

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ctrexec import _linux
 from ctrexec import labels as lbl
@@ -41,12 +42,14 @@ from ctrexec.groups.backoff import (
     stale,
 )
 from ctrexec.groups.presence import DEFAULT_LOCK_DIR, presence
-from ctrexec.paths import StrPath
 from ctrexec.tasks import grouplock, logkeeper, runs
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks.config import TaskInfo
 from ctrexec.tasks.events import MAX_RECONNECT_DELAY, RecordDeleted, TaskEvents
 from ctrexec.tasks.executor import Executor
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 log = logging.getLogger("ctrexec.groups.supervisor")
 #: How often the stop watcher checks that run() is still going (only then: a set

@@ -21,7 +21,7 @@ import os
 import tarfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import attrs
 
@@ -30,7 +30,9 @@ from ctrexec.containerd import content
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.content import Descriptor, Platform
 from ctrexec.images import archives, lookup
-from ctrexec.paths import StrPath
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 _MAX_DEPTH = 4
 

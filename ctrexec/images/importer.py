@@ -28,7 +28,7 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import attrs
 
@@ -40,7 +40,9 @@ from ctrexec.images import archives
 from ctrexec.images import store as imagestore
 from ctrexec.images.archives import ArchiveImage
 from ctrexec.images.reference import parse_reference
-from ctrexec.paths import StrPath
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 _CHUNK = 1024 * 1024
 _HEAD = 16

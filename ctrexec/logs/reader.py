@@ -62,11 +62,12 @@ from ctrexec.logs.driver import (
     format_time,
 )
 from ctrexec.logs.launcher import DEFAULT_LAUNCHER_DIR, write_launcher
-from ctrexec.paths import StrPath
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Generator, Iterator
     from datetime import datetime
+
+    from ctrexec.paths import StrPath
 
 __all__ = [
     "DEFAULT_LAUNCHER_DIR",

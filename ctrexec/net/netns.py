@@ -35,7 +35,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -50,7 +50,9 @@ from ctrexec.errors import (
     PermissionDenied,
 )
 from ctrexec.net import _pyroute2, nsmarks
-from ctrexec.paths import StrPath
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

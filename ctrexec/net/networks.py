@@ -66,7 +66,6 @@ from ctrexec.net.routes import (
     parse_proc_ipv6_route,
     parse_proc_route,
 )
-from ctrexec.paths import StrPath
 
 log = logging.getLogger(__name__)
 
@@ -210,13 +209,13 @@ class Networks:
         self,
         *,
         cni: CNI | None = None,
-        conf_dir: StrPath | None = None,
-        cache_dir: StrPath | None = None,
-        plugin_dirs: Sequence[StrPath] | None = None,
+        conf_dir: str | os.PathLike[str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        plugin_dirs: Sequence[str | os.PathLike[str]] | None = None,
         network: str = DEFAULT_NETWORK,
         bridge: str = DEFAULT_BRIDGE,
         subnet: str = DEFAULT_SUBNET,
-        ipam_dir: StrPath = _cni.DEFAULT_IPAM_DIR,
+        ipam_dir: str | os.PathLike[str] = _cni.DEFAULT_IPAM_DIR,
         routes: Callable[[], Sequence[HostRoute]] = host_routes,
     ) -> None:
         if cni is None:
@@ -412,7 +411,7 @@ class Networks:
     def setup(
         self,
         owner: str,
-        netns_path: StrPath,
+        netns_path: str,
         mode: NetworkMode | str = DEFAULT_MODE,
         ports: Sequence[PortMapping] = (),
         *,
@@ -430,7 +429,6 @@ class Networks:
         group or busy on the host (AlreadyExists), and a change of ports on a live
         attachment (FailedPrecondition: tear it down first). Never hands out a live
         group's address, nor one of ``held`` (address -> holder, from records)."""
-        netns_path = os.fspath(netns_path)
         mode = _as_mode(mode)
         _cni.validate_container_id(owner)
         ports = tuple(ports)
@@ -550,7 +548,7 @@ class Networks:
     def teardown(
         self,
         owner: str,
-        netns_path: StrPath | None,
+        netns_path: str | None,
         mode: NetworkMode | str = DEFAULT_MODE,
         *,
         ports: Sequence[PortMapping] = (),
@@ -565,7 +563,6 @@ class Networks:
         ``addresses`` (the records' labels): reservations of those addresses that
         name ``owner`` go too.
         """
-        netns_path = None if netns_path is None else os.fspath(netns_path)
         mode = _as_mode(mode)
         _cni.validate_container_id(owner)
         if not mode.uses_cni:

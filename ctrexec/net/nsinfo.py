@@ -10,12 +10,14 @@ import ipaddress
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ctrexec.net import netns
-from ctrexec.paths import StrPath
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 _RT_TABLE_MAIN = 254
 _IFF_UP = 0x1

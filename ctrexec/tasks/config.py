@@ -26,7 +26,6 @@ from ctrexec.oci import caps, namespaces, process, resources, secopts
 from ctrexec.oci.mounts import Mount
 from ctrexec.oci.spec import with_annotations
 from ctrexec.oci.user import check_group_add, split_user_spec
-from ctrexec.paths import text_or_none
 from ctrexec.tasks import fields, requestsize
 
 if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
@@ -326,12 +325,12 @@ class TaskConfig:
     #: files): the shim opens them itself, so output flows while the caller is away.
     stdout_path: str | None = attrs.field(
         default=None,
-        converter=text_or_none,
+        converter=fields.text_or_none,
         validator=fields.text(logmodes.check_output_path, optional=True),
     )
     stderr_path: str | None = attrs.field(
         default=None,
-        converter=text_or_none,
+        converter=fields.text_or_none,
         validator=fields.text(logmodes.check_output_path, optional=True),
     )
     snapshotter: str = attrs.field(
@@ -346,7 +345,7 @@ class TaskConfig:
     #: Where this task's log goes instead of the executor's ``log_dir`` (a scheduler's
     #: per-allocation directory): ``<log_dir>/<namespace>/<name>/task.log``, as there.
     log_dir: str | None = attrs.field(
-        default=None, converter=text_or_none, validator=fields.text(_absolute, optional=True)
+        default=None, converter=fields.text_or_none, validator=fields.text(_absolute, optional=True)
     )
 
     def __attrs_post_init__(self) -> None:

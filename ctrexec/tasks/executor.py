@@ -37,7 +37,6 @@ from ctrexec.logs import modes as logmodes
 from ctrexec.net import hostfiles, netns
 from ctrexec.oci.mounts import Mount
 from ctrexec.oci.user import ResolvedUser
-from ctrexec.paths import StrPath
 from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import control as taskctl
 from ctrexec.tasks import files as taskfiles
@@ -52,6 +51,7 @@ from ctrexec.tasks.execspec import ExecOptions, process_spec
 from ctrexec.tasks.users import ImageUsers
 
 if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
     from ctrexec.tasks.events import EventOptions, TaskEvents
 
 DEFAULT_LOG_DIR = Path(defaults.DEFAULT_LOG_DIR)

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctrexec.errors import InvalidArgument, InvalidField
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 #: A range check: raises InvalidArgument for a value of the right type but wrong size.
 Check = Callable[[Any], object]
@@ -145,3 +149,9 @@ def to_string_map(value: Any) -> Any:
         k: str(v) if isinstance(v, NUMBER) and not isinstance(v, bool) else v
         for k, v in value.items()
     }
+
+
+def text_or_none(value: StrPath | None) -> str | None:
+    """An attrs converter: a path-like to its ``str``; anything else as given, for the
+    field's validator to accept or refuse in its own words."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else value

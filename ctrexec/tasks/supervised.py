@@ -19,6 +19,7 @@ import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -26,6 +27,9 @@ from ctrexec import flocks
 from ctrexec.containerd.client import Client
 from ctrexec.defaults import DEFAULT_NAMESPACE, RUN_DIR
 from ctrexec.tasks.config import Problem, TaskInfo
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 #: Where running supervisors hold their presence locks (cleared by a reboot).
 DEFAULT_LOCK_DIR = Path(RUN_DIR, "supervise")
@@ -37,13 +41,13 @@ UNSERVED = "no supervisor: run ctrexec supervise"
 DETAIL = "a restart is pending, but no supervisor serves this namespace"
 
 
-def lock_path(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> Path:
+def lock_path(client: Client, lock_dir: StrPath = DEFAULT_LOCK_DIR) -> Path:
     """The presence lock of the client's address and namespace."""
     key = hashlib.sha256(os.path.realpath(client.address).encode()).hexdigest()[:16]
-    return lock_dir / f"{key}-{client.namespace}.lock"
+    return Path(lock_dir, f"{key}-{client.namespace}.lock")
 
 
-def is_supervised(client: Client, lock_dir: Path = DEFAULT_LOCK_DIR) -> bool:
+def is_supervised(client: Client, lock_dir: StrPath = DEFAULT_LOCK_DIR) -> bool:
     """Whether a supervisor (any process) serves the client's address and namespace."""
     return flocks.held(lock_path(client, lock_dir))
 

@@ -5,6 +5,7 @@ before (a TaskConfig's paths stay ``str`` in its JSON record; the Executor's, Pa
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -51,6 +52,12 @@ def test_supervisor_lock_dir_takes_a_str_or_a_path() -> None:
     ex = Executor(object(), log_dir="/l")  # type: ignore[arg-type]
     assert Supervisor(ex, lock_dir="/locks").lock_dir == Path("/locks")
     assert Supervisor(ex, lock_dir=Path("/locks")).lock_dir == Path("/locks")
+
+
+def test_is_supervised_lock_dir_takes_a_str_or_a_path(tmp_path: Path) -> None:
+    client = SimpleNamespace(address="/run/containerd/containerd.sock", namespace="ns")
+    for lock_dir in (str(tmp_path), tmp_path):
+        assert ctrexec.is_supervised(client, lock_dir) is False  # type: ignore[arg-type]
 
 
 def test_group_files_and_bases_take_a_str_or_a_path(tmp_path: Path) -> None:
