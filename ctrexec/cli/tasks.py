@@ -18,7 +18,6 @@ from ctrexec import (
     MissingArguments,
     NotFound,
 )
-from ctrexec import labels as lbl
 from ctrexec.cli import attach, follow, publish, runflags
 from ctrexec.cli._common import (
     ArgumentParser,
@@ -324,11 +323,8 @@ def _start_one(ex: Executor, task_id: str, as_json: bool) -> bool:
 def cmd_stop(args: argparse.Namespace) -> int:
     ex = executor(args)
 
-    def stop(task_id: str) -> None:
-        auto_remove = ex.inspect(task_id, addresses=False).labels.get(lbl.AUTO_REMOVE) == "true"
+    def stop(task_id: str) -> None:  # an --rm container is removed too (the library's rule)
         ex.stop(task_id, timeout=args.time, signal=args.signal)
-        if auto_remove:  # as docker removes a stopped --rm container
-            _remove(ex, task_id)
 
     return each(args.ids, stop, ex.lookup())
 

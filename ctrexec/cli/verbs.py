@@ -7,12 +7,10 @@ docker acts on every name given and reports each failure on its own line, then e
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import select
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -32,7 +30,7 @@ from ctrexec.cli._common import (
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from ctrexec import Executor, LogEntry, Stats, TaskEvents
+    from ctrexec import Executor, LogEntry, Stats
     from ctrexec.cli.views.stats import StatsRow
 
 #: docker's exit code when some of the names given failed.
@@ -77,58 +75,10 @@ def cmd_wait(args: argparse.Namespace) -> int:
     ex = executor(args)
 
     def wait(task_id: str) -> bool:
-        print(_exit_code(ex, task_id), flush=True)
+        print(ex.wait(task_id).exit_code, flush=True)  # a created one: once it ran
         return True
 
     return each(args.ids, wait, ex.lookup())
-
-
-def _exit_code(ex: Executor, task_id: str) -> int:
-    """The current run's exit code, waiting for it to start first if it has not.
-
-    The stream is subscribed before the state is read, so a start in between is an
-    event that ends the wait for it; any event of the task makes it look again. A
-    removal of a never-started container is no task event: the state is also read
-    again every RECHECK seconds, so the wait then ends with No such container.
-    """
-    from ctrexec import Status
-
-    stream = None
-    woke = threading.Event()
-    try:
-        while True:
-            info = ex.inspect(task_id, addresses=False)
-            if info.status in (Status.RUNNING, Status.PAUSED, Status.PAUSING):
-                return ex.wait(task_id).exit_code
-            if info.status is Status.STOPPED:  # the library's wait: then the log is whole
-                with contextlib.suppress(NotFound):  # deleted meanwhile: its kept exit
-                    return ex.wait(task_id).exit_code
-            if info.exit is not None:  # stopped, or its exit kept once the task went
-                return info.exit.exit_code
-            if stream is None:
-                stream = ex.events(tasks=[task_id])
-                threading.Thread(target=_pump, args=(stream, woke), daemon=True).start()
-                continue  # look again now that nothing can be missed
-            woke.wait(RECHECK)
-            woke.clear()
-    finally:
-        if stream is not None:
-            stream.cancel()
-
-
-#: How often ``wait`` of a created container looks whether it is still there.
-RECHECK = 1.0
-
-
-def _pump(stream: TaskEvents, woke: threading.Event) -> None:
-    """Set ``woke`` at each event of the stream, and once more when it ends."""
-    try:
-        for _ in stream:
-            woke.set()
-    except CtrexecError:
-        pass  # cancelled, or broken: the waiter reads the state again either way
-    finally:
-        woke.set()
 
 
 def cmd_rename(args: argparse.Namespace) -> int:
@@ -144,7 +94,8 @@ def cmd_restart(args: argparse.Namespace) -> int:
     ex = executor(args)
 
     def restart(task_id: str) -> None:
-        ex.stop(task_id, timeout=args.time, signal=args.signal)
+        # docker's restart of an --rm container restarts it: the stop keeps it
+        ex.stop(task_id, timeout=args.time, signal=args.signal, remove=False)
         ex.start(task_id)
 
     return each(args.ids, restart, ex.lookup())

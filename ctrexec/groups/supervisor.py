@@ -624,7 +624,7 @@ class Supervisor:
         log.info("restarted %s (attempt %d)", container_id, count)
         if record.labels.get(lbl.STOPPED_BY_USER) == "true":
             log.info("%s was stopped by hand while it restarted; stopping it", container_id)
-            self.executor.stop(container_id)
+            self.executor.stop(container_id, remove=False)  # an --rm one: its exit removes it
 
     def _remove(self, container_id: str, status: ExitStatus) -> None:
         state = tasks.find(self.client, container_id)

@@ -274,7 +274,7 @@ class Groups:
         ex = self.executor
         teardown.stop_and_destroy(
             [c.id for c in members],
-            stop=lambda task_id: ex.stop(task_id, timeout=timeout),
+            stop=lambda task_id: ex.stop(task_id, timeout=timeout, remove=False),
             destroy=lambda task_id: ex.destroy(task_id, force=True),
         )
         for gone in missing.missing(members):  # deleted outside ctrexec: its files remain

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
-from ctrexec import _linux, defaults, ids, owners
+from ctrexec import _linux, defaults, owners
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, execs, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
@@ -465,8 +465,14 @@ class Executor:
         """Block until the task exits (DeadlineExceeded after ``timeout`` seconds, the
         task untouched); any number of threads may wait at once. See
         :mod:`ctrexec.tasks.waiting`. Once it returns, the log holds all the task wrote
-        (:func:`ctrexec.tasks.output.settle`, bounded)."""
-        status = waiting.wait(self.client, task_id, timeout)
+        (:func:`ctrexec.tasks.output.settle`, bounded). A task never started is waited
+        for as docker's ``wait`` does: until it runs and exits (:mod:`~ctrexec.tasks.runwait`)."""
+        try:
+            status = waiting.wait(self.client, task_id, timeout)
+        except NotFound:  # no task: not started yet, or its run's exit kept in the record
+            from ctrexec.tasks import runwait  # start-up: the event stream loads only here
+
+            status = runwait.wait(self.client, task_id, timeout, state_dir=self.state_dir)
         taskoutput.settle(self.client, task_id, self.state_dir)
         return status
 
@@ -542,12 +548,32 @@ class Executor:
         taskctl.signal(self.client, task_id, taskspec.parse_signal(sig))
 
     def stop(
-        self, task_id: str, timeout: float | None = None, signal: int | str | None = None
+        self,
+        task_id: str,
+        timeout: float | None = None,
+        signal: int | str | None = None,
+        *,
+        remove: bool = True,
     ) -> ExitStatus | None:
         """Send the stop signal, then SIGKILL when ``timeout`` passes (the record's stop
-        timeout when None); return the exit. See :func:`ctrexec.tasks.control.stop`."""
+        timeout when None); return the exit. See :func:`ctrexec.tasks.control.stop`.
+
+        A task whose config has ``auto_remove`` is then removed, as docker's stop of a
+        ``--rm`` container (under the same lock: no start slips in between); a removal
+        that a supervisor made first is no error. ``remove=False`` keeps it: a restart's
+        stop, or a supervisor whose exit handling removes it."""
         with self._lock(task_id):
-            return taskctl.stop(self.client, task_id, timeout, signal)
+            status = taskctl.stop(self.client, task_id, timeout, signal)
+            try:
+                record = containers.get(self.client, task_id)
+            except NotFound:
+                return status  # removed meanwhile (a supervisor's --rm): as asked
+            if not remove or record.labels.get(lbl.AUTO_REMOVE) != "true":
+                return status
+            self._destroy(task_id)
+        with self._locks_guard:
+            self._locks.pop(task_id, None)
+        return status
 
     def pause(self, task_id: str) -> None:
         taskctl.pause(self.client, task_id)
@@ -566,43 +592,22 @@ class Executor:
         still, and NotFound is raised.
         """
         with self._lock(task_id):
-            try:
-                record = containers.get(self.client, task_id)
-            except NotFound:
-                from ctrexec.tasks import stale  # start-up: only a removal needs it
-
-                ns = self.client.namespace
-                hostfiles.remove_dir(hostfiles.task_dir(self.files_dir, ns, task_id).directory)
-                stale.orphaned_rootfs(self.client, task_id, snapshots.DEFAULT_SNAPSHOTTER)
-                raise
-            state = tasks.find(self.client, task_id)
-            if state is not None and state.status is not Status.STOPPED and not force:
-                raise FailedPrecondition(
-                    f"container {task_id} is {state.status.value}; stop it first or force"
-                )
-            tasks.force_delete(self.client, task_id)
-            # A process left in the task's cgroup is no task's now (a runc init whose
-            # create was cut short): killed before its rootfs is taken away.
-            _linux.kill_cgroup_procs(ids.task_cgroup(self.client.namespace, task_id).lstrip("/"))
-            # Start-up: what only a removal needs loads with the first one, not for ps.
-            from ctrexec.tasks import implicitnet, stale
-
-            taskfiles.remove(self.client, record, state_dir=self.state_dir)
-            if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
-                implicitnet.release(self.files_dir, record.labels)
-            containers.delete(self.client, task_id)
-            stale.after_delete(self.client, record)
-            snapshots.remove_snapshot(self.client, record.snapshot_key, record.snapshotter)
-            if volumes or record.labels.get(lbl.AUTO_REMOVE) == "true":
-                volstore.remove_anonymous(self.client.namespace, record.labels)
-            # The task's own cgroup can outlive Delete for a moment while the kernel
-            # finishes tearing down its processes; the parents go with the last task.
-            leaf = ids.task_cgroup(self.client.namespace, task_id).lstrip("/")
-            last = not containers.list_containers(self.client)
-            if tasks.wait_until(lambda: _linux.remove_empty_cgroups(leaf, parents=last), 2.0):
-                owners.forget(owners.task_record(self.state_dir, self.client.namespace, task_id))
+            self._destroy(task_id, force=force, volumes=volumes)
         with self._locks_guard:
             self._locks.pop(task_id, None)
+
+    def _destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None:
+        """:func:`ctrexec.tasks.removal.destroy`; the caller holds the task's lock."""
+        from ctrexec.tasks import removal  # start-up: only a removal needs it
+
+        removal.destroy(
+            self.client,
+            task_id,
+            files_dir=self.files_dir,
+            state_dir=self.state_dir,
+            force=force,
+            volumes=volumes,
+        )
 
     def exec_stream(
         self,

@@ -53,6 +53,15 @@ def test_run_d_rm_without_supervisor_warns_and_stop_removes(
     assert gone(ex.client, "rm-nosup")
 
 
+def test_restart_of_an_rm_container_restarts_it(ex: Executor, cli: Cli, test_image: str) -> None:
+    """docker's restart of an --rm container restarts it: only stop removes."""
+    out = cli("run", "-d", "--rm", "--name", "rm-restart", test_image, "sleep", "1000")
+    assert out.returncode == 0, out.stderr
+    out = cli("restart", "-t", "1", "rm-restart")
+    assert out.returncode == 0, out.stderr
+    assert ex.inspect("rm-restart").status is Status.RUNNING
+
+
 def test_exit_without_supervisor_is_removed_when_one_starts(
     ex: Executor, cli: Cli, test_image: str
 ) -> None:

@@ -1,0 +1,74 @@
+"""Waiting on a task that has no run yet: docker's ``wait`` of a created container.
+
+docker's ``wait`` of a container never started blocks until a ``start`` from elsewhere
+runs it and it exits, and answers at once for one whose run ended (its kept exit,
+also when the task itself was deleted since). :meth:`Executor.wait` comes here when
+containerd has no task to wait on, so a scheduler and the CLI get the same answer.
+
+The event stream is subscribed before the state is read, so a start in between is an
+event that makes it look again; any event of the task does. A removal of a
+never-started container is no task event: the state is also read again every
+:data:`RECHECK` seconds, so the wait then ends with NotFound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+
+from ctrexec.containerd.client import Client
+from ctrexec.containerd.tasks import ExitStatus, Status
+from ctrexec.errors import CtrexecError, DeadlineExceeded, NotFound
+from ctrexec.tasks import info as taskinfo
+from ctrexec.tasks import waiting
+from ctrexec.tasks.events import TaskEvents
+
+#: How often a wait for a created container looks whether it is still there.
+RECHECK = 1.0
+#: States with a run to wait on: containerd's Wait answers for them.
+_RUN = (Status.RUNNING, Status.PAUSED, Status.PAUSING, Status.STOPPED)
+
+
+def wait(
+    client: Client, task_id: str, timeout: float | None = None, *, state_dir: Path | None = None
+) -> ExitStatus:
+    """The exit of the task's current run, or of its first run once one starts;
+    DeadlineExceeded after ``timeout`` seconds, NotFound once the container is gone."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    stream: TaskEvents | None = None
+    woke = threading.Event()
+    try:
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            info = taskinfo.inspect(client, task_id, addresses=False, state_dir=state_dir)
+            if info.status in _RUN:
+                with contextlib.suppress(NotFound):  # deleted meanwhile: look again
+                    return waiting.wait(client, task_id, left)
+                continue
+            if info.exit is not None:  # its run ended and the task went, the exit kept
+                return info.exit
+            if stream is None:
+                stream = TaskEvents.of(client, tasks=[task_id])
+                # Its keeper is the stream: cancelled in the finally below, it ends.
+                threading.Thread(target=_pump, args=(stream, woke), daemon=True).start()
+                continue  # look again now that nothing can be missed
+            if left is not None and left <= 0:
+                raise DeadlineExceeded(f"{task_id} did not exit within {timeout:g}s")
+            woke.wait(RECHECK if left is None else min(RECHECK, left))
+            woke.clear()
+    finally:
+        if stream is not None:
+            stream.cancel()
+
+
+def _pump(stream: TaskEvents, woke: threading.Event) -> None:
+    """Set ``woke`` at each event of the stream, and once more when it ends."""
+    try:
+        for _ in stream:
+            woke.set()
+    except CtrexecError:
+        pass  # cancelled, or broken: the waiter reads the state again either way
+    finally:
+        woke.set()
