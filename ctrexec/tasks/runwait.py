@@ -44,11 +44,12 @@ def wait(
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             info = taskinfo.inspect(client, task_id, addresses=False, state_dir=state_dir)
             if info.status in _RUN:
-                with contextlib.suppress(NotFound):  # deleted meanwhile: look again
+                with contextlib.suppress(NotFound):  # no task (deleted): its kept exit, if any
                     return waiting.wait(client, task_id, left)
-                continue
             if info.exit is not None:  # its run ended and the task went, the exit kept
                 return info.exit
+            if info.status in _RUN:
+                continue  # it was running and went meanwhile: look again
             if stream is None:
                 stream = TaskEvents.of(client, tasks=[task_id])
                 # Its keeper is the stream: cancelled in the finally below, it ends.

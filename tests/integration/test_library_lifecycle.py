@@ -19,6 +19,7 @@ from ctrexec.containerd.tasks import Status
 from ctrexec.errors import DeadlineExceeded, NotFound
 from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.executor import Executor
+from ctrexec.tasks.rename import rename
 
 
 @pytest.fixture
@@ -79,3 +80,14 @@ def test_wait_of_a_created_task_ends_when_it_is_removed(ex: Executor, test_image
         ex.destroy("lr-removed")
         with pytest.raises(NotFound):
             waiter.result(timeout=150)
+
+
+def test_wait_of_a_run_whose_task_was_deleted_answers_its_kept_exit(
+    ex: Executor, test_image: str
+) -> None:
+    """A rename deletes the stopped task and keeps its exit in the record: docker's
+    ``wait`` of an exited container answers that exit at once."""
+    ex.start_task(_cfg("lr-kept", test_image, "sh", "-c", "exit 3"))
+    assert ex.wait("lr-kept", timeout=120).code == 3
+    rename(ex, "lr-kept", "lr-kept2")
+    assert ex.wait("lr-kept2", timeout=120).code == 3
