@@ -597,10 +597,10 @@ class Executor:
             self._locks.pop(task_id, None)
 
     def _destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None:
-        """:func:`ctrexec.tasks.removal.destroy`; the caller holds the task's lock."""
-        from ctrexec.tasks import removal  # start-up: only a removal needs it
+        """:func:`ctrexec.tasks.stale.destroy`; the caller holds the task's lock."""
+        from ctrexec.tasks import stale  # start-up: only a removal needs it
 
-        removal.destroy(
+        stale.destroy(
             self.client,
             task_id,
             files_dir=self.files_dir,

@@ -12,6 +12,10 @@ the container half made under the shim is deleted, the shim is stopped when it s
 nothing else (as destroy stops an orphaned shim), and once containerd's own cleanup of
 that shim has had its time, whatever is left of the bundle is removed; then the create
 is sent again. The happy path costs nothing: only those errors are acted on.
+
+A removal's leftovers are here too, and so is the removal itself (:func:`destroy`,
+the body of :meth:`Executor.destroy` and of stop's removal of an auto-remove task):
+it loads with the first removal, not for ``ps``, and with what it clears.
 """
 
 from __future__ import annotations
@@ -19,13 +23,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from ctrexec import _linux, ids, owners
 from ctrexec import labels as lbl
 from ctrexec.containerd import bundles, containers, runtimes, snapshots, tasks
 from ctrexec.containerd.client import Client
-from ctrexec.errors import CtrexecError
+from ctrexec.containerd.tasks import Status
+from ctrexec.errors import CtrexecError, FailedPrecondition, NotFound
 from ctrexec.logs.orphaned_shims import stop_orphaned_drivers
+from ctrexec.net import hostfiles
+from ctrexec.tasks import files as taskfiles
+from ctrexec.tasks import implicitnet, records
 from ctrexec.tasks import info as taskinfo
-from ctrexec.tasks import records
+from ctrexec.tasks import volumes as volstore
 
 #: A bundle, then its work directory, can each be in the way once.
 _ATTEMPTS = 3
@@ -98,3 +107,50 @@ def orphaned_rootfs(client: Client, name: str, snapshotter: str) -> list[str]:
             snapshots.remove_snapshot(client, snap.name, snapshotter)
             removed.append(snap.name)
     return removed
+
+
+def destroy(
+    client: Client,
+    task_id: str,
+    *,
+    files_dir: Path,
+    state_dir: Path | None,
+    force: bool = False,
+    volumes: bool = False,
+) -> None:
+    """Remove task, container, snapshot, logs and host files (see :meth:`Executor.destroy`);
+    the caller holds the task's lock.
+
+    Without a record, what a removal cut short left (the id's host files, a rootfs
+    snapshot no record holds) is removed still, then NotFound is raised.
+    """
+    try:
+        record = containers.get(client, task_id)
+    except NotFound:
+        ns = client.namespace
+        hostfiles.remove_dir(hostfiles.task_dir(files_dir, ns, task_id).directory)
+        orphaned_rootfs(client, task_id, snapshots.DEFAULT_SNAPSHOTTER)
+        raise
+    state = tasks.find(client, task_id)
+    if state is not None and state.status is not Status.STOPPED and not force:
+        raise FailedPrecondition(
+            f"container {task_id} is {state.status.value}; stop it first or force"
+        )
+    tasks.force_delete(client, task_id)
+    # A process left in the task's cgroup is no task's now (a runc init whose
+    # create was cut short): killed before its rootfs is taken away.
+    _linux.kill_cgroup_procs(ids.task_cgroup(client.namespace, task_id).lstrip("/"))
+    taskfiles.remove(client, record, state_dir=state_dir)
+    if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
+        implicitnet.release(files_dir, record.labels)
+    containers.delete(client, task_id)
+    after_delete(client, record)
+    snapshots.remove_snapshot(client, record.snapshot_key, record.snapshotter)
+    if volumes or record.labels.get(lbl.AUTO_REMOVE) == "true":
+        volstore.remove_anonymous(client.namespace, record.labels)
+    # The task's own cgroup can outlive Delete for a moment while the kernel
+    # finishes tearing down its processes; the parents go with the last task.
+    leaf = ids.task_cgroup(client.namespace, task_id).lstrip("/")
+    last = not containers.list_containers(client)
+    if tasks.wait_until(lambda: _linux.remove_empty_cgroups(leaf, parents=last), 2.0):
+        owners.forget(owners.task_record(state_dir, client.namespace, task_id))

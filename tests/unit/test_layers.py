@@ -256,7 +256,6 @@ ORDER: dict[str, tuple[str, ...]] = {
         "stale",
         "control",
         "teardown",
-        "removal",
         "executor",
         "aio",
         "rename",
