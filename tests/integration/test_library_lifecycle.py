@@ -88,6 +88,6 @@ def test_wait_of_a_run_whose_task_was_deleted_answers_its_kept_exit(
     """A rename deletes the stopped task and keeps its exit in the record: docker's
     ``wait`` of an exited container answers that exit at once."""
     ex.start_task(_cfg("lr-kept", test_image, "sh", "-c", "exit 3"))
-    assert ex.wait("lr-kept", timeout=120).code == 3
+    assert ex.wait("lr-kept", timeout=120).exit_code == 3
     rename(ex, "lr-kept", "lr-kept2")
-    assert ex.wait("lr-kept2", timeout=120).code == 3
+    assert ex.wait("lr-kept2", timeout=120).exit_code == 3
