@@ -548,16 +548,11 @@ class Executor:
         taskctl.signal(self.client, task_id, taskspec.parse_signal(sig))
 
     def stop(
-        self,
-        task_id: str,
-        timeout: float | None = None,
-        signal: int | str | None = None,
-        *,
-        remove: bool = True,
-    ) -> ExitStatus | None:
+        self, task_id: str, timeout: float | None = None, signal: int | str | None = None,
+        *, remove: bool = True,
+    ) -> ExitStatus | None:  # fmt: skip
         """Send the stop signal, then SIGKILL when ``timeout`` passes (the record's stop
         timeout when None); return the exit. See :func:`ctrexec.tasks.control.stop`.
-
         A task whose config has ``auto_remove`` is then removed, as docker's stop of a
         ``--rm`` container (under the same lock: no start slips in between); a removal
         that a supervisor made first is no error. ``remove=False`` keeps it: a restart's
