@@ -18,13 +18,18 @@ NONE = "<none>"
 _DECIMAL_UNITS = ("B", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
 
 
+def scaled(n: float, base: int, units: Sequence[str], digits: int) -> str:
+    """go-units' one rule for a size: divide by ``base`` until it fits, ``digits`` significant."""
+    value, unit = float(n), 0
+    while value >= base and unit < len(units) - 1:
+        value /= base
+        unit += 1
+    return f"{value:.{digits}g}{units[unit]}"
+
+
 def human_size(n: int) -> str:
     """docker's (go-units') size: three significant digits of 1000-based units, ``4.2MB``."""
-    value, unit = float(n), 0
-    while value >= 1000 and unit < len(_DECIMAL_UNITS) - 1:
-        value /= 1000
-        unit += 1
-    return f"{value:.3g}{_DECIMAL_UNITS[unit]}"
+    return scaled(n, 1000, _DECIMAL_UNITS, 3)
 
 
 def image_id(summary: ImageSummary, *, trunc: bool = True) -> str:

@@ -15,7 +15,7 @@ import attrs
 
 from ctrexec import Stats
 from ctrexec.cli.views import gotemplate
-from ctrexec.cli.views.images import human_size
+from ctrexec.cli.views.images import human_size, scaled
 from ctrexec.cli.views.ps import render, table_template
 
 #: ``stats --format`` fields and the header ``table`` prints for each.
@@ -52,11 +52,7 @@ class StatsRow:
 
 def bytes_size(n: float) -> str:
     """docker's (go-units') BytesSize: four significant digits of 1024-based units."""
-    value, unit = float(n), 0
-    while value >= 1024 and unit < len(_BINARY_UNITS) - 1:
-        value /= 1024
-        unit += 1
-    return f"{value:.4g}{_BINARY_UNITS[unit]}"
+    return scaled(n, 1024, _BINARY_UNITS, 4)
 
 
 def _fields(row: StatsRow) -> dict[str, object]:
