@@ -75,7 +75,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
     ex = executor(args)
 
     def wait(task_id: str) -> bool:
-        print(ex.wait(task_id).exit_code, flush=True)  # a created one: once it ran
+        print(ex.wait(task_id, until_started=True).exit_code, flush=True)  # docker's wait
         return True
 
     return each(args.ids, wait, ex.lookup())

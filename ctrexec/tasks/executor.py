@@ -461,18 +461,21 @@ class Executor:
                         where=logmodes.daemon_dir(self.state_dir),
                     )
 
-    def wait(self, task_id: str, timeout: float | None = None) -> ExitStatus:
-        """Block until the task exits (DeadlineExceeded after ``timeout`` seconds, the
-        task untouched); any number of threads may wait at once. See
-        :mod:`ctrexec.tasks.waiting`. Once it returns, the log holds all the task wrote
-        (:func:`ctrexec.tasks.output.settle`, bounded). A task never started is waited
-        for as docker's ``wait`` does: until it runs and exits (:mod:`~ctrexec.tasks.runwait`)."""
+    def wait(
+        self, task_id: str, timeout: float | None = None, *, until_started: bool = False
+    ) -> ExitStatus:
+        """Block until the task exits (DeadlineExceeded after ``timeout``, the task untouched;
+        any number of threads at once; :mod:`ctrexec.tasks.waiting`); then the log is whole
+        (:func:`ctrexec.tasks.output.settle`). No task: a kept exit, else NotFound, or with
+        ``until_started`` docker's wait of a created one (:mod:`~ctrexec.tasks.runwait`)."""
         try:
             status = waiting.wait(self.client, task_id, timeout)
         except NotFound:  # no task: not started yet, or its run's exit kept in the record
             from ctrexec.tasks import runwait  # start-up: the event stream loads only here
 
-            status = runwait.wait(self.client, task_id, timeout, state_dir=self.state_dir)
+            status = runwait.wait(
+                self.client, task_id, timeout, state_dir=self.state_dir, until_started=until_started
+            )
         taskoutput.settle(self.client, task_id, self.state_dir)
         return status
 

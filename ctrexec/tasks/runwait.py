@@ -5,6 +5,11 @@ runs it and it exits, and answers at once for one whose run ended (its kept exit
 also when the task itself was deleted since). :meth:`Executor.wait` comes here when
 containerd has no task to wait on, so a scheduler and the CLI get the same answer.
 
+Waiting for a start is asked for (``until_started``), not assumed: a container whose
+shim was killed has no task and no kept exit either (containerd forgets the task), and
+nothing in its record tells it from one never started. A scheduler's wait on such a
+run must end (NotFound), not wait for a start that may never come.
+
 The event stream is subscribed before the state is read, so a start in between is an
 event that makes it look again; any event of the task does. A removal of a
 never-started container is no task event: the state is also read again every
@@ -32,10 +37,16 @@ _RUN = (Status.RUNNING, Status.PAUSED, Status.PAUSING, Status.STOPPED)
 
 
 def wait(
-    client: Client, task_id: str, timeout: float | None = None, *, state_dir: Path | None = None
+    client: Client,
+    task_id: str,
+    timeout: float | None = None,
+    *,
+    state_dir: Path | None = None,
+    until_started: bool = False,
 ) -> ExitStatus:
-    """The exit of the task's current run, or of its first run once one starts;
-    DeadlineExceeded after ``timeout`` seconds, NotFound once the container is gone."""
+    """The exit of the task's current run, or (``until_started``) of its first run once
+    one starts; DeadlineExceeded after ``timeout`` seconds, NotFound once the container
+    is gone, or at once when it has no run to wait on and ``until_started`` is false."""
     deadline = None if timeout is None else time.monotonic() + timeout
     stream: TaskEvents | None = None
     woke = threading.Event()
@@ -50,6 +61,8 @@ def wait(
                 return info.exit
             if info.status in _RUN:
                 continue  # it was running and went meanwhile: look again
+            if not until_started:
+                raise NotFound(f"task {task_id} not found: no run to wait on")
             if stream is None:
                 stream = TaskEvents.of(client, tasks=[task_id])
                 # Its keeper is the stream: cancelled in the finally below, it ends.

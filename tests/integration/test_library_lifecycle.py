@@ -64,11 +64,14 @@ def test_stop_of_a_plain_task_keeps_it(ex: Executor, test_image: str) -> None:
 
 def test_wait_of_a_created_task_waits_for_its_run(ex: Executor, test_image: str) -> None:
     ex.create(_cfg("lr-created", test_image, "sh", "-c", "exit 7"))
+    # Not asked to wait for a start: nothing to wait on (as a run lost with its shim).
+    with pytest.raises(NotFound):
+        ex.wait("lr-created", timeout=120)
     # Never started, it cannot exit: the bound passes (it was NotFound at once before).
     with pytest.raises(DeadlineExceeded):
-        ex.wait("lr-created", timeout=2)
+        ex.wait("lr-created", timeout=2, until_started=True)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        waiter = pool.submit(ex.wait, "lr-created", 120)
+        waiter = pool.submit(ex.wait, "lr-created", 120, until_started=True)
         ex.start("lr-created")
         assert waiter.result(timeout=150).exit_code == 7
 
@@ -76,7 +79,7 @@ def test_wait_of_a_created_task_waits_for_its_run(ex: Executor, test_image: str)
 def test_wait_of_a_created_task_ends_when_it_is_removed(ex: Executor, test_image: str) -> None:
     ex.create(_cfg("lr-removed", test_image, "true"))
     with ThreadPoolExecutor(max_workers=1) as pool:
-        waiter = pool.submit(ex.wait, "lr-removed", 120)
+        waiter = pool.submit(ex.wait, "lr-removed", 120, until_started=True)
         ex.destroy("lr-removed")
         with pytest.raises(NotFound):
             waiter.result(timeout=150)
