@@ -555,18 +555,18 @@ class Executor:
         *, remove: bool = True,
     ) -> ExitStatus | None:  # fmt: skip
         """Send the stop signal, then SIGKILL when ``timeout`` passes (the record's stop
-        timeout when None); return the exit. See :func:`ctrexec.tasks.control.stop`.
-        A task whose config has ``auto_remove`` is then removed, as docker's stop of a
-        ``--rm`` container (under the same lock: no start slips in between); a removal
-        that a supervisor made first is no error. ``remove=False`` keeps it: a restart's
-        stop, or a supervisor whose exit handling removes it."""
+        timeout when None); return the exit (:func:`ctrexec.tasks.control.stop`). Then an
+        ``auto_remove`` task is removed, as docker's stop of an ``--rm`` one, under the same
+        lock (a supervisor's removal first is no error); ``remove=False`` keeps it."""
         with self._lock(task_id):
             status = taskctl.stop(self.client, task_id, timeout, signal)
+            if not remove:  # no record to read: a restart's or group down's stop
+                return status
             try:
                 record = containers.get(self.client, task_id)
             except NotFound:
                 return status  # removed meanwhile (a supervisor's --rm): as asked
-            if not remove or record.labels.get(lbl.AUTO_REMOVE) != "true":
+            if record.labels.get(lbl.AUTO_REMOVE) != "true":
                 return status
             self._destroy(task_id)
         with self._locks_guard:
