@@ -153,9 +153,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return missing_exit if missing_exit and missing else code
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        return 0
+    except BrokenPipeError as err:
+        if not output_closed():
+            # Not our reader gone: a pipe of ours (a daemon's socket) broke. Said, not
+            # taken for a quiet success (a wait once printed nothing and exited 0).
+            print(f"ctrexec: {_common.bounded(str(err))}", file=sys.stderr)
+            return _common.EXIT_ERROR
+        return 0  # `ctrexec ps | head -1`: the reader has what it wanted
     return code
+
+
+def output_closed() -> bool:
+    """Whether the reader of stdout or stderr is gone (``| head``), as opposed to some
+    other pipe or socket: a pipe whose read end is closed polls POLLERR at its write
+    end, a socket whose peer went POLLHUP."""
+    import select  # only a broken pipe pays for it
+
+    poll = select.poll()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            poll.register(stream.fileno(), 0)  # POLLERR and POLLHUP are always reported
+    return any(event & (select.POLLERR | select.POLLHUP) for _, event in poll.poll(0))
 
 
 def entry() -> NoReturn:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ctrexec import flocks
 from ctrexec.defaults import DEFAULT_LOGD_DIR, LOGD_DIR_ENV
-from ctrexec.errors import DeadlineExceeded, FailedPrecondition
+from ctrexec.errors import CtrexecError, DeadlineExceeded, FailedPrecondition
 from ctrexec.logs import daemon as logdaemon
 from ctrexec.logs import holders
 from ctrexec.logs.launcher import boot_source
@@ -253,23 +253,28 @@ def request(
     for attempt in range(3):
         try:
             return _exchange(where / logdaemon.SOCKET, message, timeout)
-        except (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, EOFError):
-            # No daemon, or one that was going idle as we came: start one and try again.
+        except (FileNotFoundError, ConnectionError, EOFError):
+            # No daemon, or one that was going idle as we came (refused, reset, or
+            # closed before it read: EPIPE): start one and try again.
             if not start:
                 return None
             if attempt == 2:
                 break
             spawn(where)
+        except OSError as exc:  # the seam: no bare OSError reaches a wait or a command
+            raise FailedPrecondition(
+                f"the ctrexec log daemon in {where}: {exc.strerror or exc}"
+            ) from exc
     raise FailedPrecondition(f"the ctrexec log daemon in {where} does not answer")
 
 
 def _exchange(path: Path, message: dict[str, Any], timeout: float) -> dict[str, Any]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
-        sock.connect(os.fspath(path))
-        sock.sendall(json.dumps(message).encode() + b"\n")
         data = b""
         try:
+            sock.connect(os.fspath(path))
+            sock.sendall(json.dumps(message).encode() + b"\n")
             while not data.endswith(b"\n"):
                 chunk = sock.recv(65536)
                 if not chunk:
@@ -294,7 +299,7 @@ def spawn(where: Path) -> None:
     where.mkdir(mode=0o700, parents=True, exist_ok=True)
     with open(where / "spawn.lock", "a") as lock:  # noqa: PTH123
         fcntl.flock(lock, fcntl.LOCK_EX)
-        with contextlib.suppress(OSError, EOFError, FailedPrecondition):
+        with contextlib.suppress(OSError, EOFError, CtrexecError):
             _exchange(where / logdaemon.SOCKET, {"op": "ping"}, 1.0)
             return  # another client started it meanwhile
         if _start(where) == b"b" and _going_away(where):

@@ -73,3 +73,44 @@ def test_under_a_profiler_entry_exits_normally_so_results_are_written(tmp_path: 
     )
     assert "/nonexistent/c.sock does not exist" in out.stderr  # cProfile drops the code
     assert stats.stat().st_size > 0
+
+
+_BROKEN = textwrap.dedent(
+    """
+    import argparse
+    from ctrexec.cli import main as cli
+
+    def verb(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    cli.parse = lambda argv=None: argparse.Namespace(func=verb)
+    cli.entry()
+    """
+)
+
+
+def test_a_broken_pipe_that_is_not_our_reader_gone_is_an_error() -> None:
+    """A daemon's socket breaking in a wait once ended it with 0 and nothing printed."""
+    out = subprocess.run(
+        [sys.executable, "-c", _BROKEN], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert (out.returncode, out.stdout) == (125, "")
+    assert out.stderr.splitlines() == ["ctrexec: [Errno 32] Broken pipe"]
+
+
+def test_a_reader_that_went_away_ends_the_command_quietly() -> None:
+    """``ctrexec ps | head -1``: head has what it wanted; no error, as docker's."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _BROKEN],
+            check=False,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert (out.returncode, out.stderr) == (0, "")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ctrexec import errors
 from ctrexec.logs import client as logdaemon_client
 from ctrexec.logs import daemon as logdaemon
 from ctrexec.logs import reader as logs
@@ -374,3 +375,41 @@ def test_a_slow_client_slows_the_task_and_loses_nothing(logd: Path, tmp_path: Pa
     assert bytes(client.got) == data
     logdaemon_client.wait_drained(log)
     assert _logged(log) == data.decode()
+
+
+@pytest.mark.parametrize(
+    "lost", [BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset"), EOFError()]
+)
+def test_a_daemon_gone_mid_request_is_asked_again_after_a_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost: Exception
+) -> None:
+    """A daemon going idle as a client came closes before it reads: EPIPE at the send.
+    It once reached `ctrexec wait` as a bare BrokenPipeError, taken there for stdout's
+    reader gone: exit 0 with no exit code printed (CI run of stop 44)."""
+    answers: list[object] = [lost, {"read": 0}]
+    started: list[Path] = []
+
+    def exchange(path: Path, message: object, timeout: float) -> object:
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(logdaemon_client, "_exchange", exchange)
+    monkeypatch.setattr(logdaemon_client, "spawn", started.append)
+    assert logdaemon_client.request({"op": "settle"}, where=tmp_path) == {"read": 0}
+    assert started == [tmp_path]
+    answers[:] = [lost]
+    assert logdaemon_client.request({"op": "settle"}, start=False, where=tmp_path) is None
+
+
+def test_another_socket_error_is_a_ctrexec_error_that_keeps_its_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def exchange(path: Path, message: object, timeout: float) -> object:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(logdaemon_client, "_exchange", exchange)
+    with pytest.raises(errors.FailedPrecondition, match="Permission denied") as raised:
+        logdaemon_client.request({"op": "ping"}, where=tmp_path)
+    assert isinstance(raised.value.__cause__, PermissionError)
