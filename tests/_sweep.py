@@ -16,7 +16,8 @@ with the CNI chains only they use, and bridges that hold an address in it and ha
 port. So are the namespaces tests pin themselves (``cxt-``) that no process uses. These
 are left alone while another test run is going on. runc's own state of the session's
 namespace (under a path all containerds share) goes when no shim of that namespace runs
-and the container's init is dead. Nothing else on the host is touched.
+and the container's init is dead, and so do its empty cgroups. Nothing else on the host
+is touched.
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ from pathlib import Path
 
 import attrs
 
-from ctrexec._linux import mounts_under
+from ctrexec._linux import mounts_under, remove_empty_cgroups
 from ctrexec.containerd import containers
 from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
+from ctrexec.doctor.cgroups import hierarchies
 from ctrexec.errors import CtrexecError
+from ctrexec.ids import CGROUP_PARENT, task_cgroup
 from ctrexec.logs.orphaned_shims import arg, processes
 from ctrexec.net import netns, nsrefs
 from ctrexec.net.netns import NETNS_RUN_DIR
@@ -263,12 +266,8 @@ def remove_runc_state(namespace: str, root: Path = RUNC_STATE_DIR) -> list[str]:
     fails with ``container with id exists``. The namespace is this session's own (each
     run of a matrix has its own); while any shim of it runs, nothing is touched."""
     where = root / namespace
-    if not where.is_dir():
+    if not where.is_dir() or _shim_serves(namespace):
         return []
-    for _, argv in processes().values():
-        shim = Path(os.fsdecode(argv[0])).name.startswith("containerd-shim")
-        if shim and arg(argv, b"-namespace") == os.fsencode(namespace):
-            return []
     runc = shutil.which("runc")
     gone: list[str] = []
     for state in sorted(where.iterdir()):
@@ -279,6 +278,38 @@ def remove_runc_state(namespace: str, root: Path = RUNC_STATE_DIR) -> list[str]:
         shutil.rmtree(state, ignore_errors=True)
         gone.append(f"runc state {namespace}/{state.name}")
     return gone
+
+
+def remove_cgroups(namespace: str) -> list[str]:
+    """The empty cgroups of this session's namespace, and its ``/ctrexec/<namespace>``
+    parent once empty: what a killed run leaves when its tasks died with their shims
+    and nothing ran runc's delete (CI kills all a stopped session left running, and may
+    share the host's cgroup trees but not its files, so no dead directory or runc state
+    leads here). The kernel removes only a cgroup with no process and no child; while
+    any shim of the namespace runs, nothing is touched (a task being made)."""
+    if _shim_serves(namespace):
+        return []
+    parent = f"{CGROUP_PARENT}/{namespace}"
+    leaves: set[str] = set()
+    for tree in hierarchies():
+        with contextlib.suppress(OSError):
+            leaves.update(p.name for p in (tree / parent.lstrip("/")).iterdir() if p.is_dir())
+    gone = [
+        f"cgroup {task_cgroup(namespace, leaf)}"
+        for leaf in sorted(leaves)
+        if remove_empty_cgroups(task_cgroup(namespace, leaf).lstrip("/"), parents=False)
+    ]
+    remove_empty_cgroups(parent.lstrip("/"), parents=False)
+    return gone
+
+
+def _shim_serves(namespace: str) -> bool:
+    """Whether a containerd shim of ``namespace`` runs (any containerd's)."""
+    for _, argv in processes().values():
+        shim = Path(os.fsdecode(argv[0])).name.startswith("containerd-shim")
+        if shim and arg(argv, b"-namespace") == os.fsencode(namespace):
+            return True
+    return False
 
 
 def _init_alive(state: Path) -> bool:
@@ -307,6 +338,7 @@ def sweep(cli: Sequence[str], namespace: str) -> list[str]:
     for where in dead_dirs():
         gone += remove_dead_dir(where, cli)
     gone += remove_runc_state(namespace)
+    gone += remove_cgroups(namespace)
     if live_runs():
         return gone
     return gone + remove_rules() + remove_bridges() + remove_test_pins()

@@ -10,8 +10,19 @@ import re
 import time
 from pathlib import Path
 
-from _sweep import MIN_AGE, TEST_RANGE, dead_dirs, doomed, parse_rules, remove_runc_state
+import _sweep
+import pytest
+from _sweep import (
+    MIN_AGE,
+    TEST_RANGE,
+    dead_dirs,
+    doomed,
+    parse_rules,
+    remove_cgroups,
+    remove_runc_state,
+)
 
+from ctrexec import _linux
 from ctrexec.testing import OWNER_LOCK
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -135,3 +146,35 @@ def test_another_namespaces_runc_state_is_not_looked_at(tmp_path: Path) -> None:
     other = _runc_state(tmp_path, ns + "-other", "dead", 2**22 + 7, 1)
     assert remove_runc_state(ns, root=tmp_path) == []
     assert other.exists()
+
+
+def _tree(root: Path, *cgroups: str) -> None:
+    for cgroup in cgroups:
+        (root / cgroup).mkdir(parents=True)
+
+
+def test_a_killed_runs_empty_cgroups_go_a_busy_one_and_other_namespaces_stay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI kills a stopped session's tasks with their shims: their cgroups stay, empty,
+    and the next session's audits find them (CI run of stop 44, 11 errors on 1.7)."""
+    monkeypatch.setattr(_linux, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(_sweep, "processes", dict)
+    _tree(tmp_path, "memory/ctrexec/ns/a", "pids/ctrexec/ns/a", "pids/ctrexec/ns/b/child")
+    _tree(tmp_path, "memory/ctrexec/other/c")
+    assert remove_cgroups("ns") == ["cgroup /ctrexec/ns/a"]
+    assert not (tmp_path / "memory/ctrexec/ns").exists()  # its parent, empty, went too
+    assert (tmp_path / "pids/ctrexec/ns/b/child").is_dir()  # not empty: the kernel's rule
+    assert (tmp_path / "memory/ctrexec/other/c").is_dir()
+    assert (tmp_path / "memory/ctrexec").is_dir()  # the top, every namespace's, stays
+
+
+def test_no_cgroup_is_touched_while_a_shim_of_the_namespace_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_linux, "CGROUP_ROOT", tmp_path)
+    shim = [b"/usr/bin/containerd-shim-runc-v2", b"-namespace", b"ns", b"-id", b"a"]
+    monkeypatch.setattr(_sweep, "processes", lambda: {4242: (1, shim)})
+    _tree(tmp_path, "memory/ctrexec/ns/a")
+    assert remove_cgroups("ns") == []
+    assert (tmp_path / "memory/ctrexec/ns/a").is_dir()
