@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from ctrexec.doctor.findings import Check as Check
     from ctrexec.doctor.findings import Finding as Finding
     from ctrexec.doctor.findings import Scope as Scope
+    from ctrexec.doctor.nomadsockets import sweep_nomad_sockets as sweep_nomad_sockets
     from ctrexec.doctor.prune import ContainerFilter as ContainerFilter
     from ctrexec.doctor.prune import ContainerPruneReport as ContainerPruneReport
     from ctrexec.doctor.prune import SystemPruneReport as SystemPruneReport
@@ -205,6 +206,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.defaults": ("DEFAULT_NAMESPACE",),
     "ctrexec.doctor.checks": ("Failure", "GcReport", "doctor", "gc"),
     "ctrexec.doctor.findings": ("Check", "Finding", "Scope"),
+    "ctrexec.doctor.nomadsockets": ("sweep_nomad_sockets",),
     "ctrexec.doctor.prune": (
         "ContainerFilter",
         "ContainerPruneReport",

@@ -8,19 +8,26 @@ is garbage when it is doctor's own user's (root's: one of another user by that n
 not ctrexec's), holds nothing but the socket, no process accepts connections on the
 socket (a dead plugin's file stays behind; only a connect tells), and it is older
 than the grace period (a plugin starting now has not listened yet). ``$TMPDIR`` is
-doctor's own: run it with the agent's when that differs.
+doctor's own: run it with the agent's when that differs. The plugin applies the same
+rule at each start (:func:`sweep_nomad_sockets`), with a grace of seconds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ctrexec import _linux
 from ctrexec.defaults import NOMAD_SOCKET_DIR_PREFIX, NOMAD_SOCKET_NAME
 from ctrexec.doctor.findings import Check, Finding, Scope, stamp
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 KIND = "nomad-socket"
 
@@ -40,6 +47,25 @@ def _dead(directory: Path) -> float | None:
     if NOMAD_SOCKET_NAME in names and _linux.unix_socket_listening(sock):
         return None
     return info.st_mtime
+
+
+def sweep_nomad_sockets(tmp: StrPath | None = None, *, min_age: float = 5.0) -> list[Path]:
+    """Remove the socket directories of Nomad plugins that died without removing them;
+    those removed. The plugin calls it as it starts (only a start can clean up after a
+    SIGKILLed one); ``ctrexec gc`` does the same with its grace period. ``min_age``
+    spares a plugin that is starting now and has not listened yet."""
+    where = Path(tempfile.gettempdir() if tmp is None else tmp)
+    removed = []
+    now = time.time()
+    for directory in sorted(where.glob(NOMAD_SOCKET_DIR_PREFIX + "*")):
+        since = _dead(directory)
+        if since is None or now - since < min_age:
+            continue
+        with contextlib.suppress(OSError):  # unlink, then rmdir: nothing else is removed
+            (directory / NOMAD_SOCKET_NAME).unlink(missing_ok=True)
+            directory.rmdir()
+            removed.append(directory)
+    return removed
 
 
 def find(scope: Scope, tmp: Path | None = None) -> list[Finding]:

@@ -15,7 +15,6 @@ import os
 import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from ctrexec.defaults import NOMAD_SOCKET_DIR_PREFIX, NOMAD_SOCKET_NAME
@@ -56,9 +55,10 @@ def main() -> int:
     # Logging is hclog's before grpc and asyncio load, so their first lines are too.
     import asyncio
 
+    from ctrexec import sweep_nomad_sockets
     from ctrexec.nomad import serve
 
-    sweep_stale_sockets(Path(tempfile.gettempdir()))
+    sweep_nomad_sockets()  # a SIGKILLed plugin's directory: only a start cleans it
     directory = Path(tempfile.mkdtemp(prefix=NOMAD_SOCKET_DIR_PREFIX))
     socket_path = directory / NOMAD_SOCKET_NAME
     try:
@@ -69,46 +69,6 @@ def main() -> int:
         with contextlib.suppress(OSError):
             directory.rmdir()
     return 0
-
-
-def sweep_stale_sockets(tmp: Path, *, min_age: float = 5.0) -> list[Path]:
-    """Remove the socket directories of plugins that died without cleaning up.
-
-    A plugin that exits removes its own; one that Nomad (or anyone) SIGKILLed cannot.
-    A directory goes only when it is this user's (another user's plugin, or anything
-    else of that name, is not ours), its socket accepts no connection and it is older
-    than ``min_age`` seconds (a plugin starting right now has not listened yet).
-    """
-    removed = []
-    now = time.time()
-    for directory in tmp.glob(NOMAD_SOCKET_DIR_PREFIX + "*"):
-        sock = directory / NOMAD_SOCKET_NAME
-        with contextlib.suppress(OSError):
-            info = directory.lstat()
-            if info.st_uid != os.geteuid() or now - info.st_mtime < min_age:
-                continue
-            if _listening(sock):
-                continue
-            sock.unlink(missing_ok=True)
-            directory.rmdir()
-            removed.append(directory)
-    return removed
-
-
-def _listening(sock: Path) -> bool:
-    """Whether a process accepts connections on ``sock``: a SIGKILLed plugin's socket
-    file stays behind, and only a connect tells the two apart (as ``ctrexec doctor``
-    does for the same directories)."""
-    # socket (and selectors) load only for a plugin that passed the handshake checks.
-    import socket
-
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(sock))
-        except OSError:
-            return False
-    return True
 
 
 def _handshake(socket_path: str) -> None:

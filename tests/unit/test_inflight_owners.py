@@ -4,6 +4,7 @@ uid rule (issue 36, item 4)."""
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -11,9 +12,9 @@ import pytest
 
 from ctrexec import inflight, owners
 from ctrexec.defaults import NOMAD_SOCKET_DIR_PREFIX, NOMAD_SOCKET_NAME
+from ctrexec.doctor import nomadsockets
+from ctrexec.doctor.nomadsockets import sweep_nomad_sockets
 from ctrexec.net import nsmarks
-from ctrexec.nomad import main as nomad_main
-from ctrexec.nomad.main import sweep_stale_sockets
 
 
 @pytest.fixture(autouse=True)
@@ -107,10 +108,10 @@ def test_the_nomad_sweep_leaves_other_users_directories(
     then = time.time() - 3600
     os.utime(dead, (then, then))
     uid = os.geteuid()
-    monkeypatch.setattr(nomad_main.os, "geteuid", lambda: uid + 1)  # another user's, then
-    assert sweep_stale_sockets(tmp_path) == [] and dead.is_dir()
-    monkeypatch.setattr(nomad_main.os, "geteuid", lambda: uid)
-    assert sweep_stale_sockets(tmp_path) == [dead] and not dead.exists()
+    monkeypatch.setattr(nomadsockets.os, "geteuid", lambda: uid + 1)  # another user's, then
+    assert sweep_nomad_sockets(tmp_path) == [] and dead.is_dir()
+    monkeypatch.setattr(nomadsockets.os, "geteuid", lambda: uid)
+    assert sweep_nomad_sockets(tmp_path) == [dead] and not dead.exists()
 
 
 def test_the_owners_of_a_namespace_are_every_daemons(tmp_path: Path) -> None:
@@ -119,3 +120,24 @@ def test_the_owners_of_a_namespace_are_every_daemons(tmp_path: Path) -> None:
         owners.write(owners.task_record(tmp_path, owner.namespace, owner.of), owner)
     assert sorted(owners.task_owners(tmp_path, "ns"), key=str) == sorted([mine, theirs], key=str)
     assert owners.task_owners(tmp_path / "none", "ns") == []
+
+
+def test_the_plugin_start_and_gc_spare_a_live_plugin_and_a_directory_not_a_plugins(
+    tmp_path: Path,
+) -> None:
+    """One rule for both (it was two: the plugin's own sweep removed a directory holding
+    more than the socket as long as the rmdir happened to fail)."""
+    then = time.time() - 3600
+    live, other, dead = (tmp_path / f"{NOMAD_SOCKET_DIR_PREFIX}{n}" for n in ("a", "b", "c"))
+    for directory in (live, other, dead):
+        directory.mkdir()
+    (other / NOMAD_SOCKET_NAME).touch()
+    (other / "notes").write_text("someone's")
+    (dead / NOMAD_SOCKET_NAME).touch()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(live / NOMAD_SOCKET_NAME))
+        server.listen()
+        for directory in (live, other, dead):
+            os.utime(directory, (then, then))
+        assert sweep_nomad_sockets(tmp_path) == [dead]
+    assert live.is_dir() and (other / "notes").is_file() and not dead.exists()
