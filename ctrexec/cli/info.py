@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ctrexec._version import VERSION
+from ctrexec import __version__
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 
 
@@ -14,7 +14,7 @@ def cmd_version(args: argparse.Namespace) -> int:
         # connect() has just asked containerd; a second Version call would cost a trip.
         server = client.server_version or client.version()
     out = {
-        "client": {"version": VERSION},
+        "client": {"version": __version__},
         "server": {
             "version": server.version,
             "revision": server.revision,
