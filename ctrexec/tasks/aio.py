@@ -13,6 +13,10 @@ Two adapters carry everything, and any new streaming verb plugs into them:
 A streaming exec follows the same pattern: its process object's exit is
 ``Executor.wait_future(task_id, exec_id=...)`` (so ``await result_of(...)``), and each
 of its output streams, given as a blocking iterator with ``cancel()``, is a ``Relay``.
+
+The lifecycle's short requests (start, stop, destroy, exec, inspect, ...) have no future
+to await: the gRPC client is synchronous, so each runs the Executor's own method in a
+thread (``asyncio.to_thread``), and the Executor stays the one owner of every rule.
 """
 
 from __future__ import annotations
@@ -21,15 +25,23 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Generic, Protocol, Self, TypeVar, Unpack
 
-from ctrexec.errors import DeadlineExceeded
+from ctrexec.errors import DeadlineExceeded, NotFound
+from ctrexec.logs.reader import STREAMS, LogEntry
+from ctrexec.tasks.aiologs import TaskLog
 
 if TYPE_CHECKING:
+    from ctrexec.containerd.containers import Container
     from ctrexec.containerd.events import Event
+    from ctrexec.containerd.execs import ExecResult
+    from ctrexec.containerd.stats import Stats
     from ctrexec.containerd.tasks import ExitStatus
+    from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
     from ctrexec.tasks.events import EventOptions, TaskEvents
+    from ctrexec.tasks.execspec import ExecOptions
     from ctrexec.tasks.executor import Executor
 
 T = TypeVar("T")
@@ -161,24 +173,150 @@ class _OpenEvents:
 
 
 class AsyncExecutor:
-    """``wait`` and ``events`` of an :class:`~ctrexec.Executor`, for asyncio code.
+    """The lifecycle of an :class:`~ctrexec.Executor` for asyncio code, none of it
+    blocking the loop.
 
-    Everything else (start, stop, inspect) is a short request: call the executor's
-    method, in the loop's executor if a round trip must not block the loop.
+    ``wait`` (of a task with a run) and ``events`` await gRPC's own futures and
+    streams. The rest has the names, parameters and results of the Executor's methods
+    and runs them in a thread (``asyncio.to_thread``), because the gRPC client is
+    synchronous; the Executor keeps every rule (auto-remove on stop, rollback of a failed
+    start, ...). Cancelling such an awaiting coroutine raises CancelledError in it at
+    once, but the call in the thread runs to its end: a cancelled ``stop`` still stops
+    (and may remove) the task, a cancelled ``start_task`` may still start one.
     """
 
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
 
+    async def create(
+        self, config: TaskConfig, *, owner_labels: Mapping[str, str] | None = None
+    ) -> Container:
+        """:meth:`Executor.create` in a thread."""
+        return await asyncio.to_thread(self.executor.create, config, owner_labels=owner_labels)
+
+    async def start_task(
+        self, config: TaskConfig, *, owner_labels: Mapping[str, str] | None = None
+    ) -> TaskHandle:
+        """:meth:`Executor.start_task` in a thread."""
+        ex = self.executor
+        return await asyncio.to_thread(ex.start_task, config, owner_labels=owner_labels)
+
+    async def start(self, task_id: str, *, by_policy: bool = False) -> TaskHandle:
+        """:meth:`Executor.start` in a thread."""
+        return await asyncio.to_thread(self.executor.start, task_id, by_policy=by_policy)
+
+    async def stop(
+        self, task_id: str, timeout: float | None = None, signal: int | str | None = None,
+        *, remove: bool = True,
+    ) -> ExitStatus | None:  # fmt: skip
+        """:meth:`Executor.stop` in a thread: the loop runs on while the task has its
+        ``timeout`` to exit before SIGKILL."""
+        return await asyncio.to_thread(self.executor.stop, task_id, timeout, signal, remove=remove)
+
+    async def destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None:
+        """:meth:`Executor.destroy` in a thread."""
+        await asyncio.to_thread(self.executor.destroy, task_id, force=force, volumes=volumes)
+
+    async def signal(self, task_id: str, sig: int | str) -> None:
+        """:meth:`Executor.signal` in a thread."""
+        await asyncio.to_thread(self.executor.signal, task_id, sig)
+
+    async def exec(
+        self,
+        task_id: str,
+        args: Sequence[str],
+        *,
+        timeout: float | None = None,
+        **options: Unpack[ExecOptions],
+    ) -> ExecResult:
+        """:meth:`Executor.exec` in a thread (a cancel leaves the command running to its
+        end or ``timeout``)."""
+        return await asyncio.to_thread(
+            self.executor.exec, task_id, args, timeout=timeout, **options
+        )
+
+    async def inspect(self, task_id: str, *, addresses: bool = True) -> TaskInfo:
+        """:meth:`Executor.inspect` in a thread."""
+        return await asyncio.to_thread(self.executor.inspect, task_id, addresses=addresses)
+
+    async def list(self, *, all_tasks: bool = False, addresses: bool = False) -> list[TaskInfo]:
+        """:meth:`Executor.list` in a thread."""
+        ex = self.executor
+        return await asyncio.to_thread(ex.list, all_tasks=all_tasks, addresses=addresses)
+
+    async def stats(self, task_id: str) -> Stats:
+        """:meth:`Executor.stats` in a thread."""
+        return await asyncio.to_thread(self.executor.stats, task_id)
+
     async def wait(
-        self, task_id: str, timeout: float | None = None, *, exec_id: str = ""
+        self,
+        task_id: str,
+        timeout: float | None = None,
+        *,
+        exec_id: str = "",
+        until_started: bool = False,
     ) -> ExitStatus:
-        """The exit of the task (or of an exec); many may await one task at once."""
+        """The exit of the task (or of an exec); many may await one task at once.
+
+        A task with a run is awaited on gRPC's future, with no thread. With no task,
+        :meth:`Executor.wait` decides, in a thread (:mod:`ctrexec.tasks.runwait`): a
+        kept exit, NotFound, or with ``until_started`` docker's wait of a created
+        container (a cancel then leaves that thread waiting until ``timeout``, the
+        task's exit or its removal).
+        """
         future = self.executor.wait_future(task_id, exec_id=exec_id)
         what = f"{task_id} exec {exec_id}" if exec_id else task_id
-        return await result_of(future, timeout, what=f"wait for {what}")
+        try:
+            return await result_of(future, timeout, what=f"wait for {what}")
+        except NotFound:
+            if exec_id:
+                raise
+        ex = self.executor
+        return await asyncio.to_thread(ex.wait, task_id, timeout, until_started=until_started)
+
+    def logs(
+        self,
+        task_id: str,
+        *,
+        follow: bool = False,
+        since: datetime | int | None = None,
+        tail: int | None = None,
+        streams: Collection[str] = STREAMS,
+    ) -> _OpenLogs:
+        """``async with ax.logs(id, follow=True) as entries: async for entry in entries``:
+        the task's log as :func:`ctrexec.read_logs` reads it; with ``follow``, until the
+        task's current run has exited and its log is whole (at once if it has no run)."""
+        return _OpenLogs(self.executor, task_id, follow, (since, tail, streams))
 
     def events(self, **options: Unpack[EventOptions]) -> _OpenEvents:
         """``async with ax.events(groups=["web"]) as stream: async for event in stream``;
         live on entry, as :meth:`Executor.events` is when it returns."""
         return _OpenEvents(self.executor, options)
+
+
+class _OpenLogs:
+    """``async with ax.logs(...) as entries``: the record is read on entry (off the
+    loop), the reader and its pump end on exit."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        task_id: str,
+        follow: bool,
+        read: tuple[datetime | int | None, int | None, Collection[str]],
+    ) -> None:
+        self._executor, self._task_id, self._follow, self._read = executor, task_id, follow, read
+        self._relay: Relay[LogEntry] | None = None
+
+    async def __aenter__(self) -> Relay[LogEntry]:
+        since, tail, streams = self._read
+        source = await asyncio.to_thread(
+            TaskLog.open, self._executor, self._task_id,
+            follow=self._follow, since=since, tail=tail, streams=streams,
+        )  # fmt: skip
+        self._relay = Relay(source, asyncio.get_running_loop())
+        return self._relay
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._relay is not None:
+            await self._relay.aclose()

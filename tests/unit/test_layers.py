@@ -257,6 +257,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "control",
         "teardown",
         "executor",
+        "aiologs",
         "aio",
         "rename",
         "nomadtasks",
