@@ -160,6 +160,7 @@ if TYPE_CHECKING:
     from ctrexec.tasks.nomadtasks import nomad_labels as nomad_labels
     from ctrexec.tasks.nomadtasks import nomad_task_id as nomad_task_id
     from ctrexec.tasks.nomadtasks import nomad_tasks as nomad_tasks
+    from ctrexec.tasks.publishing import NetworkRequest as NetworkRequest
     from ctrexec.tasks.rename import rename as rename
 
     # ``from m import a as b`` re-exports nothing for mypy; an assignment does.
@@ -281,6 +282,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.tasks.events": ("EventFilter", "TaskEvents"),
     "ctrexec.tasks.executor": ("Executor",),
     "ctrexec.tasks.nomadtasks": ("NomadTask", "nomad_labels", "nomad_task_id", "nomad_tasks"),
+    "ctrexec.tasks.publishing": ("NetworkRequest",),
     "ctrexec.tasks.rename": ("rename",),
 }
 #: Each public name: (its module, its name there).

@@ -1,7 +1,7 @@
 """``run``/``create``'s docker flags for a container's own network and its restarts.
 
-``--network bridge|cni:NAME`` and ``-p`` make the container an implicit group of one
-(:mod:`ctrexec.groups.implicit`); ``--network none|host`` is ``--netns none|host``.
+``--network bridge|cni:NAME``, ``-p`` and ``-P`` are a :class:`ctrexec.NetworkRequest`
+(the container's namespace of its own); ``--network none|host`` is ``--netns none|host``.
 ``--restart`` is docker's policy, which ``ctrexec supervise`` applies: ctrexec has no
 daemon, so a policy set while no supervisor runs gets one warning on stderr.
 """
@@ -9,18 +9,15 @@ daemon, so a policy set while no supervisor runs gets one warning on stderr.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ctrexec import CtrexecError, InvalidArgument
+from ctrexec import InvalidArgument
 from ctrexec.defaults import DEFAULT_SUBNET, SUBNET_ENV
 
 if TYPE_CHECKING:
-    from ctrexec import Client, Executor, RestartPolicy, TaskConfig
-    from ctrexec.groups.implicit import Wiring
+    from ctrexec import Client, NetworkRequest, RestartPolicy, TaskConfig
 
 _POLICIES = ("no", "on-failure", "always", "unless-stopped")
 SUPERVISOR_UNIT = "contrib/systemd/ctrexec-supervise@.service"
@@ -101,62 +98,21 @@ def netns_value(args: argparse.Namespace) -> str:
     return str(args.netns)
 
 
-def wiring(args: argparse.Namespace) -> Wiring | None:
-    """The namespace to make for the container, checked before any daemon is asked."""
-    if args.network is None and not args.publish:
-        return None
-    from ctrexec.groups.implicit import requested
+def network_request(args: argparse.Namespace) -> NetworkRequest | None:
+    """The namespace to make for the container, checked before any daemon is asked.
 
-    return requested(args.network, args.publish, args.netns)
-
-
-def with_exposed(
-    ex: Executor, config: TaskConfig, args: argparse.Namespace, wired: Wiring | None
-) -> Wiring | None:
-    """``wired`` (:func:`wiring`'s) with ``-P``: every port the image exposes, not
-    already given by ``-p``, published on a host port picked now. Needs the image, so
-    comes after it; the ``-p`` ports keep the host ports already picked for them."""
-    if wired is None and args.network in ("none", "host"):
-        return wired
-    from ctrexec import get_image
-    from ctrexec.groups.implicit import requested
-    from ctrexec.net.ports import parse_port
-
-    taken = {(m.container_port, m.protocol) for m in map(parse_port, wired.ports if wired else ())}
-    exposed = []
-    for text in get_image(ex.client, config.image, platform=config.platform).config.exposed_ports:
-        port, _, proto = text.partition("/")
-        if port.isdigit() and (int(port), proto or "tcp") not in taken:
-            exposed.append(f"{port}/{proto or 'tcp'}")
-    given = wired.ports if wired else ()
-    return requested(args.network or "bridge", [*given, *exposed], args.netns)
-
-
-@contextlib.contextmanager
-def own_network(
-    ex: Executor, config: TaskConfig, wired: Wiring | None
-) -> Iterator[tuple[TaskConfig, dict[str, str]]]:
-    """The config (joined to a namespace of its own, if asked) and its owner labels.
-
-    If the block fails, the namespace and its address go again; once the record exists,
-    removing the container does that (:func:`ctrexec.tasks.implicitnet.release`).
+    ``-p`` or ``-P`` alone mean docker's default network, the bridge; with
+    ``--network none|host`` (``--netns``: :func:`netns_value`) ``-P`` publishes nothing.
     """
-    if wired is None:
-        yield config, {}
-        return
-    from ctrexec import labels as lbl
-    from ctrexec.groups import implicit as standalone
-    from ctrexec.net import settings
+    if args.network is None and not args.publish and not args.publish_all:
+        return None
+    if args.network in ("none", "host") and not args.publish:
+        return None
+    from ctrexec import NetworkRequest
 
-    with standalone.in_flight(config.name):  # gc's hands off until the record exists
-        joined, owned = standalone.attach(ex.client, settings.from_env(), config, wired)
-        try:
-            yield joined, owned
-        except BaseException:
-            with contextlib.suppress(CtrexecError):
-                labels = {**owned, lbl.GROUP: config.name}
-                standalone.release_unless_created(ex.client, ex.files_dir, labels)
-            raise
+    return NetworkRequest(
+        mode=args.network or "bridge", ports=args.publish, publish_all=args.publish_all
+    )
 
 
 def warn_unsupervised(client: Client, configs: list[TaskConfig]) -> None:

@@ -38,8 +38,7 @@ from ctrexec.logs import modes as logmodes
 # The library (grpc, stubs, attrs) is imported inside the commands: building the
 # parser, --help and bad flags must not load it.
 if TYPE_CHECKING:
-    from ctrexec import Executor, TaskConfig
-    from ctrexec.groups.implicit import Wiring
+    from ctrexec import Executor, NetworkRequest, TaskConfig
 
 
 def _env(items: list[str]) -> dict[str, str]:
@@ -200,23 +199,23 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, Wiring | None]:
-    """What ``run`` and ``create`` do before the container: the config from the flags
-    (checked before connecting: bad flags start no daemon), its image by ID or name and
-    pulled as ``--pull`` says, and the network asked for (``-P`` needs the image)."""
+def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, NetworkRequest | None]:
+    """What ``run`` and ``create`` do before the container: the config and the network
+    from the flags (checked before connecting: bad flags start no daemon), its image by
+    ID or name and pulled as ``--pull`` says (``-P`` reads it at the create)."""
     import attrs
 
     from ctrexec.images import usage as imageuse
 
     config = _config(args)
-    wired = publish.wiring(args)
+    network = publish.network_request(args)
+    if network is not None:
+        network.check(config)
     ex = executor(args)
     # an image ID names the image
     config = attrs.evolve(config, image=imageuse.resolve(ex.client, config.image))
     ensure_images(ex.client, [config], args, ex.images)
-    if args.publish_all:
-        wired = publish.with_exposed(ex, config, args, wired)
-    return ex, config, wired
+    return ex, config, network
 
 
 def _image_given(args: argparse.Namespace, verb: str) -> None:
@@ -232,18 +231,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     attached = (args.interactive or args.tty) and not args.detach
     keys = attach.prepare(args) if attached else b""
     with _by_flag(), runflags.cidfile(args.cidfile) as write_cid:
-        ex, config, wired = _prepared(args)
+        ex, config, network = _prepared(args)
         write_cid(config.name)
-        with publish.own_network(ex, config, wired) as (config, owned):
-            if attached:
-                if owned:  # the record needs its owner labels before the attached start
-                    ex.create(config, owner_labels=owned)
-                publish.warn_unsupervised(ex.client, [config])
-                remove = lambda task_id: _remove(ex, task_id, force=True)  # noqa: E731
-                return attach.run_attached(
-                    ex, config, keys, auto_remove=args.rm, remove=remove, created=bool(owned)
-                )
-            handle = ex.start_task(config, owner_labels=owned)
+        if attached:
+            if network is not None:  # its namespace is made before the attached start
+                ex.create(config, network=network)
+            publish.warn_unsupervised(ex.client, [config])
+            remove = lambda task_id: _remove(ex, task_id, force=True)  # noqa: E731
+            created = network is not None
+            return attach.run_attached(
+                ex, config, keys, auto_remove=args.rm, remove=remove, created=created
+            )
+        handle = ex.start_task(config, network=network)
     publish.warn_unsupervised(ex.client, [config])
     if args.detach:
         if args.rm:
@@ -284,10 +283,9 @@ def _remove(ex: Executor, task_id: str, *, force: bool = False) -> None:
 def cmd_create(args: argparse.Namespace) -> int:
     _image_given(args, "create")
     with _by_flag(), runflags.cidfile(args.cidfile) as write_cid:
-        ex, config, wired = _prepared(args)
+        ex, config, network = _prepared(args)
         write_cid(config.name)
-        with publish.own_network(ex, config, wired) as (config, owned):
-            record = ex.create(config, owner_labels=owned)
+        record = ex.create(config, network=network)
     publish.warn_unsupervised(ex.client, [config])
     print(record.id)
     return 0

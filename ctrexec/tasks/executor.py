@@ -53,6 +53,7 @@ from ctrexec.tasks.users import ImageUsers
 if TYPE_CHECKING:
     from ctrexec.paths import StrPath
     from ctrexec.tasks.events import EventOptions, TaskEvents
+    from ctrexec.tasks.publishing import NetworkRequest
 
 DEFAULT_LOG_DIR = Path(defaults.DEFAULT_LOG_DIR)
 
@@ -110,15 +111,31 @@ class Executor:
     # -- create -------------------------------------------------------------------
 
     def create(
-        self, config: TaskConfig, *, owner_labels: Mapping[str, str] | None = None
+        self,
+        config: TaskConfig,
+        *,
+        owner_labels: Mapping[str, str] | None = None,
+        network: NetworkRequest | None = None,
     ) -> containers.Container:
         """Create the container record and its rootfs snapshot; do not run anything.
 
         All checks run first; a failure after the first side effect undoes it.
         ``owner_labels`` are ctrexec's own keys set by a caller such as groups (user
         labels may not use that prefix); they land in the same Create call.
+        ``network``: a namespace of its own, made first (``run -p``; NetworkRequest).
         """
-        return self._create(config, owner_labels or {})[0]
+        with self._networked(config, owner_labels, network) as (joined, labels):
+            return self._create(joined, labels)[0]
+
+    def _networked(
+        self, config: TaskConfig, labels: Mapping[str, str] | None, network: NetworkRequest | None
+    ) -> contextlib.AbstractContextManager[tuple[TaskConfig, Mapping[str, str]]]:
+        """The config and labels joined to ``network``, released if the block fails."""
+        if network is None:
+            return contextlib.nullcontext((config, labels or {}))
+        from ctrexec.tasks import publishing  # start-up: only then load CNI's side
+
+        return publishing.joined(self.client, self.files_dir, config, network, labels or {})
 
     def _create(
         self, config: TaskConfig, owner_labels: Mapping[str, str], *, first_run: bool = False
@@ -252,10 +269,9 @@ class Executor:
             # Start-up: what only a start needs loads with the first start, not for ps.
             from ctrexec.tasks import groupnet, records
 
-            # Its group's namespace pinned again, or made again after a reboot; first,
-            # so that a start of a running member (a no-op) repairs a lost pin too. Read
-            # again under the locks, on purpose: of_task read it only to find the group,
-            # and another act may have changed it while this one waited.
+            # Its group's namespace pinned or made again first (a start of a running member
+            # repairs a lost pin too); read again under the locks, as another act may have
+            # changed it while this one waited.
             current = containers.get(self.client, task_id)
             groupnet.ensure(self.client, current, self.files_dir)
             if netns_path := current.labels.get(lbl.NETNS_PATH):
@@ -326,13 +342,10 @@ class Executor:
     def _clear_previous_run(
         self, task_id: str, *, by_policy: bool, next_run: bool = True
     ) -> tuple[containers.Container, containers.Container]:
-        """Refuse a task that runs; clear what a previous run left behind, in the
-        record's labels and in containerd, so the new run starts from nothing.
-
-        With ``next_run``, the same label update numbers the new run and keeps the
-        exit of the stopped task, before it is deleted: the only moment it can still
-        be read. The record before and after that update.
-        """
+        """Refuse a task that runs; clear what a previous run left behind (labels, the
+        task in containerd). With ``next_run``, the same label update numbers the new run
+        and keeps the stopped task's exit, before it is deleted: the only moment it can
+        still be read. The record before and after that update."""
         before = record = containers.get(self.client, task_id)
         state = tasks.find(self.client, task_id)
         if state is not None and state.unknown:  # it may well run: no second copy
@@ -366,12 +379,8 @@ class Executor:
     ) -> int:
         """Create and start the task; its pid. A failed start leaves no task behind; what
         a create cut short by a killed ctrexec left in the way is cleared (:mod:`stale`).
-        A config's v1 ``cpuset_cgroup`` is joined between the two, before anything of
-        the task's own runs.
-
-        No Wait is armed here: nothing of this call reads the exit, and wait()
-        arms its own (containerd keeps a stopped task's exit until it is deleted).
-        """
+        A config's v1 ``cpuset_cgroup`` is joined between the two. No Wait is armed: wait()
+        arms its own (containerd keeps a stopped task's exit until it is deleted)."""
         task_id, rootfs = record.id, [m.to_proto() for m in mounts]
         from ctrexec.tasks import stale  # start-up: only a start clears a killed create
 
@@ -394,17 +403,19 @@ class Executor:
             raise tasks.command_error(exc) from exc
 
     def start_task(
-        self, config: TaskConfig, *, owner_labels: Mapping[str, str] | None = None
+        self,
+        config: TaskConfig,
+        *,
+        owner_labels: Mapping[str, str] | None = None,
+        network: NetworkRequest | None = None,
     ) -> TaskHandle:
-        """Create and start; a start that fails removes what create made.
-
-        The new record and its mounts go straight to the task: the record cannot
-        have a previous run to clear, so that costs no round trip unless
-        Tasks.Create finds one in the way. ``owner_labels`` as for :meth:`create`.
-        """
-        record, mounts = self._create(config, owner_labels or {}, first_run=True)
-        with self._removed_on_failure(config.name), self._lock(config.name):
-            return self._launch(record, mounts, fresh=True)
+        """Create and start; a start that fails removes what create made (``network``'s
+        too). The new record and its mounts go straight to the task: no previous run to
+        clear. ``owner_labels`` and ``network`` as for :meth:`create`."""
+        with self._networked(config, owner_labels, network) as (joined, labels):
+            record, mounts = self._create(joined, labels, first_run=True)
+            with self._removed_on_failure(config.name), self._lock(config.name):
+                return self._launch(record, mounts, fresh=True)
 
     @contextlib.contextmanager
     def _removed_on_failure(self, task_id: str) -> Iterator[None]:
@@ -440,12 +451,9 @@ class Executor:
 
     def reap(self, task_id: str) -> None:
         """Delete a stopped task but keep its record (and with it the exit status is gone).
-
         The shim holds a task's pipes until its task is deleted, so only then does a log
-        driver see the end of its streams; the shim waits for the driver to exit, and
-        the log daemon is waited for here, so the log is whole once this returns.
-        ``run --rm`` reads the rest of its log after it.
-        """
+        driver see the end of its streams; the shim waits for the driver, and the log
+        daemon is waited for here: the log is whole once this returns (``run --rm``)."""
         with self._lock(task_id):
             state = tasks.find(self.client, task_id)
             if state is None:
@@ -538,11 +546,9 @@ class Executor:
 
     def recover(self, handle: TaskHandle) -> TaskInfo:
         """Re-attach to a task from a persisted handle; report an exit that happened meanwhile.
-
-        The task is not touched. When the container was started again since the
-        handle's run, the info is about the handle's run (``superseded``, its exit if
-        it was kept) and ``newer_run`` names the latest; see :func:`taskinfo.recover`.
-        """
+        The task is not touched. When the container was started again since the handle's
+        run, the info is about the handle's run (``superseded``, its exit if kept) and
+        ``newer_run`` names the latest; see :func:`taskinfo.recover`."""
         return taskinfo.recover(self.client, handle)
 
     # -- act ---------------------------------------------------------------------------
@@ -581,14 +587,10 @@ class Executor:
 
     def destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None:
         """Remove task, container, snapshot, logs and host files; with ``volumes``
-        (``rm -v``) or for a ``--rm`` container, its anonymous volumes too.
-
-        The files and a ``run --network`` namespace go before the record, so a destroy
-        cut short leaves a record that the next one finishes; without a record, the
-        id's own host files (an older version left them so) and a rootfs snapshot no
-        record holds (a destroy cut short after the record's delete) are removed
-        still, and NotFound is raised.
-        """
+        (``rm -v``) or for a ``--rm`` container, its anonymous volumes too. The files and
+        a ``run --network`` namespace go before the record, so a destroy cut short leaves
+        a record that the next one finishes; without a record, the id's own host files
+        and a rootfs snapshot no record holds are removed still, and NotFound is raised."""
         with self._lock(task_id):
             self._destroy(task_id, force=force, volumes=volumes)
         with self._locks_guard:
@@ -598,14 +600,8 @@ class Executor:
         """:func:`ctrexec.tasks.stale.destroy`; the caller holds the task's lock."""
         from ctrexec.tasks import stale  # start-up: only a removal needs it
 
-        stale.destroy(
-            self.client,
-            task_id,
-            files_dir=self.files_dir,
-            state_dir=self.state_dir,
-            force=force,
-            volumes=volumes,
-        )
+        stale.destroy(self.client, task_id, files_dir=self.files_dir, state_dir=self.state_dir,
+                      force=force, volumes=volumes)  # fmt: skip
 
     def exec_stream(
         self,

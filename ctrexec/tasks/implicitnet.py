@@ -1,6 +1,6 @@
 """A ``run -p`` container's own network, as its record's labels describe it.
 
-``ctrexec.groups.implicit`` makes the namespace when ``run`` creates the container; from
+``ctrexec.tasks.publishing`` makes the namespace when ``run`` creates the container; from
 then on the record's labels (:data:`~ctrexec.labels.IMPLICIT_GROUP` with the network
 settings, the group's name, mode and ports) say everything the tasks' side needs: a
 destroy or a rename releases it, and :func:`readdress` makes a member's label and hosts

@@ -246,6 +246,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "info",
         "procs",
         "implicitnet",
+        "publishing",
         "grouplock",
         "groupnet",
         "stdio",
@@ -265,7 +266,6 @@ ORDER: dict[str, tuple[str, ...]] = {
     ),
     "ctrexec.groups": (
         "spec",
-        "implicit",
         "missing",
         "outage",
         "changes",
@@ -423,7 +423,7 @@ _GROUP_FILE_MODULES = ("ctrexec.groups.spec", "ctrexec.groups.updown")
 def test_cli_families_do_not_reach_into_groups() -> None:
     """Only ``cli/groups.py`` drives :mod:`ctrexec.groups.spec` and
     :mod:`ctrexec.groups.updown`; other commands use the executor's API (``run -p``'s
-    implicit group through :mod:`ctrexec.groups.implicit`), so the group file format
+    implicit group through ``Executor.create(network=...)``), so the group file format
     can change without touching them."""
     offenders = [
         f"{p.name}: {m}"

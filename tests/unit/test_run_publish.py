@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import socket
+from typing import Any
 
 import pytest
 
+from ctrexec import InvalidArgument, NetworkRequest, TaskConfig
 from ctrexec.cli.publish import restart_policy
-from ctrexec.errors import InvalidArgument
-from ctrexec.groups.implicit import requested
 from ctrexec.net.ports import expand_publish, free_host_port
 
 
@@ -89,26 +89,40 @@ def test_restart_policy_refuses(text: str, why: str) -> None:
         restart_policy(text)
 
 
-def test_requested_reads_network_and_ports() -> None:
-    assert requested(None, [], "none") is None
-    assert requested("none", [], "none") is None
-    assert requested("host", [], "none") is None
-    wired = requested(None, ["8080:80"], "none")
-    assert wired is not None and str(wired.mode) == "bridge" and wired.ports == ("8080:80",)
-    wired = requested("cni:mynet", ["8000-8001:80-81"], "none")
-    assert wired is not None and wired.ports == ("8000:80", "8001:81")
+def test_a_network_request_keeps_its_forms_and_binds_nothing() -> None:
+    request = NetworkRequest(ports=["80", "8000-8001:80-81/udp"], publish_all=True)
+    assert (request.mode, request.ports) == ("bridge", ("80", "8000-8001:80-81/udp"))
+    assert NetworkRequest(mode="cni:mynet").ports == ()
+    config = TaskConfig(name="web", image="busybox")
+    request.check(config)  # the default netns ("none") and no group: nothing to refuse
 
 
 @pytest.mark.parametrize(
-    ("network", "ports", "netns", "why"),
+    ("fields", "why"),
     [
-        ("bridge", [], "web", "--netns cannot be used"),
-        ("none", ["80:80"], "none", "--publish needs --network bridge or cni:NAME"),
-        ("host", ["80:80"], "none", "--publish needs --network bridge or cni:NAME"),
-        ("overlay", [], "none", "invalid network mode 'overlay'"),
-        (None, ["80:80:80:80"], "none", "invalid port mapping"),
+        ({"mode": "none", "ports": ["80:80"]}, "--publish needs --network bridge or cni:NAME"),
+        ({"mode": "host", "ports": ["80:80"]}, "--publish needs --network bridge or cni:NAME"),
+        ({"mode": "host", "publish_all": True}, "--publish needs --network bridge or cni:NAME"),
+        ({"mode": "host"}, "makes no namespace: set TaskConfig.netns"),
+        ({"mode": "overlay"}, "invalid network mode 'overlay'"),
+        ({"ports": ["80:80:80:80"]}, "invalid port mapping"),
+        ({"ports": ["8000-8001:80"]}, "the host and container ranges differ in size"),
+        ({"ports": "80:80"}, "ports must be a sequence of port mappings"),
     ],
 )
-def test_requested_refuses(network: str | None, ports: list[str], netns: str, why: str) -> None:
+def test_a_network_request_refuses(fields: dict[str, Any], why: str) -> None:
     with pytest.raises(InvalidArgument, match=why):
-        requested(network, ports, netns)
+        NetworkRequest(**fields)
+
+
+@pytest.mark.parametrize(
+    ("placed", "why"),
+    [
+        ({"netns": "web"}, "--netns cannot be used with --network or --publish"),
+        ({"netns": "host"}, "--netns cannot be used with --network or --publish"),
+        ({"group": "g"}, "--group cannot be used with --network or --publish"),
+    ],
+)
+def test_a_network_request_refuses_a_placed_config(placed: dict[str, str], why: str) -> None:
+    with pytest.raises(InvalidArgument, match=why):
+        NetworkRequest().check(TaskConfig(name="web", image="busybox", **placed))
