@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ctrexec.tasks.events import EventOptions, TaskEvents
     from ctrexec.tasks.execspec import ExecOptions
     from ctrexec.tasks.executor import Executor
+    from ctrexec.tasks.publishing import NetworkRequest
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -189,17 +190,30 @@ class AsyncExecutor:
         self.executor = executor
 
     async def create(
-        self, config: TaskConfig, *, owner_labels: Mapping[str, str] | None = None
+        self,
+        config: TaskConfig,
+        *,
+        owner_labels: Mapping[str, str] | None = None,
+        network: NetworkRequest | None = None,
     ) -> Container:
         """:meth:`Executor.create` in a thread."""
-        return await asyncio.to_thread(self.executor.create, config, owner_labels=owner_labels)
+        ex = self.executor
+        return await asyncio.to_thread(
+            ex.create, config, owner_labels=owner_labels, network=network
+        )
 
     async def start_task(
-        self, config: TaskConfig, *, owner_labels: Mapping[str, str] | None = None
+        self,
+        config: TaskConfig,
+        *,
+        owner_labels: Mapping[str, str] | None = None,
+        network: NetworkRequest | None = None,
     ) -> TaskHandle:
         """:meth:`Executor.start_task` in a thread."""
         ex = self.executor
-        return await asyncio.to_thread(ex.start_task, config, owner_labels=owner_labels)
+        return await asyncio.to_thread(
+            ex.start_task, config, owner_labels=owner_labels, network=network
+        )
 
     async def start(self, task_id: str, *, by_policy: bool = False) -> TaskHandle:
         """:meth:`Executor.start` in a thread."""
