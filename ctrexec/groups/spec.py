@@ -4,6 +4,11 @@ A file names the group, its network, hostname and published ports, and one ``[[t
 table per task (a TaskConfig's keys). :func:`parse_group` checks all of it, the tasks'
 configs included, so ``group up`` of a bad file makes nothing and says which file,
 task, key and value are wrong. Bringing a group up and down is :mod:`ctrexec.groups.updown`.
+
+The file is one way to make a :class:`GroupSpec`; :meth:`GroupSpec.of` makes the same
+value from TaskConfigs, with the same checks. Either way a task is held as its own
+TaskConfig (named by its short name, joined to nothing), so a group made from code and
+then from its file is one definition: same members, same :meth:`GroupSpec.digest`.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import hashlib
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,15 +47,51 @@ _TASK_KEYS = {
 }  # fmt: skip
 
 
+#: What the group sets on each member: a task that sets one of these is refused.
+_GROUP_OWNS = {
+    "netns": "the group's tasks share its network namespace: set the group's network instead",
+    "group": "a task belongs to the group it is listed in",
+}
+
+
 @attrs.frozen(kw_only=True)
 class GroupSpec:
-    """A parsed group file."""
+    """A checked group: its network, hostname, published ports and tasks.
+
+    Make one with :meth:`of` (from TaskConfigs) or :func:`parse_group` /
+    :func:`load_group_file` (from a group file); both check it whole. Each of
+    ``tasks`` is the member as written, named by its short name; :meth:`task_configs`
+    joins them to the group.
+    """
 
     name: str
     network: str = "bridge"
     hostname: str | None = None
     ports: tuple[str, ...] = ()
-    tasks: tuple[Mapping[str, Any], ...] = ()
+    tasks: tuple[TaskConfig, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        tasks: Iterable[TaskConfig],
+        *,
+        network: str = "bridge",
+        hostname: str | None = None,
+        ports: Iterable[str] = (),
+    ) -> GroupSpec:
+        """The group ``name`` of ``tasks``, checked as :func:`parse_group` checks a file.
+
+        Each task's ``name`` is its short name (the member's ID is ``NAME-TASK``), as a
+        ``[[task]]`` table's is; a task's ``hostname`` wins over the group's. A task
+        may set only what a ``[[task]]`` table can: the group owns its namespace.
+        An error is one line that begins ``group NAME:`` and names the task and field.
+        """
+        source = f"group {name}" if isinstance(name, str) else "group"
+        try:
+            return _checked(name, network, hostname, fields.to_tuple(ports), tuple(tasks))
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{source}: {exc}") from exc
 
     @property
     def netns_name(self) -> str:
@@ -61,9 +102,21 @@ class GroupSpec:
         return groupns.netns_path(self.name)
 
     def digest(self) -> str:
-        """A stable hash of the definition, to tell a restart from a second group."""
-        data = json.dumps(attrs.asdict(self), sort_keys=True, default=list)
-        return hashlib.sha256(data.encode()).hexdigest()[:16]
+        """A stable hash of the definition, to tell a restart from a second group.
+
+        A task counts by the fields it sets (those not at their default), so a group
+        made from TaskConfigs hashes as its file does, and a simple file hashes as its
+        raw tables did before tasks were TaskConfigs.
+        """
+        data = {
+            "name": self.name,
+            "network": self.network,
+            "hostname": self.hostname,
+            "ports": list(self.ports),
+            "tasks": [_set_fields(task) for task in self.tasks],
+        }
+        text = json.dumps(data, sort_keys=True, default=list)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def task_id(self, task_name: str) -> str:
         return f"{self.name}-{task_name}"
@@ -72,14 +125,26 @@ class GroupSpec:
         """One TaskConfig per task, joined to the group's namespace and shim."""
         return [self.task_config(t) for t in self.tasks]
 
-    def task_config(self, task: Mapping[str, Any]) -> TaskConfig:
-        values = {"hostname": self.hostname or self.name, **task}  # a task's own wins
-        return TaskConfig(
-            name=self.task_id(values.pop("name")),
+    def task_config(self, task: TaskConfig) -> TaskConfig:
+        """``task`` as the group runs it: its ID, the group's namespace and hostname."""
+        return attrs.evolve(
+            task,
+            name=self.task_id(task.name),
             netns=self.netns_path,
             group=self.name,
-            **values,
+            hostname=task.hostname or self.hostname or self.name,  # a task's own wins
         )
+
+
+def _set_fields(task: TaskConfig) -> dict[str, Any]:
+    """The fields ``task`` sets, as plain data (a RestartPolicy as its table)."""
+    return attrs.asdict(task, filter=lambda f, v: v != _default(f))
+
+
+def _default(field: attrs.Attribute[Any]) -> Any:
+    default: Any = field.default
+    factory = getattr(default, "factory", None)  # an attrs.Factory (its stub is no class)
+    return factory() if factory is not None else default
 
 
 def _unknown(keys: set[str], allowed: set[str]) -> None:
@@ -111,17 +176,9 @@ def _parse_group(data: Mapping[str, Any], base: Path | None) -> GroupSpec:
     _unknown(set(data), _GROUP_KEYS)
     if "name" not in data:
         raise InvalidArgument("'name' is required")
-    name = data["name"]
-    fields.check("name", name, (str,), "a string", _group_name)
-    network = data.get("network", "bridge")
-    fields.check("network", network, (str,), "a string", parse_mode)
-    hostname = data.get("hostname")
-    if hostname is not None:
-        fields.check("hostname", hostname, (str,), "a string", with_hostname)
-    ports = fields.to_tuple(data.get("ports", ()))
-    fields.check("ports", ports, (tuple,), "a list of strings", _ports)
-    if ports and parse_mode(network).kind in ("none", "host"):
-        raise InvalidField("ports", ports, "ports need network 'bridge' or 'cni:NAME'")
+    name, network = data["name"], data.get("network", "bridge")
+    hostname, ports = data.get("hostname"), fields.to_tuple(data.get("ports", ()))
+    _check_group(name, network, hostname, ports)
     raw_tasks = data.get("task")
     if not isinstance(raw_tasks, list) or not raw_tasks:
         raise InvalidArgument("at least one [[task]] table is required")
@@ -129,12 +186,46 @@ def _parse_group(data: Mapping[str, Any], base: Path | None) -> GroupSpec:
     tasks = []
     for label, task in zip(where, raw_tasks, strict=True):
         try:
-            tasks.append(_with_env_files(task, base))
+            tasks.append(_task_of(_with_env_files(task, base)))
         except InvalidArgument as exc:
             raise InvalidArgument(f"{label}: {exc}") from exc
-    spec = GroupSpec(name=name, network=network, hostname=hostname, ports=ports, tasks=tuple(tasks))
+    return _checked(name, network, hostname, ports, tuple(tasks))
+
+
+def _check_group(name: Any, network: Any, hostname: Any, ports: Any) -> None:
+    """The group's own keys, in a file's words (``ports = ...: expected ...``)."""
+    fields.check("name", name, (str,), "a string", _group_name)
+    fields.check("network", network, (str,), "a string", parse_mode)
+    if hostname is not None:
+        fields.check("hostname", hostname, (str,), "a string", with_hostname)
+    fields.check("ports", ports, (tuple,), "a list of strings", _ports)
+    if ports and parse_mode(network).kind in ("none", "host"):
+        raise InvalidField("ports", ports, "ports need network 'bridge' or 'cni:NAME'")
+
+
+def _task_of(task: Any) -> TaskConfig:
+    """A ``[[task]]`` table's member config: its keys known, its name a task's."""
+    if not isinstance(task, dict):
+        raise InvalidArgument("expected a [[task]] table")
+    _unknown(set(task), _TASK_KEYS)
+    for key in ("name", "image"):
+        if key not in task:
+            raise InvalidArgument(f"'{key}' is required")
+    fields.check("name", task["name"], (str,), "a string", _task_name)
+    return TaskConfig(**task)
+
+
+def _checked(
+    name: Any, network: Any, hostname: Any, ports: Any, tasks: tuple[Any, ...]
+) -> GroupSpec:
+    """The group, every check it can have without a daemon made, its tasks' included."""
+    _check_group(name, network, hostname, ports)
+    if not tasks:
+        raise InvalidArgument("at least one task is required")
+    spec = GroupSpec(name=name, network=network, hostname=hostname, ports=ports, tasks=tasks)
     seen: set[str] = set()
-    for label, task in zip(where, tasks, strict=True):
+    for index, task in enumerate(tasks):
+        label = f"task {task.name if isinstance(task, TaskConfig) else index + 1}"
         try:
             _check_task(spec, task, seen)
         except InvalidArgument as exc:
@@ -176,16 +267,17 @@ def _ports(ports: tuple[Any, ...]) -> None:
 
 def _check_task(spec: GroupSpec, task: Any, seen: set[str]) -> None:
     """Every check a task can have without a daemon, the TaskConfig's included."""
-    if not isinstance(task, dict):
-        raise InvalidArgument("expected a [[task]] table")
-    _unknown(set(task), _TASK_KEYS)
-    for key in ("name", "image"):
-        if key not in task:
-            raise InvalidArgument(f"'{key}' is required")
-    fields.check("name", task["name"], (str,), "a string", _task_name)
-    if task["name"] in seen:
-        raise InvalidField("name", task["name"], "another task of the group has this name")
-    seen.add(task["name"])
+    if not isinstance(task, TaskConfig):
+        raise InvalidArgument(f"expected a TaskConfig, not {type(task).__name__}")
+    fields.check("name", task.name, (str,), "a string", _task_name)
+    for field in attrs.fields(TaskConfig):
+        value = getattr(task, field.name)
+        if field.name not in _TASK_KEYS and value != _default(field):
+            why = _GROUP_OWNS.get(field.name, "a group's task cannot set it (no [[task]] key)")
+            raise InvalidField(field.name, value, why)
+    if task.name in seen:
+        raise InvalidField("name", task.name, "another task of the group has this name")
+    seen.add(task.name)
     taskspec.check_config(spec.task_config(task))
 
 

@@ -36,7 +36,7 @@ def _members(spec: GroupSpec, configs: list[TaskConfig]) -> str:
     """The group's tasks as the label :data:`~ctrexec.labels.GROUP_MEMBERS` lists them."""
     return hostfiles.format_members(
         [
-            hostfiles.Member(cfg.name, task["name"], cfg.hostname or spec.name)
+            hostfiles.Member(cfg.name, task.name, cfg.hostname or spec.name)
             for task, cfg in zip(spec.tasks, configs, strict=True)
         ]
     )

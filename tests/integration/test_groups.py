@@ -235,7 +235,7 @@ def test_missing_image_creates_nothing(groups: Groups) -> None:
 def test_example_file_parses() -> None:
     spec = load_group_file(Path(__file__).resolve().parents[2] / "examples" / "web.toml")
     assert spec.name == "web"
-    assert [t["name"] for t in spec.tasks] == ["server", "client"]
+    assert [t.name for t in spec.tasks] == ["server", "client"]
 
 
 def test_prune_right_after_down_of_a_group_whose_namespace_went_first(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from ctrexec import labels as lbl
@@ -64,16 +65,15 @@ def test_force_recreates_every_member() -> None:
 
 def test_only_the_edited_member_is_recreated_and_the_other_relabelled() -> None:
     old, new = _spec(), _spec()
-    tasks = [dict(t) for t in new.tasks]
-    tasks[1]["command"] = ["sleep", "3"]
-    new = _spec(task=tasks)
+    edited = attrs.evolve(new.tasks[1], command=("sleep", "3"))
+    new = GroupSpec.of("web", [new.tasks[0], edited], ports=new.ports)
     plan = changes.plan(new, new.task_configs(), _records(old))
     assert plan == changes.Changes(recreate=("web-db",), relabel=("web-app",))
 
 
 def test_a_member_left_out_of_the_file_is_removed() -> None:
     old = _spec()
-    new = _spec(task=[dict(old.tasks[0])])
+    new = GroupSpec.of("web", old.tasks[:1], ports=old.ports)
     plan = changes.plan(new, new.task_configs(), _records(old))
     assert plan == changes.Changes(removed=("web-db",), relabel=("web-app",))
 
