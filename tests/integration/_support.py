@@ -1,9 +1,13 @@
 """Waiting, supervising and scratch executors, as the task tests (executor, groups, --rm,
-supervisor, events) do."""
+supervisor, events) do; groups on a bridge of their own, audited for leaks; an image
+that exposes ports."""
 
 from __future__ import annotations
 
 import contextlib
+import secrets
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,10 +15,13 @@ from typing import Any
 
 from ctrexec import _rpc
 from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
+from ctrexec._linux import mounts_under
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.errors import AlreadyExists, NotFound
 from ctrexec.groups.supervisor import Supervisor
+from ctrexec.groups.updown import Groups
+from ctrexec.net.networks import Networks
 from ctrexec.tasks.executor import Executor
 from ctrexec.testing import wait_for
 
@@ -68,3 +75,46 @@ def gone(client: Client, name: str) -> bool:
     except NotFound:
         return True
     return False
+
+
+@contextlib.contextmanager
+def audited_groups(
+    client: Client, tmp_path: Path, containerd_address: str, prefix: str, subnet: str
+) -> Iterator[Groups]:
+    """Groups on a bridge of their own (``prefix`` + a tag, ``subnet``); after, every
+    group down and the bridge gone, nothing may be left: mounts, links, addresses, rules."""
+    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text()
+    tag = f"{prefix}{secrets.token_hex(2)}"
+    nets = Networks(
+        network=tag,
+        bridge=tag,
+        subnet=subnet,
+        cache_dir=tmp_path / "cni-cache",
+        ipam_dir=tmp_path / "ipam",
+    )
+    g = Groups(Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files"), nets)
+    try:
+        yield g
+    finally:
+        for name in g.names():
+            g.down(name, timeout=1)
+        for a in nets.attachments():
+            nets.teardown(a.owner, None, a.mode)
+        nets.remove_bridge()
+        Path("/proc/sys/net/ipv4/ip_forward").write_text(forward)
+    assert mounts_under(Path(containerd_address).parent.parent) == []
+    assert not any(p.name.startswith(tag) for p in Path("/sys/class/net").iterdir())
+    assert list((tmp_path / "ipam").rglob("10.*")) == []
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
+    network = subnet.rsplit(".", 1)[0] + "."
+    assert tag not in rules and network not in rules
+
+
+def build_exposing_image(archive: Path, name: str) -> None:
+    """The test image under ``name``, with ExposedPorts 8080/tcp and 9000/udp, as an archive."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "build-test-image"
+    subprocess.run(
+        [sys.executable, str(script), "--out", str(archive), "--name", name,
+         "--expose", "8080/tcp", "--expose", "9000/udp"],
+        check=True, capture_output=True,
+    )  # fmt: skip

@@ -12,7 +12,6 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 from _cli import TEST_NAMESPACE, Cli
 from _nethelpers import cli_bridge, free_port
-from _support import gone, scratch_executor, until
+from _support import build_exposing_image, gone, scratch_executor, until
 
 from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
@@ -285,12 +284,7 @@ def exposing_image(cli: Cli, containerd_address: str, tmp_path: Path) -> Iterato
     """The test image under another name, with ExposedPorts 8080/tcp and 9000/udp."""
     name = "docker.io/library/ctrexec-test-expose:latest"
     archive = tmp_path / "expose.tar"
-    script = Path(__file__).resolve().parents[2] / "scripts" / "build-test-image"
-    subprocess.run(
-        [sys.executable, str(script), "--out", str(archive), "--name", name,
-         "--expose", "8080/tcp", "--expose", "9000/udp"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    build_exposing_image(archive, name)
     import_image(containerd_address, TEST_NAMESPACE, archive)
     try:
         yield name

@@ -6,44 +6,21 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _support import audited_groups
 
-from ctrexec import Client, Executor, Groups, GroupSpec, Networks, TaskConfig, load_group_file
-from ctrexec._linux import mounts_under  # the leak check test_groups.py makes
+from ctrexec import Client, Groups, GroupSpec, TaskConfig, load_group_file
 
 SUBNET = "10.231.233.0/24"
 
 
 @pytest.fixture
 def groups(client: Client, tmp_path: Path, containerd_address: str) -> Iterator[Groups]:
-    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text()
-    tag = secrets.token_hex(2)
-    nets = Networks(
-        network=f"cxty{tag}",
-        bridge=f"cxty{tag}",
-        subnet=SUBNET,
-        cache_dir=tmp_path / "cni-cache",
-        ipam_dir=tmp_path / "ipam",
-    )
-    g = Groups(Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files"), nets)
-    try:
+    with audited_groups(client, tmp_path, containerd_address, "cxty", SUBNET) as g:
         yield g
-    finally:
-        for name in g.names():
-            g.down(name, timeout=1)
-        for a in nets.attachments():
-            nets.teardown(a.owner, None, a.mode)
-        nets.remove_bridge()
-        Path("/proc/sys/net/ipv4/ip_forward").write_text(forward)
-    assert mounts_under(Path(containerd_address).parent.parent) == []
-    assert not any(p.name.startswith(f"cxty{tag}") for p in Path("/sys/class/net").iterdir())
-    assert list((tmp_path / "ipam").rglob("10.*")) == []
-    rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
-    assert f"cxty{tag}" not in rules and "10.231.233." not in rules
 
 
 def _netns(pid: int) -> tuple[int, int]:

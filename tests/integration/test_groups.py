@@ -13,17 +13,15 @@ from pathlib import Path
 
 import pytest
 from _nethelpers import free_port
-from _support import supervising
+from _support import audited_groups, supervising
 
 from ctrexec import errors, testing
-from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.groups.spec import GroupSpec, load_group_file, parse_group
 from ctrexec.groups.updown import Groups
 from ctrexec.net import groupns, netns
 from ctrexec.net.networks import Networks
-from ctrexec.tasks.executor import Executor
 
 SUBNET = "10.231.180.0/24"
 
@@ -32,31 +30,8 @@ SUBNET = "10.231.180.0/24"
 def groups(
     client: Client, tmp_path: Path, test_image: str, containerd_address: str
 ) -> Iterator[Groups]:
-    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text()
-    tag = secrets.token_hex(2)
-    nets = Networks(
-        network=f"cxtg{tag}",
-        bridge=f"cxtg{tag}",
-        subnet=SUBNET,
-        cache_dir=tmp_path / "cni-cache",
-        ipam_dir=tmp_path / "ipam",
-    )
-    ex = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
-    g = Groups(ex, nets)
-    try:
+    with audited_groups(client, tmp_path, containerd_address, "cxtg", SUBNET) as g:
         yield g
-    finally:
-        for name in g.names():
-            g.down(name, timeout=1)
-        for a in nets.attachments():
-            nets.teardown(a.owner, None, a.mode)
-        nets.remove_bridge()
-        Path("/proc/sys/net/ipv4/ip_forward").write_text(forward)
-    assert mounts_under(Path(containerd_address).parent.parent) == []
-    assert not any(p.name.startswith(f"cxtg{tag}") for p in Path("/sys/class/net").iterdir())
-    assert list((tmp_path / "ipam").rglob("10.*")) == []
-    rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
-    assert f"cxtg{tag}" not in rules and "10.231.180." not in rules
 
 
 def _spec(name: str, image: str, port: int | None = None, **extra: object) -> GroupSpec:

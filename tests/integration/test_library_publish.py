@@ -10,15 +10,13 @@ traffic goes only to loopback.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _nethelpers import cli_bridge, free_port, iptables_dump
-from _support import until
+from _support import build_exposing_image, scratch_executor, until
 
 from ctrexec import (
     Client,
@@ -55,13 +53,8 @@ def nets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Networks]:
 @pytest.fixture
 def ex(client: Client, nets: Networks, tmp_path: Path) -> Iterator[Executor]:
     """Removes the ``lpub-*`` containers before the bridge's audit (``nets``)."""
-    executor = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
-    try:
+    with scratch_executor(client, tmp_path, "lpub-") as executor:
         yield executor
-    finally:
-        for info in executor.list(all_tasks=True):
-            if info.id.startswith("lpub-"):
-                executor.destroy(info.id, force=True)
 
 
 def _answered(body: list[bytes], port: int) -> bool:
@@ -96,12 +89,7 @@ def exposing_image(client: Client, tmp_path: Path) -> Iterator[str]:
     """The test image under another name, with ExposedPorts 8080/tcp and 9000/udp."""
     name = "docker.io/library/ctrexec-test-lpub-expose:latest"
     archive = tmp_path / "expose.tar"
-    script = Path(__file__).resolve().parents[2] / "scripts" / "build-test-image"
-    subprocess.run(
-        [sys.executable, str(script), "--out", str(archive), "--name", name,
-         "--expose", "8080/tcp", "--expose", "9000/udp"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    build_exposing_image(archive, name)
     import_archive(client, archive)
     try:
         yield name
