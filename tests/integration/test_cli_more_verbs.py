@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 from _cli import Cli
 from _nethelpers import free_port
+from _support import audited_groups
 
 from ctrexec.containerd.client import Client
 from ctrexec.groups.spec import parse_group
 from ctrexec.groups.updown import Groups
-from ctrexec.net.networks import Networks
-from ctrexec.tasks.executor import Executor
 from ctrexec.testing import wait_for
 
 pytestmark = pytest.mark.integration
@@ -122,24 +121,9 @@ SUBNET = "10.231.186.0/24"
 
 
 @pytest.fixture
-def groups(client: Client, tmp_path: Path) -> Iterator[Groups]:
-    tag = secrets.token_hex(2)
-    nets = Networks(
-        network=f"cxtp{tag}",
-        bridge=f"cxtp{tag}",
-        subnet=SUBNET,
-        cache_dir=tmp_path / "cni-cache",
-        ipam_dir=tmp_path / "ipam",
-    )
-    forward = Path("/proc/sys/net/ipv4/ip_forward").read_text()
-    g = Groups(Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files"), nets)
-    try:
+def groups(client: Client, tmp_path: Path, containerd_address: str) -> Iterator[Groups]:
+    with audited_groups(client, tmp_path, containerd_address, "cxtp", SUBNET) as g:
         yield g
-    finally:
-        for name in g.names():
-            g.down(name, timeout=1)
-        nets.remove_bridge()
-        Path("/proc/sys/net/ipv4/ip_forward").write_text(forward)
 
 
 def test_port_lists_published_ports(cli: Cli, groups: Groups, test_image: str) -> None:
