@@ -31,6 +31,16 @@ def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
         yield executor
 
 
+async def _trapping(ax: AsyncExecutor, name: str) -> None:
+    """Return once the task said ``ready``: its shell has set the trap, so a SIGTERM
+    from now on is ignored (one sent before would end it at once)."""
+    async with ax.logs(name, follow=True) as entries:
+        async for entry in entries:
+            if entry.message == "ready\n":
+                return
+    raise AssertionError(f"{name} ended without saying ready")
+
+
 async def _ticks_while(call: asyncio.Task[object], ticks: int) -> int:
     """Tick until ``ticks`` ticks ran or ``call`` ended; return how many ran while
     ``call`` was still pending."""
@@ -55,6 +65,7 @@ def test_start_exec_logs_stop_destroy_without_blocking_the_loop(
         result = await ax.exec(name, ["sh", "-c", "echo out; echo err >&2; exit 3"])
         assert (result.exit_code, result.stdout, result.stderr) == (3, b"out\n", b"err\n")
         assert [i.id for i in await ax.list() if i.id == name] == [name]
+        await _trapping(ax, name)
 
         # The stop has 10 s of SIGTERM ignored before its SIGKILL; meanwhile the loop
         # ticks and even makes a round trip of its own.
@@ -146,6 +157,7 @@ def test_a_cancelled_stop_leaves_the_loop_free_and_still_stops(
 
     async def main() -> Status:
         await ax.start_task(cfg)
+        await _trapping(ax, name)
         stop = asyncio.create_task(ax.stop(name, remove=False))
         await _ticks_while(stop, 1)
         stop.cancel()
