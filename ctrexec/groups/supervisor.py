@@ -16,6 +16,7 @@ supervisor will remove the container (:mod:`ctrexec.groups.presence`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -216,8 +217,9 @@ class Supervisor:
                         "%s: the OOM killer ran in its cgroup (memory limit reached)",
                         event.task_id,
                     )
-                elif isinstance(event, TaskExited):
-                    self._on_exit(event.task_id, event.exit, live=True)
+                elif isinstance(event, TaskExited):  # a record gone meanwhile ends no stream
+                    exited = functools.partial(self._on_exit, event.task_id, event.exit, live=True)
+                    self._act(event.task_id, "handling of an exit", exited)
                 elif isinstance(event, RecordDeleted):
                     self._vanished(event.task_id, event.labels)
         except CtrexecError as exc:
