@@ -127,7 +127,7 @@ def _cell(value: int | None) -> str:
 
 
 def _snapshots(client: Client) -> int:
-    stream = client.rpc.server_stream(
+    stream = client._connection.server_stream(
         _rpc.SNAPSHOTS,
         "List",
         snapshots_pb2.ListSnapshotsRequest(snapshotter="overlayfs"),

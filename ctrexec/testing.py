@@ -154,7 +154,7 @@ def audit(client: Client, *, snapshotter: str = "overlayfs") -> list[str]:
 def content_digests(client: Client) -> set[str]:
     """Every blob the client's namespace holds in containerd's content store, by digest
     (what a test checks a removal or a GC against)."""
-    stream = client.rpc.server_stream(
+    stream = client._connection.server_stream(
         _rpc.CONTENT,
         "List",
         content_pb2.ListContentRequest(),

@@ -2,8 +2,9 @@
 
 A :class:`Client` is cheap to share between threads (gRPC channels are thread-safe),
 and :meth:`Client.with_namespace` gives a view onto another namespace over the same
-channel. Domain modules reach containerd through :attr:`Client.rpc`; nothing above
-``_rpc`` sees a gRPC type.
+channel. Domain modules reach containerd through ``Client._call`` and
+``Client._connection`` (private: a scheduler uses the typed calls); nothing above ``_rpc``
+sees a gRPC type.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import secrets
 import shutil
+import warnings
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self, TypedDict, TypeVar, Unpack
@@ -207,8 +209,54 @@ class Client:
         return self._conn.address
 
     @property
+    def _connection(self) -> _rpc.Connection:
+        """The raw connection, for ctrexec's domain modules: streams, futures, the observer."""
+        return self._conn
+
+    def _call(
+        self,
+        service: str,
+        method: str,
+        request: Message,
+        response_type: type[M],
+        *,
+        lease: str | None = None,
+        timeout: _rpc.Timeout = None,
+    ) -> M:
+        """A unary call in this client's namespace, for ctrexec's domain modules."""
+        return self._conn.unary(
+            service,
+            method,
+            request,
+            response_type,
+            namespace=self.namespace,
+            lease=lease,
+            timeout=timeout,
+        )
+
+    def _call_or_none(
+        self,
+        service: str,
+        method: str,
+        request: Message,
+        response_type: type[M],
+        **options: Unpack[CallOptions],
+    ) -> M | None:
+        """:meth:`_call`, with None for containerd's NotFound: for the calls whose
+        "there is no such thing" is an answer, not a failure."""
+        try:
+            return self._call(service, method, request, response_type, **options)
+        except errors.NotFound:
+            return None
+
+    # The raw RPC was public until issue 38 made it private: a scheduler reaches containerd
+    # through the typed calls, and a raw message type ties its code to the wire. The old
+    # names keep working for one release.
+
+    @property
     def rpc(self) -> _rpc.Connection:
-        """The raw connection, for domain modules only."""
+        """Deprecated: the raw connection is private."""
+        _raw_rpc_deprecated("rpc")
         return self._conn
 
     def call(
@@ -221,16 +269,9 @@ class Client:
         lease: str | None = None,
         timeout: _rpc.Timeout = None,
     ) -> M:
-        """A unary call in this client's namespace."""
-        return self._conn.unary(
-            service,
-            method,
-            request,
-            response_type,
-            namespace=self.namespace,
-            lease=lease,
-            timeout=timeout,
-        )
+        """Deprecated: the raw RPC is private."""
+        _raw_rpc_deprecated("call")
+        return self._call(service, method, request, response_type, lease=lease, timeout=timeout)
 
     def call_or_none(
         self,
@@ -240,12 +281,9 @@ class Client:
         response_type: type[M],
         **options: Unpack[CallOptions],
     ) -> M | None:
-        """:meth:`call`, with None for containerd's NotFound: for the calls whose
-        "there is no such thing" is an answer, not a failure."""
-        try:
-            return self.call(service, method, request, response_type, **options)
-        except errors.NotFound:
-            return None
+        """Deprecated: the raw RPC is private."""
+        _raw_rpc_deprecated("call_or_none")
+        return self._call_or_none(service, method, request, response_type, **options)
 
     def with_namespace(self, namespace: str) -> Client:
         """A client for another namespace sharing this one's channel."""
@@ -289,7 +327,7 @@ class Client:
         from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
 
         req = namespace_pb2.DeleteNamespaceRequest(name=self.namespace)
-        self.call(_rpc.NAMESPACES, "Delete", req, empty_pb2.Empty)
+        self._call(_rpc.NAMESPACES, "Delete", req, empty_pb2.Empty)
 
     def plugins(self, *filters: str) -> list[Plugin]:
         # start-up: the Introspection service's messages load on its first use
@@ -405,7 +443,7 @@ class Client:
         if ttl is not None:
             expire = datetime.now(UTC) + ttl
             all_labels[LEASE_EXPIRE_LABEL] = expire.strftime("%Y-%m-%dT%H:%M:%SZ")
-        resp = self.call(
+        resp = self._call(
             _rpc.LEASES,
             "Create",
             leases_pb2.CreateRequest(id=lid, labels=all_labels),
@@ -417,7 +455,7 @@ class Client:
         # start-up: the Leases service's messages load on its first use
         from ctrexec._api.containerd.services.leases.v1 import leases_pb2
 
-        self.call(
+        self._call(
             _rpc.LEASES,
             "Delete",
             leases_pb2.DeleteRequest(id=lease_id, sync=sync),
@@ -428,7 +466,7 @@ class Client:
         # start-up: the Leases service's messages load on its first use
         from ctrexec._api.containerd.services.leases.v1 import leases_pb2
 
-        resp = self.call(_rpc.LEASES, "List", leases_pb2.ListRequest(), leases_pb2.ListResponse)
+        resp = self._call(_rpc.LEASES, "List", leases_pb2.ListRequest(), leases_pb2.ListResponse)
         return [
             Lease(id=le.id, labels=dict(le.labels), created_at=from_timestamp(le.created_at))
             for le in resp.leases
@@ -440,7 +478,7 @@ class Client:
         # start-up: the Leases service's messages load on its first use
         from ctrexec._api.containerd.services.leases.v1 import leases_pb2
 
-        resp = self.call_or_none(
+        resp = self._call_or_none(
             _rpc.LEASES,
             "ListResources",
             leases_pb2.ListResourcesRequest(id=lease_id),
@@ -459,6 +497,14 @@ class Client:
         finally:
             with contextlib.suppress(errors.NotFound):
                 self.delete_lease(lease.id)
+
+
+def _raw_rpc_deprecated(name: str) -> None:
+    warnings.warn(
+        f"Client.{name} is deprecated: containerd's raw RPC is private to ctrexec",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def _runtime_features(runtime: str, extra: any_pb2.Any) -> RuntimeFeatures:

@@ -104,7 +104,7 @@ def create(
         c.runtime.options.CopyFrom(runtime.options)
     for key, value in (extensions or {}).items():
         c.extensions[key].CopyFrom(value)
-    resp = client.call(
+    resp = client._call(
         _rpc.CONTAINERS,
         "Create",
         containers_pb2.CreateContainerRequest(container=c),
@@ -117,7 +117,7 @@ def create(
 def get(client: Client, container_id: str) -> Container:
     """The record; a missing one is reported in docker's words, not containerd's."""
     try:
-        resp = client.call(
+        resp = client._call(
             _rpc.CONTAINERS,
             "Get",
             containers_pb2.GetContainerRequest(id=container_id),
@@ -130,7 +130,7 @@ def get(client: Client, container_id: str) -> Container:
 
 def list_containers(client: Client, *filters: str) -> list[Container]:
     """Containers matching any of containerd's filter expressions (``labels."k"==v``)."""
-    resp = client.call(
+    resp = client._call(
         _rpc.CONTAINERS,
         "List",
         containers_pb2.ListContainersRequest(filters=list(filters)),
@@ -189,7 +189,7 @@ def update_labels(client: Client, container_id: str, labels: Mapping[str, str | 
         id=container_id, labels={k: v for k, v in labels.items() if v is not None}
     )
     mask = field_mask_pb2.FieldMask(paths=[f"labels.{k}" for k in labels])
-    resp = client.call(
+    resp = client._call(
         _rpc.CONTAINERS,
         "Update",
         containers_pb2.UpdateContainerRequest(container=c, update_mask=mask),
@@ -199,7 +199,7 @@ def update_labels(client: Client, container_id: str, labels: Mapping[str, str | 
 
 
 def delete(client: Client, container_id: str) -> None:
-    client.call(
+    client._call(
         _rpc.CONTAINERS,
         "Delete",
         containers_pb2.DeleteContainerRequest(id=container_id),

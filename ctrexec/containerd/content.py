@@ -379,7 +379,7 @@ def child_labels(kind: str, obj: Mapping[str, Any]) -> dict[str, str]:
 
 
 def info(client: Client, digest: str) -> ContentInfo:
-    resp = client.call(
+    resp = client._call(
         _rpc.CONTENT,
         "Info",
         content_pb2.InfoRequest(digest=validate_digest(digest)),
@@ -399,7 +399,7 @@ def exists(client: Client, digest: str) -> bool:
 def read_stream(client: Client, digest: str, offset: int = 0, size: int = 0) -> Iterator[bytes]:
     """Yield the blob's bytes from ``offset`` on (``size`` of them; 0: to the end),
     checking the stream is contiguous."""
-    stream = client.rpc.server_stream(
+    stream = client._connection.server_stream(
         _rpc.CONTENT,
         "Read",
         content_pb2.ReadContentRequest(digest=digest, offset=offset, size=size),
@@ -452,7 +452,7 @@ def update_labels(client: Client, digest: str, labels: Mapping[str, str]) -> Con
         update_mask=field_mask_pb2.FieldMask(paths=[f"labels.{k}" for k in labels]),
     )
     return ContentInfo.from_proto(
-        client.call(_rpc.CONTENT, "Update", req, content_pb2.UpdateResponse).info
+        client._call(_rpc.CONTENT, "Update", req, content_pb2.UpdateResponse).info
     )
 
 
@@ -476,7 +476,7 @@ class WriteSession:
         self.ref = ref
         self.client = client
         self._queue: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
-        self._stream = client.rpc.bidi_stream(
+        self._stream = client._connection.bidi_stream(
             _rpc.CONTENT,
             "Write",
             self._requests(),
@@ -594,7 +594,7 @@ class WriteSession:
         """Stop the stream and drop the partial ingest; safe after finish()."""
         self.close()
         with contextlib.suppress(errors.CtrexecError):
-            self.client.call(
+            self.client._call(
                 _rpc.CONTENT, "Abort", content_pb2.AbortRequest(ref=self.ref), empty_pb2.Empty
             )
 

@@ -265,7 +265,7 @@ class Subscription(Iterator[events_pb2.Envelope]):
     def __init__(self, client: Client, topics: Sequence[str]) -> None:
         self._client = client
         self.marker = f"{SYNC_PREFIX}{secrets.token_hex(8)}"
-        self._stream = client.rpc.server_stream(
+        self._stream = client._connection.server_stream(
             _rpc.EVENTS,
             "Subscribe",
             events_pb2.SubscribeRequest(
@@ -337,7 +337,7 @@ class Subscription(Iterator[events_pb2.Envelope]):
 
 def publish(client: Client, topic: str, *, timeout: float = 5.0) -> None:
     """Publish an empty event on ``topic`` in the client's namespace."""
-    client.call(
+    client._call(
         _rpc.EVENTS,
         "Publish",
         events_pb2.PublishRequest(

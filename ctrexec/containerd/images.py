@@ -335,7 +335,7 @@ def _not_found(wanted: ImageName, where: str = "") -> errors.NotFound:
 
 def _get_record(client: Client, wanted: ImageName) -> images_pb2.Image:
     """The record ``wanted`` names; with a digest, also one of its repository by target."""
-    found = client.call_or_none(
+    found = client._call_or_none(
         _rpc.IMAGES,
         "Get",
         images_pb2.GetImageRequest(name=wanted.name),
@@ -345,7 +345,7 @@ def _get_record(client: Client, wanted: ImageName) -> images_pb2.Image:
         return found.image
     if not wanted.digest:
         raise _not_found(wanted)
-    resp = client.call(
+    resp = client._call(
         _rpc.IMAGES,
         "List",
         images_pb2.ListImagesRequest(filters=[f"target.digest=={wanted.digest}"]),
@@ -368,7 +368,7 @@ def get_image(
 def list_images(client: Client, *, platform: Platform | str | None = None) -> list[ImageSummary]:
     """Every image of the namespace; size is the platform's content (or the target's)."""
     want = as_platform(platform)
-    resp = client.call(
+    resp = client._call(
         _rpc.IMAGES, "List", images_pb2.ListImagesRequest(), images_pb2.ListImagesResponse
     )
     out = []
@@ -399,7 +399,7 @@ def remove_image(
     if target:
         req.target.CopyFrom(descriptor_pb2.Descriptor(digest=validate_digest(target)))
     try:
-        client.call(_rpc.IMAGES, "Delete", req, empty_pb2.Empty)
+        client._call(_rpc.IMAGES, "Delete", req, empty_pb2.Empty)
     except errors.NotFound:
         now = recorded_target(client, wanted.name) if target else None
         if now is not None and now != target:
@@ -411,7 +411,7 @@ def remove_image(
 
 
 def _create_record(client: Client, image: images_pb2.Image, lease: str) -> None:
-    client.call(
+    client._call(
         _rpc.IMAGES,
         "Create",
         images_pb2.CreateImageRequest(image=image),
@@ -435,7 +435,7 @@ def record_image(
         _create_record(client, image, lease)
     except errors.AlreadyExists:
         paths = ["target"] + [f"labels.{k}" for k in (labels or {})]
-        client.call(
+        client._call(
             _rpc.IMAGES,
             "Update",
             images_pb2.UpdateImageRequest(
@@ -454,7 +454,7 @@ def record_target(client: Client, name: str | ImageName) -> Descriptor:
 
 def recorded_target(client: Client, name: str) -> str | None:
     """The target digest the record ``name`` has now; None when there is none."""
-    resp = client.call_or_none(
+    resp = client._call_or_none(
         _rpc.IMAGES, "Get", images_pb2.GetImageRequest(name=name), images_pb2.GetImageResponse
     )
     return None if resp is None else str(resp.image.target.digest)

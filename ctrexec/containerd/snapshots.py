@@ -92,7 +92,7 @@ def _mounts(msgs: Iterable[mount_pb2.Mount]) -> list[RootfsMount]:
 
 def stat_snapshot(client: Client, key: str, snapshotter: str) -> SnapshotInfo | None:
     """The snapshot named ``key``, or None when there is none."""
-    resp = client.call_or_none(
+    resp = client._call_or_none(
         _rpc.SNAPSHOTS,
         "Stat",
         snapshots_pb2.StatSnapshotRequest(snapshotter=snapshotter, key=key),
@@ -115,7 +115,7 @@ def _info(i: snapshots_pb2.Info) -> SnapshotInfo:
 
 def list_snapshots(client: Client, snapshotter: str = DEFAULT_SNAPSHOTTER) -> list[SnapshotInfo]:
     """Every snapshot of the namespace in ``snapshotter`` (what doctor judges)."""
-    stream = client.rpc.server_stream(
+    stream = client._connection.server_stream(
         _rpc.SNAPSHOTS,
         "List",
         snapshots_pb2.ListSnapshotsRequest(snapshotter=snapshotter),
@@ -127,7 +127,7 @@ def list_snapshots(client: Client, snapshotter: str = DEFAULT_SNAPSHOTTER) -> li
 
 def snapshot_usage(client: Client, key: str, snapshotter: str = DEFAULT_SNAPSHOTTER) -> int:
     """The bytes a snapshot uses on its own (docker's container size); 0 once it is gone."""
-    resp = client.call_or_none(
+    resp = client._call_or_none(
         _rpc.SNAPSHOTS,
         "Usage",
         snapshots_pb2.UsageRequest(snapshotter=snapshotter, key=key),
@@ -146,7 +146,7 @@ def prepare_rootfs(
     labels: Mapping[str, str] | None = None,
 ) -> list[RootfsMount]:
     """A writable (active) snapshot on top of ``parent_chain_id``; its mounts."""
-    resp = client.call(
+    resp = client._call(
         _rpc.SNAPSHOTS,
         "Prepare",
         snapshots_pb2.PrepareSnapshotRequest(
@@ -162,7 +162,7 @@ def view_snapshot(
     client: Client, key: str, parent: str, *, snapshotter: str, lease: str | None
 ) -> list[RootfsMount]:
     """A read-only view of the committed snapshot ``parent``; its mounts."""
-    resp = client.call(
+    resp = client._call(
         _rpc.SNAPSHOTS,
         "View",
         snapshots_pb2.ViewSnapshotRequest(snapshotter=snapshotter, key=key, parent=parent),
@@ -175,7 +175,7 @@ def view_snapshot(
 def snapshot_mounts(
     client: Client, key: str, snapshotter: str = DEFAULT_SNAPSHOTTER
 ) -> list[RootfsMount]:
-    resp = client.call(
+    resp = client._call(
         _rpc.SNAPSHOTS,
         "Mounts",
         snapshots_pb2.MountsRequest(snapshotter=snapshotter, key=key),
@@ -187,7 +187,7 @@ def snapshot_mounts(
 def commit_snapshot(
     client: Client, name: str, key: str, *, snapshotter: str, lease: str | None
 ) -> None:
-    client.call(
+    client._call(
         _rpc.SNAPSHOTS,
         "Commit",
         snapshots_pb2.CommitSnapshotRequest(snapshotter=snapshotter, name=name, key=key),
@@ -199,7 +199,7 @@ def commit_snapshot(
 def remove_snapshot(client: Client, key: str, snapshotter: str = DEFAULT_SNAPSHOTTER) -> None:
     """Remove a snapshot; one that is already gone is fine."""
     with contextlib.suppress(errors.NotFound):
-        client.call(
+        client._call(
             _rpc.SNAPSHOTS,
             "Remove",
             snapshots_pb2.RemoveSnapshotRequest(snapshotter=snapshotter, key=key),
@@ -305,7 +305,7 @@ def _apply(
     lease: str,
     timeout: float,
 ) -> None:
-    resp = client.call(
+    resp = client._call(
         _rpc.DIFF,
         "Apply",
         diff_pb2.ApplyRequest(diff=layer.to_proto(), mounts=[m.to_proto() for m in mounts]),
@@ -332,7 +332,7 @@ def diff_mounts(
     """Diff.Diff: what changed from ``lower`` to ``upper``, as a layer blob containerd
     writes into the content store under ``lease`` (with its ``containerd.io/uncompressed``
     label, the layer's diff ID). ``ref``: the ingest's name, unique per call."""
-    resp = client.call(
+    resp = client._call(
         _rpc.DIFF,
         "Diff",
         diff_pb2.DiffRequest(

@@ -196,7 +196,7 @@ def create(
     )
     if options is not None:
         req.options.CopyFrom(options)
-    resp = client.call(_rpc.TASKS, "Create", req, tasks_pb2.CreateTaskResponse, timeout=60.0)
+    resp = client._call(_rpc.TASKS, "Create", req, tasks_pb2.CreateTaskResponse, timeout=60.0)
     return int(resp.pid)
 
 
@@ -207,7 +207,7 @@ def arm_wait(
 
     ``wait_for_ready``: sent while containerd is away, the call waits for it to return.
     """
-    return client.rpc.unary_future(
+    return client._connection.unary_future(
         _rpc.TASKS,
         "Wait",
         tasks_pb2.WaitRequest(container_id=container_id, exec_id=exec_id),
@@ -225,7 +225,7 @@ def collect(pending: _rpc.Pending[Any], timeout: float | None = None) -> ExitSta
 
 
 def start(client: Client, container_id: str, exec_id: str = "") -> int:
-    resp = client.call(
+    resp = client._call(
         _rpc.TASKS,
         "Start",
         tasks_pb2.StartRequest(container_id=container_id, exec_id=exec_id),
@@ -244,7 +244,7 @@ def get(
 ) -> ProcessState:
     """The process's state; NotFound without one, DeadlineExceeded when no answer came
     within ``timeout`` (containerd from 2.3 answers so itself for a slow shim)."""
-    resp = client.call(
+    resp = client._call(
         _rpc.TASKS,
         "Get",
         tasks_pb2.GetRequest(container_id=container_id, exec_id=exec_id),
@@ -278,7 +278,7 @@ def list_tasks(
     answer (see :func:`states_of`); up to 2.1 it lists it as UNKNOWN, after waiting 2 s
     for each such task, so a List that does not end within ``timeout`` says why."""
     try:
-        resp = client.call(
+        resp = client._call(
             _rpc.TASKS,
             "List",
             tasks_pb2.ListTasksRequest(),
@@ -307,7 +307,7 @@ def states_of(
     listed = {t.container_id: t for t in list_tasks(client)}
     missing = [cid for cid in dict.fromkeys(container_ids) if cid not in listed]
     pending = {
-        cid: client.rpc.unary_future(
+        cid: client._connection.unary_future(
             _rpc.TASKS,
             "Get",
             tasks_pb2.GetRequest(container_id=cid),
@@ -333,7 +333,7 @@ def kill(
 ) -> None:
     """Send a signal. A task that already stopped is not an error."""
     with contextlib.suppress(errors.NotFound):
-        client.call(
+        client._call(
             _rpc.TASKS,
             "Kill",
             tasks_pb2.KillRequest(
@@ -345,7 +345,7 @@ def kill(
 
 def delete(client: Client, container_id: str) -> ExitStatus | None:
     """Delete a stopped task and return its exit; None when there was no task."""
-    resp = client.call_or_none(
+    resp = client._call_or_none(
         _rpc.TASKS,
         "Delete",
         tasks_pb2.DeleteTaskRequest(container_id=container_id),
@@ -387,7 +387,7 @@ def exec_process(
 ) -> None:
     """Register an exec'd process; it runs once :func:`start` is called with its id."""
     spec = any_pb2.Any(type_url=PROCESS_SPEC_TYPE_URL, value=json.dumps(process_spec).encode())
-    client.call(
+    client._call(
         _rpc.TASKS,
         "Exec",
         tasks_pb2.ExecProcessRequest(
@@ -405,7 +405,7 @@ def exec_process(
 
 
 def delete_process(client: Client, container_id: str, exec_id: str) -> ExitStatus | None:
-    resp = client.call_or_none(
+    resp = client._call_or_none(
         _rpc.TASKS,
         "DeleteProcess",
         tasks_pb2.DeleteProcessRequest(container_id=container_id, exec_id=exec_id),
@@ -415,7 +415,7 @@ def delete_process(client: Client, container_id: str, exec_id: str) -> ExitStatu
 
 
 def pause(client: Client, container_id: str) -> None:
-    client.call(
+    client._call(
         _rpc.TASKS,
         "Pause",
         tasks_pb2.PauseTaskRequest(container_id=container_id),
@@ -424,7 +424,7 @@ def pause(client: Client, container_id: str) -> None:
 
 
 def resume(client: Client, container_id: str) -> None:
-    client.call(
+    client._call(
         _rpc.TASKS,
         "Resume",
         tasks_pb2.ResumeTaskRequest(container_id=container_id),
@@ -441,7 +441,7 @@ def metrics_of(client: Client, container_ids: Sequence[str]) -> dict[str, any_pb
     """Raw cgroup metrics of several tasks in one call (stopped ones too, until deleted)."""
     if not container_ids:
         return {}
-    resp = client.call(
+    resp = client._call(
         _rpc.TASKS,
         "Metrics",
         tasks_pb2.MetricsRequest(filters=[f"id=={cid}" for cid in container_ids]),
@@ -454,7 +454,7 @@ def metrics_of(client: Client, container_ids: Sequence[str]) -> dict[str, any_pb
 def metrics_future(client: Client, container_id: str) -> _rpc.Pending[Any]:
     """:func:`metrics` as a call in flight, for callers that must not block (read the
     answer with :func:`metrics_from`)."""
-    return client.rpc.unary_future(
+    return client._connection.unary_future(
         _rpc.TASKS,
         "Metrics",
         tasks_pb2.MetricsRequest(filters=[f"id=={container_id}"]),
@@ -510,7 +510,7 @@ def resize_pty(
 ) -> None:
     """Set the terminal size of a process started with ``terminal``; the kernel then
     sends it SIGWINCH."""
-    client.call(
+    client._call(
         _rpc.TASKS,
         "ResizePty",
         tasks_pb2.ResizePtyRequest(
@@ -526,7 +526,7 @@ def close_io(client: Client, container_id: str, exec_id: str = "") -> None:
     The shim holds both ends of that FIFO, so a client that closes its end does not
     end the process's input; this does, once no client end is left open either.
     """
-    client.call(
+    client._call(
         _rpc.TASKS,
         "CloseIO",
         tasks_pb2.CloseIORequest(container_id=container_id, exec_id=exec_id, stdin=True),

@@ -379,7 +379,7 @@ class TaskEvents(Iterator[Event]):
             except CtrexecError as exc:
                 if self._cancelled.is_set():
                     return
-                if self._client.rpc.closed:
+                if self._client._connection.closed:
                     raise
                 if (
                     self._max_outage is not None

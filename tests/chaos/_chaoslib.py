@@ -263,7 +263,7 @@ def gc_pass(client: Client) -> None:
 
 
 def lease_resources(client: Client, lease_id: str) -> list[str]:
-    resp = client.call(
+    resp = client._call(
         _rpc.LEASES,
         "ListResources",
         leases_pb2.ListResourcesRequest(id=lease_id),

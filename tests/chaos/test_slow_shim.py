@@ -195,11 +195,11 @@ def _task_calls(ex: Executor) -> dict[str, int]:
         if method.startswith("Tasks."):
             seen[method] = seen.get(method, 0) + 1
 
-    ex.client.rpc.observer = count
+    ex.client._connection.observer = count
     try:
         ex.list(all_tasks=True)
     finally:
-        ex.client.rpc.observer = None
+        ex.client._connection.observer = None
     return seen
 
 

@@ -33,7 +33,7 @@ def create_namespace(client: Client) -> None:
         namespace=namespace_pb2.Namespace(name=client.namespace)
     )
     with contextlib.suppress(AlreadyExists):
-        client.call(_rpc.NAMESPACES, "Create", req, namespace_pb2.CreateNamespaceResponse)
+        client._call(_rpc.NAMESPACES, "Create", req, namespace_pb2.CreateNamespaceResponse)
 
 
 def until(predicate: Callable[[], object], what: str, timeout: float = 30.0) -> None:

@@ -53,7 +53,7 @@ def _gc(client: Client) -> None:
 
 
 def _ingests(client: Client) -> list[str]:
-    resp = client.call(
+    resp = client._call(
         _rpc.CONTENT,
         "ListStatuses",
         content_pb2.ListStatusesRequest(),

@@ -30,7 +30,7 @@ def _plugin_info_is_unimplemented(client: Client) -> bool:
     """The daemon's own answer to an empty PluginInfo: Unimplemented (1.x), or any
     other answer or error (the method exists)."""
     try:
-        client.rpc.unary(
+        client._connection.unary(
             _rpc.INTROSPECTION,
             "PluginInfo",
             introspection_pb2.PluginInfoRequest(type="io.containerd.runtime.v2", id="task"),
@@ -75,7 +75,7 @@ def test_runc_as_the_daemon_reports_it_or_this_path(client: Client, cli: Cli) ->
 
 
 def test_deprecations_shown_by_info_and_doctor(client: Client, cli: Cli) -> None:
-    raw = client.rpc.unary(
+    raw = client._connection.unary(
         _rpc.INTROSPECTION, "Server", empty_pb2.Empty(), introspection_pb2.ServerResponse
     )
     reported = sorted(w.id for w in raw.deprecations)

@@ -134,7 +134,7 @@ def test_doctor_finds_every_kind_dry_run_changes_nothing_gc_removes_it(
     loose = client.create_lease(ttl=None)
     in_flight = client.create_lease(ttl=timedelta(hours=1))
     other.create_lease(ttl=None)
-    client.call(
+    client._call(
         _rpc.SNAPSHOTS,
         "Prepare",
         snapshots_pb2.PrepareSnapshotRequest(snapshotter="overlayfs", key="dctr-loose"),

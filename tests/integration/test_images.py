@@ -221,7 +221,7 @@ def test_docker_namespace_is_searched_only_when_listed(
         _ctr(containerd_address, "-n", "moby", "images", "rm", "--sync", name)
         with contextlib.suppress(errors.NotFound):
             lookup.remove_image(client, name, sync=True)  # our adopted copy
-        client.call(
+        client._call(
             _rpc.NAMESPACES,
             "Delete",
             namespace_pb2.DeleteNamespaceRequest(name="moby"),

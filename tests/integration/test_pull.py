@@ -116,13 +116,13 @@ def ns(client: Client, request: pytest.FixtureRequest) -> Iterator[Client]:
     finally:
         for le in own.leases():
             own.delete_lease(le.id)
-        resp = own.call(
+        resp = own._call(
             _rpc.IMAGES, "List", images_pb2.ListImagesRequest(), images_pb2.ListImagesResponse
         )
         for rec in resp.images:
             images.remove_image(own, rec.name, sync=True)
         _gc(own)
-        own.call(
+        own._call(
             _rpc.NAMESPACES,
             "Delete",
             namespace_pb2.DeleteNamespaceRequest(name=name),
@@ -314,7 +314,7 @@ def test_corrupted_blob_leaves_nothing(
     assert ns.leases() == []
     _gc(ns)
     assert content_digests(ns) == set()
-    statuses = ns.call(
+    statuses = ns._call(
         _rpc.CONTENT,
         "ListStatuses",
         content_pb2.ListStatusesRequest(),
@@ -365,7 +365,7 @@ def test_registry_killed_mid_pull_then_resumed(
         with pytest.raises(errors.NotFound):
             lookup.get_image(ns, ref)
         assert len(ns.leases()) == 1  # kept: it holds the partial download
-        partial = ns.call(
+        partial = ns._call(
             _rpc.CONTENT,
             "ListStatuses",
             content_pb2.ListStatusesRequest(),
@@ -491,7 +491,7 @@ def test_top_layer_failing_after_the_lower_ones_unpacked_leaves_nothing(
     _gc(ns)
     assert snapshots.list_snapshots(ns) == []
     assert content_digests(ns) == set()
-    statuses = ns.call(
+    statuses = ns._call(
         _rpc.CONTENT,
         "ListStatuses",
         content_pb2.ListStatusesRequest(),
@@ -534,13 +534,13 @@ def test_ctr_pulled_image_adopted_without_writing(
         assert starts and all(e.done == e.total for e in starts), starts
         assert img.digest == lookup.get_image(other, ref).digest
     finally:
-        for rec in other.call(
+        for rec in other._call(
             _rpc.IMAGES, "List", images_pb2.ListImagesRequest(), images_pb2.ListImagesResponse
         ).images:
             images.remove_image(other, rec.name, sync=True)
         _gc(other)
         until(lambda: not content_digests(other), "ctr's content collected")
-        other.call(
+        other._call(
             _rpc.NAMESPACES,
             "Delete",
             namespace_pb2.DeleteNamespaceRequest(name=other.namespace),

@@ -45,7 +45,7 @@ def own_ns(
     try:
         yield ns
     finally:
-        ns.rpc.observer = None
+        ns._connection.observer = None
         ex = Executor(ns)
         for info in ex.list(all_tasks=True):
             ex.destroy(info.id, force=True)
@@ -67,9 +67,9 @@ def test_a_warm_start_task_makes_five_round_trips(
     ex = Executor(own_ns, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
     ex.start_task(_cfg("sp-warm-0", test_image))
     calls = Calls()
-    own_ns.rpc.observer = calls
+    own_ns._connection.observer = calls
     handle = ex.start_task(_cfg("sp-warm-1", test_image))
-    own_ns.rpc.observer = None
+    own_ns._connection.observer = None
     assert handle.pid > 0
     assert sum(calls.seen.values()) <= MAX_ROUND_TRIPS, calls.seen
     assert [m for m in calls.seen if m.startswith(REPEATED)] == [], calls.seen
@@ -103,9 +103,9 @@ def test_the_user_is_read_from_the_image_once(
     ex = Executor(own_ns, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
     ex.start_task(_cfg("sp-user-0", test_image, user="app"))
     calls = Calls()
-    own_ns.rpc.observer = calls
+    own_ns._connection.observer = calls
     ex.start_task(_cfg("sp-user-1", test_image, user="app"))
-    own_ns.rpc.observer = None
+    own_ns._connection.observer = None
     assert calls.seen["Snapshots.View"] == 0, calls.seen
     # Both specs carry app's ids from the image's /etc/passwd and /etc/group.
     user = containers.get(own_ns, "sp-user-1").spec["process"]["user"]

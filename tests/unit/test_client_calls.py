@@ -1,4 +1,5 @@
-"""Client.call_or_none: containerd's NotFound is an answer (None); any other error is not."""
+"""Client._call_or_none: containerd's NotFound is an answer (None); any other error is not.
+The raw RPC is private since issue 38; its old public names warn for one release."""
 
 from __future__ import annotations
 
@@ -30,13 +31,13 @@ def _client(error: errors.CtrexecError | None) -> tuple[Client, _Conn]:
 
 def test_not_found_is_none() -> None:
     client, _ = _client(errors.NotFound("snapshot x: not found"))
-    got = client.call_or_none(_rpc.SNAPSHOTS, "Stat", empty_pb2.Empty(), empty_pb2.Empty)
+    got = client._call_or_none(_rpc.SNAPSHOTS, "Stat", empty_pb2.Empty(), empty_pb2.Empty)
     assert got is None
 
 
 def test_an_answer_and_the_options_go_through() -> None:
     client, conn = _client(None)
-    got = client.call_or_none(
+    got = client._call_or_none(
         _rpc.TASKS, "Delete", empty_pb2.Empty(), empty_pb2.Empty, lease="l", timeout=5.0
     )
     assert isinstance(got, empty_pb2.Empty)
@@ -46,4 +47,18 @@ def test_an_answer_and_the_options_go_through() -> None:
 def test_other_errors_are_raised() -> None:
     client, _ = _client(errors.Unavailable("containerd went away"))
     with pytest.raises(errors.Unavailable):
-        client.call_or_none(_rpc.TASKS, "Delete", empty_pb2.Empty(), empty_pb2.Empty)
+        client._call_or_none(_rpc.TASKS, "Delete", empty_pb2.Empty(), empty_pb2.Empty)
+
+
+def test_the_old_public_raw_rpc_names_still_work_and_say_they_are_deprecated() -> None:
+    client, conn = _client(None)
+    with pytest.warns(DeprecationWarning, match=r"Client\.call is deprecated"):
+        got = client.call(_rpc.TASKS, "Delete", empty_pb2.Empty(), empty_pb2.Empty, lease="l")
+    assert isinstance(got, empty_pb2.Empty)
+    assert conn.seen == {"namespace": "ns", "lease": "l", "timeout": None}
+    with pytest.warns(DeprecationWarning, match=r"Client\.call_or_none is deprecated"):
+        got = client.call_or_none(_rpc.TASKS, "Delete", empty_pb2.Empty(), empty_pb2.Empty)
+    assert isinstance(got, empty_pb2.Empty)
+    with pytest.warns(DeprecationWarning, match=r"Client\.rpc is deprecated"):
+        raw = client.rpc
+    assert raw is cast(Any, conn)

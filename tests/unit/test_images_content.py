@@ -115,9 +115,9 @@ class FakeConn:
 
 class FakeClient:
     def __init__(self, store: FakeStore, namespace: str) -> None:
-        self.store, self.namespace, self.rpc = store, namespace, FakeConn(store)
+        self.store, self.namespace, self._connection = store, namespace, FakeConn(store)
 
-    def call(self, service: str, method: str, request: Any, rt: Any, **_: Any) -> Any:
+    def _call(self, service: str, method: str, request: Any, rt: Any, **_: Any) -> Any:
         have = self.store.visible.setdefault(self.namespace, {})
         if method == "Abort":
             self.store.aborted.append(request.ref)

@@ -72,7 +72,7 @@ def _client(listed: list[task_pb2.Process], gets: dict[str, Any] | None = None) 
 
 
 def _calls(client: Client) -> list[tuple[str, str, float | None]]:
-    return cast(_Conn, client.rpc).calls
+    return cast(_Conn, client._connection).calls
 
 
 def _running(cid: str, pid: int = 42) -> task_pb2.Process:
