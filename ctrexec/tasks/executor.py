@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
@@ -535,7 +536,9 @@ class Executor:
         )
 
     def with_oom(self, exits: Mapping[str, ExitStatus]) -> dict[str, ExitStatus]:
-        """The exits with ``oom_killed`` set where the task's cgroup saw an OOM kill."""
+        """Deprecated (issue 38: no front-end helper on the facade); every exit ctrexec
+        reports already says whether the OOM killer ended it."""
+        warnings.warn("Executor.with_oom is deprecated", DeprecationWarning, stacklevel=2)
         return taskinfo.with_oom(self.client, exits)
 
     def stats(self, task_id: str) -> stats.Stats:

@@ -49,6 +49,7 @@ from ctrexec.ids import task_cgroup, validate_id
 from ctrexec.net import groupns, hostfiles
 from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import implicitnet, runs
+from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks import spec as taskspec
 
@@ -158,7 +159,7 @@ def _kept_exit(
         run=now.run if now else 0,
         pid=pid,
         started_at=now.started_at if now else None,
-        exit=executor.with_oom({record.id: exit_status})[record.id],
+        exit=taskinfo.with_oom(executor.client, {record.id: exit_status})[record.id],
     )
     return {lbl.RUN_PREVIOUS: runs.previous_label(run)}
 
