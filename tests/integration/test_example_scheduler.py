@@ -46,7 +46,7 @@ def sched(containerd_address: str, test_image_archive: Path) -> Iterator[Client]
         finally:
             for image in list_images(client):
                 remove_image(client, image.name, sync=True)
-            until(lambda: _namespace_deleted(client), "the example's namespace to go")
+            until(lambda: _namespace_deleted(client), "its namespace to go", timeout=60)
 
 
 def _namespace_deleted(client: Client) -> bool:
