@@ -1,10 +1,9 @@
-"""The restart policy's decisions, from a container's labels alone (no I/O).
+"""How long the supervisor waits before a restart, from a container's labels alone (no I/O).
 
-Whether an exit is restarted (:func:`should_restart`), whether a run that went with no
-exit seen is started again (:func:`should_revive`), and how long to wait first: docker's
-doubling backoff (:func:`next_delay`), or what is left of a wait an earlier supervisor
-began (:func:`remaining_wait`). Kept apart from :mod:`ctrexec.groups.supervisor`, which
-acts on them, so they are tested without a daemon.
+Docker's doubling backoff (:func:`next_delay`), or what is left of a wait an earlier
+supervisor began (:func:`remaining_wait`). Whether to restart at all is the task's rule
+(:mod:`ctrexec.tasks.restarts`, which ``TaskInfo.done`` reads too). Kept apart from
+:mod:`ctrexec.groups.supervisor`, which acts on them, so they are tested without a daemon.
 """
 
 from __future__ import annotations
@@ -21,28 +20,6 @@ MAX_BACKOFF = 60.0
 RESET_AFTER = 10.0
 #: The first delay when the policy's is 0 (docker's 100 ms), so doubling can grow.
 MIN_DELAY = 0.1
-
-
-def should_restart(labels: dict[str, str], exit_code: int) -> bool:
-    """The policy decision for one exit, from the container's labels alone."""
-    policy = labels.get(lbl.RESTART_POLICY, "no")
-    if policy == "no" or labels.get(lbl.STOPPED_BY_USER) == "true":
-        return False
-    if policy == "on-failure" and exit_code == 0:
-        return False
-    max_attempts = int(labels.get(lbl.RESTART_MAX, "0") or 0)
-    count = int(labels.get(lbl.RESTART_COUNT, "0") or 0)
-    return not (max_attempts > 0 and count >= max_attempts)
-
-
-def should_revive(labels: Mapping[str, str]) -> bool:
-    """The policy decision for a task the host's restart took away (no exit was seen),
-    as dockerd's at its start: ``always`` comes back even when it was stopped by hand,
-    ``unless-stopped`` and ``on-failure`` unless it was."""
-    policy = labels.get(lbl.RESTART_POLICY, "no")
-    if policy == "no" or labels.get(lbl.AUTO_REMOVE) == "true":
-        return False
-    return policy == "always" or labels.get(lbl.STOPPED_BY_USER) != "true"
 
 
 def next_delay(

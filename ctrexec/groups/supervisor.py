@@ -38,8 +38,6 @@ from ctrexec.groups.backoff import (
     next_delay,
     remaining_wait,
     same_exit,
-    should_restart,
-    should_revive,
     stale,
 )
 from ctrexec.groups.presence import DEFAULT_LOCK_DIR, presence
@@ -48,6 +46,7 @@ from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks.config import TaskInfo
 from ctrexec.tasks.events import MAX_RECONNECT_DELAY, RecordDeleted, TaskEvents
 from ctrexec.tasks.executor import Executor
+from ctrexec.tasks.restarts import should_restart, should_revive
 
 if TYPE_CHECKING:
     from ctrexec.paths import StrPath

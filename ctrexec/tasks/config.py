@@ -26,7 +26,7 @@ from ctrexec.oci import caps, namespaces, process, resources, secopts
 from ctrexec.oci.mounts import Mount
 from ctrexec.oci.spec import with_annotations
 from ctrexec.oci.user import check_group_add, split_user_spec
-from ctrexec.tasks import fields, requestsize
+from ctrexec.tasks import fields, requestsize, restarts
 
 if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
     from ctrexec.containerd import containers
@@ -552,6 +552,21 @@ class TaskInfo:
     @property
     def exit_code(self) -> int | None:
         return self.exit.exit_code if self.exit else None
+
+    @property
+    def done(self) -> bool:
+        """The run exited and the restart policy starts the task no more (the supervisor's
+        rule, read from the same labels): what a scheduler waits for before it calls a
+        job over. False while a restart is due, for an exit the policy restarts (also
+        while no supervisor serves it), for a run whose exit was not seen, and for an
+        older run than the latest."""
+        return (
+            self.status is Status.STOPPED
+            and self.exit is not None
+            and self.newer_run is None
+            and not self.restarting
+            and not restarts.should_restart(self.labels, self.exit.exit_code)
+        )
 
     @property
     def finished_at(self) -> datetime | None:

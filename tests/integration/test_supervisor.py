@@ -15,10 +15,11 @@ from ctrexec import labels as lbl
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.groups.presence import is_supervised
-from ctrexec.groups.supervisor import Supervisor, should_restart
+from ctrexec.groups.supervisor import Supervisor
 from ctrexec.net import netns
 from ctrexec.tasks.config import RestartPolicy, TaskConfig
 from ctrexec.tasks.executor import Executor
+from ctrexec.tasks.restarts import should_restart
 from ctrexec.testing import wait_for
 
 

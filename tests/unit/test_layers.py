@@ -230,6 +230,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "envfile",
         "fields",
         "requestsize",
+        "restarts",
         "config",
         "output",
         "logkeeper",

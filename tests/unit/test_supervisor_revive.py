@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ctrexec import _linux
-from ctrexec.groups.supervisor import should_revive
+from ctrexec.tasks.restarts import should_revive
 
 POLICY, STOPPED, RM = (
     "io.ctrexec.restart.policy",
