@@ -35,7 +35,6 @@ from ctrexec import (
     GroupSpec,
     Networks,
     RestartPolicy,
-    Status,
     Supervisor,
     TaskConfig,
     TaskInfo,
@@ -77,25 +76,17 @@ def make_jobs(image: str, prefix: str, port: int) -> list[Job]:
     ]
 
 
-def will_restart(task: TaskConfig, info: TaskInfo) -> bool:
-    """Whether the supervisor restarts this exit (docker's rule, which it applies)."""
-    policy = task.restart
-    if policy.policy == "no" or (policy.policy == "on-failure" and info.exit_code == 0):
-        return False
-    return not 0 < policy.max_attempts <= info.restart_count
+def finish(ex: Executor, task_id: str) -> TaskInfo:
+    """The task's last run, once it exited and its restart policy starts it no more.
 
-
-def finish(ex: Executor, task_id: str, task: TaskConfig) -> TaskInfo:
-    """The task's last run, once it exited and its policy restarts it no more.
-
-    ``wait`` returns at each exit, and at once while a restart is due; ``restarting``
-    stays true until the supervisor has counted the restart that began the last run.
+    ``wait`` returns at each exit, and at once while a restart is due; ``done`` is the
+    supervisor's own rule, so it turns true only after the last restart's run.
     """
     deadline = time.monotonic() + JOB_TIMEOUT
     while True:
         ex.wait(task_id, timeout=max(deadline - time.monotonic(), 0.1))
         info = ex.inspect(task_id, addresses=False)
-        if info.status is Status.STOPPED and not info.restarting and not will_restart(task, info):
+        if info.done:
             return info
         if time.monotonic() > deadline:
             raise TimeoutError(f"{task_id} did not finish in {JOB_TIMEOUT:g} s")
@@ -123,7 +114,7 @@ def run_job(groups: Groups, ex: Executor, job: Job) -> list[str]:
         return [f"{spec.name}: {job.url} answered {fetch(job.url)}"]
     report = []
     for task in spec.tasks:
-        info = finish(ex, spec.task_id(task.name), task)
+        info = finish(ex, spec.task_id(task.name))
         report.append(f"{info.id}: exit_code={info.exit_code} restarts={info.restart_count}")
         driver = info.config.log_driver if info.config else "json-file"
         last = read_logs(info.log_path, driver=driver, tail=3)
