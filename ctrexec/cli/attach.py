@@ -183,7 +183,7 @@ def _follow_output(ex: Executor, task_id: str, info: TaskInfo) -> int:
             f"You cannot attach to a stopped container {task_id}, start it first"
         )
     taskoutput.check_logged(info.config, task_id)
-    driver = follow.driver_of(info.config)
+    driver = info.log_driver
     if driver == logmodes.NONE:
         raise FailedPrecondition(
             f"container {task_id} was started without -i/-t and logs with the none driver: "

@@ -18,12 +18,8 @@ from ctrexec import CtrexecError
 from ctrexec.logs import modes as logmodes
 
 if TYPE_CHECKING:
-    from ctrexec import Executor, TaskConfig
+    from ctrexec import Executor
     from ctrexec.logs import reader as logstore
-
-
-def driver_of(config: TaskConfig | None) -> str:
-    return config.log_driver if config else logmodes.DEFAULT_DRIVER
 
 
 def attached_entries(

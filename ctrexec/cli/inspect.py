@@ -59,7 +59,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from ctrexec.cli.views import inspect as inspectdoc
     from ctrexec.cli.views import ps as psformat
     from ctrexec.containerd.containers import Lookup
-    from ctrexec.logs import modes as logmodes
     from ctrexec.logs import reader as logstore
     from ctrexec.tasks import info as taskinfo
 
@@ -70,7 +69,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     def add(task_id: str) -> bool:
         info = taskinfo.inspect(client, task_id)
         dropped = logstore.dropped_bytes(
-            info.config.log_driver if info.config else logmodes.DEFAULT_DRIVER,
+            info.log_driver,
             info.log_path,
             daemon_dir=None,  # the shared log daemon's default place, as the CLI's tasks
         )

@@ -302,7 +302,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         if config is not None and is_interactive(config):
             return attach.start_attached(ex, task_id, config.tty, args)
         handle = ex.start(task_id)
-        driver = follow.driver_of(ex.inspect(task_id, addresses=False).config)
+        driver = ex.inspect(task_id, addresses=False).log_driver
         return follow.stream_until_exit(ex, task_id, handle.log_path, driver)
     return each(args.ids, lambda task_id: _start_one(ex, task_id, args.json), lookup)
 
@@ -381,7 +381,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     reason = taskoutput.not_logged(task_id, info.config)
     if reason is not None:
         raise FailedPrecondition(reason)
-    driver = follow.driver_of(info.config)
+    driver = info.log_driver
     if args.timestamps and "timestamps" not in logmodes.FEATURES[driver]:
         raise InvalidArgument(f"the {driver} log driver keeps no timestamps")
     entries = logstore.read_logs(

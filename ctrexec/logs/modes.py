@@ -35,7 +35,7 @@ What a given task's config makes of it (its stdio, whether it has a log) is
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ctrexec.defaults import DEFAULT_LOG_MAX_FILES, DEFAULT_LOG_MAX_SIZE
 from ctrexec.errors import InvalidArgument
@@ -49,6 +49,22 @@ FILE = "file"
 NONE = "none"
 DRIVERS = (JSON_FILE, FILE, NONE)
 DEFAULT_DRIVER = JSON_FILE
+
+
+class _Configured(Protocol):
+    @property
+    def log_driver(self) -> str: ...
+
+
+def driver_of(config: _Configured | None) -> str:
+    """The driver a task logs with: its config's, else :data:`DEFAULT_DRIVER`.
+
+    A record with no config of ctrexec's (made by another client) was given no
+    driver, so its stdio is what ctrexec's default would have made; one place decides
+    that, so starting, reading and inspecting a task never disagree on its log.
+    """
+    return config.log_driver if config is not None else DEFAULT_DRIVER
+
 
 #: What each driver keeps: ``logs`` works, streams apart, timestamps, a disk bound.
 FEATURES: dict[str, frozenset[str]] = {

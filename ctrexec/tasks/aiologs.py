@@ -16,7 +16,6 @@ from collections.abc import Collection, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Self
 
-from ctrexec.logs import modes as logmodes
 from ctrexec.logs.reader import STREAMS, LogEntry, read_logs
 from ctrexec.tasks import output as taskoutput
 
@@ -48,10 +47,8 @@ class TaskLog:
         round trips, so the asyncio side calls it in a thread."""
         info = executor.inspect(task_id, addresses=False)
         done = threading.Event()
-        # A record with no config of ours (made by another client) has the default.
-        driver = info.config.log_driver if info.config else logmodes.DEFAULT_DRIVER
         entries = read_logs(
-            info.log_path, driver=driver, follow=follow, since=since,
+            info.log_path, driver=info.log_driver, follow=follow, since=since,
             tail=tail, streams=streams, stop=done.is_set, wait=done.wait,
         )  # fmt: skip
         log = cls(entries, done)

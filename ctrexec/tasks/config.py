@@ -573,6 +573,11 @@ class TaskInfo:
         return self.exit.exited_at if self.exit else None
 
     @property
+    def log_driver(self) -> str:
+        """The driver the task logs with, also for a record with no config of ours."""
+        return logmodes.driver_of(self.config)
+
+    @property
     def superseded(self) -> bool:
         """A newer run of the container exists: this info is about an older one."""
         return self.newer_run is not None

@@ -119,7 +119,7 @@ def stdio_for(
         for path in paths:
             _prepare_output(path)
         return paths[0], paths[1], ""
-    driver = config.log_driver if config else logmodes.DEFAULT_DRIVER
+    driver = logmodes.driver_of(config)
     if driver == logmodes.NONE:
         return "", "", ""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)

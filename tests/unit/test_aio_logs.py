@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from ctrexec.containerd.tasks import ExitStatus
 from ctrexec.errors import NotFound
+from ctrexec.logs.modes import driver_of
 from ctrexec.tasks.aio import Relay
 from ctrexec.tasks.aiologs import TaskLog
 from ctrexec.tasks.executor import Executor
@@ -28,7 +29,7 @@ class _Fake:
         self.exit: concurrent.futures.Future[ExitStatus] = concurrent.futures.Future()
 
     def inspect(self, task_id: str, *, addresses: bool = True) -> Any:
-        return SimpleNamespace(log_path=str(self.log), config=None)
+        return SimpleNamespace(log_path=str(self.log), config=None, log_driver=driver_of(None))
 
     def wait_future(self, task_id: str, *, exec_id: str = "") -> Any:
         return self.exit

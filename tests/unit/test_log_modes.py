@@ -22,6 +22,14 @@ def _parse(*argv: str) -> TaskConfig:
     return _config(build_parser().parse_args(["run", "--name", "t", *argv, "img"]))
 
 
+def test_a_task_logs_with_its_config_s_driver_else_the_default() -> None:
+    """Starting, reading and inspecting ask one rule; a record made by another client
+    has no config of ours, and logs as the default would have made it."""
+    assert logmodes.driver_of(None) == logmodes.JSON_FILE
+    assert logmodes.driver_of(_parse("--log-driver", "none")) == logmodes.NONE
+    assert logmodes.driver_of(_parse()) == logmodes.DEFAULT_DRIVER
+
+
 def test_json_file_is_the_default_with_docker_s_limits() -> None:
     cfg = _parse()
     assert (cfg.log_driver, cfg.log_max_size, cfg.log_max_files) == (
@@ -155,6 +163,7 @@ def test_logs_timestamps_refused_for_the_file_driver(
 
     class _Info:
         config = TaskConfig(name="t", image="img", log_driver="file")
+        log_driver = config.log_driver
         log_path = str(tmp_path / "task.log")
 
     monkeypatch.setattr(cli_tasks, "connect", lambda _args: object())
