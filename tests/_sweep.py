@@ -258,15 +258,16 @@ def remove_test_pins(run_dir: Path = Path(NETNS_RUN_DIR)) -> list[str]:
     return gone
 
 
-def remove_runc_state(namespace: str, root: Path = RUNC_STATE_DIR) -> list[str]:
+def remove_runc_state(namespace: str, *, served: bool, root: Path = RUNC_STATE_DIR) -> list[str]:
     """runc's state of this session's namespace that no shim serves and whose init is
     dead: what a killed run leaves when its shims were killed too (CI kills all a
     stopped session left running). runc's state outlives its containerd, under a path
     every containerd of the host shares, so the next session's create of the same id
     fails with ``container with id exists``. The namespace is this session's own (each
-    run of a matrix has its own); while any shim of it runs, nothing is touched."""
+    run of a matrix has its own); while any shim of it runs (``served``, from
+    :func:`shim_serves`), nothing is touched."""
     where = root / namespace
-    if not where.is_dir() or _shim_serves(namespace):
+    if not where.is_dir() or served:
         return []
     runc = shutil.which("runc")
     gone: list[str] = []
@@ -280,14 +281,14 @@ def remove_runc_state(namespace: str, root: Path = RUNC_STATE_DIR) -> list[str]:
     return gone
 
 
-def remove_cgroups(namespace: str) -> list[str]:
+def remove_cgroups(namespace: str, *, served: bool) -> list[str]:
     """The empty cgroups of this session's namespace, and its ``/ctrexec/<namespace>``
     parent once empty: what a killed run leaves when its tasks died with their shims
     and nothing ran runc's delete (CI kills all a stopped session left running, and may
     share the host's cgroup trees but not its files, so no dead directory or runc state
     leads here). The kernel removes only a cgroup with no process and no child; while
-    any shim of the namespace runs, nothing is touched (a task being made)."""
-    if _shim_serves(namespace):
+    any shim of the namespace runs (``served``), nothing is touched (a task being made)."""
+    if served:
         return []
     parent = f"{CGROUP_PARENT}/{namespace}"
     leaves: set[str] = set()
@@ -303,8 +304,9 @@ def remove_cgroups(namespace: str) -> list[str]:
     return gone
 
 
-def _shim_serves(namespace: str) -> bool:
-    """Whether a containerd shim of ``namespace`` runs (any containerd's)."""
+def shim_serves(namespace: str) -> bool:
+    """Whether a containerd shim of ``namespace`` runs (any containerd's). A scan of
+    every process's argv: :func:`sweep` makes it once for the steps that ask."""
     for _, argv in processes().values():
         shim = Path(os.fsdecode(argv[0])).name.startswith("containerd-shim")
         if shim and arg(argv, b"-namespace") == os.fsencode(namespace):
@@ -337,8 +339,9 @@ def sweep(cli: Sequence[str], namespace: str) -> list[str]:
     gone: list[str] = []
     for where in dead_dirs():
         gone += remove_dead_dir(where, cli)
-    gone += remove_runc_state(namespace)
-    gone += remove_cgroups(namespace)
+    served = shim_serves(namespace)  # after the dead dirs: their removal ends shims
+    gone += remove_runc_state(namespace, served=served)
+    gone += remove_cgroups(namespace, served=served)
     if live_runs():
         return gone
     return gone + remove_rules() + remove_bridges() + remove_test_pins()

@@ -28,7 +28,7 @@ import attrs
 import pytest
 from _chaoslib import bundle_procs, bundles, cgroup_dirs, kill_strays, shims, strays, wait_for
 from _cli import cli_argv
-from _sweep import remove_runc_state
+from _sweep import remove_runc_state, shim_serves
 
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
@@ -227,6 +227,6 @@ def test_group_up_killed_anywhere_then_rerun_converges(client: Client, group: Gr
             # next create of its id: one failed round must not fail the rounds after it.
             with contextlib.suppress(AssertionError):  # it touches nothing while one runs
                 wait_for(lambda: not shims(g.address, g.namespace), "the shims to go", timeout=10)
-            remove_runc_state(g.namespace)
+            remove_runc_state(g.namespace, served=shim_serves(g.namespace))
     print(f"a normal group up took {took:.3f}s;", *seen, sep="\n  ")
     assert failures == [], f"{len(failures)} of {ROUNDS} rounds failed:\n" + "\n".join(failures)

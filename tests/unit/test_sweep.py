@@ -135,7 +135,7 @@ def test_runc_state_of_a_dead_init_goes_and_a_live_ones_stays(tmp_path: Path) ->
     reused = _runc_state(tmp_path, ns, "reused", me, _start_time(me) + 1)  # pid reused
     unreadable = tmp_path / ns / "unreadable"
     unreadable.mkdir()
-    gone = remove_runc_state(ns, root=tmp_path)
+    gone = remove_runc_state(ns, served=False, root=tmp_path)
     assert sorted(gone) == [f"runc state {ns}/dead", f"runc state {ns}/reused"]
     assert not dead.exists() and not reused.exists()
     assert live.exists() and unreadable.exists()
@@ -144,7 +144,7 @@ def test_runc_state_of_a_dead_init_goes_and_a_live_ones_stays(tmp_path: Path) ->
 def test_another_namespaces_runc_state_is_not_looked_at(tmp_path: Path) -> None:
     ns = f"cxt-unit-{os.getpid()}"
     other = _runc_state(tmp_path, ns + "-other", "dead", 2**22 + 7, 1)
-    assert remove_runc_state(ns, root=tmp_path) == []
+    assert remove_runc_state(ns, served=False, root=tmp_path) == []
     assert other.exists()
 
 
@@ -162,7 +162,8 @@ def test_a_killed_runs_empty_cgroups_go_a_busy_one_and_other_namespaces_stay(
     monkeypatch.setattr(_sweep, "processes", dict)
     _tree(tmp_path, "memory/ctrexec/ns/a", "pids/ctrexec/ns/a", "pids/ctrexec/ns/b/child")
     _tree(tmp_path, "memory/ctrexec/other/c")
-    assert remove_cgroups("ns") == ["cgroup /ctrexec/ns/a"]
+    assert not _sweep.shim_serves("ns")
+    assert remove_cgroups("ns", served=False) == ["cgroup /ctrexec/ns/a"]
     assert not (tmp_path / "memory/ctrexec/ns").exists()  # its parent, empty, went too
     assert (tmp_path / "pids/ctrexec/ns/b/child").is_dir()  # not empty: the kernel's rule
     assert (tmp_path / "memory/ctrexec/other/c").is_dir()
@@ -176,5 +177,6 @@ def test_no_cgroup_is_touched_while_a_shim_of_the_namespace_runs(
     shim = [b"/usr/bin/containerd-shim-runc-v2", b"-namespace", b"ns", b"-id", b"a"]
     monkeypatch.setattr(_sweep, "processes", lambda: {4242: (1, shim)})
     _tree(tmp_path, "memory/ctrexec/ns/a")
-    assert remove_cgroups("ns") == []
+    assert _sweep.shim_serves("ns")
+    assert remove_cgroups("ns", served=True) == []
     assert (tmp_path / "memory/ctrexec/ns/a").is_dir()
