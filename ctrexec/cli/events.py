@@ -53,11 +53,10 @@ def cmd_events(args: argparse.Namespace) -> int:
     main thread, which then cancels the stream; the printing runs on its own thread,
     and its end (the stream failed, or stdout closed) ends the wait as well.
     """
-    from ctrexec import TaskEvents
-    from ctrexec.tasks.events import parse_kinds
+    from ctrexec import EventFilter, TaskEvents
 
     options = parse_filters(args.filter or [])
-    parse_kinds(options.get("types", []))  # refused before connecting, as bad flags are
+    EventFilter.of(**options)  # a bad event type is refused before connecting, as bad flags are
     stream = TaskEvents.of(connect(args), **options)
     failure: list[BaseException] = []
     printer = threading.Thread(
