@@ -56,12 +56,14 @@ def system_warning(*, all_images: bool) -> str:
 def _scope(args: argparse.Namespace) -> Scope:
     from pathlib import Path
 
+    import attrs
+
     from ctrexec import Scope
-    from ctrexec.doctor.findings import DEFAULT_GRACE
 
     grace = getattr(args, "grace", None)
     log_dir = Path(getattr(args, "log_dir", None) or DEFAULT_LOG_DIR)
-    return Scope(connect(args), log_dir=log_dir, grace=DEFAULT_GRACE if grace is None else grace)
+    scope = Scope(connect(args), log_dir=log_dir)  # the library's grace, unless --grace
+    return scope if grace is None else attrs.evolve(scope, grace=grace)
 
 
 def _since(finding: Finding) -> str:
