@@ -79,12 +79,14 @@ class InvalidField(InvalidArgument):
 
     ``field``, ``value`` and ``reason`` are kept apart so that each front end can
     name the field its own way (a group file's key, a CLI flag) without parsing
-    the message.
+    the message. ``quoted_value`` is the value as the message quotes it, cut to the
+    bound every error keeps on a user's input, for a front end's own message.
     """
 
     def __init__(self, field: str, value: object, reason: str) -> None:
         shown = list(value) if isinstance(value, tuple) else value
-        super().__init__(f"{field} = {quoted(shown)}: {reason}")
+        self.quoted_value = quoted(shown)
+        super().__init__(f"{field} = {self.quoted_value}: {reason}")
         self.field = field
         self.value = value
         self.reason = reason

@@ -31,7 +31,6 @@ from ctrexec.cli._time import point_in_time
 from ctrexec.cli.registry import add_pull_policy, ensure_images
 from ctrexec.cli.verbs import each, stop_flags, until
 from ctrexec.defaults import DEFAULT_LOG_DIR, DEFAULT_STOP_TIMEOUT
-from ctrexec.errors import quoted
 from ctrexec.labels import parse_key_values
 from ctrexec.logs import modes as logmodes
 
@@ -124,8 +123,7 @@ def _by_flag() -> Iterator[None]:
         flag = _FLAGS.get(exc.field, "--" + exc.field.replace("_", "-"))
         if isinstance(exc.value, tuple | Mapping):  # the reason names the bad item
             raise InvalidArgument(f"invalid {flag}: {exc.reason}") from exc
-        shown = quoted(exc.value)
-        raise InvalidArgument(f"invalid value {shown} for {flag}: {exc.reason}") from exc
+        raise InvalidArgument(f"invalid value {exc.quoted_value} for {flag}: {exc.reason}") from exc
 
 
 def _config(args: argparse.Namespace) -> TaskConfig:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from ctrexec.errors import InvalidArgument
+from ctrexec import InvalidArgument
 
 
 class GoMap(dict[str, Any]):

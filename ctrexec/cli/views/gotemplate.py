@@ -23,9 +23,9 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from ctrexec import InvalidArgument
 from ctrexec.cli.views import gofuncs
 from ctrexec.cli.views.gofuncs import NO_VALUE, GoMap
-from ctrexec.errors import InvalidArgument
 
 __all__ = ["GoMap", "Template", "TemplateError", "parse"]
 
