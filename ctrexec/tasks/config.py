@@ -348,6 +348,11 @@ class TaskConfig:
         default=None, converter=fields.text_or_none, validator=fields.text(_absolute, optional=True)
     )
 
+    @property
+    def memory_bytes(self) -> int | None:
+        """``memory`` in bytes (docker's ``HostConfig.Memory``); None for no limit."""
+        return None if self.memory is None else resources.parse_size(self.memory)
+
     def __attrs_post_init__(self) -> None:
         """A swap limit needs a memory limit, as docker's. Only ``json-file`` rotates:
         limits given to another driver would be ignored.

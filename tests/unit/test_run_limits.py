@@ -61,6 +61,14 @@ def test_shm_size_sets_the_dev_shm_tmpfs_size() -> None:
         mounts.with_shm_size(0)
 
 
+def test_memory_bytes_is_the_limit_in_bytes_or_none() -> None:
+    """inspect's ``HostConfig.Memory`` and a scheduler's accounting read it; docker's
+    sizes and a plain count give the same number."""
+    assert TaskConfig(name="t", image="img", memory="512m").memory_bytes == 512 << 20
+    assert TaskConfig(name="t", image="img", memory=8 << 20).memory_bytes == 8 << 20
+    assert TaskConfig(name="t", image="img").memory_bytes is None
+
+
 def test_memory_swap_needs_memory_and_at_least_it() -> None:
     with pytest.raises(InvalidField) as info:
         TaskConfig(name="t", image="img", memory_swap="1g")

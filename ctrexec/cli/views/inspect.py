@@ -20,7 +20,6 @@ from ctrexec import Status, TaskConfig, TaskInfo
 from ctrexec.cli.views.gofuncs import GoMap
 from ctrexec.cli.views.ps import state
 from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS, IMAGE_WORKDIR, NETWORK_MODE, VOLUMES
-from ctrexec.oci.resources import parse_size
 
 #: Go's zero time, which docker prints for a time that never was.
 ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -191,7 +190,7 @@ def host_config(cfg: TaskConfig | None, info: TaskInfo) -> dict[str, Any]:
         "AutoRemove": bool(cfg and cfg.auto_remove),
         "Privileged": bool(cfg and cfg.privileged),
         "ReadonlyRootfs": bool(cfg and cfg.read_only),
-        "Memory": parse_size(cfg.memory) if cfg and cfg.memory is not None else 0,
+        "Memory": (cfg.memory_bytes or 0) if cfg else 0,
         "NanoCpus": round(cfg.cpus * 1e9) if cfg and cfg.cpus else 0,
     }
 
