@@ -18,9 +18,9 @@ from ctrexec.cli._common import (
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    from ctrexec.net import netns
+    from ctrexec import create_netns
 
-    ns = netns.create(args.name, exist_ok=args.exist_ok)
+    ns = create_netns(args.name, exist_ok=args.exist_ok)
     print(ns.path)
     return 0
 
@@ -29,9 +29,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
     """Every name in /run/netns, which ones ctrexec made, and what uses each."""
     import attrs
 
-    from ctrexec.net import netns, nsmarks, nsrefs
+    from ctrexec import list_netns
+    from ctrexec.net import nsmarks, nsrefs
 
-    items = netns.list_namespaces()
+    items = list_netns()
     used = nsrefs.users_of_each([n.path for n in items])
     rows = [(n, nsmarks.made_by_ctrexec(n.path), used[n.path]) for n in items]
     if args.json:
@@ -55,10 +56,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     import attrs
 
-    from ctrexec.net import netns, nsinfo, nsmarks, nsrefs
+    from ctrexec import inspect_netns
+    from ctrexec.net import netns, nsmarks, nsrefs
 
     path = netns.resolve(args.name)
-    info = attrs.asdict(nsinfo.inspect(path))
+    info = attrs.asdict(inspect_netns(path))
     with connect(args) as client:
         users = executor(args, client).tasks_in_netns(path)
     info["tasks"] = [{"id": i.id, "status": i.status.value, "pid": i.pid} for i in users]
