@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ctrexec.containerd.execs import DetachedExec as DetachedExec
     from ctrexec.containerd.execs import ExecResult as ExecResult
     from ctrexec.containerd.images import Image as Image
+    from ctrexec.containerd.images import ImageCache as ImageCache
     from ctrexec.containerd.images import ImageConfig as ImageConfig
     from ctrexec.containerd.images import ImageSummary as ImageSummary
     from ctrexec.containerd.images import list_images as list_images
@@ -200,7 +201,13 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "TaskStarted",
     ),
     "ctrexec.containerd.execs": ("DetachedExec", "ExecResult"),
-    "ctrexec.containerd.images": ("Image", "ImageConfig", "ImageSummary", "list_images"),
+    "ctrexec.containerd.images": (
+        "Image",
+        "ImageCache",
+        "ImageConfig",
+        "ImageSummary",
+        "list_images",
+    ),
     "ctrexec.containerd.stats": ("Stats",),
     "ctrexec.containerd.streams": ("OutputCallback", "Process", "StreamOptions"),
     "ctrexec.containerd.tasks": ("ExitStatus", "Status"),

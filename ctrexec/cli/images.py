@@ -15,15 +15,14 @@ from ctrexec.cli._common import print_table as table
 def cmd_images(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from ctrexec import image_usage
+    from ctrexec import image_usage, list_images
     from ctrexec.cli.views import images as imagetable
-    from ctrexec.containerd import images
     from ctrexec.images.reference import parse_reference
 
     if args.repository is not None:
         parse_reference(args.repository)  # a typo starts no daemon
     with connect(args) as client:
-        found = imagetable.matching(images.list_images(client), args.repository)
+        found = imagetable.matching(list_images(client), args.repository)
         usage = {} if args.quiet else image_usage(client)
     found = imagetable.newest_first(found)
     if args.quiet:

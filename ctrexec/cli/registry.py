@@ -14,8 +14,7 @@ from ctrexec.cli._common import ArgumentParser, connect, connection_flags
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ctrexec import Client, PullEvent, TaskConfig
-    from ctrexec.containerd.images import ImageCache
+    from ctrexec import Client, ImageCache, PullEvent, TaskConfig
 
 # The registry package (urllib3) and the progress renderers load in each command.
 
