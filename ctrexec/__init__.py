@@ -145,6 +145,7 @@ if TYPE_CHECKING:
     from ctrexec.net.nsinfo import NetNSInfo as NetNSInfo
     from ctrexec.net.nsinfo import Route as Route
     from ctrexec.net.nsinfo import inspect as _inspect_netns
+    from ctrexec.net.settings import from_env as _networks_from_env
     from ctrexec.oci.caps import DEFAULT_CAPABILITIES as DEFAULT_CAPABILITIES
     from ctrexec.oci.caps import normalize_capability as normalize_capability
     from ctrexec.paths import StrPath as StrPath
@@ -169,6 +170,7 @@ if TYPE_CHECKING:
     list_netns = _list_netns
     remove_netns = _remove_netns
     inspect_netns = _inspect_netns
+    networks_from_env = _networks_from_env
     RegistryCredentials = _RegistryCredentials
     ResolvConf = _ResolvConf
     __version__ = _VERSION
@@ -281,6 +283,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     ),
     "ctrexec.net.networks": ("Attachment", "Networks"),
     "ctrexec.net.nsinfo": ("Address", "Interface", "NetNSInfo", "Route", "inspect_netns=inspect"),
+    "ctrexec.net.settings": ("networks_from_env=from_env",),
     "ctrexec.oci.caps": ("DEFAULT_CAPABILITIES", "normalize_capability"),
     "ctrexec.paths": ("StrPath",),
     "ctrexec.tasks.aio": ("AsyncExecutor",),

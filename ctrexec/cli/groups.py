@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 
 
 def _networks(args: argparse.Namespace) -> Networks:
-    from ctrexec.net import settings
+    from ctrexec import networks_from_env
 
-    return settings.from_env(subnet=args.subnet)
+    return networks_from_env(subnet=args.subnet)
 
 
 def _groups(args: argparse.Namespace) -> Groups:

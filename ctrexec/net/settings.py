@@ -31,7 +31,9 @@ ENVIRONMENT = {
 
 
 def from_env(env: Mapping[str, str] | None = None, *, subnet: str | None = None) -> Networks:
-    """The Networks the environment asks for (``subnet``: a flag that overrides it)."""
+    """The Networks the environment asks for (``subnet``: a flag that overrides it):
+    public as ``networks_from_env``, so a scheduler's tasks share the CLI's networks
+    (one bridge, subnet and IPAM store) when both run on a host."""
     env = os.environ if env is None else env
     plugin_path = env.get("CTREXEC_CNI_PATH")
     return Networks(
