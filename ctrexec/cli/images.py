@@ -70,11 +70,10 @@ def cmd_tag(args: argparse.Namespace) -> int:
 
 def cmd_commit(args: argparse.Namespace) -> int:
     """docker's ``commit``: the new image's ID (its config digest) on stdout."""
-    from ctrexec import commit_container
+    from ctrexec import commit_container, normalize_reference
     from ctrexec.images.commit import apply_changes
-    from ctrexec.images.lookup import image_name
 
-    image_name(args.ref)  # a typo starts no daemon
+    normalize_reference(args.ref)  # a typo starts no daemon
     apply_changes({}, args.change)  # nor does an instruction ctrexec does not take
     with connect(args) as client:
         image = commit_container(
