@@ -6,20 +6,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from ctrexec import InvalidArgument
 from ctrexec.cli import confirm
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, json_flag, print_json
 
 if TYPE_CHECKING:
-    from ctrexec import ImportedImage
-    from ctrexec.images.importer import ImportProgress
+    from collections.abc import Callable
+
+    from ctrexec import ImportedImage, PullEvent
 
 # The library (grpc, stubs) is imported by each command, not by the parser.
 
 
-def _progress(args: argparse.Namespace) -> ImportProgress | None:
+def _progress(args: argparse.Namespace) -> Callable[[PullEvent], None] | None:
     """Pull's renderers (an import's events have a pull's fields and actions):
     --quiet: nothing; --json: events on stdout; a terminal: bars; else plain lines."""
     from ctrexec.cli import progress
@@ -27,9 +28,8 @@ def _progress(args: argparse.Namespace) -> ImportProgress | None:
     if args.quiet:
         return None
     if args.json:
-        return cast("ImportProgress", progress.JsonEvents(sys.stdout))
-    renderer = progress.Bars(sys.stderr) if sys.stderr.isatty() else progress.Lines(sys.stderr)
-    return cast("ImportProgress", renderer)
+        return progress.JsonEvents(sys.stdout)
+    return progress.Bars(sys.stderr) if sys.stderr.isatty() else progress.Lines(sys.stderr)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -84,7 +84,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     source = sys.stdin.buffer if args.input in (None, "-") else args.input
     shown = None if args.quiet or not sys.stderr.isatty() else progress.Bars(sys.stderr)
     with connect(args) as client:
-        done = import_archive(client, source, progress=cast("ImportProgress | None", shown))
+        done = import_archive(client, source, progress=shown)
     _report(done, docker=True)
     return 0
 
