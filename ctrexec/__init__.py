@@ -121,6 +121,8 @@ if TYPE_CHECKING:
     from ctrexec.images.reference import normalize_reference as normalize_reference
     from ctrexec.images.registry.auth import Credentials as _RegistryCredentials
     from ctrexec.images.registry.auth import credentials_from_helper as credentials_from_helper
+    from ctrexec.images.registry.auth import erase as _registry_logout
+    from ctrexec.images.registry.client import login as _registry_login
     from ctrexec.images.registry.pull import PullEvent as PullEvent
     from ctrexec.images.registry.pull import ensure_pulled as ensure_pulled
     from ctrexec.images.registry.pull import pull as pull
@@ -172,6 +174,8 @@ if TYPE_CHECKING:
     inspect_netns = _inspect_netns
     networks_from_env = _networks_from_env
     RegistryCredentials = _RegistryCredentials
+    registry_login = _registry_login
+    registry_logout = _registry_logout
     ResolvConf = _ResolvConf
     __version__ = _VERSION
 else:
@@ -267,7 +271,12 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.images.lookup": ("ensure_image", "get_image", "remove_image"),
     "ctrexec.images.prune": ("PruneReport", "prune_images"),
     "ctrexec.images.reference": ("normalize_reference",),
-    "ctrexec.images.registry.auth": ("RegistryCredentials=Credentials", "credentials_from_helper"),
+    "ctrexec.images.registry.auth": (
+        "RegistryCredentials=Credentials",
+        "credentials_from_helper",
+        "registry_logout=erase",
+    ),
+    "ctrexec.images.registry.client": ("registry_login=login",),
     "ctrexec.images.registry.pull": ("PullEvent", "ensure_pulled", "pull"),
     "ctrexec.images.registry.push": ("PushResult", "push"),
     "ctrexec.images.tagging": ("tag_image",),

@@ -171,30 +171,23 @@ def _secret(args: argparse.Namespace) -> str:
 
 
 def cmd_login(args: argparse.Namespace) -> int:
-    from ctrexec.images.registry import auth, hosts
-    from ctrexec.images.registry.client import Repository
+    from ctrexec import RegistryCredentials, registry_login
 
     domain = _domain(args.server)
     username = args.username or (input("Username: ") if sys.stdin.isatty() else "")
     if not username:
         raise InvalidArgument("login: no username: use -u")
-    creds = auth.Credentials(username, _secret(args))
-    endpoints = hosts.registry_hosts(domain, plain_http=args.plain_http, directory=args.hosts_dir)
-    repo = Repository(domain, "", endpoints, credentials=creds)
-    try:
-        repo.ping()
-    finally:
-        repo.close()
-    where = auth.store(domain, creds)
+    creds = RegistryCredentials(username, _secret(args))
+    where = registry_login(domain, creds, plain_http=args.plain_http, hosts_dir=args.hosts_dir)
     print(f"Login Succeeded (credentials in {where})")
     return 0
 
 
 def cmd_logout(args: argparse.Namespace) -> int:
-    from ctrexec.images.registry import auth
+    from ctrexec import registry_logout
 
     domain = _domain(args.server)
-    if auth.erase(domain):
+    if registry_logout(domain):
         print(f"Removed login credentials for {domain}")
     else:
         print(f"Not logged in to {domain}")

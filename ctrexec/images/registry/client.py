@@ -14,7 +14,8 @@ import json
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urljoin, urlsplit
 
 import urllib3
@@ -35,6 +36,9 @@ from ctrexec.containerd.content import Descriptor
 from ctrexec.images.registry import auth, hosts
 from ctrexec.images.registry.auth import Credentials
 from ctrexec.images.registry.hosts import RegistryHost
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 MANIFEST_ACCEPT = ", ".join(
     [
@@ -433,3 +437,24 @@ class Repository:
             raise errors.DigestMismatch(
                 f"registry {self.domain}: manifest {reference} stored as {said}, not {desc.digest}"
             )
+
+
+def login(
+    domain: str,
+    credentials: Credentials,
+    *,
+    plain_http: bool = False,
+    hosts_dir: StrPath | None = None,
+) -> str:
+    """docker's ``login``: check ``credentials`` against the registry first (a refused
+    login stores nothing), then keep them where docker would, for later pulls and
+    pushes. Returns where (a credential helper's name, else the config file);
+    ``hosts_dir``: the registry hosts.toml directory, as a pull's."""
+    directory = None if hosts_dir is None else Path(hosts_dir)
+    endpoints = hosts.registry_hosts(domain, plain_http=plain_http, directory=directory)
+    repo = Repository(domain, "", endpoints, credentials=credentials)
+    try:
+        repo.ping()
+    finally:
+        repo.close()
+    return auth.store(domain, credentials)
