@@ -116,8 +116,7 @@ def run_job(groups: Groups, ex: Executor, job: Job) -> list[str]:
     for task in spec.tasks:
         info = finish(ex, spec.task_id(task.name))
         report.append(f"{info.id}: exit_code={info.exit_code} restarts={info.restart_count}")
-        driver = info.config.log_driver if info.config else "json-file"
-        last = read_logs(info.log_path, driver=driver, tail=3)
+        last = read_logs(info.log_path, driver=info.log_driver, tail=3)
         report += [f"  | {entry.message.rstrip()}" for entry in last]
     return report
 
