@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ctrexec.containerd.client import Plugin as Plugin
     from ctrexec.containerd.client import ServerInfo as ServerInfo
     from ctrexec.containerd.client import ServerVersion as ServerVersion
+    from ctrexec.containerd.containers import Lookup as _ContainerLookup
     from ctrexec.containerd.content import Platform as Platform
     from ctrexec.containerd.daemon import DaemonPaths as DaemonPaths
     from ctrexec.containerd.daemon import EmbeddedContainerd as EmbeddedContainerd
@@ -171,6 +172,7 @@ if TYPE_CHECKING:
     create_netns = _create_netns
     list_netns = _list_netns
     remove_netns = _remove_netns
+    ContainerLookup = _ContainerLookup
     inspect_netns = _inspect_netns
     networks_from_env = _networks_from_env
     RegistryCredentials = _RegistryCredentials
@@ -191,6 +193,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec._version": ("__version__=VERSION",),
     "ctrexec.containerd._proto": ("to_timestamp",),
     "ctrexec.containerd.client": ("Client", "Lease", "Plugin", "ServerInfo", "ServerVersion"),
+    "ctrexec.containerd.containers": ("ContainerLookup=Lookup",),
     "ctrexec.containerd.content": ("Platform",),
     "ctrexec.containerd.daemon": ("DaemonPaths", "EmbeddedContainerd"),
     "ctrexec.containerd.events": (

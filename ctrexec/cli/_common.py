@@ -21,7 +21,7 @@ from ctrexec import DEFAULT_NAMESPACE, ConnectError, CtrexecError, InvalidArgume
 from ctrexec.defaults import ADDRESS_ENV, DEFAULT_ADDRESS, DEFAULT_LOG_DIR, NAMESPACE_ENV
 
 if TYPE_CHECKING:
-    from ctrexec import Client, Executor
+    from ctrexec import Client, ContainerLookup, Executor
 
 EXIT_ERROR = 125
 
@@ -260,6 +260,14 @@ def executor(args: argparse.Namespace, client: Client | None = None) -> Executor
 
     log_dir = Path(getattr(args, "log_dir", None) or DEFAULT_LOG_DIR)
     return Executor(connect(args) if client is None else client, log_dir=log_dir)
+
+
+def resolver(client: Client) -> ContainerLookup:
+    """The ids a user's words name (docker's unique-prefix rule), for one command: its
+    words are matched against one listing. Imported here: parsing loads no library."""
+    from ctrexec import ContainerLookup
+
+    return ContainerLookup(client)
 
 
 def print_json(value: Any, *, sort_keys: bool = True) -> None:

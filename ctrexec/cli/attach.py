@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from ctrexec import FailedPrecondition
-from ctrexec.cli._common import ArgumentParser, connection_flags, executor
+from ctrexec.cli._common import ArgumentParser, connection_flags, executor, resolver
 
 if TYPE_CHECKING:
     from ctrexec import Executor, Process, StreamOptions, TaskConfig, TaskInfo
@@ -112,7 +112,7 @@ def exec_attached(
     """``exec -i/-t``: the exec's exit code, 0 after a detach (the command runs on)."""
     from ctrexec.cli import terminal
 
-    task_id = ex.lookup()(args.id)
+    task_id = resolver(ex.client)(args.id)
 
     def start() -> Process:
         return ex.exec_stream(
@@ -152,7 +152,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
     keys = terminal.parse_detach_keys(args.detach_keys)
     ex = executor(args)
-    task_id = ex.lookup()(args.id)
+    task_id = resolver(ex.client)(args.id)
     info = ex.inspect(task_id, addresses=False)
     if not taskoutput.is_interactive(info.config):
         return _follow_output(ex, task_id, info)

@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from ctrexec import CtrexecError, InvalidArgument
-from ctrexec.cli._common import ArgumentParser, connection_flags, executor, fail
+from ctrexec.cli._common import ArgumentParser, connection_flags, executor, fail, resolver
 
 #: docker cp's exit code for any failure.
 CP_FAILED = 1
@@ -29,14 +29,14 @@ def cmd_cp(args: argparse.Namespace) -> int:
             if dst.path == "-" and sys.stdout.isatty():
                 raise InvalidArgument("cp: refusing to write a tar archive to a terminal")
             copying.copy_out(
-                ex.client, ex.images, ex.lookup()(src.container), src.path, dst.path,
+                ex.client, ex.images, resolver(ex.client)(src.container), src.path, dst.path,
                 follow=args.follow_link, stdout=sys.stdout.buffer,
             )  # fmt: skip
         else:
             if src.path == "-" and sys.stdin.isatty():
                 raise InvalidArgument("cp: refusing to read a tar archive from a terminal")
             copying.copy_in(
-                ex.client, ex.images, ex.lookup()(dst.container), src.path, dst.path,
+                ex.client, ex.images, resolver(ex.client)(dst.container), src.path, dst.path,
                 follow=args.follow_link, archive=args.archive, stdin=sys.stdin.buffer,
             )  # fmt: skip
     except CtrexecError as err:

@@ -13,6 +13,7 @@ from ctrexec.cli._common import (
     connection_flags,
     json_flag,
     print_json,
+    resolver,
 )
 from ctrexec.cli.verbs import each
 
@@ -58,7 +59,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     ctrexec's code for bad input."""
     from ctrexec.cli.views import inspect as inspectdoc
     from ctrexec.cli.views import ps as psformat
-    from ctrexec.containerd.containers import Lookup
     from ctrexec.logs import reader as logstore
     from ctrexec.tasks import info as taskinfo
 
@@ -77,7 +77,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return True
 
     with client:
-        code = each(args.ids, add, Lookup(client))
+        code = each(args.ids, add, resolver(client))
     if template is None:
         print_json(docs, sort_keys=False)
         return code

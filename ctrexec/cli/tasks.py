@@ -26,6 +26,7 @@ from ctrexec.cli._common import (
     executor,
     json_flag,
     print_json,
+    resolver,
 )
 from ctrexec.cli._time import point_in_time
 from ctrexec.cli.registry import add_pull_policy, ensure_images
@@ -293,7 +294,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     from ctrexec.tasks.output import is_interactive
 
     ex = executor(args)
-    lookup = ex.lookup()
+    lookup = resolver(ex.client)
     if args.attach or args.interactive:  # docker attaches to one container only
         task_id = lookup(args.ids[0])
         config = ex.inspect(task_id).config
@@ -322,19 +323,19 @@ def cmd_stop(args: argparse.Namespace) -> int:
     def stop(task_id: str) -> None:  # an --rm container is removed too (the library's rule)
         ex.stop(task_id, timeout=args.time, signal=args.signal)
 
-    return each(args.ids, stop, ex.lookup())
+    return each(args.ids, stop, resolver(ex.client))
 
 
 def cmd_kill(args: argparse.Namespace) -> int:
     ex = executor(args)
-    return each(args.ids, lambda task_id: ex.signal(task_id, args.signal), ex.lookup())
+    return each(args.ids, lambda task_id: ex.signal(task_id, args.signal), resolver(ex.client))
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
     from ctrexec.tasks import teardown
 
     ex = executor(args)
-    lookup = ex.lookup()
+    lookup = resolver(ex.client)
     if args.force and len(args.ids) > 1:  # all killed at once; each removal then is quick
         killed = lookup.known(args.ids)
         teardown.each_at_once(killed, lambda task_id: ex.signal(task_id, "SIGKILL"))
@@ -357,12 +358,11 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     from ctrexec import Status
-    from ctrexec.containerd.containers import Lookup
     from ctrexec.logs import reader as logstore
     from ctrexec.tasks import info as taskinfo
 
     client = connect(args)  # not the Executor: reading a log needs none of its modules
-    task_id = Lookup(client)(args.id)
+    task_id = resolver(client)(args.id)
     info = taskinfo.inspect(client, task_id, addresses=False)
     stop = None
     if args.follow:
@@ -417,7 +417,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         return attach.exec_attached(executor(args), args, _env(args.env), keys)
     ex = executor(args)
     result = ex.exec(
-        ex.lookup()(args.id),
+        resolver(ex.client)(args.id),
         args.command,
         env=_env(args.env),
         workdir=args.workdir,
@@ -438,7 +438,7 @@ def _exec_detached(args: argparse.Namespace) -> int:
         raise InvalidArgument("exec: -d cannot be used with -i, -t or --timeout")
     ex = executor(args)
     ex.exec_detached(
-        ex.lookup()(args.id), args.command, env=_env(args.env), workdir=args.workdir,
+        resolver(ex.client)(args.id), args.command, env=_env(args.env), workdir=args.workdir,
         user=args.user,
     )  # fmt: skip
     return 0
@@ -446,7 +446,9 @@ def _exec_detached(args: argparse.Namespace) -> int:
 
 def cmd_pause(args: argparse.Namespace) -> int:
     ex = executor(args)
-    return each(args.ids, ex.pause if args.command_name == "pause" else ex.resume, ex.lookup())
+    return each(
+        args.ids, ex.pause if args.command_name == "pause" else ex.resume, resolver(ex.client)
+    )
 
 
 def _run_flags(p: ArgumentParser) -> None:

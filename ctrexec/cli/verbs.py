@@ -24,6 +24,7 @@ from ctrexec.cli._common import (
     json_flag,
     print_json,
     print_table,
+    resolver,
     signal_pipe,
 )
 
@@ -78,7 +79,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
         print(ex.wait(task_id, until_started=True).exit_code, flush=True)  # docker's wait
         return True
 
-    return each(args.ids, wait, ex.lookup())
+    return each(args.ids, wait, resolver(ex.client))
 
 
 def cmd_rename(args: argparse.Namespace) -> int:
@@ -86,7 +87,7 @@ def cmd_rename(args: argparse.Namespace) -> int:
     from ctrexec import rename
 
     ex = executor(args)
-    rename(ex, ex.lookup()(args.old), args.new)
+    rename(ex, resolver(ex.client)(args.old), args.new)
     return 0
 
 
@@ -98,7 +99,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
         ex.stop(task_id, timeout=args.time, signal=args.signal, remove=False)
         ex.start(task_id)
 
-    return each(args.ids, restart, ex.lookup())
+    return each(args.ids, restart, resolver(ex.client))
 
 
 def cmd_port(args: argparse.Namespace) -> int:
@@ -106,7 +107,7 @@ def cmd_port(args: argparse.Namespace) -> int:
     port, only its host addresses (``0.0.0.0:8080``), and an error when it has none."""
     ex = executor(args)
     found = 0
-    for m in ex.inspect(ex.lookup()(args.id), addresses=False).ports:
+    for m in ex.inspect(resolver(ex.client)(args.id), addresses=False).ports:
         if args.port in (None, str(m.container_port), f"{m.container_port}/{m.protocol}"):
             host = m.host_ip or "0.0.0.0"  # noqa: S104 - docker's words for "any address"
             prefix = "" if args.port else f"{m.container_port}/{m.protocol} -> "
@@ -124,7 +125,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     from ctrexec.tasks import procs
 
     ex = executor(args)
-    info = ex.inspect(ex.lookup()(args.id), addresses=False)
+    info = ex.inspect(resolver(ex.client)(args.id), addresses=False)
     if info.status not in (Status.RUNNING, Status.PAUSED) or not info.pid:
         raise FailedPrecondition(f"container {args.id} is not running")
     if args.ps_options:
@@ -154,7 +155,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.format is not None:
         statsview.stats_template(args.format)  # a bad template before any reading
     ex = executor(args)
-    lookup = ex.lookup()
+    lookup = resolver(ex.client)
     ids = list(dict.fromkeys(lookup(word) for word in args.ids))  # "No such container" first
     host_memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     # Streaming tables to a terminal redraw in place, as docker's; a pipe or a file gets

@@ -26,7 +26,7 @@ from ctrexec.oci import caps, namespaces, process, resources, secopts
 from ctrexec.oci.mounts import Mount
 from ctrexec.oci.spec import with_annotations
 from ctrexec.oci.user import check_group_add, split_user_spec
-from ctrexec.tasks import fields, requestsize, restarts
+from ctrexec.tasks import fields, requestsize
 
 if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
     from ctrexec.containerd import containers
@@ -565,6 +565,8 @@ class TaskInfo:
         job over. False while a restart is due, for an exit the policy restarts (also
         while no supervisor serves it), for a run whose exit was not seen, and for an
         older run than the latest."""
+        from ctrexec.tasks import restarts  # here: the CLI's verbs load TaskInfo, not this
+
         return (
             self.status is Status.STOPPED
             and self.exit is not None

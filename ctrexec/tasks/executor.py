@@ -505,7 +505,8 @@ class Executor:
         return taskinfo.inspect(self.client, task_id, addresses=addresses, state_dir=self.state_dir)
 
     def lookup(self) -> containers.Lookup:
-        """Ids from the words a user typed (docker's unique-prefix rule), for front ends."""
+        """Deprecated (issue 38: front-end helpers are off the facade): ContainerLookup."""
+        warnings.warn("Executor.lookup is deprecated", DeprecationWarning, stacklevel=2)
         return containers.Lookup(self.client)
 
     def tasks_in_netns(self, path: StrPath) -> list[TaskInfo]:

@@ -19,6 +19,16 @@ from ctrexec.cli.main import main
 pytestmark = pytest.mark.unit
 
 
+def _resolver(_client: object) -> Callable[[str], str]:
+    """Every word names the container of that id."""
+
+    def resolve(word: str) -> str:
+        return word
+
+    resolve.known = list  # type: ignore[attr-defined]
+    return resolve
+
+
 class _Recording:
     """The Executor calls cmd_rm makes, in order."""
 
@@ -30,12 +40,7 @@ class _Recording:
         with self._guard:
             self.calls.append((what, task_id))
 
-    def lookup(self) -> Callable[[str], str]:
-        def resolve(word: str) -> str:
-            return word
-
-        resolve.known = list  # type: ignore[attr-defined]
-        return resolve
+    client = None
 
     def signal(self, task_id: str, sig: str) -> None:
         self._note(f"signal {sig}", task_id)
@@ -49,6 +54,7 @@ def test_rm_f_kills_every_task_before_the_first_removal(
 ) -> None:
     ex = _Recording()
     monkeypatch.setattr(cli_tasks, "executor", lambda _args: ex)
+    monkeypatch.setattr(cli_tasks, "resolver", _resolver)
     assert main(["rm", "-f", "a", "b", "c"]) == 0
     assert capsys.readouterr().out == "a\nb\nc\n"
     first_destroy = ex.calls.index(("destroy", "a"))
@@ -65,6 +71,7 @@ def test_rm_without_force_signals_nothing(
 ) -> None:
     ex = _Recording()
     monkeypatch.setattr(cli_tasks, "executor", lambda _args: ex)
+    monkeypatch.setattr(cli_tasks, "resolver", _resolver)
     assert main(["rm", "a", "b"]) == 0
     assert ex.calls == [("destroy", "a"), ("destroy", "b")]
     assert capsys.readouterr().out == "a\nb\n"

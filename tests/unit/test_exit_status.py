@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import warnings
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, cast
 
 import attrs
 import pytest
 
-from ctrexec import _rpc
-from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus
 from ctrexec.groups.supervisor import describe
-from ctrexec.tasks.executor import Executor
 
 
 def test_oom_killed_round_trips_through_json() -> None:
@@ -60,18 +55,3 @@ def test_the_package_itself_never_reads_the_old_name() -> None:
         warnings.simplefilter("error", DeprecationWarning)
         assert backoff.same_exit(a, b)
         assert describe(a) == "exited with code 3"
-
-
-def test_executor_with_oom_still_works_for_one_release_and_warns(tmp_path: Path) -> None:
-    """Issue 38 took the front-end helper off the facade: every exit ctrexec reports
-    already carries ``oom_killed``. Exits that are not SIGKILL cost no call."""
-
-    class _NoCalls:
-        def unary(self, *args: Any, **kwargs: Any) -> Any:
-            raise AssertionError("no call was expected")
-
-    client = Client(cast(_rpc.Connection, _NoCalls()), namespace="ns")
-    ex = Executor(client, log_dir=tmp_path / "logs", state_dir=tmp_path / "state")
-    exits = {"a": ExitStatus(exit_code=1)}
-    with pytest.warns(DeprecationWarning, match=r"Executor\.with_oom is deprecated"):
-        assert ex.with_oom(exits) == exits

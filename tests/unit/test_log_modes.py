@@ -158,7 +158,6 @@ def test_logs_timestamps_refused_for_the_file_driver(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ctrexec.cli import tasks as cli_tasks
-    from ctrexec.containerd import containers
     from ctrexec.tasks import info as taskinfo
 
     class _Info:
@@ -167,7 +166,7 @@ def test_logs_timestamps_refused_for_the_file_driver(
         log_path = str(tmp_path / "task.log")
 
     monkeypatch.setattr(cli_tasks, "connect", lambda _args: object())
-    monkeypatch.setattr(containers, "Lookup", lambda _client: lambda word: word)
+    monkeypatch.setattr(cli_tasks, "resolver", lambda _client: lambda word: word)
     monkeypatch.setattr(taskinfo, "inspect", lambda *_a, **_kw: _Info())
     assert main(["logs", "-t", "t"]) == 125
     assert capsys.readouterr().err.strip() == "ctrexec: the file log driver keeps no timestamps"
