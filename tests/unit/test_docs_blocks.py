@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _docblocks import CALL, ROOT, all_blocks, doc_files, parse
+from _docblocks import CALL, PYTHON, ROOT, all_blocks, doc_files, parse, private_imports
 
 import ctrexec
 
@@ -109,3 +109,18 @@ def test_doctor_is_the_function_whatever_was_loaded_first() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_no_python_block_imports_a_private_module() -> None:
+    """The docs teach the public API: a block that imports ``ctrexec.groups.implicit``
+    (as the review's scheduler example had to) teaches what the next release breaks."""
+    blocks = [b for b in all_blocks() if b.lang in PYTHON]
+    assert any(b.path.name == "library.md" for b in blocks)
+    private = {b.where: private_imports(b.code) for b in blocks if private_imports(b.code)}
+    assert private == {}
+
+
+def test_private_imports_finds_both_spellings_and_leaves_public_ones() -> None:
+    code = "import ctrexec\nimport ctrexec.tasks as t\nfrom ctrexec import Client\n"
+    code += "from ctrexec.net.networks import parse_mode\nimport os, ctrexec.logs\n"
+    assert private_imports(code) == ["ctrexec.tasks", "ctrexec.net.networks", "ctrexec.logs"]

@@ -26,6 +26,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from _docblocks import PYTHON, parse
 
 import ctrexec
 
@@ -170,6 +171,31 @@ def test_mypy_strict_on_a_user_file_against_a_built_wheel(tmp_path: Path) -> Non
         assert "ctrexec/py.typed" in z.namelist()
         z.extractall(site)
     _mypy(tmp_path, "--python-executable", str(_venv_reading(tmp_path, site)))
+
+
+def test_mypy_strict_on_every_python_block_of_the_library_docs(tmp_path: Path) -> None:
+    """docs/library.md is a scheduler author's first program, typed: each python block
+    (its tutorial, the review's example rewritten) is a module of its own, checked with
+    ``--strict`` against this tree as an install gives it (no MYPYPATH, no source
+    path), so a block with a wrong call or a name mypy cannot see fails here."""
+    pytest.importorskip("mypy")
+    doc = ROOT / "docs" / "library.md"
+    blocks = [b for b in parse(doc.read_text(), doc) if b.lang in PYTHON]
+    assert any("def run_alloc(" in b.code for b in blocks)
+    work = tmp_path / "docs"
+    work.mkdir()
+    names = []
+    for b in blocks:
+        names.append(f"library_md_{b.line}.py")
+        (work / names[-1]).write_text(b.code)
+    env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
+         "--cache-dir", str(tmp_path / "cache"),
+         "--python-executable", str(_venv_reading(tmp_path, ROOT)), *names],
+        check=False, capture_output=True, text=True, cwd=work, env=env, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0 and out.stdout == "", out.stdout + out.stderr
 
 
 def _type_checking_names() -> dict[str, tuple[str, str]]:
