@@ -354,13 +354,17 @@ class TaskConfig:
         return None if self.memory is None else resources.parse_size(self.memory)
 
     def __attrs_post_init__(self) -> None:
-        """A swap limit needs a memory limit, as docker's. Only ``json-file`` rotates:
+        """A swap limit needs a memory limit, and a removed container has nothing to
+        restart, as docker's. Only ``json-file`` rotates:
         limits given to another driver would be ignored.
 
         Output sent to the caller's paths has no log driver at all. The fields
         together must fit in containerd's one request (:mod:`requestsize`).
         """
         requestsize.check((f.name, getattr(self, f.name)) for f in attrs.fields(type(self)))
+        if self.auto_remove and self.restart.policy != "no":  # docker refuses it too
+            reason = "conflicts with auto_remove (the CLI's --restart and --rm)"
+            raise InvalidField("restart", self.restart.policy, reason)
         if self.memory_swap is not None and self.memory is None:
             raise InvalidField(
                 "memory_swap",

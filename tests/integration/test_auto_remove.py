@@ -7,7 +7,6 @@ once, or by its reconcile when it starts). Without one, ``run -d --rm`` warns, a
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.groups.presence import is_supervised
 from ctrexec.groups.supervisor import Supervisor
-from ctrexec.tasks.config import RestartPolicy, TaskConfig
 from ctrexec.tasks.executor import Executor
 
 WARNING = "ctrexec: warning: --rm: no `ctrexec supervise` runs for namespace ctrexec-test"
@@ -93,25 +91,3 @@ def test_foreground_rm_with_supervisor_keeps_output_and_exit_code(
     assert out.stdout == "hello\n"
     assert out.stderr == ""
     until(lambda: gone(ex.client, "rm-fg"), "removal")
-
-
-def test_rm_with_restart_policy_is_removed_once_the_policy_gives_up(
-    ex: Executor, supervised: Supervisor, test_image: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="ctrexec.groups.supervisor")
-    ex.start_task(
-        TaskConfig(
-            name="rm-policy",
-            image=test_image,
-            command=("sh", "-c", "exit 1"),
-            auto_remove=True,
-            restart=RestartPolicy(policy="on-failure", max_attempts=2, delay=0.1),
-        )
-    )
-    until(lambda: gone(ex.client, "rm-policy"), "removal after the last attempt")
-    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rm-policy ")]
-    assert said == [
-        "rm-policy exited with code 1; restarting in 0.1s",
-        "rm-policy exited with code 1; restarting in 0.2s",
-        "rm-policy exited with code 1; removing it (--rm)",
-    ]

@@ -378,3 +378,13 @@ def test_group_key_errors_name_file_key_value(key: str, case: int) -> None:
 def test_group_structure_errors(data: dict[str, Any], expected: str) -> None:
     text = _group_error(data)
     assert text.startswith("group file g.toml: ") and expected in text, text
+
+
+@pytest.mark.parametrize("policy", ["on-failure", "always", "unless-stopped"])
+def test_auto_remove_with_a_restart_policy_is_refused_as_the_cli_refuses_it(policy: str) -> None:
+    """Issue 38: the CLI's ``--rm --restart`` is refused, so the library's same config is
+    too (a removed container has nothing to restart); ``no`` is no policy."""
+    with pytest.raises(InvalidField, match=r"--restart and --rm") as caught:
+        TaskConfig(name="a", image="i", auto_remove=True, restart={"policy": policy})
+    assert caught.value.field == "restart"
+    assert TaskConfig(name="a", image="i", auto_remove=True, restart={"policy": "no"}).auto_remove
