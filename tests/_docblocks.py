@@ -14,7 +14,6 @@ so a new block can't go untested unnoticed.
 
 from __future__ import annotations
 
-import ast
 import re
 import textwrap
 from dataclasses import dataclass
@@ -105,18 +104,3 @@ def all_blocks(root: Path = ROOT) -> list[Block]:
 #: A call the docs write under ctrexec's name (``ctrexec.tasks.rename(``), not one
 #: inside a label key (``io.ctrexec.run.id``) or a path; the name without its ``(``.
 CALL = re.compile(r"(?<![\w./-])(ctrexec(?:\.[A-Za-z_]\w*)+)\(")
-
-
-def private_imports(code: str) -> list[str]:
-    """The imports of ctrexec's private modules in a block (``from ctrexec.x import``,
-    ``import ctrexec.x``): a user's program names ``ctrexec`` itself only."""
-    found: list[str] = []
-    for node in ast.walk(ast.parse(code)):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            modules = [node.module]
-        elif isinstance(node, ast.Import):
-            modules = [a.name for a in node.names]
-        else:
-            continue
-        found += [m for m in modules if m.startswith("ctrexec.")]
-    return found

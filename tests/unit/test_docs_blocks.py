@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _docblocks import CALL, PYTHON, ROOT, all_blocks, doc_files, parse, private_imports
+from _docblocks import CALL, PYTHON, ROOT, all_blocks, doc_files, parse
+from _usercode import private_uses
 
 import ctrexec
 
@@ -116,11 +117,5 @@ def test_no_python_block_imports_a_private_module() -> None:
     (as the review's scheduler example had to) teaches what the next release breaks."""
     blocks = [b for b in all_blocks() if b.lang in PYTHON]
     assert any(b.path.name == "library.md" for b in blocks)
-    private = {b.where: private_imports(b.code) for b in blocks if private_imports(b.code)}
-    assert private == {}
-
-
-def test_private_imports_finds_both_spellings_and_leaves_public_ones() -> None:
-    code = "import ctrexec\nimport ctrexec.tasks as t\nfrom ctrexec import Client\n"
-    code += "from ctrexec.net.networks import parse_mode\nimport os, ctrexec.logs\n"
-    assert private_imports(code) == ["ctrexec.tasks", "ctrexec.net.networks", "ctrexec.logs"]
+    private = [found for b in blocks for found in private_uses(b.code, str(b.where))]
+    assert private == []

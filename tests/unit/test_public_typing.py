@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from _docblocks import PYTHON, parse
+from _usercode import venv_reading
 
 import ctrexec
 
@@ -125,21 +126,6 @@ def _mypy(tmp_path: Path, *flags: str) -> list[str]:
     return errors
 
 
-def _venv_reading(tmp_path: Path, first: Path) -> Path:
-    """A Python whose site-packages has only a ``.pth``: ``first``, then this venv's
-    packages for attrs, grpc and protobuf (a path line only: whatever .pth files or
-    import hooks are in there are not read)."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
-    Path(purelib, "deps.pth").write_text(f"{first}\n{sysconfig.get_paths()['purelib']}\n")
-    return python
-
-
 def test_mypy_strict_on_a_user_file_against_this_venvs_install(tmp_path: Path) -> None:
     """With an import hook (``pip install -e .``, setuptools' default), mypy gets a venv
     that names the tree the hook loads ctrexec from, as compat mode's .pth would."""
@@ -147,7 +133,7 @@ def test_mypy_strict_on_a_user_file_against_this_venvs_install(tmp_path: Path) -
     if not hooks:
         _mypy(tmp_path)
         return
-    _mypy(tmp_path, "--python-executable", str(_venv_reading(tmp_path, ROOT)))
+    _mypy(tmp_path, "--python-executable", str(venv_reading(tmp_path, ROOT)))
 
 
 def test_mypy_strict_on_a_user_file_against_a_built_wheel(tmp_path: Path) -> None:
@@ -170,7 +156,7 @@ def test_mypy_strict_on_a_user_file_against_a_built_wheel(tmp_path: Path) -> Non
     with zipfile.ZipFile(wheel) as z:
         assert "ctrexec/py.typed" in z.namelist()
         z.extractall(site)
-    _mypy(tmp_path, "--python-executable", str(_venv_reading(tmp_path, site)))
+    _mypy(tmp_path, "--python-executable", str(venv_reading(tmp_path, site)))
 
 
 def test_mypy_strict_on_every_python_block_of_the_library_docs(tmp_path: Path) -> None:
@@ -192,7 +178,7 @@ def test_mypy_strict_on_every_python_block_of_the_library_docs(tmp_path: Path) -
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
          "--cache-dir", str(tmp_path / "cache"),
-         "--python-executable", str(_venv_reading(tmp_path, ROOT)), *names],
+         "--python-executable", str(venv_reading(tmp_path, ROOT)), *names],
         check=False, capture_output=True, text=True, cwd=work, env=env, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0 and out.stdout == "", out.stdout + out.stderr
