@@ -74,3 +74,13 @@ def test_group_files_and_bases_take_a_str_or_a_path(tmp_path: Path) -> None:
         "task": [{"name": "web", "image": "busybox", "env_file": "web.env"}],
     }
     assert parse_group(data, base=str(tmp_path)) == parse_group(data, base=tmp_path)
+
+
+def test_registry_logout_takes_a_str_or_a_path(tmp_path: Path) -> None:
+    from ctrexec import registry_logout
+
+    cfg = tmp_path / "config.json"
+    for given in (cfg, str(cfg)):
+        cfg.write_text('{"auths": {"reg.lan": {"auth": "dTpw"}}}')
+        assert registry_logout("reg.lan", given) is True
+        assert registry_logout("reg.lan", given) is False

@@ -29,6 +29,7 @@ import attrs
 
 from ctrexec import errors
 from ctrexec.images.reference import parse_reference
+from ctrexec.paths import StrPath
 
 DOCKER_CONFIG_ENV = "DOCKER_CONFIG"
 #: The key docker uses for Docker Hub in config.json.
@@ -214,8 +215,10 @@ def store(domain: str, creds: Credentials, path: Path | None = None) -> str:
     return str(path or config_path())
 
 
-def erase(domain: str, path: Path | None = None) -> bool:
-    """Forget ``domain``'s credentials (helper and file); True when any were there."""
+def erase(domain: str, path: StrPath | None = None) -> bool:
+    """Forget ``domain``'s credentials (helper and file); True when any were there.
+    ``path``: the config file, a str or a Path as every public path (the logout's)."""
+    path = None if path is None else Path(path)
     cfg = load_config(path)
     helper = _helper_of(cfg, domain)
     found = False
