@@ -23,13 +23,15 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ctrexec import errors
 from ctrexec.images.reference import parse_reference
-from ctrexec.paths import StrPath
+
+if TYPE_CHECKING:  # a type only: `pull` loads this module, not ctrexec.paths
+    from ctrexec.paths import StrPath
 
 DOCKER_CONFIG_ENV = "DOCKER_CONFIG"
 #: The key docker uses for Docker Hub in config.json.
