@@ -113,6 +113,10 @@ _CODE_TO_ERROR: dict[grpc.StatusCode, type[errors.CtrexecError]] = {
 }
 
 
+#: containerd's words when the shim it asked closed the connection before answering.
+_SHIM_CLOSED = "ttrpc: closed"
+
+
 def error_class(code: grpc.StatusCode, message: str) -> type[errors.CtrexecError]:
     """Map a status to ctrexec's class, keeping containerd's FailedPrecondition split.
 
@@ -125,6 +129,8 @@ def error_class(code: grpc.StatusCode, message: str) -> type[errors.CtrexecError
         if message.endswith(": conflict") or message == "conflict":
             return errors.Conflict
         return errors.FailedPrecondition
+    if code == grpc.StatusCode.UNKNOWN and _SHIM_CLOSED in message:
+        return errors.ShimClosed
     return _CODE_TO_ERROR.get(code, errors.Internal)
 
 

@@ -187,6 +187,13 @@ class Internal(CtrexecError):
     """containerd reported an internal or unknown failure."""
 
 
+class ShimClosed(Internal):
+    """containerd's call to a task's shim was cut: the shim closed its connection
+    before it answered ("ttrpc: closed"). The run ended meanwhile (its task deleted
+    for a restart or a removal) or the shim died; asking again gets the answer that
+    holds now."""
+
+
 class DigestMismatch(CtrexecError):
     """A blob's bytes do not match the digest or size its descriptor names."""
 

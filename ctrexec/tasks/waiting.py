@@ -13,7 +13,13 @@ stopped task's exit, so an exit during the outage is what the new call answers.
 containerd 1.7 and later don't: a shim with no process left is reaped as containerd
 starts, task and exit with it, and the new call answers NotFound. That run's end is
 kept in the record's labels (:func:`ctrexec.tasks.info.report_gone`, exit code 255,
-the reason said) and is what the wait returns. Cancelling the future (or a timeout
+the reason said) and is what the wait returns.
+
+A wait whose call the task's shim cut (:class:`~ctrexec.errors.ShimClosed`: the run
+ended and its task was deleted for a restart or a removal while the call was in
+flight, or the shim died) is sent again too: what it answers then holds, the exit
+of a task kept stopped, or NotFound for one deleted (whose kept exit
+:meth:`ctrexec.Executor.wait` then returns). Cancelling the future (or a timeout
 in :func:`wait`) cancels the call; it never becomes an exit.
 """
 
@@ -32,7 +38,7 @@ from ctrexec import _rpc
 from ctrexec.containerd import stats, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus
-from ctrexec.errors import CtrexecError, DeadlineExceeded, NotFound, Unavailable
+from ctrexec.errors import CtrexecError, DeadlineExceeded, NotFound, ShimClosed, Unavailable
 from ctrexec.tasks import info as taskinfo
 
 #: A Wait that fails with Unavailable this soon after it was sent is a quick failure:
@@ -47,6 +53,10 @@ QUICK_FAILURES_FOR = 60.0
 #: After a quick failure the wait is sent again after this delay, doubled each time up
 #: to the last: no spin while the socket answers at once.
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
+#: Calls cut by the shim, in a row for this long, fail the wait with that error: a
+#: dead shim's task is cleaned up by containerd in seconds, and a caller that asks
+#: again after that gets its answer.
+CUTS_FOR = 30.0
 
 
 def exit_future(
@@ -88,6 +98,8 @@ class _ExitWaiter:
         self._quick_failures = 0
         self._quick_since = 0.0
         self._outage_since: datetime | None = None
+        self._cuts = 0
+        self._cut_since = 0.0
         self.future: concurrent.futures.Future[ExitStatus] = concurrent.futures.Future()
         self.future.add_done_callback(self._on_future_done)
         self._arm()
@@ -135,6 +147,15 @@ class _ExitWaiter:
                 threading.Thread(target=self._gone, args=(exc,), daemon=True).start()
                 return
             self._settle(error=exc)
+            return
+        except ShimClosed as exc:
+            if self._cuts == 0:
+                self._cut_since = time.monotonic()
+            self._cuts += 1
+            if time.monotonic() - self._cut_since > CUTS_FOR:
+                self._settle(error=exc)
+            else:
+                self._arm_after(RETRY_DELAYS[min(self._cuts, len(RETRY_DELAYS)) - 1])
             return
         except CtrexecError as exc:
             self._settle(error=exc)
@@ -184,7 +205,11 @@ class _ExitWaiter:
         if self._quick_failures == 0:
             self._arm()
             return
-        delay = RETRY_DELAYS[min(self._quick_failures, len(RETRY_DELAYS)) - 1]
+        self._arm_after(RETRY_DELAYS[min(self._quick_failures, len(RETRY_DELAYS)) - 1])
+
+    def _arm_after(self, delay: float) -> None:
+        """Send the wait again after ``delay`` seconds, on a timer's thread (gRPC's
+        callback thread must not block); its keeper is the timer, which ends then."""
         timer = threading.Timer(delay, self._arm)
         timer.daemon = True
         timer.start()

@@ -32,6 +32,18 @@ def _holding(fifo: Path, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", HOLD, str(fifo), *extra], stdin=subprocess.PIPE)
 
 
+def _opens(pid: int, path: Path) -> bool:
+    """Whether ``pid`` has ``path`` open; an fd closed while looking (the starting
+    interpreter opens and closes its own) is not it."""
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(fd) == str(path):
+                return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
 def _end(proc: subprocess.Popen[bytes]) -> None:
     assert proc.stdin is not None
     proc.stdin.close()  # its read of stdin ends, and so does it
@@ -58,13 +70,7 @@ def test_a_fifo_held_by_a_daemon_is_found(fifo: Path, daemonlike: object, tmp_pa
 def test_a_fifo_held_by_another_program_is_not_a_daemons(fifo: Path) -> None:
     proc = _holding(fifo)  # no daemon's name among its arguments
     try:
-        wait_for(
-            lambda: any(
-                os.readlink(fd) == str(fifo) for fd in Path(f"/proc/{proc.pid}/fd").iterdir()
-            ),
-            timeout=30,
-            what="the FIFO open",
-        )
+        wait_for(lambda: _opens(proc.pid, fifo), timeout=30, what="the FIFO open")
         assert holders.held(logdaemon.NAME, [str(fifo)]) == set()
     finally:
         _end(proc)

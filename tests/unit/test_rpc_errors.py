@@ -24,6 +24,8 @@ from ctrexec import _rpc, errors
         (grpc.StatusCode.PERMISSION_DENIED, "no", errors.PermissionDenied),
         (grpc.StatusCode.RESOURCE_EXHAUSTED, "too big", errors.ResourceExhausted),
         (grpc.StatusCode.UNKNOWN, "boom", errors.Internal),
+        (grpc.StatusCode.UNKNOWN, "ttrpc: closed: unknown", errors.ShimClosed),
+        (grpc.StatusCode.INTERNAL, "ttrpc: closed", errors.Internal),
         (grpc.StatusCode.INTERNAL, "boom", errors.Internal),
         (grpc.StatusCode.DATA_LOSS, "boom", errors.Internal),
     ],
@@ -36,6 +38,7 @@ def test_not_modified_and_conflict_are_preconditions() -> None:
     assert issubclass(errors.NotModified, errors.FailedPrecondition)
     assert issubclass(errors.Conflict, errors.FailedPrecondition)
     assert issubclass(errors.ConnectError, errors.Unavailable)
+    assert issubclass(errors.ShimClosed, errors.Internal)  # a user's catch of Internal holds
 
 
 def test_every_error_is_a_ctrexec_error_with_exit_code() -> None:
