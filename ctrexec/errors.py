@@ -81,15 +81,18 @@ class InvalidField(InvalidArgument):
     name the field its own way (a group file's key, a CLI flag) without parsing
     the message. ``quoted_value`` is the value as the message quotes it, cut to the
     bound every error keeps on a user's input, for a front end's own message.
+    ``conflicts_with`` names the other field when the value is refused only beside
+    it, so a front end can say "conflicting options" in its own names for both.
     """
 
-    def __init__(self, field: str, value: object, reason: str) -> None:
+    def __init__(self, field: str, value: object, reason: str, *, conflicts_with: str = "") -> None:
         shown = list(value) if isinstance(value, tuple) else value
         self.quoted_value = quoted(shown)
         super().__init__(f"{field} = {self.quoted_value}: {reason}")
         self.field = field
         self.value = value
         self.reason = reason
+        self.conflicts_with = conflicts_with
 
 
 class HandleMismatch(InvalidArgument):

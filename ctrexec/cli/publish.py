@@ -80,12 +80,10 @@ def restart_policy(text: str) -> tuple[str, int]:
 
 
 def restart_config(args: argparse.Namespace) -> RestartPolicy:
-    """The task's RestartPolicy (docker's default: no), checked against --rm."""
+    """The task's RestartPolicy (docker's default: no); TaskConfig refuses it with --rm."""
     from ctrexec import RestartPolicy
 
     policy, count = args.restart or ("no", 0)
-    if policy != "no" and args.rm:
-        raise InvalidArgument("conflicting options: --restart and --rm")
     return RestartPolicy(policy=policy, max_attempts=count)
 
 

@@ -115,13 +115,22 @@ _FLAGS = {
 }
 
 
+def _flag(field: str) -> str:
+    """The flag that sets a TaskConfig field."""
+    return _FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
 @contextlib.contextmanager
 def _by_flag() -> Iterator[None]:
     """Report a refused TaskConfig field by the flag that set it, as docker does."""
     try:
         yield
     except InvalidField as exc:
-        flag = _FLAGS.get(exc.field, "--" + exc.field.replace("_", "-"))
+        flag = _flag(exc.field)
+        if exc.conflicts_with:  # docker's words, as ``run --restart always --rm``
+            raise InvalidArgument(
+                f"conflicting options: {flag} and {_flag(exc.conflicts_with)}"
+            ) from exc
         if isinstance(exc.value, tuple | Mapping):  # the reason names the bad item
             raise InvalidArgument(f"invalid {flag}: {exc.reason}") from exc
         raise InvalidArgument(f"invalid value {exc.quoted_value} for {flag}: {exc.reason}") from exc

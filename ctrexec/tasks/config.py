@@ -363,8 +363,8 @@ class TaskConfig:
         """
         requestsize.check((f.name, getattr(self, f.name)) for f in attrs.fields(type(self)))
         if self.auto_remove and self.restart.policy != "no":  # docker refuses it too
-            reason = "conflicts with auto_remove (the CLI's --restart and --rm)"
-            raise InvalidField("restart", self.restart.policy, reason)
+            reason = "a container removed at its exit has nothing to restart"
+            raise InvalidField("restart", self.restart.policy, reason, conflicts_with="auto_remove")
         if self.memory_swap is not None and self.memory is None:
             raise InvalidField(
                 "memory_swap",

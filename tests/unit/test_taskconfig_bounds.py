@@ -384,7 +384,8 @@ def test_group_structure_errors(data: dict[str, Any], expected: str) -> None:
 def test_auto_remove_with_a_restart_policy_is_refused_as_the_cli_refuses_it(policy: str) -> None:
     """Issue 38: the CLI's ``--rm --restart`` is refused, so the library's same config is
     too (a removed container has nothing to restart); ``no`` is no policy."""
-    with pytest.raises(InvalidField, match=r"--restart and --rm") as caught:
+    with pytest.raises(InvalidField, match=r"nothing to restart") as caught:
         TaskConfig(name="a", image="i", auto_remove=True, restart={"policy": policy})
     assert caught.value.field == "restart"
+    assert caught.value.conflicts_with == "auto_remove"  # the CLI says --restart and --rm
     assert TaskConfig(name="a", image="i", auto_remove=True, restart={"policy": "no"}).auto_remove
