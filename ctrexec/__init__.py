@@ -158,6 +158,7 @@ if TYPE_CHECKING:
     from ctrexec.tasks.config import TaskConfig as TaskConfig
     from ctrexec.tasks.config import TaskHandle as TaskHandle
     from ctrexec.tasks.config import TaskInfo as TaskInfo
+    from ctrexec.tasks.envfile import read_env_files as read_env_files
     from ctrexec.tasks.events import EventFilter as EventFilter
     from ctrexec.tasks.events import TaskEvents as TaskEvents
     from ctrexec.tasks.executor import Executor as Executor
@@ -165,8 +166,11 @@ if TYPE_CHECKING:
     from ctrexec.tasks.nomadtasks import nomad_labels as nomad_labels
     from ctrexec.tasks.nomadtasks import nomad_task_id as nomad_task_id
     from ctrexec.tasks.nomadtasks import nomad_tasks as nomad_tasks
+    from ctrexec.tasks.procs import Proc as _TaskProcess
     from ctrexec.tasks.publishing import NetworkRequest as NetworkRequest
     from ctrexec.tasks.rename import rename as rename
+    from ctrexec.tasks.volumes import Volume as Volume
+    from ctrexec.tasks.volumes import Volumes as Volumes
 
     # ``from m import a as b`` re-exports nothing for mypy; an assignment does.
     create_netns = _create_netns
@@ -179,6 +183,7 @@ if TYPE_CHECKING:
     registry_login = _registry_login
     registry_logout = _registry_logout
     ResolvConf = _ResolvConf
+    TaskProcess = _TaskProcess
     __version__ = _VERSION
 else:
     ModuleType = type(sys)  # not ``types``: the command line's client does not load it
@@ -304,8 +309,11 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.tasks.events": ("EventFilter", "TaskEvents"),
     "ctrexec.tasks.executor": ("Executor",),
     "ctrexec.tasks.nomadtasks": ("NomadTask", "nomad_labels", "nomad_task_id", "nomad_tasks"),
+    "ctrexec.tasks.envfile": ("read_env_files",),
+    "ctrexec.tasks.procs": ("TaskProcess=Proc",),
     "ctrexec.tasks.publishing": ("NetworkRequest",),
     "ctrexec.tasks.rename": ("rename",),
+    "ctrexec.tasks.volumes": ("Volume", "Volumes"),
 }
 #: Each public name: (its module, its name there).
 _MODULE_OF = {

@@ -18,8 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ctrexec.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 #: What docker trims from the left of a line and refuses inside a key.
 _WHITESPACE = " \t"
@@ -50,15 +54,17 @@ def parse_env_text(text: str, environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def read_env_files(
-    paths: Iterable[str | Path], environ: Mapping[str, str], *, base: Path | None = None
+    paths: Iterable[StrPath], environ: Mapping[str, str], *, base: StrPath | None = None
 ) -> dict[str, str]:
     """The variables of each file in turn (a later one wins); a relative path is taken
-    from ``base`` (the group file's directory), else from the current directory."""
+    from ``base`` (the group file's directory), else from the current directory.
+    ``environ`` gives a bare ``KEY`` its value. Public so that a scheduler reading
+    docker's env files gets the CLI's exact format and errors."""
     env: dict[str, str] = {}
     for given in paths:
         path = Path(given)
         if base is not None and not path.is_absolute():
-            path = base / path
+            path = Path(base) / path
         try:
             data = path.read_bytes()
         except FileNotFoundError as exc:

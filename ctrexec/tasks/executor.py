@@ -74,7 +74,7 @@ class ExecStreamOptions(ExecOptions, StreamOptions, total=False):
     """An exec's options and where its streamed output goes."""
 
 
-class Executor:
+class Executor(taskctl.HostSide):
     """Runs tasks in one containerd namespace. Thread-safe: it holds no mutable state
     besides per-container locks that serialise start/stop/destroy of the same task,
     and caches of what digests fix (image documents, resolved users)."""

@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -37,6 +38,9 @@ from ctrexec.oci import mounts
 from ctrexec.tasks import copying
 from ctrexec.tasks.copyarchive import extract_tar, write_tar
 from ctrexec.tasks.spec import CheckedConfig
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 _META = "volume.json"
 
@@ -280,3 +284,41 @@ def matches(volume: Volume, filters: Sequence[str], using: Iterable[str]) -> boo
         else:
             raise InvalidArgument(f"invalid filter '{key}'")
     return True
+
+
+class Volumes:
+    """The named volumes of a client's namespace, for a caller that manages them as
+    docker's ``volume`` verbs do (the CLI's are built on it). A volume is a directory,
+    not a containerd object, so the client serves only for its namespace and to find
+    which containers use a volume. ``root``: where volumes live
+    (:data:`ctrexec.defaults.DEFAULT_VOLUME_DIR` unless given)."""
+
+    def __init__(self, client: Client, *, root: StrPath | None = None) -> None:
+        self.client = client
+        self.root = None if root is None else Path(root)
+
+    def create(self, name: str | None = None, *, labels: Mapping[str, str] | None = None) -> Volume:
+        """A name already taken is that volume (docker's ``create``); no name: a random one."""
+        return create(self.client.namespace, name, labels=labels, root=self.root)
+
+    def get(self, name: str) -> Volume:
+        """NotFound, in docker's words, when there is none."""
+        return get(self.client.namespace, name, root=self.root)
+
+    def remove(self, name: str, *, force: bool = False) -> None:
+        """Refused (Conflict) while a container uses it; ``force`` lets a missing one pass."""
+        remove(self.client, name, force=force, root=self.root)
+
+    def prune(self, *, everything: bool = False) -> list[str]:
+        """The unused anonymous volumes (all unused with ``everything``); the names removed."""
+        return prune(self.client, everything=everything, root=self.root)
+
+    def list(self, *, filters: Sequence[str] = ()) -> list[Volume]:
+        """By name; ``filters`` are docker's ``volume ls --filter`` words (``dangling=``,
+        ``name=``, ``label=``), all of which must hold. Only a dangling filter reads
+        which containers use a volume (a call to containerd)."""
+        found = list_volumes(self.client.namespace, root=self.root)
+        if not filters:
+            return found
+        using = users(self.client) if any(f.startswith("dangling=") for f in filters) else {}
+        return [v for v in found if matches(v, filters, using)]

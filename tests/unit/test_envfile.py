@@ -91,3 +91,12 @@ def test_group_file_env_file_errors_name_task_and_key(tmp_path: Path) -> None:
     )
     with pytest.raises(InvalidArgument, match="expected a path or a list of paths"):
         load_group_file(_group(tmp_path, "env_file = 3"))
+
+
+def test_public_name_takes_str_and_path_alike(tmp_path: Path) -> None:
+    import ctrexec
+
+    (tmp_path / "a.env").write_text("A=1\nHOME\n")
+    (tmp_path / "b.env").write_text("A=2\n")
+    env = ctrexec.read_env_files([tmp_path / "a.env", "b.env"], {"HOME": "/h"}, base=str(tmp_path))
+    assert env == {"A": "2", "HOME": "/h"}

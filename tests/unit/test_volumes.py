@@ -115,3 +115,30 @@ def test_ls_filters(tmp_path: Path) -> None:
     assert not volumes.matches(v, ["label=tier=web"], [])
     with pytest.raises(InvalidArgument, match="invalid filter 'colour'"):
         volumes.matches(v, ["colour=red"], [])
+
+
+class _NamespaceOnly:
+    """What ``Volumes`` reads of a client when no container use is asked for."""
+
+    namespace = "ns"
+
+
+def test_the_public_volumes_object_keeps_to_its_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ctrexec import Volume, Volumes
+
+    vols = Volumes(_NamespaceOnly(), root=str(tmp_path))  # type: ignore[arg-type]
+    made = vols.create("web-data", labels={"tier": "db"})
+    assert isinstance(made, Volume) and made.mountpoint == tmp_path / "ns" / "web-data" / "_data"
+    vols.create("cache")
+    assert [v.name for v in vols.list()] == ["cache", "web-data"]
+    assert [v.name for v in vols.list(filters=["label=tier=db"])] == ["web-data"]
+    # Only a dangling filter asks containerd which containers use a volume.
+    monkeypatch.setattr(volumes, "users", lambda client: {"cache": ["c1"]})
+    assert [v.name for v in vols.list(filters=["dangling=true"])] == ["web-data"]
+    assert vols.prune(everything=True) == ["web-data"]
+    with pytest.raises(NotFound):
+        vols.get("web-data")
+    vols.remove("web-data", force=True)
+    assert [v.name for v in vols.list()] == ["cache"]
