@@ -15,30 +15,36 @@ from ctrexec.cli._common import ArgumentParser, connection_flags, executor, fail
 CP_FAILED = 1
 
 
-def cmd_cp(args: argparse.Namespace) -> int:
-    from ctrexec.tasks import copying
+def split_endpoint(word: str) -> tuple[str, str]:
+    """One side of ``cp`` as (container, path), docker's split: an absolute path, a word
+    with no colon, or a word starting with ``.`` is the host's (container ``""``; path
+    ``-`` a tar stream); ``NAME:PATH`` a container's."""
+    if word.startswith("/"):
+        return "", word
+    name, colon, path = word.partition(":")
+    if not colon or name.startswith("."):
+        return "", word
+    return name, path
 
+
+def cmd_cp(args: argparse.Namespace) -> int:
     try:
-        src, dst = copying.Endpoint.parse(args.src), copying.Endpoint.parse(args.dst)
-        if src.container and dst.container:
+        (src_task, src), (dst_task, dst) = split_endpoint(args.src), split_endpoint(args.dst)
+        if src_task and dst_task:
             raise InvalidArgument("copying between containers is not supported")
-        if not (src.container or dst.container):
+        if not (src_task or dst_task):
             raise InvalidArgument("must specify at least one container source")
         ex = executor(args)
-        if src.container:
-            if dst.path == "-" and sys.stdout.isatty():
+        if src_task:
+            if dst == "-" and sys.stdout.isatty():
                 raise InvalidArgument("cp: refusing to write a tar archive to a terminal")
-            copying.copy_out(
-                ex.client, ex.images, resolver(ex.client)(src.container), src.path, dst.path,
-                follow=args.follow_link, stdout=sys.stdout.buffer,
-            )  # fmt: skip
+            ex.copy_out(resolver(ex.client)(src_task), src, dst,
+                        follow=args.follow_link, stdout=sys.stdout.buffer)  # fmt: skip
         else:
-            if src.path == "-" and sys.stdin.isatty():
+            if src == "-" and sys.stdin.isatty():
                 raise InvalidArgument("cp: refusing to read a tar archive from a terminal")
-            copying.copy_in(
-                ex.client, ex.images, resolver(ex.client)(dst.container), src.path, dst.path,
-                follow=args.follow_link, archive=args.archive, stdin=sys.stdin.buffer,
-            )  # fmt: skip
+            ex.copy_in(resolver(ex.client)(dst_task), src, dst, follow=args.follow_link,
+                       archive=args.archive, stdin=sys.stdin.buffer)  # fmt: skip
     except CtrexecError as err:
         fail(err)
         return CP_FAILED

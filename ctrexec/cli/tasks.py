@@ -139,8 +139,7 @@ def _by_flag() -> Iterator[None]:
 def _config(args: argparse.Namespace) -> TaskConfig:
     import secrets
 
-    from ctrexec import TaskConfig
-    from ctrexec.tasks.envfile import read_env_files
+    from ctrexec import TaskConfig, read_env_files
 
     driver = logmodes.DEFAULT_DRIVER if args.log_driver is None else args.log_driver
     max_size, max_files, transport = logmodes.parse_log_opts(driver, args.log_opt)
@@ -340,14 +339,24 @@ def cmd_kill(args: argparse.Namespace) -> int:
     return each(args.ids, lambda task_id: ex.signal(task_id, args.signal), resolver(ex.client))
 
 
-def cmd_rm(args: argparse.Namespace) -> int:
-    from ctrexec.tasks import teardown
+def _kill_at_once(ex: Executor, ids: list[str]) -> None:
+    """SIGKILL to every task together, so ``rm -f`` of many waits for the slowest exit,
+    not their sum. A kill that fails is left to the removal, which reports it."""
+    from concurrent.futures import ThreadPoolExecutor
 
+    def kill(task_id: str) -> None:
+        with contextlib.suppress(CtrexecError):
+            ex.signal(task_id, "SIGKILL")
+
+    with ThreadPoolExecutor(max_workers=min(len(ids), 32) or 1) as pool:
+        list(pool.map(kill, ids))
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
     ex = executor(args)
     lookup = resolver(ex.client)
     if args.force and len(args.ids) > 1:  # all killed at once; each removal then is quick
-        killed = lookup.known(args.ids)
-        teardown.each_at_once(killed, lambda task_id: ex.signal(task_id, "SIGKILL"))
+        _kill_at_once(ex, lookup.known(args.ids))
 
     def resolve(word: str) -> str:
         try:

@@ -122,18 +122,17 @@ def cmd_top(args: argparse.Namespace) -> int:
     """The task's processes as the host sees them (docker runs ps on the host too):
     read from /proc, or with ps options, the host's ``ps`` with them."""
     from ctrexec import Status
-    from ctrexec.tasks import procs
 
     ex = executor(args)
     info = ex.inspect(resolver(ex.client)(args.id), addresses=False)
     if info.status not in (Status.RUNNING, Status.PAUSED) or not info.pid:
-        raise FailedPrecondition(f"container {args.id} is not running")
+        raise FailedPrecondition(f"container {args.id} is not running")  # the user's word
     if args.ps_options:
-        print_table(*procs.ps_table(info.pid, args.ps_options))
+        print_table(*ex.top(info.id, args.ps_options))
         return 0
     rows = [
         [p.user, p.pid, p.ppid, time.strftime("%H:%M:%S", time.gmtime(p.cpu_seconds)), p.command]
-        for p in procs.of_task(info.pid)
+        for p in ex.processes(info.id)
     ]
     print_table(["UID", "PID", "PPID", "TIME", "CMD"], rows)
     return 0
@@ -214,8 +213,6 @@ def _sample(ex: Executor, ids: Sequence[str]) -> dict[str, tuple[Stats, tuple[in
     """Each task's metrics and its network counters (0 on the host's network, whose
     counters are not the task's, as docker's). Named tasks must all exist; of all
     running ones, those that exited meanwhile drop out."""
-    from ctrexec.tasks import procs
-
     infos = [ex.inspect(task_id, addresses=False) for task_id in ids] if ids else ex.list()
     out = {}
     for info in infos:
@@ -225,7 +222,7 @@ def _sample(ex: Executor, ids: Sequence[str]) -> dict[str, tuple[Stats, tuple[in
             if ids:
                 raise
             continue
-        net = (0, 0) if info.netns_mode == "host" else procs.net_io(info.pid)
+        net = (0, 0) if info.netns_mode == "host" else ex.net_io(info.id)
         out[info.id] = (stats, net)
     return out
 

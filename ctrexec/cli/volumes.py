@@ -1,5 +1,5 @@
-"""``ctrexec volume create|ls|inspect|rm|prune``: docker's volume verbs (see
-ctrexec.tasks.volumes)."""
+"""``ctrexec volume create|ls|inspect|rm|prune``: docker's volume verbs, on
+:class:`ctrexec.Volumes`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ctrexec.cli import confirm
 from ctrexec.cli._common import ArgumentParser, connect, connection_flags, fail, print_json
 
 if TYPE_CHECKING:
-    from ctrexec.tasks.volumes import Volume
+    from ctrexec import Volume
 
 #: ``ls --format``'s fields and their ``table`` headers (docker's).
 _HEADERS = {
@@ -38,11 +38,11 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    from ctrexec.tasks import volumes
+    from ctrexec import Volumes
 
     labels = _labels(args.label)
     with connect(args) as client:  # for its namespace, which names the volumes' directory
-        volume = volumes.create(client.namespace, args.name, labels=labels)
+        volume = Volumes(client).create(args.name, labels=labels)
     print(volume.name)
     return 0
 
@@ -54,20 +54,15 @@ def _row(volume: Volume) -> dict[str, str]:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    from ctrexec import Volumes
     from ctrexec.cli.views import ps as psformat
-    from ctrexec.tasks import volumes
 
     text = "{{.Name}}" if args.quiet else args.format or _LS_DEFAULT
     text = "{{json .}}" if text.strip() == "json" else text.replace("\\t", "\t")
     table = text.startswith("table")
     template = psformat.parse_template(text.removeprefix("table").strip())
     with connect(args) as client:
-        using = volumes.users(client)
-        found = [
-            v
-            for v in volumes.list_volumes(client.namespace)
-            if volumes.matches(v, args.filter, using)
-        ]
+        found = Volumes(client).list(filters=args.filter)
     rows = [psformat.execute(template, _row(v)).split("\t") for v in found]
     if table:
         rows.insert(0, psformat.execute(template, _HEADERS).split("\t"))
@@ -79,15 +74,15 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from ctrexec import Volumes
     from ctrexec.cli.views import ps as psformat
-    from ctrexec.tasks import volumes
 
     template = psformat.parse_template(args.format) if args.format else None
     docs, code = [], 0
     with connect(args) as client:
         for name in args.names:
             try:
-                docs.append(volumes.get(client.namespace, name).to_docker())
+                docs.append(Volumes(client).get(name).to_docker())
             except CtrexecError as err:
                 code = fail(err) and NAMED_FAILURE
     if template is None:
@@ -99,13 +94,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from ctrexec.tasks import volumes
+    from ctrexec import Volumes
 
     code = 0
     with connect(args) as client:
         for name in args.names:
             try:
-                volumes.remove(client, name, force=args.force)
+                Volumes(client).remove(name, force=args.force)
             except CtrexecError as err:
                 code = fail(err) and NAMED_FAILURE
             else:
@@ -114,14 +109,14 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from ctrexec.tasks import volumes
+    from ctrexec import Volumes
 
     which = "all local volumes" if args.all else "anonymous local volumes"
     warning = f"WARNING! This will remove {which} not used by at least one container."
     if not confirm.confirmed(warning, force=args.force):
         return 0
     with connect(args) as client:
-        gone = volumes.prune(client, everything=args.all)
+        gone = Volumes(client).prune(everything=args.all)
     if gone:
         print("Deleted Volumes:")
         print("\n".join(gone))

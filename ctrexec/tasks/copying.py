@@ -50,25 +50,6 @@ NO_SUCH_DIR = "no such directory"
 
 
 @attrs.frozen
-class Endpoint:
-    """One side of ``cp``: ``container`` is empty for the host (or ``-``, a tar stream)."""
-
-    container: str
-    path: str
-
-    @classmethod
-    def parse(cls, word: str) -> Endpoint:
-        """docker's split: an absolute path, a word with no colon, or a word starting
-        with ``.`` is the host's; ``NAME:PATH`` a container's."""
-        if word.startswith("/"):
-            return cls("", word)
-        name, colon, path = word.partition(":")
-        if not colon or name.startswith("."):
-            return cls("", word)
-        return cls(name, path)
-
-
-@attrs.frozen
 class Target:
     """Where an archive of one top entry goes: into ``directory``, its top renamed."""
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ctrexec import _linux, errors
+from ctrexec.cli.copy import split_endpoint
 from ctrexec.tasks import copyarchive, copying
 
 ME = (os.getuid(), os.getgid())
@@ -186,7 +187,7 @@ def test_contents_rebase_to_a_new_name(tmp_path: Path) -> None:
     ],
 )
 def test_endpoint_split_like_docker(word: str, container: str, path: str) -> None:
-    assert copying.Endpoint.parse(word) == copying.Endpoint(container, path)
+    assert split_endpoint(word) == (container, path)
 
 
 def test_a_link_swapped_in_after_the_check_is_not_written_through(
