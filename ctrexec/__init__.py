@@ -148,6 +148,9 @@ if TYPE_CHECKING:
     from ctrexec.net.nsinfo import NetNSInfo as NetNSInfo
     from ctrexec.net.nsinfo import Route as Route
     from ctrexec.net.nsinfo import inspect as _inspect_netns
+    from ctrexec.net.nsrefs import NetnsUsage as NetnsUsage
+    from ctrexec.net.nsrefs import NetnsUser as NetnsUser
+    from ctrexec.net.nsrefs import usage as _netns_usage
     from ctrexec.net.settings import from_env as _networks_from_env
     from ctrexec.oci.caps import DEFAULT_CAPABILITIES as DEFAULT_CAPABILITIES
     from ctrexec.oci.caps import normalize_capability as normalize_capability
@@ -178,6 +181,7 @@ if TYPE_CHECKING:
     remove_netns = _remove_netns
     ContainerLookup = _ContainerLookup
     inspect_netns = _inspect_netns
+    netns_usage = _netns_usage
     networks_from_env = _networks_from_env
     RegistryCredentials = _RegistryCredentials
     registry_login = _registry_login
@@ -300,6 +304,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     ),
     "ctrexec.net.networks": ("Attachment", "Networks"),
     "ctrexec.net.nsinfo": ("Address", "Interface", "NetNSInfo", "Route", "inspect_netns=inspect"),
+    "ctrexec.net.nsrefs": ("NetnsUsage", "NetnsUser", "netns_usage=usage"),
     "ctrexec.net.settings": ("networks_from_env=from_env",),
     "ctrexec.oci.caps": ("DEFAULT_CAPABILITIES", "normalize_capability"),
     "ctrexec.paths": ("StrPath",),

@@ -86,13 +86,11 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
-    from ctrexec.groups.missing import STATUS, report
-
     groups = _groups(args)
     gone = groups.missing(args.name)
-    _print(groups.ps(args.name), args.json, [(m, STATUS) for m in gone])
+    _print(groups.ps(args.name), args.json, [(m, "missing") for m in gone])
     for member in gone:
-        print(report(args.name, member), file=sys.stderr)
+        print(groups.missing_message(args.name, member), file=sys.stderr)
     return 0
 
 

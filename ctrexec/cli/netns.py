@@ -29,25 +29,32 @@ def cmd_ls(args: argparse.Namespace) -> int:
     """Every name in /run/netns, which ones ctrexec made, and what uses each."""
     import attrs
 
-    from ctrexec import list_netns
-    from ctrexec.net import nsmarks, nsrefs
+    from ctrexec import netns_usage
 
-    items = list_netns()
-    used = nsrefs.users_of_each([n.path for n in items])
-    rows = [(n, nsmarks.made_by_ctrexec(n.path), used[n.path]) for n in items]
+    rows = netns_usage()
     if args.json:
         print_json(
             [
-                {**attrs.asdict(n), "ctrexec": made, "users": [attrs.asdict(u) for u in users]}
-                for n, made, users in rows
+                {
+                    "name": u.name,
+                    "path": u.path,
+                    "ctrexec": u.made_by_ctrexec,
+                    "users": [attrs.asdict(x) for x in u.users],
+                }
+                for u in rows
             ]
         )
     else:
         print_table(
             ["NAME", "PATH", "CREATED BY", "USED BY"],
             [
-                [n.name, n.path, "ctrexec" if made else "-", ", ".join(map(str, users)) or "-"]
-                for n, made, users in rows
+                [
+                    u.name,
+                    u.path,
+                    "ctrexec" if u.made_by_ctrexec else "-",
+                    ", ".join(map(str, u.users)) or "-",
+                ]
+                for u in rows
             ],
         )
     return 0
@@ -56,16 +63,15 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     import attrs
 
-    from ctrexec import inspect_netns
-    from ctrexec.net import netns, nsmarks, nsrefs
+    from ctrexec import inspect_netns, netns_usage
 
-    path = netns.resolve(args.name)
-    info = attrs.asdict(inspect_netns(path))
+    (use,) = netns_usage(args.name)
+    info = attrs.asdict(inspect_netns(use.path))
     with connect(args) as client:
-        users = executor(args, client).tasks_in_netns(path)
+        users = executor(args, client).tasks_in_netns(use.path)
     info["tasks"] = [{"id": i.id, "status": i.status.value, "pid": i.pid} for i in users]
-    info["ctrexec"] = nsmarks.made_by_ctrexec(path)
-    info["users"] = [attrs.asdict(u) for u in nsrefs.users_of(path)]
+    info["ctrexec"] = use.made_by_ctrexec
+    info["users"] = [attrs.asdict(u) for u in use.users]
     print_json(info)
     return 0
 

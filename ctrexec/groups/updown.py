@@ -72,6 +72,13 @@ class Groups:
         """The members the group's labels name that have no container (see :mod:`.missing`)."""
         return missing.missing(self.members(name))
 
+    @staticmethod
+    def missing_message(name: str, member: str) -> str:
+        """The line that says ``member`` of group ``name`` is missing and what makes it
+        again: the supervisor logs it and doctor reports it, so a front end that shows
+        :meth:`missing` says it in the same words."""
+        return missing.report(name, member)
+
     def names(self) -> list[str]:
         found = {c.labels.get(lbl.GROUP, "") for c in self._managed()}
         return sorted(n for n in found if n)

@@ -24,12 +24,15 @@ import contextlib
 import os
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ctrexec import _linux, ids
-from ctrexec.net import _pyroute2
+from ctrexec.net import _pyroute2, netns, nsmarks
+
+if TYPE_CHECKING:
+    from ctrexec.paths import StrPath
 
 
 def _candidate_paths() -> Iterator[str]:
@@ -209,4 +212,42 @@ def users_of(path: str) -> list[NetnsUser]:
     return users_of_each([path])[path]
 
 
-__all__ = ["NetnsUser", "nsid_of", "pinned_nsids", "split_ports", "users_of", "users_of_each"]
+@attrs.frozen
+class NetnsUsage:
+    """Who made a pinned namespace and what keeps it alive: what a scheduler asks before
+    it reuses or removes a name in ``/run/netns``, which docker, Nomad and ``ip netns``
+    share with ctrexec. ``users`` is empty when only its pin holds it."""
+
+    name: str
+    path: str
+    made_by_ctrexec: bool
+    users: tuple[NetnsUser, ...]
+
+
+def usage(*names: StrPath) -> list[NetnsUsage]:
+    """The usage of each named namespace (a name under /run/netns or a path), or of
+    every one :func:`ctrexec.net.netns.list_namespaces` lists when none is named.
+    /proc is read once for all of them, so listing many costs one scan."""
+    paths = [netns.resolve(n) for n in names] or [n.path for n in netns.list_namespaces()]
+    found = users_of_each(paths)
+    return [
+        NetnsUsage(
+            name=Path(p).name,
+            path=p,
+            made_by_ctrexec=nsmarks.made_by_ctrexec(p),
+            users=tuple(found[p]),
+        )
+        for p in paths
+    ]
+
+
+__all__ = [
+    "NetnsUsage",
+    "NetnsUser",
+    "nsid_of",
+    "pinned_nsids",
+    "split_ports",
+    "usage",
+    "users_of",
+    "users_of_each",
+]

@@ -172,3 +172,24 @@ def test_ls_shows_who_made_each_namespace_and_what_uses_it(
     assert subprocess.run(["ip", "netns", "del", ours], check=False).returncode == 0
     subprocess.run(["ip", "netns", "add", ours], check=True)
     assert _listing()[ours]["ctrexec"] is False
+
+
+def test_the_library_names_who_made_each_namespace_and_what_uses_it(
+    names: list[str], sleeper: list[subprocess.Popen[bytes]]
+) -> None:
+    """``netns_usage`` is what ``netns ls`` and ``inspect`` print: by name, by path, or all."""
+    from ctrexec import NetnsUsage, NetnsUser, netns_usage
+
+    ours = _create(names, "lib-ours")
+    theirs = f"{RUN_TAG}-lib-theirs"
+    names.append(theirs)
+    subprocess.run(["ip", "netns", "add", theirs], check=True)
+    pid = _sleep_in(theirs, sleeper)
+
+    mine, other = netns_usage(ours, f"/run/netns/{theirs}")
+    assert mine == NetnsUsage(name=ours, path=f"/run/netns/{ours}", made_by_ctrexec=True, users=())
+    assert (other.name, other.made_by_ctrexec) == (theirs, False)
+    assert [(u.how, u.pid, u.command) for u in other.users] == [("process", pid, "sleep")]
+    assert all(isinstance(u, NetnsUser) for u in other.users)
+    every = {u.name: u for u in netns_usage()}
+    assert (every[ours], every[theirs]) == (mine, other)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ctrexec import Groups
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.events import RecordChanged, TaskDeleted, TaskStarted
@@ -50,6 +51,8 @@ def test_the_report_names_the_group_the_member_and_the_repair() -> None:
         "group web: member web-srv was deleted outside ctrexec; "
         "run `ctrexec group up FILE` to re-create it"
     )
+    # the public call a front end shows it with says the supervisor's and doctor's words
+    assert Groups.missing_message("web", "web-srv") == missing.report("web", "web-srv")
 
 
 def test_roots_are_taken_only_from_labels_that_name_the_ids_own_paths(tmp_path: Path) -> None:
