@@ -42,33 +42,6 @@ def _policy(value: str) -> None:
         raise InvalidArgument(f"expected one of {', '.join(_RESTART_POLICIES)}")
 
 
-def _platform(value: str) -> None:
-    """docker's --platform: ``os/arch[/variant]``, parsed by the one owner, as pull does."""
-    from ctrexec.containerd.content import Platform  # only for a config that names one
-
-    Platform.parse(value)
-
-
-def _nameservers(servers: tuple[str, ...]) -> None:
-    """resolv.conf takes nameservers as IP addresses only."""
-    import ipaddress  # here, for start-up cost: only a config that names servers loads it
-
-    for server in servers:
-        try:
-            ipaddress.ip_address(server)
-        except ValueError as exc:
-            raise InvalidArgument(f"nameserver {server!r} is not an IP address") from exc
-
-
-def _extra_hosts(entries: tuple[str, ...]) -> None:
-    if not entries:
-        return
-    from ctrexec.net.hostfiles import parse_extra_host  # only for a config that has some
-
-    for entry in entries:
-        parse_extra_host(entry)
-
-
 @attrs.frozen(kw_only=True)
 class RestartPolicy:
     """When ``ctrexec supervise`` restarts a task: ``no``, ``on-failure`` or ``always``."""
@@ -136,7 +109,7 @@ class TaskConfig:
     #: docker's --platform: which of a multi-platform image's variants to run
     #: (``linux/arm64``); None, the host's.
     platform: str | None = attrs.field(
-        default=None, validator=fields.text(_platform, optional=True)
+        default=None, validator=fields.text(fields.platform, optional=True)
     )
     command: tuple[str, ...] | None = attrs.field(
         default=None, converter=fields.to_opt_tuple, validator=fields.strings(optional=True)
@@ -172,7 +145,7 @@ class TaskConfig:
     #: docker's --dns, --dns-search, --dns-option: the task's resolv.conf instead of the
     #: host's (each task has its own, even in a namespace shared with others).
     dns: tuple[str, ...] = attrs.field(
-        default=(), converter=fields.to_tuple, validator=fields.strings(_nameservers)
+        default=(), converter=fields.to_tuple, validator=fields.strings(fields.nameservers)
     )
     dns_search: tuple[str, ...] = attrs.field(
         default=(), converter=fields.to_tuple, validator=fields.strings()
@@ -182,7 +155,7 @@ class TaskConfig:
     )
     #: docker's --add-host: ``NAME:IP`` lines added to the task's /etc/hosts.
     extra_hosts: tuple[str, ...] = attrs.field(
-        default=(), converter=fields.to_tuple, validator=fields.strings(_extra_hosts)
+        default=(), converter=fields.to_tuple, validator=fields.strings(fields.extra_hosts)
     )
     volumes: tuple[str, ...] = attrs.field(
         default=(), converter=fields.to_tuple, validator=fields.strings()
@@ -592,6 +565,32 @@ class TaskInfo:
     def superseded(self) -> bool:
         """A newer run of the container exists: this info is about an older one."""
         return self.newer_run is not None
+
+    @property
+    def network(self) -> str | None:
+        """The network ctrexec attached it to (``bridge``, a CNI network's name), for a
+        task started with ports or in a group; None for a namespace given by name, path,
+        ``none`` or ``host``: docker's network of ``inspect`` and ``ps``."""
+        return self.labels.get(lbl.NETWORK_MODE, "").removeprefix("cni:") or None
+
+    @property
+    def volume_names(self) -> tuple[str, ...]:
+        """The named and anonymous volumes it mounts, whose ``_data`` is in ``mounts``."""
+        return tuple(v for v in self.labels.get(lbl.VOLUMES, "").split(",") if v)
+
+    @property
+    def image_entrypoint_args(self) -> int | None:
+        """How many of ``args`` are the image's Entrypoint (when the config set none), so
+        docker's Entrypoint and Cmd split without reading the image again; None for a
+        record made before ctrexec kept it."""
+        text = self.labels.get(lbl.IMAGE_ENTRYPOINT_ARGS, "")
+        return int(text) if text.isdigit() else None
+
+    @property
+    def image_workdir(self) -> str | None:
+        """The image's WorkingDir; None when it has none (then the spec's "/" is no
+        choice of the image's, and docker shows ""), or for a record made before."""
+        return self.labels.get(lbl.IMAGE_WORKDIR)
 
     def to_json(self) -> dict[str, Any]:
         return {

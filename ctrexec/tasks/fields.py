@@ -155,3 +155,34 @@ def text_or_none(value: StrPath | None) -> str | None:
     """An attrs converter: a path-like to its ``str``; anything else as given, for the
     field's validator to accept or refuse in its own words."""
     return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+# ------------------------------------------- values whose owner elsewhere checks them
+
+
+def platform(value: str) -> None:
+    """docker's --platform: ``os/arch[/variant]``, parsed by the one owner, as pull does."""
+    from ctrexec.containerd.content import Platform  # only for a config that names one
+
+    Platform.parse(value)
+
+
+def nameservers(servers: tuple[str, ...]) -> None:
+    """resolv.conf takes nameservers as IP addresses only."""
+    import ipaddress  # here, for start-up cost: only a config that names servers loads it
+
+    for server in servers:
+        try:
+            ipaddress.ip_address(server)
+        except ValueError as exc:
+            raise InvalidArgument(f"nameserver {server!r} is not an IP address") from exc
+
+
+def extra_hosts(entries: tuple[str, ...]) -> None:
+    """Each ``HOST:IP`` as the hosts file that writes them parses it."""
+    if not entries:
+        return
+    from ctrexec.net.hostfiles import parse_extra_host  # only for a config that has some
+
+    for entry in entries:
+        parse_extra_host(entry)

@@ -11,7 +11,6 @@ index and range over them as docker's do.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
@@ -19,7 +18,6 @@ from typing import Any
 from ctrexec import Status, TaskConfig, TaskInfo
 from ctrexec.cli.views.gofuncs import GoMap
 from ctrexec.cli.views.ps import state
-from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS, IMAGE_WORKDIR, NETWORK_MODE, VOLUMES
 
 #: Go's zero time, which docker prints for a time that never was.
 ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -102,7 +100,7 @@ def _error(info: TaskInfo) -> str:
 
 
 def _split_args(
-    cfg: TaskConfig | None, labels: Mapping[str, str], args: list[str]
+    cfg: TaskConfig | None, image_entry: int | None, args: list[str]
 ) -> tuple[list[str], list[str]]:
     """Entrypoint and Cmd of the argv the task runs.
 
@@ -113,9 +111,8 @@ def _split_args(
     if cfg is not None and cfg.entrypoint is not None:
         entry = [] if list(cfg.entrypoint) == [""] else list(cfg.entrypoint)
         return entry, args[len(entry) :]
-    image_entry = labels.get(IMAGE_ENTRYPOINT_ARGS, "")
-    if image_entry.isdigit() and int(image_entry) <= len(args):
-        return args[: int(image_entry)], args[int(image_entry) :]
+    if image_entry is not None and image_entry <= len(args):
+        return args[:image_entry], args[image_entry:]
     if cfg is not None and cfg.command and args[-len(cfg.command) :] == list(cfg.command):
         return args[: len(args) - len(cfg.command)], list(cfg.command)
     return [], args
@@ -123,9 +120,9 @@ def _split_args(
 
 def config_of(info: TaskInfo) -> dict[str, Any]:
     cfg = info.config
-    entry, cmd = _split_args(cfg, info.labels, list(info.args))
+    entry, cmd = _split_args(cfg, info.image_entrypoint_args, list(info.args))
     # "/" is what the spec says for an image with no WorkingDir, which docker shows as ""
-    from_image = IMAGE_WORKDIR in info.labels
+    from_image = info.image_workdir is not None
     workdir = (cfg.workdir if cfg else None) or (
         "" if info.workdir == "/" and not from_image else info.workdir
     )
@@ -147,7 +144,7 @@ def mounts_of(info: TaskInfo) -> list[dict[str, Any]]:
     """docker's ``Mounts``: each ``-v``/``--mount`` with its host source; a named or
     anonymous volume (its directory ``NAME/_data``, the name among the record's
     volumes) as docker's ``volume``, with its ``Name`` and the ``local`` driver."""
-    volumes = set(info.labels.get(VOLUMES, "").split(",")) - {""}
+    volumes = set(info.volume_names)
     out: list[dict[str, Any]] = []
     for m in info.mounts:
         rw = "ro" not in m.options
@@ -208,6 +205,6 @@ def network_settings(info: TaskInfo) -> dict[str, Any]:
         "GlobalIPv6Address": v6[0].address if v6 else "",
         "GlobalIPv6PrefixLen": v6[0].prefixlen if v6 else 0,
     }
-    mode = info.labels.get(NETWORK_MODE, "")
-    networks = GoMap({mode.removeprefix("cni:"): dict(own)} if mode and (v4 or v6) else {})
+    mode = info.network
+    networks = GoMap({mode: dict(own)} if mode and (v4 or v6) else {})
     return {**own, "Ports": _bindings(info, "0.0.0.0"), "Networks": networks}  # noqa: S104

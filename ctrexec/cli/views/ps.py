@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from ctrexec import InvalidArgument, Status, TaskInfo
 from ctrexec.cli.views import gotemplate
 from ctrexec.cli.views.durations import human_duration
-from ctrexec.labels import NETWORK_MODE
 
 _LIVE = (Status.RUNNING, Status.PAUSED)
 #: What ``Unknown`` says in ``ps``'s STATUS (``inspect``'s State.Error has the details).
@@ -94,7 +93,7 @@ def _labels(info: TaskInfo) -> str:
 def _networks(info: TaskInfo) -> str:
     """docker's NETWORKS: the network's name (``run -p``'s, a group's), else the mode
     (``none``, ``host``, or ``path`` for a namespace given by path)."""
-    return info.labels.get(NETWORK_MODE, "").removeprefix("cni:") or info.netns_mode
+    return info.network or info.netns_mode
 
 
 def _mounts(info: TaskInfo, *, trunc: bool = True) -> str:
