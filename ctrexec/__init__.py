@@ -59,7 +59,14 @@ if TYPE_CHECKING:
     from ctrexec.containerd.streams import StreamOptions as StreamOptions
     from ctrexec.containerd.tasks import ExitStatus as ExitStatus
     from ctrexec.containerd.tasks import Status as Status
+    from ctrexec.defaults import ADDRESS_ENV as ADDRESS_ENV
+    from ctrexec.defaults import DEFAULT_ADDRESS as DEFAULT_ADDRESS
+    from ctrexec.defaults import DEFAULT_LOG_DIR as DEFAULT_LOG_DIR
     from ctrexec.defaults import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
+    from ctrexec.defaults import DEFAULT_STOP_TIMEOUT as DEFAULT_STOP_TIMEOUT
+    from ctrexec.defaults import DEFAULT_SUBNET as DEFAULT_SUBNET
+    from ctrexec.defaults import NAMESPACE_ENV as NAMESPACE_ENV
+    from ctrexec.defaults import SUBNET_ENV as SUBNET_ENV
     from ctrexec.doctor.checks import Failure as Failure
     from ctrexec.doctor.checks import GcReport as GcReport
     from ctrexec.doctor.checks import doctor as doctor
@@ -229,7 +236,16 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.containerd.stats": ("Stats",),
     "ctrexec.containerd.streams": ("OutputCallback", "Process", "StreamOptions"),
     "ctrexec.containerd.tasks": ("ExitStatus", "Status"),
-    "ctrexec.defaults": ("DEFAULT_NAMESPACE",),
+    "ctrexec.defaults": (
+        "ADDRESS_ENV",
+        "DEFAULT_ADDRESS",
+        "DEFAULT_LOG_DIR",
+        "DEFAULT_NAMESPACE",
+        "DEFAULT_STOP_TIMEOUT",
+        "DEFAULT_SUBNET",
+        "NAMESPACE_ENV",
+        "SUBNET_ENV",
+    ),
     "ctrexec.doctor.checks": ("Failure", "GcReport", "doctor", "gc"),
     "ctrexec.doctor.findings": ("Check", "Finding", "Scope"),
     "ctrexec.doctor.nomadsockets": ("sweep_nomad_sockets",),

@@ -60,15 +60,6 @@ TASK_STATE_TIMEOUT = 5.0
 #: How long ctrexec waits for Tasks.List: containerd asks every shim in turn, and up to
 #: 2.1 waits those 2 s for each task whose shim does not answer.
 TASK_LIST_TIMEOUT = 30.0
-#: The command server (:mod:`ctrexec.cli.server`): a root-only (0700) directory holding,
-#: per install, its socket, lock file and pid file; the variable moves it (tests).
-SERVER_DIR = f"{RUN_DIR}/cli"
-SERVER_DIR_ENV = "CTREXEC_SERVER_DIR"
-#: ``1``: every command runs in its own process, never through the server.
-NO_SERVER_ENV = "CTREXEC_NO_SERVER"
-#: Seconds without a command after which the server exits.
-SERVER_IDLE_ENV = "CTREXEC_SERVER_IDLE"
-DEFAULT_SERVER_IDLE = 300.0
 
 #: The host's init for ``--init``, best first: Debian's tini, the static build (it runs in
 #: any image), then the dynamic one (it needs the image to have a glibc).

@@ -145,14 +145,3 @@ def validate_user_labels(labels: Mapping[str, str]) -> dict[str, str]:
             raise InvalidArgument(f"label {key!r} is longer than {MAX_LABEL_BYTES} bytes")
         out[key] = value
     return out
-
-
-def parse_key_values(items: list[str], *, what: str = "label") -> dict[str, str]:
-    """``K=V`` strings from the command line into a dict; ``K`` alone means empty value."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not key:
-            raise InvalidArgument(f"invalid {what} {item!r}: expected KEY=VALUE")
-        out[key] = value if sep else ""
-    return out

@@ -17,8 +17,17 @@ import sys
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-from ctrexec import DEFAULT_NAMESPACE, ConnectError, CtrexecError, InvalidArgument, UnknownCommand
-from ctrexec.defaults import ADDRESS_ENV, DEFAULT_ADDRESS, DEFAULT_LOG_DIR, NAMESPACE_ENV
+from ctrexec import (
+    ADDRESS_ENV,
+    DEFAULT_ADDRESS,
+    DEFAULT_LOG_DIR,
+    DEFAULT_NAMESPACE,
+    NAMESPACE_ENV,
+    ConnectError,
+    CtrexecError,
+    InvalidArgument,
+    UnknownCommand,
+)
 
 if TYPE_CHECKING:
     from ctrexec import Client, ContainerLookup, Executor

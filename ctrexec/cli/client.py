@@ -24,12 +24,20 @@ import struct
 import sys
 import zlib
 
-from ctrexec.defaults import NO_SERVER_ENV, SERVER_DIR, SERVER_DIR_ENV
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn
 
+#: The command server's settings, the command line's own (the library has no server): a
+#: root-only (0700) directory holding, per install, its socket, lock file and pid file,
+#: under ctrexec's run directory (``ctrexec.defaults.RUN_DIR``); the variable moves it
+#: (tests). ``NO_SERVER_ENV=1``: every command runs in its own process. The server exits
+#: after ``SERVER_IDLE_ENV`` (else ``DEFAULT_SERVER_IDLE``) seconds without a command.
+SERVER_DIR = "/run/ctrexec/cli"
+SERVER_DIR_ENV = "CTREXEC_SERVER_DIR"
+NO_SERVER_ENV = "CTREXEC_NO_SERVER"
+SERVER_IDLE_ENV = "CTREXEC_SERVER_IDLE"
+DEFAULT_SERVER_IDLE = 300.0
 #: A request: ``MAGIC``, the body's length, then the body (see :func:`encode_request`).
 MAGIC = b"CTX1"
 _LENGTH = struct.Struct("!I")

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from ctrexec import InvalidArgument
+from ctrexec import DEFAULT_LOG_DIR, InvalidArgument
 from ctrexec.cli import confirm
 from ctrexec.cli._common import (
     ArgumentParser,
@@ -23,7 +23,6 @@ from ctrexec.cli._common import (
     print_json,
     print_table,
 )
-from ctrexec.defaults import DEFAULT_LOG_DIR
 
 if TYPE_CHECKING:
     from ctrexec import ContainerFilter, ContainerPruneReport, Finding, GcReport, Scope

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ctrexec import DEFAULT_LOG_DIR
 from ctrexec.cli import publish
 from ctrexec.cli._common import (
     ArgumentParser,
@@ -21,7 +22,6 @@ from ctrexec.cli._common import (
 )
 from ctrexec.cli._common import print_table as table
 from ctrexec.cli.registry import add_pull_policy, ensure_images
-from ctrexec.defaults import DEFAULT_LOG_DIR
 
 # The library is imported inside the commands, so the parser and --help load none of it.
 if TYPE_CHECKING:

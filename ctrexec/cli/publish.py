@@ -13,8 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ctrexec import InvalidArgument
-from ctrexec.defaults import DEFAULT_SUBNET, SUBNET_ENV
+from ctrexec import DEFAULT_SUBNET, SUBNET_ENV, InvalidArgument
 
 if TYPE_CHECKING:
     from ctrexec import Client, NetworkRequest, RestartPolicy, TaskConfig

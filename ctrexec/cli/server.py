@@ -38,7 +38,6 @@ from typing import NoReturn
 
 from ctrexec import _linux
 from ctrexec.cli import client as wire
-from ctrexec.defaults import DEFAULT_SERVER_IDLE, SERVER_IDLE_ENV
 
 #: What the verbs import, loaded once before the first fork. Import only: a module that
 #: started a thread or opened a channel here would break every child.
@@ -104,7 +103,7 @@ def main() -> None:
     watch_sigterm(state)  # first: a SIGTERM as it binds still removes what it made
     state.listener = _bind(paths)
     state.selector.register(state.listener, selectors.EVENT_READ)
-    idle = float(os.environ.get(SERVER_IDLE_ENV) or DEFAULT_SERVER_IDLE)
+    idle = float(os.environ.get(wire.SERVER_IDLE_ENV) or wire.DEFAULT_SERVER_IDLE)
     _serve(state, idle)
 
 

@@ -10,6 +10,8 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ctrexec import (
+    DEFAULT_LOG_DIR,
+    DEFAULT_STOP_TIMEOUT,
     AlreadyRunning,
     CtrexecError,
     FailedPrecondition,
@@ -31,8 +33,6 @@ from ctrexec.cli._common import (
 from ctrexec.cli._time import point_in_time
 from ctrexec.cli.registry import add_pull_policy, ensure_images
 from ctrexec.cli.verbs import each, stop_flags, until
-from ctrexec.defaults import DEFAULT_LOG_DIR, DEFAULT_STOP_TIMEOUT
-from ctrexec.labels import parse_key_values
 from ctrexec.logs import modes as logmodes
 
 # The library (grpc, stubs, attrs) is imported inside the commands: building the
@@ -52,6 +52,18 @@ def _env(items: list[str]) -> dict[str, str]:
         elif key in os.environ:
             env[key] = os.environ[key]
     return env
+
+
+def parse_key_values(items: list[str], *, what: str = "label") -> dict[str, str]:
+    """``--label``, ``--sysctl``, ``--annotation``: ``K=V`` flags into a dict, ``K``
+    alone an empty value, as docker takes them; TaskConfig checks what the keys may be."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not key:
+            raise InvalidArgument(f"invalid {what} {item!r}: expected KEY=VALUE")
+        out[key] = value if sep else ""
+    return out
 
 
 def _positive_seconds(text: str) -> float:

@@ -26,9 +26,10 @@ import pytest
 from _chaoslib import IMAGE, Proc, alive, kill_strays, ppid, proc, remove_cgroups, wait_for
 from _cli import CLI_PROG
 
+from ctrexec.cli.client import NO_SERVER_ENV
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.daemon import DaemonPaths
-from ctrexec.defaults import ADDRESS_ENV, DEFAULT_ADDRESS, EMBEDDED_DIR_ENV, NO_SERVER_ENV
+from ctrexec.defaults import ADDRESS_ENV, DEFAULT_ADDRESS, EMBEDDED_DIR_ENV
 from ctrexec.tasks.supervised import is_supervised
 from ctrexec.testing import PRIVATE_PARENT, import_image
 

@@ -28,7 +28,7 @@ from _cli import TEST_NAMESPACE, Cli, cli_argv
 from _pty import PtyCli
 
 from ctrexec.cli import client as wire
-from ctrexec.defaults import NO_SERVER_ENV, SERVER_DIR_ENV
+from ctrexec.cli.client import NO_SERVER_ENV, SERVER_DIR_ENV
 from ctrexec.testing import wait_for
 
 CLIENT = (sys.executable, "-m", "ctrexec.cli.client")

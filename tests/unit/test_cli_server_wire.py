@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ctrexec import defaults
 from ctrexec.cli import client
 
 
@@ -50,6 +51,8 @@ def test_each_install_has_its_own_socket(monkeypatch: pytest.MonkeyPatch) -> Non
     assert (lock, pid) == (sock[: -len(".sock")] + ".lock", sock[: -len(".sock")] + ".pid")
     monkeypatch.delenv("CTREXEC_SERVER_DIR")
     assert client.socket_paths()[0].startswith("/run/ctrexec/cli/")
+    # the CLI owns its server's directory, inside the run directory reboots empty
+    assert Path(client.SERVER_DIR).parent == Path(defaults.RUN_DIR)
 
 
 #: What the client must not load: its start-up is the whole warm command's budget.
