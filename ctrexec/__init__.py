@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from ctrexec._linux import cgroup_v2_only as cgroup_v2_only
+    from ctrexec._linux import die_with_parent as die_with_parent
     from ctrexec._version import VERSION as _VERSION
     from ctrexec.containerd._proto import to_timestamp as to_timestamp
     from ctrexec.containerd.client import Client as Client
@@ -181,6 +182,7 @@ if TYPE_CHECKING:
     from ctrexec.tasks.rename import rename as rename
     from ctrexec.tasks.volumes import Volume as Volume
     from ctrexec.tasks.volumes import Volumes as Volumes
+    from ctrexec.tasks.spec import preload as preload
 
     # ``from m import a as b`` re-exports nothing for mypy; an assignment does.
     create_netns = _create_netns
@@ -205,7 +207,7 @@ else:
 #: vague at the top level. ``read_task_logs`` is deprecated (it warns when called), to
 #: be removed in the next release.
 _WHERE: dict[str, tuple[str, ...]] = {
-    "ctrexec._linux": ("cgroup_v2_only",),
+    "ctrexec._linux": ("cgroup_v2_only", "die_with_parent"),
     "ctrexec._version": ("__version__=VERSION",),
     "ctrexec.containerd._proto": ("to_timestamp",),
     "ctrexec.containerd.client": ("Client", "Lease", "Plugin", "ServerInfo", "ServerVersion"),
@@ -333,6 +335,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.tasks.envfile": ("read_env_files",),
     "ctrexec.tasks.procs": ("TaskProcess=Proc",),
     "ctrexec.tasks.publishing": ("NetworkRequest",),
+    "ctrexec.tasks.spec": ("preload",),
     "ctrexec.tasks.rename": ("rename",),
     "ctrexec.tasks.volumes": ("Volume", "Volumes"),
 }

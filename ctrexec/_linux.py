@@ -90,7 +90,9 @@ _PR_SET_PDEATHSIG = 1
 
 def die_with_parent(signum: int) -> None:
     """Have the kernel send ``signum`` to this process when its parent thread ends
-    (``PR_SET_PDEATHSIG``; cleared in children it forks)."""
+    (``PR_SET_PDEATHSIG``; cleared in children it forks): for a worker forked by a
+    process that it must not outlive, such as the command line's server's commands or
+    a pre-forking scheduler's workers, which would otherwise run on unsupervised."""
     _check(_libc().prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
-from ctrexec import _linux
+from ctrexec import die_with_parent
 from ctrexec.cli import client as wire
 
 #: What the verbs import, loaded once before the first fork. Import only: a module that
@@ -161,9 +161,9 @@ def _warm_parsing() -> None:
 def _warm_data() -> None:
     """Read the data files a command reads, once: the default seccomp profile (with
     ``importlib.resources``, zipfile and tempfile) is parsed in every ``run`` otherwise."""
-    from ctrexec.oci import seccomp
+    from ctrexec import preload
 
-    seccomp.load_default_profile()
+    preload()
 
 
 def _ensure_directory(directory: str) -> None:
@@ -501,7 +501,7 @@ def _child(
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        _linux.die_with_parent(signal.SIGKILL)
+        die_with_parent(signal.SIGKILL)
         if os.read(wait, 1) != b"g":
             os._exit(125)  # the server died or failed before the go: the client runs it
         os.close(wait)

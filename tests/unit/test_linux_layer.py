@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctrexec import _linux
+from ctrexec.testing import wait_for
 
 # Run in a fresh interpreter: every ctrexec module (the CLI's too) is imported, the CLI
 # parses, and pyroute2 is loaded, with fork, exec and ctypes.CDLL watched; then libc is
@@ -105,3 +108,40 @@ def test_remove_empty_cgroups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert (tmp_path / "memory" / "ctrexec").is_dir()  # the top, every namespace's, stays
     assert _linux.remove_empty_cgroups("ctrexec/ns/busy", parents=False) is False
     assert (tmp_path / "ctrexec" / "ns" / "busy" / "child").is_dir()
+
+
+_FORKS_A_WORKER = """
+import os, signal, time
+from ctrexec import die_with_parent
+ready_r, ready_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    die_with_parent(signal.SIGKILL)
+    os.write(ready_w, b"x")
+    time.sleep(60)
+    os._exit(0)
+os.read(ready_r, 1)
+print(pid, flush=True)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no process, or a zombie its new parent has not reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_worker_dies_with_the_process_that_forked_it() -> None:
+    """``die_with_parent``: the worker, set before its parent's exit, goes with it."""
+    out = subprocess.run(
+        [sys.executable, "-c", _FORKS_A_WORKER], capture_output=True, text=True,
+        timeout=30, check=True,
+    )  # fmt: skip
+    pid = int(out.stdout)
+    try:
+        wait_for(lambda: _gone(pid), timeout=10, what=f"worker {pid} to die with its parent")
+    finally:
+        if not _gone(pid):
+            os.kill(pid, signal.SIGKILL)

@@ -179,3 +179,16 @@ def test_with_default_seccomp_restores_after_removal() -> None:
     assert spec["linux"]["seccomp"] == load_default_profile(
         arch="x86_64", capabilities=DEFAULT_CAPABILITIES
     )
+
+
+def test_preload_reads_the_default_profile_so_each_start_finds_it_read() -> None:
+    """What a forking process calls before its forks: the profile's file is read once."""
+    from ctrexec import preload
+    from ctrexec.oci import seccomp as seccomp_module
+
+    seccomp_module._profile_data.cache_clear()
+    preload()
+    assert seccomp_module._profile_data.cache_info().currsize == 1
+    misses = seccomp_module._profile_data.cache_info().misses
+    seccomp_module.load_default_profile()
+    assert seccomp_module._profile_data.cache_info().misses == misses
