@@ -180,9 +180,9 @@ if TYPE_CHECKING:
     from ctrexec.tasks.procs import Proc as _TaskProcess
     from ctrexec.tasks.publishing import NetworkRequest as NetworkRequest
     from ctrexec.tasks.rename import rename as rename
+    from ctrexec.tasks.spec import preload as preload
     from ctrexec.tasks.volumes import Volume as Volume
     from ctrexec.tasks.volumes import Volumes as Volumes
-    from ctrexec.tasks.spec import preload as preload
 
     # ``from m import a as b`` re-exports nothing for mypy; an assignment does.
     create_netns = _create_netns
