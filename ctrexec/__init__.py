@@ -139,6 +139,8 @@ if TYPE_CHECKING:
     from ctrexec.images.registry.push import push as push
     from ctrexec.images.tagging import tag_image as tag_image
     from ctrexec.images.usage import image_usage as image_usage
+    from ctrexec.logs.modes import DRIVERS as _LOG_DRIVERS
+    from ctrexec.logs.modes import parse_log_opts as parse_log_opts
     from ctrexec.logs.reader import LogEntry as LogEntry
     from ctrexec.logs.reader import read_logs as read_logs
     from ctrexec.logs.reader import read_task_logs as read_task_logs
@@ -189,6 +191,7 @@ if TYPE_CHECKING:
     list_netns = _list_netns
     remove_netns = _remove_netns
     ContainerLookup = _ContainerLookup
+    LOG_DRIVERS = _LOG_DRIVERS
     inspect_netns = _inspect_netns
     netns_usage = _netns_usage
     networks_from_env = _networks_from_env
@@ -311,6 +314,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.images.registry.push": ("PushResult", "push"),
     "ctrexec.images.tagging": ("tag_image",),
     "ctrexec.images.usage": ("image_usage",),
+    "ctrexec.logs.modes": ("LOG_DRIVERS=DRIVERS", "parse_log_opts"),
     "ctrexec.logs.reader": ("LogEntry", "read_logs", "read_task_logs"),
     "ctrexec.net.cni": ("PortMapping",),
     "ctrexec.net.hostfiles": ("ResolvConf=Resolver", "host_resolver"),

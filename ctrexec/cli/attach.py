@@ -148,13 +148,12 @@ def start_attached(ex: Executor, task_id: str, tty: bool, args: argparse.Namespa
 
 def cmd_attach(args: argparse.Namespace) -> int:
     from ctrexec.cli import terminal
-    from ctrexec.tasks import output as taskoutput
 
     keys = terminal.parse_detach_keys(args.detach_keys)
     ex = executor(args)
     task_id = resolver(ex.client)(args.id)
     info = ex.inspect(task_id, addresses=False)
-    if not taskoutput.is_interactive(info.config):
+    if info.config is None or not info.config.interactive:
         return _follow_output(ex, task_id, info)
     proc = ex.attach(task_id, stdin=not args.no_stdin, **_outputs())
     stdin = proc.stdin is not None
@@ -175,16 +174,14 @@ def _follow_output(ex: Executor, task_id: str, info: TaskInfo) -> int:
     """
     from ctrexec import Status
     from ctrexec.cli import follow
-    from ctrexec.logs import modes as logmodes
-    from ctrexec.tasks import output as taskoutput
 
     if info.status not in (Status.RUNNING, Status.PAUSED):
         raise FailedPrecondition(
             f"You cannot attach to a stopped container {task_id}, start it first"
         )
-    taskoutput.check_logged(info.config, task_id)
+    info.check_logs()
     driver = info.log_driver
-    if driver == logmodes.NONE:
+    if driver == "none":
         raise FailedPrecondition(
             f"container {task_id} was started without -i/-t and logs with the none driver: "
             "attach reads a task's output from its log"

@@ -15,32 +15,33 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ctrexec import CtrexecError
-from ctrexec.logs import modes as logmodes
 
 if TYPE_CHECKING:
-    from ctrexec import Executor
-    from ctrexec.logs import reader as logstore
+    from ctrexec import Executor, LogEntry
 
 
 def attached_entries(
     driver: str,
     log_path: str,
     stop: Callable[[], bool],
+    exited: Callable[[], bool] | None = None,
     *,
     tail: int | None = None,
     wait: Callable[[float], object] = time.sleep,
-) -> Iterator[logstore.LogEntry]:
+) -> Iterator[LogEntry]:
     """What an attached run prints: the log as it grows (``tail=0``: only what comes
-    from now on); with no log, nothing until stop. ``wait`` pauses between polls."""
-    if driver != logmodes.NONE:
-        from ctrexec.logs import reader as logstore
+    from now on) until ``stop()``, or until the task has ``exited()`` and its log is
+    whole (see :func:`ctrexec.read_logs`); with no log (driver ``none``), nothing until
+    either. ``wait`` pauses between polls."""
+    if driver != "none":  # the one driver that keeps nothing (read_logs refuses it)
+        from ctrexec import read_logs
 
-        yield from logstore.read_logs(
-            log_path, driver=driver, follow=True, stop=stop, poll_interval=0.01, tail=tail,
-            wait=wait,
+        yield from read_logs(
+            log_path, driver=driver, follow=True, stop=stop, exited=exited, poll_interval=0.01,
+            tail=tail, wait=wait,
         )  # fmt: skip
         return
-    while not stop():
+    while not (stop() or (exited is not None and exited())):
         wait(0.05)
 
 
@@ -57,10 +58,8 @@ def stream_until_exit(
     on); return the exit code once the task ends. SIGINT and SIGTERM go to the task.
 
     ``reap`` (``run --rm``): the task is deleted at its exit, which ends the log at once;
-    otherwise the stopped task stays and its log is read for EXIT_SETTLE more.
+    otherwise the stopped task stays and its log is read until whole.
     """
-    from ctrexec.logs import reader as logstore
-
     done = threading.Event()
     result: dict[str, int] = {}
     errors: list[CtrexecError] = []
@@ -74,7 +73,8 @@ def stream_until_exit(
             done.set()
 
     threading.Thread(target=waiter, daemon=True).start()
-    stop = stop_after_reap(ex, task_id, done.is_set) if reap else stop_after_exit(done.is_set)
+    stop = stop_after_reap(ex, task_id, done.is_set) if reap else lambda: False
+    exited = None if reap else done.is_set
     # The handler only records the signal: an RPC there could deadlock on a lock the
     # interrupted code holds. The read loop forwards it at its next poll.
     received: list[int] = []
@@ -89,13 +89,13 @@ def stream_until_exit(
         return stop()
 
     pause = _pause_until(done)
-    entries = attached_entries(driver, log_path, forward_then_stop, tail=tail, wait=pause)
+    entries = attached_entries(driver, log_path, forward_then_stop, exited, tail=tail, wait=pause)
     record = lambda signum, _frame: received.append(signum)  # noqa: E731
     old = {s: signal.signal(s, record) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         for entry in entries:
             forward_pending()
-            out = sys.stderr if entry.stream == logstore.STDERR else sys.stdout
+            out = sys.stderr if entry.stderr else sys.stdout
             out.write(entry.message)
             out.flush()
     finally:
@@ -129,23 +129,5 @@ def stop_after_reap(ex: Executor, task_id: str, exited: Callable[[], bool]) -> C
                 ex.reap(task_id)
             reaped.append(True)
         return bool(reaped)
-
-    return stop
-
-
-def stop_after_exit(exited: Callable[[], bool]) -> Callable[[], bool]:
-    """A ``stop`` for read_logs: true once the task has been gone for EXIT_SETTLE.
-
-    The log driver writes a last line without a newline only after the exit (once its
-    pipe is quiet), so stopping at the exit itself would lose it.
-    """
-    from ctrexec.logs import reader as logstore
-
-    since: list[float] = []
-
-    def stop() -> bool:
-        if not since and exited():
-            since.append(time.monotonic())
-        return bool(since) and time.monotonic() - since[0] >= logstore.EXIT_SETTLE
 
     return stop

@@ -59,7 +59,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     ctrexec's code for bad input."""
     from ctrexec.cli.views import inspect as inspectdoc
     from ctrexec.cli.views import ps as psformat
-    from ctrexec.logs import reader as logstore
     from ctrexec.tasks import info as taskinfo
 
     template = _inspect_template(args.format) if args.format else None  # before connecting
@@ -68,11 +67,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     def add(task_id: str) -> bool:
         info = taskinfo.inspect(client, task_id)
-        dropped = logstore.dropped_bytes(
-            info.log_driver,
-            info.log_path,
-            daemon_dir=None,  # the shared log daemon's default place, as the CLI's tasks
-        )
+        dropped = info.log_dropped_bytes()  # the shared log daemon's default place
         docs.append(inspectdoc.document(info, log_dropped=dropped))
         return True
 

@@ -59,3 +59,21 @@ def cidfile(path: str | None) -> Iterator[Callable[[str], None]]:
         with contextlib.suppress(OSError):
             Path(path).unlink()
         raise
+
+
+def docker_size(size: int) -> str:
+    """``size`` bytes as docker's flags write it (``10m``): in the largest unit that
+    divides it, as the library's size fields read it back."""
+    for unit, scale in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if size and size % scale == 0:
+            return f"{size // scale}{unit}"
+    return str(size)
+
+
+def log_opts_help() -> str:
+    """The ``--log-opt`` keys with their defaults (from :mod:`ctrexec.defaults`, which the
+    parser may load), as :func:`ctrexec.parse_log_opts` takes them."""
+    from ctrexec import defaults
+
+    size = docker_size(defaults.DEFAULT_LOG_MAX_SIZE)
+    return f"max-size={size}, max-file={defaults.DEFAULT_LOG_MAX_FILES}, transport=daemon|process"

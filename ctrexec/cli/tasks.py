@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ctrexec import (
     DEFAULT_LOG_DIR,
     DEFAULT_STOP_TIMEOUT,
+    LOG_DRIVERS,
     AlreadyRunning,
     CtrexecError,
     FailedPrecondition,
@@ -33,7 +34,6 @@ from ctrexec.cli._common import (
 from ctrexec.cli._time import point_in_time
 from ctrexec.cli.registry import add_pull_policy, ensure_images
 from ctrexec.cli.verbs import each, stop_flags, until
-from ctrexec.logs import modes as logmodes
 
 # The library (grpc, stubs, attrs) is imported inside the commands: building the
 # parser, --help and bad flags must not load it.
@@ -151,10 +151,10 @@ def _by_flag() -> Iterator[None]:
 def _config(args: argparse.Namespace) -> TaskConfig:
     import secrets
 
-    from ctrexec import TaskConfig, read_env_files
+    from ctrexec import TaskConfig, parse_log_opts, read_env_files
 
-    driver = logmodes.DEFAULT_DRIVER if args.log_driver is None else args.log_driver
-    max_size, max_files, transport = logmodes.parse_log_opts(driver, args.log_opt)
+    driver = LOG_DRIVERS[0] if args.log_driver is None else args.log_driver
+    max_size, max_files, transport = parse_log_opts(driver, args.log_opt)
     restart = publish.restart_config(args)
     return TaskConfig(
         name=args.name if args.name is not None else f"ctrexec-{secrets.token_hex(4)}",
@@ -311,14 +311,12 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from ctrexec.tasks.output import is_interactive
-
     ex = executor(args)
     lookup = resolver(ex.client)
     if args.attach or args.interactive:  # docker attaches to one container only
         task_id = lookup(args.ids[0])
         config = ex.inspect(task_id).config
-        if config is not None and is_interactive(config):
+        if config is not None and config.interactive:
             return attach.start_attached(ex, task_id, config.tty, args)
         handle = ex.start(task_id)
         driver = ex.inspect(task_id, addresses=False).log_driver
@@ -387,40 +385,30 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from ctrexec import Status
-    from ctrexec.logs import reader as logstore
+    from ctrexec import Status, read_logs
     from ctrexec.tasks import info as taskinfo
 
     client = connect(args)  # not the Executor: reading a log needs none of its modules
     task_id = resolver(client)(args.id)
     info = taskinfo.inspect(client, task_id, addresses=False)
-    stop = None
-    if args.follow:
 
-        def exited() -> bool:
-            state = taskinfo.inspect(client, task_id, addresses=False).status
-            return state not in (Status.RUNNING, Status.PAUSED, Status.CREATED)
+    def exited() -> bool:
+        state = taskinfo.inspect(client, task_id, addresses=False).status
+        return state not in (Status.RUNNING, Status.PAUSED, Status.CREATED)
 
-        stop = follow.stop_after_exit(exited)
-
-    from ctrexec.tasks import output as taskoutput
-
-    taskoutput.check_logged(info.config, task_id)
-    reason = taskoutput.not_logged(task_id, info.config)
-    if reason is not None:
-        raise FailedPrecondition(reason)
+    info.check_logs()
     driver = info.log_driver
-    if args.timestamps and "timestamps" not in logmodes.FEATURES[driver]:
+    if args.timestamps and driver == "file":  # the shim's raw file: no time per line
         raise InvalidArgument(f"the {driver} log driver keeps no timestamps")
-    entries = logstore.read_logs(
-        info.log_path, driver=driver, follow=args.follow, since=args.since, stop=stop,
-        tail=args.tail if args.until is None else None,
+    entries = read_logs(
+        info.log_path, driver=driver, follow=args.follow, since=args.since,
+        exited=exited if args.follow else None, tail=args.tail if args.until is None else None,
     )  # fmt: skip
     dropped = 0
     last = None  # the stream written last: flushed when the other comes, so the two
     # keep their order where they share a file (2>&1), without a flush per line
     for entry in entries if args.until is None else until(entries, args.until, args.tail):
-        out = sys.stderr if entry.stream == logstore.STDERR else sys.stdout
+        out = sys.stderr if entry.stderr else sys.stdout
         if last is not None and out is not last:
             last.flush()
         if args.timestamps:
@@ -524,14 +512,14 @@ def _run_flags(p: ArgumentParser) -> None:
     p.add_argument(
         "--log-driver",
         metavar="DRIVER",
-        help=f"{', '.join(logmodes.DRIVERS)} (default {logmodes.DEFAULT_DRIVER}); see README",
+        help=f"{', '.join(LOG_DRIVERS)} (default {LOG_DRIVERS[0]}); see README",
     )
     p.add_argument(
         "--log-opt",
         action="append",
         default=[],
         metavar="K=V",
-        help=logmodes.log_opts_help(),
+        help=runflags.log_opts_help(),
     )
     add_pull_policy(p)
     p.add_argument("image", nargs="?")  # its absence refused by _image_given, as docker's

@@ -23,11 +23,12 @@ import hashlib
 import os
 import sys
 import threading
+import urllib.parse
 from pathlib import Path
 
 from ctrexec.defaults import RUN_DIR
-from ctrexec.errors import FailedPrecondition
-from ctrexec.logs.driver import DRIVER_NAME
+from ctrexec.errors import FailedPrecondition, InvalidArgument
+from ctrexec.logs.driver import DEFAULT_MAX_FILES, DEFAULT_MAX_SIZE, DRIVER_NAME, check_limits
 
 #: Where :func:`ctrexec.logs.reader.log_uri` writes the launcher when no driver is given:
 #: a tmpfs that a reboot clears, like the tasks that used it.
@@ -89,3 +90,31 @@ def write_launcher(directory: str | os.PathLike[str], *, python: str | None = No
     except OSError as exc:
         raise FailedPrecondition(f"cannot write log driver launcher in {where}: {exc}") from exc
     return str(target)
+
+
+def log_uri(
+    log_path: str | os.PathLike[str],
+    max_size: int = DEFAULT_MAX_SIZE,
+    max_files: int = DEFAULT_MAX_FILES,
+    *,
+    driver: str | os.PathLike[str] | None = None,
+) -> str:
+    """The ``binary://`` stdio URI that makes the shim run the log driver for a task.
+
+    Use it as both stdout and stderr of ``Tasks.Create`` (stdin must stay empty).
+    containerd 1.6 (``pkg/process.NewBinaryCmd``) runs the URI's path and turns each
+    query parameter into two arguments, key then value, in Go map order (random), so
+    the driver takes ``path``, ``max-size`` and ``max-files`` as key/value pairs in any
+    order. ``driver`` defaults to a launcher written into :data:`DEFAULT_LAUNCHER_DIR`.
+    """
+    log_path = os.fspath(log_path)
+    if not Path(log_path).is_absolute():
+        raise InvalidArgument(f"log path must be absolute: {log_path!r}")
+    check_limits(max_size, max_files)
+    driver_path = os.fspath(driver) if driver is not None else write_launcher(DEFAULT_LAUNCHER_DIR)
+    if not Path(driver_path).is_absolute():
+        raise InvalidArgument(f"log driver path must be absolute: {driver_path!r}")
+    query = urllib.parse.urlencode(
+        [("path", log_path), ("max-size", str(max_size)), ("max-files", str(max_files))]
+    )
+    return "binary://" + urllib.parse.quote(driver_path, safe="/") + "?" + query

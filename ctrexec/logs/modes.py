@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 JSON_FILE = "json-file"
 FILE = "file"
 NONE = "none"
+#: ``ctrexec.LOG_DRIVERS``: the names a TaskConfig's ``log_driver`` takes, the default
+#: first, so a front end can offer them without loading the config's modules.
 DRIVERS = (JSON_FILE, FILE, NONE)
 DEFAULT_DRIVER = JSON_FILE
 
@@ -86,7 +88,10 @@ def parse_log_opts(driver: str, opts: Sequence[str]) -> tuple[int, int, str]:
 
     ``max-size`` takes docker's sizes (``10m``, ``512k``); ``max-file`` a count;
     ``transport`` is ctrexec's own (``daemon`` or ``process``). Only ``json-file``
-    rotates, so other drivers take no option at all.
+    rotates, so other drivers take no option at all. Public (``ctrexec.parse_log_opts``):
+    a scheduler given docker's logging options gets the CLI's checks and words, and
+    passes the three to TaskConfig's ``log_max_size``, ``log_max_files`` and
+    ``log_transport``.
     """
     check_driver(driver)
     found: dict[str, int] = {
@@ -131,23 +136,6 @@ def check_transport(name: str) -> None:
         raise InvalidArgument(
             f"unknown log transport {name!r}; expected one of {', '.join(TRANSPORTS)}"
         )
-
-
-def docker_size(size: int) -> str:
-    """``size`` bytes as docker's flags write it (``10m``): in the largest unit that
-    divides it, as :func:`ctrexec.oci.resources.parse_size` reads it back."""
-    for unit, scale in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
-        if size and size % scale == 0:
-            return f"{size // scale}{unit}"
-    return str(size)
-
-
-def log_opts_help() -> str:
-    """The ``--log-opt`` keys with their defaults, for the CLI's help."""
-    return (
-        f"max-size={docker_size(DEFAULT_LOG_MAX_SIZE)}, max-file={DEFAULT_LOG_MAX_FILES}, "
-        f"transport={'|'.join(TRANSPORTS)}"
-    )
 
 
 def check_output_path(path: str) -> None:

@@ -34,7 +34,6 @@ import functools
 import json
 import os
 import time
-import urllib.parse
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, Unpack
@@ -56,12 +55,11 @@ from ctrexec.logs.driver import (
     STREAMS,
     LineSplitter,
     LogWriter,
-    check_limits,
     encode_entry,
     encode_marker,
     format_time,
 )
-from ctrexec.logs.launcher import DEFAULT_LAUNCHER_DIR, write_launcher
+from ctrexec.logs.launcher import DEFAULT_LAUNCHER_DIR, log_uri, write_launcher
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Generator, Iterator
@@ -200,6 +198,12 @@ class LogEntry:
     def time(self) -> str:
         """The entry's time as written in the file (RFC 3339, nanoseconds, UTC)."""
         return format_time(self.time_ns)
+
+    @property
+    def stderr(self) -> bool:
+        """True for the task's stderr (and a marker entry): where a reader that
+        replays the log, as ``logs`` does, writes the message."""
+        return self.stream == STDERR
 
     @property
     def partial(self) -> bool:
@@ -462,6 +466,7 @@ def read_logs(
     tail: int | None = None,
     streams: Collection[str] = STREAMS,
     stop: Callable[[], bool] | None = None,
+    exited: Callable[[], bool] | None = None,
     poll_interval: float = 0.1,
     wait: Callable[[float], object] = time.sleep,
 ) -> Iterator[LogEntry]:
@@ -483,8 +488,10 @@ def read_logs(
     seconds, across rotations; ``wait`` pauses between polls, and an event's ``wait`` lets
     its setter cut a pause short) until ``stop()`` returns true (e.g. ``event.is_set``), and
     then once more, so whatever was written before ``stop()`` said so is yielded; without
-    ``stop`` it follows until the caller stops iterating. A missing log yields nothing (or,
-    when following, waits for it). Lines that are not entries are skipped.
+    ``stop`` it follows until the caller stops iterating. ``exited()`` (the task has exited)
+    stops it too, once true for :data:`EXIT_SETTLE`: the log is whole only then, as a last
+    line with no newline is written after the exit. A missing log yields nothing (or, when
+    following, waits for it). Lines that are not entries are skipped.
     """
     modes.check_driver(driver)
     if driver == modes.NONE:
@@ -508,8 +515,26 @@ def read_logs(
             return _last_raw(cursor, tail)  # (no since: refused above)
         return _last_json(cursor.start_backward(), wanted, since_ns, tail)
 
-    pause = functools.partial(wait, poll_interval)
+    stop, pause = _settled(stop, exited), functools.partial(wait, poll_interval)
     return _entries(cursor, present, select, follow=follow, stop=stop, pause=pause)
+
+
+def _settled(
+    stop: Callable[[], bool] | None, exited: Callable[[], bool] | None
+) -> Callable[[], bool] | None:
+    """``stop``, or true once ``exited()`` has been true for :data:`EXIT_SETTLE`."""
+    if exited is None:
+        return stop
+    since: list[float] = []
+
+    def settled() -> bool:
+        if stop is not None and stop():
+            return True
+        if not since and exited():
+            since.append(time.monotonic())
+        return bool(since) and time.monotonic() - since[0] >= EXIT_SETTLE
+
+    return settled
 
 
 class _ReadOptions(TypedDict, total=False):
@@ -615,34 +640,3 @@ def _raw_entries(lines: Iterator[bytes], cursor: _Cursor) -> Iterator[LogEntry]:
         yield LogEntry(OUTPUT, line.decode("utf-8", "replace") + "\n", 0)
     if rest := cursor.rest():
         yield LogEntry(OUTPUT, rest.decode("utf-8", "replace"), 0)
-
-
-# --------------------------------------------------------------------------- URI
-
-
-def log_uri(
-    log_path: str | os.PathLike[str],
-    max_size: int = DEFAULT_MAX_SIZE,
-    max_files: int = DEFAULT_MAX_FILES,
-    *,
-    driver: str | os.PathLike[str] | None = None,
-) -> str:
-    """The ``binary://`` stdio URI that makes the shim run the log driver for a task.
-
-    Use it as both stdout and stderr of ``Tasks.Create`` (stdin must stay empty).
-    containerd 1.6 (``pkg/process.NewBinaryCmd``) runs the URI's path and turns each
-    query parameter into two arguments, key then value, in Go map order (random), so
-    the driver takes ``path``, ``max-size`` and ``max-files`` as key/value pairs in any
-    order. ``driver`` defaults to a launcher written into :data:`DEFAULT_LAUNCHER_DIR`.
-    """
-    log_path = os.fspath(log_path)
-    if not Path(log_path).is_absolute():
-        raise InvalidArgument(f"log path must be absolute: {log_path!r}")
-    check_limits(max_size, max_files)
-    driver_path = os.fspath(driver) if driver is not None else write_launcher(DEFAULT_LAUNCHER_DIR)
-    if not Path(driver_path).is_absolute():
-        raise InvalidArgument(f"log driver path must be absolute: {driver_path!r}")
-    query = urllib.parse.urlencode(
-        [("path", log_path), ("max-size", str(max_size)), ("max-files", str(max_files))]
-    )
-    return "binary://" + urllib.parse.quote(driver_path, safe="/") + "?" + query

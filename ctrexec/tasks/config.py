@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -18,7 +19,7 @@ from ctrexec import defaults
 from ctrexec import labels as lbl
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.defaults import DEFAULT_LOG_MAX_FILES, DEFAULT_LOG_MAX_SIZE
-from ctrexec.errors import InvalidArgument, InvalidField
+from ctrexec.errors import FailedPrecondition, InvalidArgument, InvalidField
 from ctrexec.ids import validate_id
 from ctrexec.logs import modes as logmodes
 from ctrexec.logs.driver import check_limits
@@ -27,11 +28,13 @@ from ctrexec.oci.mounts import Mount
 from ctrexec.oci.spec import with_annotations
 from ctrexec.oci.user import check_group_add, split_user_spec
 from ctrexec.tasks import fields, requestsize
+from ctrexec.tasks.fields import Problem
 
 if TYPE_CHECKING:  # the network modules cost a CLI command that only reads configs
     from ctrexec.containerd import containers
     from ctrexec.net.cni import PortMapping
     from ctrexec.net.nsinfo import Address
+    from ctrexec.paths import StrPath
 
 
 _RESTART_POLICIES = ("no", "on-failure", "always", "unless-stopped")
@@ -322,6 +325,12 @@ class TaskConfig:
     )
 
     @property
+    def interactive(self) -> bool:
+        """``-i``/``-t``: the output goes to an attached client, and to a log only with
+        json-file through the shared daemon (which copies it to the client too)."""
+        return self.tty or self.stdin_open
+
+    @property
     def memory_bytes(self) -> int | None:
         """``memory`` in bytes (docker's ``HostConfig.Memory``); None for no limit."""
         return None if self.memory is None else resources.parse_size(self.memory)
@@ -452,24 +461,6 @@ class TaskHandle:
             raise InvalidArgument(f"invalid task handle: {exc}") from exc
 
 
-@attrs.frozen
-class Problem:
-    """Something wrong around a task that its state alone does not say (its group's
-    namespace pin lost, a split...): what it is, the facts, and the command that
-    repairs it. Found by :mod:`ctrexec.tasks.health`; ``ps`` and ``inspect`` show it."""
-
-    what: str
-    detail: str = ""
-    repair: str = ""
-
-    def __str__(self) -> str:
-        text = f"{self.what} ({self.detail})" if self.detail else self.what
-        return f"{text}; {self.repair}" if self.repair else text
-
-    def to_json(self) -> dict[str, str]:
-        return {"problem": self.what, "detail": self.detail, "repair": self.repair}
-
-
 @attrs.frozen(kw_only=True)
 class TaskInfo:
     """``inspect``: the record plus the state of one run (the latest, unless it came
@@ -560,6 +551,37 @@ class TaskInfo:
     def log_driver(self) -> str:
         """The driver the task logs with, also for a record with no config of ours."""
         return logmodes.driver_of(self.config)
+
+    def check_logs(self) -> None:
+        """Refuse (FailedPrecondition, saying where the output went) to read the log of a
+        task that keeps none: its output goes to the caller's paths, or it is
+        interactive with a driver the daemon does not write. A reader (``logs``,
+        ``attach``, a scheduler's tail) asks before it waits on a log that never grows."""
+        cfg = self.config
+        if cfg is None:
+            return
+        if cfg.stdout_path is not None or cfg.stderr_path is not None:
+            paths = ((cfg.stdout_path, "stdout"), (cfg.stderr_path, "stderr"))
+            where = " and ".join(f"{path} ({stream})" for path, stream in paths if path)
+            raise FailedPrecondition(
+                f"container {self.id} writes its output to {where}; ctrexec keeps no log"
+            )
+        daemon = (logmodes.JSON_FILE, logmodes.DAEMON)
+        if cfg.interactive and (cfg.log_driver, cfg.log_transport) != daemon:
+            raise FailedPrecondition(
+                f"container {self.id} was started with -i/-t and another log driver than "
+                f"json-file through the log daemon: its output goes to `ctrexec attach {self.id}`, "
+                "not to a log"
+            )
+
+    def log_dropped_bytes(self, state_dir: StrPath | None = None) -> int:
+        """Bytes of the task's output its log lost to a full disk (docker's
+        ``LogDroppedBytes``): what a scheduler reports next to the log it serves.
+        ``state_dir``: the Executor's, when it has its own log daemon."""
+        from ctrexec.logs import reader  # here: the verbs that read a config read no log
+
+        where = None if state_dir is None else logmodes.daemon_dir(Path(state_dir))
+        return reader.dropped_bytes(self.log_driver, self.log_path, daemon_dir=where)
 
     @property
     def superseded(self) -> bool:

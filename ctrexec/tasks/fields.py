@@ -19,6 +19,8 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ctrexec.errors import InvalidArgument, InvalidField
 
 if TYPE_CHECKING:
@@ -186,3 +188,21 @@ def extra_hosts(entries: tuple[str, ...]) -> None:
 
     for entry in entries:
         parse_extra_host(entry)
+
+
+@attrs.frozen
+class Problem:
+    """Something wrong around a task that its state alone does not say (its group's
+    namespace pin lost, a split...): what it is, the facts, and the command that
+    repairs it. Found by :mod:`ctrexec.tasks.health`; ``ps`` and ``inspect`` show it."""
+
+    what: str
+    detail: str = ""
+    repair: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.what} ({self.detail})" if self.detail else self.what
+        return f"{text}; {self.repair}" if self.repair else text
+
+    def to_json(self) -> dict[str, str]:
+        return {"problem": self.what, "detail": self.detail, "repair": self.repair}

@@ -2,7 +2,7 @@
 
 ``ps`` says "Up 3 minutes" for a task whose group lost its namespace pin, since the
 task runs; the next restart would then join another namespace than its siblings'.
-Each check here turns such a fact into a :class:`~ctrexec.tasks.config.Problem` on the
+Each check here turns such a fact into a :class:`~ctrexec.tasks.fields.Problem` on the
 TaskInfo: what it is, the facts, and the command that repairs it. Checks are cheap
 (stat calls: no netlink, no CNI), so ``ps`` runs them on every listing; a new check
 ("not attached", "address conflict", "missing member") joins :func:`annotate`.
@@ -23,7 +23,8 @@ from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.errors import CtrexecError
-from ctrexec.tasks.config import Problem, TaskInfo
+from ctrexec.tasks.config import TaskInfo
+from ctrexec.tasks.fields import Problem
 
 if TYPE_CHECKING:
     from ctrexec.net import grouppin

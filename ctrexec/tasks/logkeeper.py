@@ -38,7 +38,8 @@ from ctrexec.errors import CtrexecError
 from ctrexec.logs import client as logclient
 from ctrexec.logs import daemon as logdaemon
 from ctrexec.logs import modes as logmodes
-from ctrexec.tasks.config import Problem, TaskInfo, config_of
+from ctrexec.tasks.config import TaskInfo, config_of
+from ctrexec.tasks.fields import Problem
 from ctrexec.tasks.output import uses_daemon
 
 log = logging.getLogger("ctrexec.tasks.logkeeper")

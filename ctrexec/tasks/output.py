@@ -24,7 +24,7 @@ from pathlib import Path
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
-from ctrexec.errors import CtrexecError, FailedPrecondition, InvalidArgument
+from ctrexec.errors import CtrexecError, InvalidArgument
 from ctrexec.logs import client as logdaemon_client
 from ctrexec.logs import modes as logmodes
 from ctrexec.logs import reader as logs
@@ -39,33 +39,9 @@ def caller_paths(config: TaskConfig | None) -> tuple[str, str] | None:
     return config.stdout_path or "", config.stderr_path or ""
 
 
-def check_logged(config: TaskConfig | None, name: str) -> None:
-    """Refuse to read the log of a task whose output goes to the caller's paths."""
-    paths = caller_paths(config)
-    if paths is None:
-        return
-    where = " and ".join(
-        f"{path} ({stream})"
-        for path, stream in zip(paths, ("stdout", "stderr"), strict=True)
-        if path
-    )
-    raise FailedPrecondition(f"container {name} writes its output to {where}; ctrexec keeps no log")
-
-
 def is_interactive(config: TaskConfig | None) -> bool:
     """Whether the task's output goes to an attached client (``-i``/``-t``)."""
-    return config is not None and (config.tty or config.stdin_open)
-
-
-def not_logged(task_id: str, config: TaskConfig | None) -> str | None:
-    """Why ``logs`` has nothing for this task, or None when it has a log."""
-    if not is_interactive(config) or uses_daemon(config):
-        return None
-    return (
-        f"container {task_id} was started with -i/-t and another log driver than "
-        f"json-file through the log daemon: its output goes to `ctrexec attach {task_id}`, "
-        "not to a log"
-    )
+    return config is not None and config.interactive
 
 
 def uses_daemon(config: TaskConfig | None) -> bool:

@@ -26,7 +26,8 @@ import attrs
 from ctrexec import flocks
 from ctrexec.containerd.client import Client
 from ctrexec.defaults import DEFAULT_NAMESPACE, RUN_DIR
-from ctrexec.tasks.config import Problem, TaskInfo
+from ctrexec.tasks.config import TaskInfo
+from ctrexec.tasks.fields import Problem
 
 if TYPE_CHECKING:
     from ctrexec.paths import StrPath

@@ -165,6 +165,9 @@ def test_logs_timestamps_refused_for_the_file_driver(
         log_driver = config.log_driver
         log_path = str(tmp_path / "task.log")
 
+        def check_logs(self) -> None:
+            """A file task keeps a log: nothing to refuse."""
+
     monkeypatch.setattr(cli_tasks, "connect", lambda _args: object())
     monkeypatch.setattr(cli_tasks, "resolver", lambda _client: lambda word: word)
     monkeypatch.setattr(taskinfo, "inspect", lambda *_a, **_kw: _Info())
@@ -173,11 +176,12 @@ def test_logs_timestamps_refused_for_the_file_driver(
 
 
 def test_docker_size_writes_the_largest_exact_unit() -> None:
+    from ctrexec.cli.runflags import docker_size
     from ctrexec.oci.resources import parse_size
 
     cases = [(10 << 20, "10m"), (1 << 30, "1g"), (512 << 10, "512k"), (1536, "1536"), (0, "0")]
     for size, text in cases:
-        assert logmodes.docker_size(size) == text
+        assert docker_size(size) == text
         assert parse_size(text) == size
 
 
@@ -186,14 +190,15 @@ def test_run_help_shows_the_log_defaults_from_defaults(
 ) -> None:
     """``--log-opt``'s help is formatted from ctrexec.defaults, not written by hand."""
     from ctrexec import defaults
+    from ctrexec.cli.runflags import docker_size
 
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     shown = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
-    size = logmodes.docker_size(defaults.DEFAULT_LOG_MAX_SIZE)
+    size = docker_size(defaults.DEFAULT_LOG_MAX_SIZE)
     assert f"max-size={size}, max-file={defaults.DEFAULT_LOG_MAX_FILES}," in shown
-    monkeypatch.setattr(logmodes, "DEFAULT_LOG_MAX_SIZE", 2 << 20)
-    monkeypatch.setattr(logmodes, "DEFAULT_LOG_MAX_FILES", 7)
+    monkeypatch.setattr(defaults, "DEFAULT_LOG_MAX_SIZE", 2 << 20)
+    monkeypatch.setattr(defaults, "DEFAULT_LOG_MAX_FILES", 7)
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     shown = " ".join(capsys.readouterr().out.split())

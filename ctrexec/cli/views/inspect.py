@@ -39,7 +39,7 @@ def document(info: TaskInfo, *, log_dropped: int = 0) -> dict[str, Any]:
     """One container as ``docker inspect`` shows it, plus ``Ctrexec``: ctrexec's own.
 
     ``LogDroppedBytes`` (ctrexec's, next to docker's ``LogPath``): the bytes of output
-    lost to a full log disk (:func:`ctrexec.logs.reader.dropped_bytes`).
+    lost to a full log disk (:meth:`ctrexec.TaskInfo.log_dropped_bytes`).
     """
     args = list(info.args)
     return {
