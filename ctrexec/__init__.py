@@ -175,6 +175,8 @@ if TYPE_CHECKING:
     from ctrexec.tasks.events import EventFilter as EventFilter
     from ctrexec.tasks.events import TaskEvents as TaskEvents
     from ctrexec.tasks.executor import Executor as Executor
+    from ctrexec.tasks.info import inspect as _inspect_task
+    from ctrexec.tasks.info import list_infos as _list_tasks
     from ctrexec.tasks.nomadtasks import NomadTask as NomadTask
     from ctrexec.tasks.nomadtasks import nomad_labels as nomad_labels
     from ctrexec.tasks.nomadtasks import nomad_task_id as nomad_task_id
@@ -194,6 +196,8 @@ if TYPE_CHECKING:
     LOG_DRIVERS = _LOG_DRIVERS
     inspect_netns = _inspect_netns
     netns_usage = _netns_usage
+    inspect_task = _inspect_task
+    list_tasks = _list_tasks
     networks_from_env = _networks_from_env
     RegistryCredentials = _RegistryCredentials
     registry_login = _registry_login
@@ -335,6 +339,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.tasks.config": ("RestartPolicy", "TaskConfig", "TaskHandle", "TaskInfo"),
     "ctrexec.tasks.events": ("EventFilter", "TaskEvents"),
     "ctrexec.tasks.executor": ("Executor",),
+    "ctrexec.tasks.info": ("inspect_task=inspect", "list_tasks=list_infos"),
     "ctrexec.tasks.nomadtasks": ("NomadTask", "nomad_labels", "nomad_task_id", "nomad_tasks"),
     "ctrexec.tasks.envfile": ("read_env_files",),
     "ctrexec.tasks.procs": ("TaskProcess=Proc",),

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
+    from ctrexec import list_tasks
     from ctrexec.cli.views import inspect as inspectdoc
     from ctrexec.cli.views import ps as psformat
-    from ctrexec.tasks import info as taskinfo
 
     filters = psformat.parse_filters(args.filter)  # before connecting: a typo starts nothing
     if args.format:
@@ -33,7 +33,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
     last = 1 if args.latest else args.last
     # Not the Executor, whose modules (exec, streams, net, spec) a listing never uses.
     with connect(args) as client:
-        infos = taskinfo.list_infos(client, all_tasks=args.all or last is not None)
+        infos = list_tasks(client, all_tasks=args.all or last is not None)
     infos = [i for i in infos if psformat.matches(i, filters)]
     infos.sort(key=_created, reverse=True)  # newest first, as docker lists
     if last is not None:
@@ -57,16 +57,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """docker's document for each container found (see ctrexec.cli.views.inspect), or ``-f``'s
     text for each; a template that fails prints nothing (as docker's) and exits 125,
     ctrexec's code for bad input."""
+    from ctrexec import inspect_task
     from ctrexec.cli.views import inspect as inspectdoc
     from ctrexec.cli.views import ps as psformat
-    from ctrexec.tasks import info as taskinfo
 
     template = _inspect_template(args.format) if args.format else None  # before connecting
     client = connect(args)  # not the Executor: inspecting needs none of its own modules
     docs: list[dict[str, Any]] = []  # docker prints those it found, then exits 1
 
     def add(task_id: str) -> bool:
-        info = taskinfo.inspect(client, task_id)
+        info = inspect_task(client, task_id)
         dropped = info.log_dropped_bytes()  # the shared log daemon's default place
         docs.append(inspectdoc.document(info, log_dropped=dropped))
         return True

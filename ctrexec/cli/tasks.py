@@ -385,15 +385,14 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from ctrexec import Status, read_logs
-    from ctrexec.tasks import info as taskinfo
+    from ctrexec import Status, inspect_task, read_logs
 
     client = connect(args)  # not the Executor: reading a log needs none of its modules
     task_id = resolver(client)(args.id)
-    info = taskinfo.inspect(client, task_id, addresses=False)
+    info = inspect_task(client, task_id, addresses=False)
 
     def exited() -> bool:
-        state = taskinfo.inspect(client, task_id, addresses=False).status
+        state = inspect_task(client, task_id, addresses=False).status
         return state not in (Status.RUNNING, Status.PAUSED, Status.CREATED)
 
     info.check_logs()

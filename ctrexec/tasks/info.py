@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -27,10 +28,9 @@ from ctrexec.tasks import health, logkeeper, runs, supervised
 from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo, config_of
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from ctrexec.net.cni import PortMapping
     from ctrexec.net.nsinfo import Address
+    from ctrexec.paths import StrPath
 
 #: What ``list`` shows without ``all_tasks``: what runs, and what may (UNKNOWN).
 _LISTED = (Status.RUNNING, Status.PAUSED, Status.PAUSING, Status.UNKNOWN)
@@ -213,14 +213,18 @@ def _count(value: str | None) -> int:
 
 
 def inspect(
-    client: Client, task_id: str, *, addresses: bool = True, state_dir: Path | None = None
+    client: Client, task_id: str, *, addresses: bool = True, state_dir: StrPath | None = None
 ) -> TaskInfo:
-    """The container's latest run; ``state_dir``: an Executor's (its log daemon's place)."""
+    """The container's latest run; ``state_dir``: an Executor's (its log daemon's place).
+
+    Public as ``ctrexec.inspect_task``: :meth:`Executor.inspect` without an Executor, for
+    a reader (a dashboard, the CLI's ``inspect`` and ``logs``) that starts nothing and so
+    need not load what starting takes."""
     record, state = _read_together(client, task_id)
     exits = with_oom(client, {task_id: state.exit} if state and state.exit else {})
     info = build(record, state, exits.get(task_id), addresses=addresses)
     # Any command that inspects is one of the log daemon's keepers (tasks.logkeeper).
-    info = logkeeper.annotate([info], logkeeper.revive(client, state_dir))[0]
+    info = logkeeper.annotate([info], logkeeper.revive(client, _path(state_dir)))[0]
     info = supervised.annotate(client, [info])[0]  # a restart no supervisor will make
     checked = _checked(client, info)
     # With its addresses (netlink already), its attachment too: eth0, veth, bridge.
@@ -259,13 +263,19 @@ def _checked(client: Client, info: TaskInfo) -> TaskInfo:
 
 
 def list_infos(
-    client: Client, *, all_tasks: bool, addresses: bool = False, state_dir: Path | None = None
+    client: Client,
+    *,
+    all_tasks: bool = False,
+    addresses: bool = False,
+    state_dir: StrPath | None = None,
 ) -> list[TaskInfo]:
     """Every managed container's info, sorted by id; only running and paused ones
-    unless ``all_tasks``. Three calls whatever the count, plus a Metrics call for
-    SIGKILLed tasks and, if ``addresses``, a netlink dump per task. A record that List
-    leaves out costs a Get (:func:`tasks.states_of`): a task whose shim does not answer
-    is listed UNKNOWN, and without ``all_tasks`` too, for it may well run."""
+    unless ``all_tasks``. Public as ``ctrexec.list_tasks``: :meth:`Executor.list` for a
+    reader with no Executor (``ps``), as :func:`inspect`. Three calls whatever the count,
+    plus a Metrics call for SIGKILLed tasks and, if ``addresses``, a netlink dump per
+    task. A record that List leaves out costs a Get (:func:`tasks.states_of`): a task
+    whose shim does not answer is listed UNKNOWN, and without ``all_tasks`` too, for it
+    may well run."""
     records = containers.list_containers(client, containers.label_filter(lbl.MANAGED, "true"))
     states = tasks.states_of(client, [r.id for r in records])
     if not all_tasks:
@@ -273,10 +283,14 @@ def list_infos(
     exits = with_oom(client, {r.id: s.exit for r in records if (s := states.get(r.id)) and s.exit})
     infos = [build(r, states.get(r.id), exits.get(r.id), addresses=addresses) for r in records]
     # Any command that lists is one of the log daemon's keepers (tasks.logkeeper).
-    infos = logkeeper.annotate(infos, logkeeper.revive(client, state_dir))
+    infos = logkeeper.annotate(infos, logkeeper.revive(client, _path(state_dir)))
     infos = supervised.annotate(client, infos)  # a restart no supervisor will make
     # Every running member is among the infos, so their group's pin can be checked.
     return sorted(health.annotate(infos), key=lambda i: i.id)
+
+
+def _path(state_dir: StrPath | None) -> Path | None:
+    return None if state_dir is None else Path(state_dir)
 
 
 def recover(client: Client, handle: TaskHandle, *, addresses: bool = True) -> TaskInfo:

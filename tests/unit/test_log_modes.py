@@ -157,8 +157,8 @@ def test_following_a_raw_log_prints_the_rest_of_a_line_once(tmp_path: Path) -> N
 def test_logs_timestamps_refused_for_the_file_driver(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import ctrexec
     from ctrexec.cli import tasks as cli_tasks
-    from ctrexec.tasks import info as taskinfo
 
     class _Info:
         config = TaskConfig(name="t", image="img", log_driver="file")
@@ -170,7 +170,7 @@ def test_logs_timestamps_refused_for_the_file_driver(
 
     monkeypatch.setattr(cli_tasks, "connect", lambda _args: object())
     monkeypatch.setattr(cli_tasks, "resolver", lambda _client: lambda word: word)
-    monkeypatch.setattr(taskinfo, "inspect", lambda *_a, **_kw: _Info())
+    monkeypatch.setattr(ctrexec, "inspect_task", lambda *_a, **_kw: _Info())
     assert main(["logs", "-t", "t"]) == 125
     assert capsys.readouterr().err.strip() == "ctrexec: the file log driver keeps no timestamps"
 
