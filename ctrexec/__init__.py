@@ -127,7 +127,9 @@ if TYPE_CHECKING:
     from ctrexec.images.lookup import remove_image as remove_image
     from ctrexec.images.prune import PruneReport as PruneReport
     from ctrexec.images.prune import prune_images as prune_images
+    from ctrexec.images.reference import Reference as Reference
     from ctrexec.images.reference import normalize_reference as normalize_reference
+    from ctrexec.images.reference import parse_reference as parse_reference
     from ctrexec.images.registry.auth import Credentials as _RegistryCredentials
     from ctrexec.images.registry.auth import credentials_from_helper as credentials_from_helper
     from ctrexec.images.registry.auth import erase as _registry_logout
@@ -307,7 +309,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.images.importer": ("ImportedImage", "import_archive"),
     "ctrexec.images.lookup": ("ensure_image", "get_image", "remove_image"),
     "ctrexec.images.prune": ("PruneReport", "prune_images"),
-    "ctrexec.images.reference": ("normalize_reference",),
+    "ctrexec.images.reference": ("Reference", "normalize_reference", "parse_reference"),
     "ctrexec.images.registry.auth": (
         "RegistryCredentials=Credentials",
         "credentials_from_helper",

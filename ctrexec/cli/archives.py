@@ -58,7 +58,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def _report(done: list[ImportedImage], *, docker: bool) -> None:
     """The lines after an import; ``docker``: load's, each name as docker prints it
     (``busybox:latest``) with no digest."""
-    from ctrexec.images.reference import parse_reference
+    from ctrexec import parse_reference
 
     for image in done:
         name = image.name

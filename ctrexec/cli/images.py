@@ -15,9 +15,8 @@ from ctrexec.cli._common import print_table as table
 def cmd_images(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from ctrexec import image_usage, list_images
+    from ctrexec import image_usage, list_images, parse_reference
     from ctrexec.cli.views import images as imagetable
-    from ctrexec.images.reference import parse_reference
 
     if args.repository is not None:
         parse_reference(args.repository)  # a typo starts no daemon

@@ -131,9 +131,8 @@ def cmd_push(args: argparse.Namespace) -> int:
     """docker's ``push``: progress on stderr (``The push refers to repository [...]``,
     then a line per layer), and docker's last line, ``TAG: digest: ... size: N``, on
     stdout."""
-    from ctrexec import push
+    from ctrexec import parse_reference, push
     from ctrexec.cli import progress
-    from ctrexec.images.reference import parse_reference
 
     parse_reference(args.ref)  # a typo starts no daemon
     shown = None if args.quiet else progress.PushLines(sys.stderr)

@@ -33,7 +33,9 @@ _IMAGE_ID_RE = re.compile(r"^[a-f0-9]{64}$")
 
 @attrs.frozen
 class Reference:
-    """A parsed, normalized image reference: ``domain/path[:tag][@digest]``."""
+    """A parsed, normalized image reference: ``domain/path[:tag][@digest]``. Public, with
+    :func:`parse_reference`: a front end shows docker's short form (``familiar``), and
+    compares names by repository or tag, as containerd stores them."""
 
     domain: str
     path: str
@@ -70,7 +72,8 @@ def _bad_ref(ref: str, why: str = "") -> errors.InvalidArgument:
 
 def parse_reference(ref: str) -> Reference:
     """Parse like docker's ParseNormalizedNamed and add ``:latest`` when there is no tag
-    or digest. InvalidArgument (one line) for anything docker would refuse."""
+    or digest. InvalidArgument (one line) for anything docker would refuse: a front end
+    checks a user's word before it connects, so a typo starts nothing."""
     if not isinstance(ref, str) or not ref:
         raise errors.InvalidArgument("image reference must not be empty")
     if _IMAGE_ID_RE.fullmatch(ref):

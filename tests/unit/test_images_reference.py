@@ -87,3 +87,16 @@ def test_parts_and_familiar_name() -> None:
     d = parse_reference(f"busybox@{D}")
     assert (d.tag, d.digest) == ("", D)
     assert d.familiar == f"busybox@{D}"
+
+
+def test_the_public_names_are_the_parsers() -> None:
+    """A front end (the CLI's ``images``, ``save``, ``push``) reads a user's word through
+    ctrexec itself: docker's short form back, and docker's refusal before connecting."""
+    import ctrexec
+
+    ref = ctrexec.parse_reference("user/app")
+    assert isinstance(ref, ctrexec.Reference)
+    assert (ref.name, ref.tag, ref.familiar) == ("docker.io/user/app", "latest", "user/app:latest")
+    assert str(ref) == ctrexec.normalize_reference("user/app")
+    with pytest.raises(ctrexec.InvalidArgument, match="repository name must be lowercase"):
+        ctrexec.parse_reference("Busybox")

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from ctrexec import ImageSummary, InvalidArgument
+from ctrexec import ImageSummary, InvalidArgument, Reference, parse_reference
 from ctrexec.cli.views.durations import human_duration
-from ctrexec.images.reference import Reference, parse_reference
 
 NONE = "<none>"
 _DECIMAL_UNITS = ("B", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
