@@ -63,6 +63,8 @@ if TYPE_CHECKING:
     from ctrexec.defaults import ADDRESS_ENV as ADDRESS_ENV
     from ctrexec.defaults import DEFAULT_ADDRESS as DEFAULT_ADDRESS
     from ctrexec.defaults import DEFAULT_LOG_DIR as DEFAULT_LOG_DIR
+    from ctrexec.defaults import DEFAULT_LOG_MAX_FILES as DEFAULT_LOG_MAX_FILES
+    from ctrexec.defaults import DEFAULT_LOG_MAX_SIZE as DEFAULT_LOG_MAX_SIZE
     from ctrexec.defaults import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
     from ctrexec.defaults import DEFAULT_STOP_TIMEOUT as DEFAULT_STOP_TIMEOUT
     from ctrexec.defaults import DEFAULT_SUBNET as DEFAULT_SUBNET
@@ -171,8 +173,6 @@ if TYPE_CHECKING:
     from ctrexec.tasks.cgroupfs import cgroupfs_relative as cgroupfs_relative
     from ctrexec.tasks.config import RestartPolicy as RestartPolicy
     from ctrexec.tasks.config import TaskConfig as TaskConfig
-    from ctrexec.tasks.config import TaskHandle as TaskHandle
-    from ctrexec.tasks.config import TaskInfo as TaskInfo
     from ctrexec.tasks.envfile import read_env_files as read_env_files
     from ctrexec.tasks.events import EventFilter as EventFilter
     from ctrexec.tasks.events import TaskEvents as TaskEvents
@@ -186,6 +186,8 @@ if TYPE_CHECKING:
     from ctrexec.tasks.procs import Proc as _TaskProcess
     from ctrexec.tasks.publishing import NetworkRequest as NetworkRequest
     from ctrexec.tasks.rename import rename as rename
+    from ctrexec.tasks.reports import TaskHandle as TaskHandle
+    from ctrexec.tasks.reports import TaskInfo as TaskInfo
     from ctrexec.tasks.spec import preload as preload
     from ctrexec.tasks.volumes import Volume as Volume
     from ctrexec.tasks.volumes import Volumes as Volumes
@@ -251,6 +253,8 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "ADDRESS_ENV",
         "DEFAULT_ADDRESS",
         "DEFAULT_LOG_DIR",
+        "DEFAULT_LOG_MAX_FILES",
+        "DEFAULT_LOG_MAX_SIZE",
         "DEFAULT_NAMESPACE",
         "DEFAULT_STOP_TIMEOUT",
         "DEFAULT_SUBNET",
@@ -338,7 +342,8 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.paths": ("StrPath",),
     "ctrexec.tasks.aio": ("AsyncExecutor",),
     "ctrexec.tasks.cgroupfs": ("cgroupfs_relative",),
-    "ctrexec.tasks.config": ("RestartPolicy", "TaskConfig", "TaskHandle", "TaskInfo"),
+    "ctrexec.tasks.config": ("RestartPolicy", "TaskConfig"),
+    "ctrexec.tasks.reports": ("TaskHandle", "TaskInfo"),
     "ctrexec.tasks.events": ("EventFilter", "TaskEvents"),
     "ctrexec.tasks.executor": ("Executor",),
     "ctrexec.tasks.info": ("inspect_task=inspect", "list_tasks=list_infos"),

@@ -71,9 +71,9 @@ def docker_size(size: int) -> str:
 
 
 def log_opts_help() -> str:
-    """The ``--log-opt`` keys with their defaults (from :mod:`ctrexec.defaults`, which the
-    parser may load), as :func:`ctrexec.parse_log_opts` takes them."""
-    from ctrexec import defaults
+    """The ``--log-opt`` keys with their defaults (their module is one the parser may
+    load), as :func:`ctrexec.parse_log_opts` takes them."""
+    from ctrexec import DEFAULT_LOG_MAX_FILES, DEFAULT_LOG_MAX_SIZE
 
-    size = docker_size(defaults.DEFAULT_LOG_MAX_SIZE)
-    return f"max-size={size}, max-file={defaults.DEFAULT_LOG_MAX_FILES}, transport=daemon|process"
+    size = docker_size(DEFAULT_LOG_MAX_SIZE)
+    return f"max-size={size}, max-file={DEFAULT_LOG_MAX_FILES}, transport=daemon|process"

@@ -43,9 +43,9 @@ from ctrexec.groups.backoff import (
 from ctrexec.groups.presence import DEFAULT_LOCK_DIR, presence
 from ctrexec.tasks import grouplock, logkeeper, runs
 from ctrexec.tasks import info as taskinfo
-from ctrexec.tasks.config import TaskInfo
 from ctrexec.tasks.events import MAX_RECONNECT_DELAY, RecordDeleted, TaskEvents
 from ctrexec.tasks.executor import Executor
+from ctrexec.tasks.reports import TaskInfo
 from ctrexec.tasks.restarts import should_restart, should_revive
 
 if TYPE_CHECKING:

@@ -28,8 +28,9 @@ from ctrexec.net.ports import PortMapping
 from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import files as taskfiles
 from ctrexec.tasks import grouplock, groupnet, health, implicitnet, teardown
-from ctrexec.tasks.config import TaskConfig, TaskInfo
+from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.executor import Executor
+from ctrexec.tasks.reports import TaskInfo
 
 
 def _members(spec: GroupSpec, configs: list[TaskConfig]) -> str:

@@ -39,11 +39,12 @@ if TYPE_CHECKING:
     from ctrexec.containerd.execs import ExecResult
     from ctrexec.containerd.stats import Stats
     from ctrexec.containerd.tasks import ExitStatus
-    from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
+    from ctrexec.tasks.config import TaskConfig
     from ctrexec.tasks.events import EventOptions, TaskEvents
     from ctrexec.tasks.execspec import ExecOptions
     from ctrexec.tasks.executor import Executor
     from ctrexec.tasks.publishing import NetworkRequest
+    from ctrexec.tasks.reports import TaskHandle, TaskInfo
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)

@@ -38,7 +38,6 @@ from ctrexec.logs import modes as logmodes
 from ctrexec.net import hostfiles, netns
 from ctrexec.oci.mounts import Mount
 from ctrexec.oci.user import ResolvedUser
-from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import control as taskctl
 from ctrexec.tasks import files as taskfiles
 from ctrexec.tasks import grouplock, runs, waiting
@@ -47,8 +46,9 @@ from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks import stdio as taskio
 from ctrexec.tasks import volumes as volstore
-from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo
+from ctrexec.tasks.config import TaskConfig, config_of
 from ctrexec.tasks.execspec import ExecOptions, process_spec
+from ctrexec.tasks.reports import TaskHandle, TaskInfo
 from ctrexec.tasks.users import ImageUsers
 
 if TYPE_CHECKING:
@@ -298,7 +298,7 @@ class Executor(taskctl.HostSide):
         can be in the way unless Tasks.Create says so."""
         task_id = record.id
         log_path = record.labels.get(lbl.LOG_PATH, "")
-        cfg = taskconfig.config_of(record)
+        cfg = config_of(record)
         log_token: list[str] = []  # the log daemon's registration, if one was made
 
         def logged(copies: Mapping[str, str] | None) -> Stdio:
@@ -463,7 +463,7 @@ class Executor(taskctl.HostSide):
                 raise FailedPrecondition(f"container {task_id} is {state.status.value}")
             tasks.delete(self.client, task_id)
             record = containers.get(self.client, task_id)
-            if taskoutput.uses_daemon(taskconfig.config_of(record)):
+            if taskoutput.uses_daemon(config_of(record)):
                 with contextlib.suppress(CtrexecError):  # a kept stdout: read what is there
                     logdaemon_client.wait_drained(
                         record.labels.get(lbl.LOG_PATH, ""),

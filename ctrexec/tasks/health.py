@@ -23,8 +23,8 @@ from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.errors import CtrexecError
-from ctrexec.tasks.config import TaskInfo
 from ctrexec.tasks.fields import Problem
+from ctrexec.tasks.reports import TaskInfo
 
 if TYPE_CHECKING:
     from ctrexec.net import grouppin

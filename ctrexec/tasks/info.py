@@ -25,7 +25,8 @@ from ctrexec.oci import mounts as ocimounts
 from ctrexec.oci import process
 from ctrexec.oci.mounts import Mount
 from ctrexec.tasks import health, logkeeper, runs, supervised
-from ctrexec.tasks.config import TaskConfig, TaskHandle, TaskInfo, config_of
+from ctrexec.tasks.config import TaskConfig, config_of
+from ctrexec.tasks.reports import TaskHandle, TaskInfo
 
 if TYPE_CHECKING:
     from ctrexec.net.cni import PortMapping

@@ -38,9 +38,10 @@ from ctrexec.errors import CtrexecError
 from ctrexec.logs import client as logclient
 from ctrexec.logs import daemon as logdaemon
 from ctrexec.logs import modes as logmodes
-from ctrexec.tasks.config import TaskInfo, config_of
+from ctrexec.tasks.config import config_of
 from ctrexec.tasks.fields import Problem
 from ctrexec.tasks.output import uses_daemon
+from ctrexec.tasks.reports import TaskInfo
 
 log = logging.getLogger("ctrexec.tasks.logkeeper")
 #: How often the supervisor checks that the daemon answers (a listing and a ping).

@@ -32,8 +32,9 @@ from ctrexec.oci.process import merge_env
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import config as taskconfig
 from ctrexec.tasks import info as taskinfo
-from ctrexec.tasks.config import TaskConfig, TaskHandle
+from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.output import is_interactive, uses_daemon
+from ctrexec.tasks.reports import TaskHandle
 
 #: The per-task FIFO directory's name, beside the task's log.
 FIFO_DIR = "fifo"

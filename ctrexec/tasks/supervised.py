@@ -26,8 +26,8 @@ import attrs
 from ctrexec import flocks
 from ctrexec.containerd.client import Client
 from ctrexec.defaults import DEFAULT_NAMESPACE, RUN_DIR
-from ctrexec.tasks.config import TaskInfo
 from ctrexec.tasks.fields import Problem
+from ctrexec.tasks.reports import TaskInfo
 
 if TYPE_CHECKING:
     from ctrexec.paths import StrPath

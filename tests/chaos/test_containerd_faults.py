@@ -34,8 +34,9 @@ from _chaoslib import (
 from ctrexec import errors
 from ctrexec._linux import mounts_under
 from ctrexec.containerd.tasks import Status
-from ctrexec.tasks.config import TaskConfig, TaskHandle
+from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.executor import Executor
+from ctrexec.tasks.reports import TaskHandle
 from ctrexec.testing import audit
 
 IMAGE = "docker.io/library/ctrexec-test:latest"

@@ -39,8 +39,9 @@ from ctrexec.containerd import containers
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.net import hostfiles, netns
-from ctrexec.tasks.config import TaskConfig, TaskHandle
+from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.executor import Executor
+from ctrexec.tasks.reports import TaskHandle
 from ctrexec.testing import audit
 
 KILLPOINT = Path(__file__).with_name("_killpoint.py")

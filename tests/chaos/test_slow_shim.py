@@ -33,8 +33,9 @@ from ctrexec.containerd import tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.groups.supervisor import Supervisor
-from ctrexec.tasks.config import RestartPolicy, TaskConfig, TaskInfo
+from ctrexec.tasks.config import RestartPolicy, TaskConfig
 from ctrexec.tasks.executor import Executor
+from ctrexec.tasks.reports import TaskInfo
 
 TICKER = "echo up; while true; do sleep 0.1; done"
 #: How long a CLI call may take with a stopped shim before the test calls it a hang:

@@ -181,7 +181,7 @@ def test_handle_roundtrip_and_recover(ex: Executor, test_image: str, client: Cli
     h = ex.start_task(_cfg("rec", test_image, "sh", "-c", "exit 4"))
     persisted = h.to_json()
     # A new executor (as after a scheduler restart) re-attaches and sees the exit.
-    from ctrexec.tasks.config import TaskHandle
+    from ctrexec.tasks.reports import TaskHandle
 
     other = Executor(client, log_dir=ex.log_dir, files_dir=ex.files_dir)
     until(lambda: other.inspect("rec").status is Status.STOPPED, "the exit", timeout=20)

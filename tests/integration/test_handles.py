@@ -21,8 +21,9 @@ from ctrexec.groups.spec import parse_group
 from ctrexec.groups.updown import Groups
 from ctrexec.net import netns
 from ctrexec.net.networks import Networks
-from ctrexec.tasks.config import RestartPolicy, TaskConfig, TaskHandle
+from ctrexec.tasks.config import RestartPolicy, TaskConfig
 from ctrexec.tasks.executor import Executor
+from ctrexec.tasks.reports import TaskHandle
 from ctrexec.testing import stop_log_daemon
 
 #: Doubles a shell string for ever: the busybox-only way to allocate without end.

@@ -16,8 +16,8 @@ from ctrexec.errors import Conflict
 from ctrexec.groups.supervisor import HOST_RESTARTED, LOST_AFTER, TASK_LOST, lost_reason
 from ctrexec.net import grouppin
 from ctrexec.tasks import health, runs
-from ctrexec.tasks.config import TaskInfo
 from ctrexec.tasks.fields import Problem
+from ctrexec.tasks.reports import TaskInfo
 
 NSFS = 4
 PIN = "/run/netns/cx-web"

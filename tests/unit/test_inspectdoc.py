@@ -14,7 +14,8 @@ from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.labels import IMAGE_ENTRYPOINT_ARGS
 from ctrexec.net.cniconf import PortMapping
 from ctrexec.net.nsinfo import Address
-from ctrexec.tasks.config import RestartPolicy, TaskConfig, TaskInfo
+from ctrexec.tasks.config import RestartPolicy, TaskConfig
+from ctrexec.tasks.reports import TaskInfo
 
 T0 = datetime(2026, 3, 4, 5, 6, 7, 123400, tzinfo=UTC)
 

@@ -232,6 +232,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "requestsize",
         "restarts",
         "config",
+        "reports",
         "output",
         "logkeeper",
         "supervised",

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import ctrexec
 from ctrexec.cli.main import build_parser, main
 from ctrexec.cli.tasks import _config
 from ctrexec.errors import FailedPrecondition, InvalidArgument, InvalidField
@@ -197,8 +198,9 @@ def test_run_help_shows_the_log_defaults_from_defaults(
     shown = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
     size = docker_size(defaults.DEFAULT_LOG_MAX_SIZE)
     assert f"max-size={size}, max-file={defaults.DEFAULT_LOG_MAX_FILES}," in shown
-    monkeypatch.setattr(defaults, "DEFAULT_LOG_MAX_SIZE", 2 << 20)
-    monkeypatch.setattr(defaults, "DEFAULT_LOG_MAX_FILES", 7)
+    # The help reads the public names (each loaded once from ctrexec.defaults).
+    monkeypatch.setattr(ctrexec, "DEFAULT_LOG_MAX_SIZE", 2 << 20)
+    monkeypatch.setattr(ctrexec, "DEFAULT_LOG_MAX_FILES", 7)
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     shown = " ".join(capsys.readouterr().out.split())

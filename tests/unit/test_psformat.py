@@ -11,7 +11,8 @@ from ctrexec.cli.views.gotemplate import TemplateError
 from ctrexec.cli.views.ps import human_duration, parse_filters, ps_lines, ps_template
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import InvalidArgument
-from ctrexec.tasks.config import TaskConfig, TaskInfo
+from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.reports import TaskInfo
 
 
 @pytest.mark.parametrize(
@@ -78,7 +79,8 @@ def test_parse_filters() -> None:
 def test_ps_ids_whole_commands_cut_unless_no_trunc() -> None:
     from ctrexec.cli.views.ps import ps_lines
     from ctrexec.containerd.tasks import Status
-    from ctrexec.tasks.config import TaskConfig, TaskInfo
+    from ctrexec.tasks.config import TaskConfig
+    from ctrexec.tasks.reports import TaskInfo
 
     config = TaskConfig(name="ctrexec-0123456789abcdef", image="busybox", command=("echo",) * 8)
     info = TaskInfo(

@@ -10,7 +10,7 @@ from ctrexec import labels as lbl
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import HandleMismatch, InvalidArgument
 from ctrexec.tasks import runs
-from ctrexec.tasks.config import TaskHandle, TaskInfo
+from ctrexec.tasks.reports import TaskHandle, TaskInfo
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 

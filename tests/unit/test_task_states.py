@@ -25,8 +25,9 @@ from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ProcessState, Status
 from ctrexec.groups.supervisor import Supervisor, lost_reason
 from ctrexec.tasks import info as taskinfo
-from ctrexec.tasks.config import TaskConfig, TaskInfo
+from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.executor import Executor
+from ctrexec.tasks.reports import TaskInfo
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
