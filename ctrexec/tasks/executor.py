@@ -40,7 +40,7 @@ from ctrexec.oci.mounts import Mount
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import control as taskctl
 from ctrexec.tasks import files as taskfiles
-from ctrexec.tasks import grouplock, runs, waiting
+from ctrexec.tasks import grouplock, hostside, runs, waiting
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks import spec as taskspec
@@ -74,7 +74,7 @@ class ExecStreamOptions(ExecOptions, StreamOptions, total=False):
     """An exec's options and where its streamed output goes."""
 
 
-class Executor(taskctl.HostSide):
+class Executor(hostside.HostSide):
     """Runs tasks in one containerd namespace. Thread-safe: it holds no mutable state
     besides per-container locks that serialise start/stop/destroy of the same task,
     and caches of what digests fix (image documents, resolved users)."""

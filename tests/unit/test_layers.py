@@ -258,6 +258,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "runwait",
         "stale",
         "control",
+        "hostside",
         "teardown",
         "executor",
         "aiologs",
