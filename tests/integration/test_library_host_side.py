@@ -23,6 +23,7 @@ from ctrexec import (
     TaskConfig,
     Volumes,
 )
+from ctrexec.testing import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -60,8 +61,15 @@ def test_copy_in_and_out_of_a_running_then_a_stopped_task(
 
 def test_processes_top_and_net_io_of_a_running_task(ex: Executor, test_image: str) -> None:
     ex.start_task(TaskConfig(name="hs-top", image=test_image, command=("sleep", "1000")))
+    # The start returns once runc let its init go; the init may still be ``runc init``
+    # until it has exec'd the command: wait for that, bounded.
+    wait_for(
+        lambda: [p.command for p in ex.processes("hs-top")] == ["sleep 1000"],
+        timeout=30,
+        what="the task's init to exec sleep",
+    )
     procs = ex.processes("hs-top")
-    assert [p.command for p in procs] == ["sleep 1000"]
+    assert [p.command for p in procs] == ["sleep 1000"]  # it stays so: sleep runs on
     assert procs[0].pid == ex.inspect("hs-top").pid and procs[0].user == "root"
 
     titles, rows = ex.top("hs-top", ["-o", "pid,comm"])

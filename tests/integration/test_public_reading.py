@@ -5,6 +5,7 @@ exit included."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -44,12 +45,20 @@ def test_a_client_alone_inspects_lists_and_follows_a_task_until_its_log_is_whole
         )
         info.check_logs()  # json-file through the daemon: there is a log to follow
 
-        def exited() -> bool:
-            return inspect_task(client, name, addresses=False).status is Status.STOPPED
+        # Exited once the wait returned: then the log daemon wrote all the task wrote,
+        # so a loaded host's slow daemon cannot lose the last line to the settle time.
+        waited = threading.Event()
 
-        got = read_logs(info.log_path, driver=info.log_driver, follow=True, exited=exited)
+        def waiter() -> None:
+            try:
+                executor.wait(name, timeout=120)
+            finally:
+                waited.set()
+
+        threading.Thread(target=waiter, daemon=True).start()
+        got = read_logs(info.log_path, driver=info.log_driver, follow=True, exited=waited.is_set)
         assert "".join(e.message for e in got) == "one\nlast"
-        assert exited()
+        assert inspect_task(client, name, addresses=False).status is Status.STOPPED
         assert name not in [i.id for i in list_tasks(client)]  # running and paused only
         everything = list_tasks(client, all_tasks=True, state_dir=executor.state_dir)
         assert [i.exit_code for i in everything if i.id == name] == [0]
