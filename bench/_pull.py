@@ -120,11 +120,10 @@ def _timed(argv: Sequence[str], env: dict[str, str] | None) -> float:
 
 def clean(address: str, namespace: str, ref: str) -> None:
     """Remove the image and collect its content and snapshots now, then the namespace."""
-    from ctrexec.containerd.client import Client
-    from ctrexec.images import lookup
+    from ctrexec import Client, remove_image
 
     with Client.connect(address, namespace=namespace) as c:
-        lookup.remove_image(c, ref, sync=True)
+        remove_image(c, ref, force=True, sync=True)
         c.delete_lease(c.create_lease().id, sync=True)
     subprocess.run(
         ["ctr", "--address", address, "namespaces", "remove", namespace],

@@ -120,13 +120,13 @@ if TYPE_CHECKING:
     from ctrexec.groups.spec import parse_group as parse_group
     from ctrexec.groups.supervisor import Supervisor as Supervisor
     from ctrexec.groups.updown import Groups as Groups
+    from ctrexec.images.commit import check_changes as check_changes
     from ctrexec.images.commit import commit_container as commit_container
     from ctrexec.images.exporter import export_archive as export_archive
     from ctrexec.images.importer import ImportedImage as ImportedImage
     from ctrexec.images.importer import import_archive as import_archive
     from ctrexec.images.lookup import ensure_image as ensure_image
     from ctrexec.images.lookup import get_image as get_image
-    from ctrexec.images.lookup import remove_image as remove_image
     from ctrexec.images.prune import PruneReport as PruneReport
     from ctrexec.images.prune import prune_images as prune_images
     from ctrexec.images.reference import Reference as Reference
@@ -143,6 +143,8 @@ if TYPE_CHECKING:
     from ctrexec.images.registry.push import push as push
     from ctrexec.images.tagging import tag_image as tag_image
     from ctrexec.images.usage import image_usage as image_usage
+    from ctrexec.images.usage import remove_image as remove_image
+    from ctrexec.images.usage import resolve_image as resolve_image
     from ctrexec.logs.modes import DRIVERS as _LOG_DRIVERS
     from ctrexec.logs.modes import parse_log_opts as parse_log_opts
     from ctrexec.logs.reader import LogEntry as LogEntry
@@ -169,6 +171,7 @@ if TYPE_CHECKING:
     from ctrexec.oci.caps import DEFAULT_CAPABILITIES as DEFAULT_CAPABILITIES
     from ctrexec.oci.caps import normalize_capability as normalize_capability
     from ctrexec.paths import StrPath as StrPath
+    from ctrexec.preloading import preload as preload
     from ctrexec.tasks.aio import AsyncExecutor as AsyncExecutor
     from ctrexec.tasks.cgroupfs import cgroupfs_relative as cgroupfs_relative
     from ctrexec.tasks.config import RestartPolicy as RestartPolicy
@@ -188,7 +191,6 @@ if TYPE_CHECKING:
     from ctrexec.tasks.rename import rename as rename
     from ctrexec.tasks.reports import TaskHandle as TaskHandle
     from ctrexec.tasks.reports import TaskInfo as TaskInfo
-    from ctrexec.tasks.spec import preload as preload
     from ctrexec.tasks.volumes import Volume as Volume
     from ctrexec.tasks.volumes import Volumes as Volumes
 
@@ -308,10 +310,10 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.groups.spec": ("GroupSpec", "load_group_file", "parse_group"),
     "ctrexec.groups.supervisor": ("Supervisor",),
     "ctrexec.groups.updown": ("Groups",),
-    "ctrexec.images.commit": ("commit_container",),
+    "ctrexec.images.commit": ("check_changes", "commit_container"),
     "ctrexec.images.exporter": ("export_archive",),
     "ctrexec.images.importer": ("ImportedImage", "import_archive"),
-    "ctrexec.images.lookup": ("ensure_image", "get_image", "remove_image"),
+    "ctrexec.images.lookup": ("ensure_image", "get_image"),
     "ctrexec.images.prune": ("PruneReport", "prune_images"),
     "ctrexec.images.reference": ("Reference", "normalize_reference", "parse_reference"),
     "ctrexec.images.registry.auth": (
@@ -323,7 +325,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.images.registry.pull": ("PullEvent", "ensure_pulled", "pull"),
     "ctrexec.images.registry.push": ("PushResult", "push"),
     "ctrexec.images.tagging": ("tag_image",),
-    "ctrexec.images.usage": ("image_usage",),
+    "ctrexec.images.usage": ("image_usage", "remove_image", "resolve_image"),
     "ctrexec.logs.modes": ("LOG_DRIVERS=DRIVERS", "parse_log_opts"),
     "ctrexec.logs.reader": ("LogEntry", "read_logs", "read_task_logs"),
     "ctrexec.net.cni": ("PortMapping",),
@@ -340,6 +342,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.net.settings": ("networks_from_env=from_env",),
     "ctrexec.oci.caps": ("DEFAULT_CAPABILITIES", "normalize_capability"),
     "ctrexec.paths": ("StrPath",),
+    "ctrexec.preloading": ("preload",),
     "ctrexec.tasks.aio": ("AsyncExecutor",),
     "ctrexec.tasks.cgroupfs": ("cgroupfs_relative",),
     "ctrexec.tasks.config": ("RestartPolicy", "TaskConfig"),
@@ -351,7 +354,6 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.tasks.envfile": ("read_env_files",),
     "ctrexec.tasks.procs": ("TaskProcess=Proc",),
     "ctrexec.tasks.publishing": ("NetworkRequest",),
-    "ctrexec.tasks.spec": ("preload",),
     "ctrexec.tasks.rename": ("rename",),
     "ctrexec.tasks.volumes": ("Volume", "Volumes"),
 }

@@ -35,6 +35,9 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 #: The channel's reconnect backoff, first and longest (ms): a local socket is cheap to retry.
 RECONNECT_BACKOFF_MS = (100, 1000)
 DEFAULT_TIMEOUT = 30.0
+#: What grpc imports at its first channel, not at ``import grpc``: for a process that
+#: preloads before it forks (:mod:`ctrexec.preloading`).
+FIRST_CHANNEL_MODULES = ("grpc._channel", "grpc._simple_stubs", "grpc.experimental")
 
 #: Service names, as they appear in method paths on the wire.
 CONTAINERS = "containerd.services.containers.v1.Containers"

@@ -52,11 +52,11 @@ def cmd_images(args: argparse.Namespace) -> int:
 
 
 def cmd_rmi(args: argparse.Namespace) -> int:
+    from ctrexec import remove_image
     from ctrexec.cli.verbs import each
-    from ctrexec.images import usage as imageuse
 
     with connect(args) as client:
-        return each(args.refs, lambda ref: imageuse.remove(client, ref, force=args.force))
+        return each(args.refs, lambda ref: remove_image(client, ref, force=args.force))
 
 
 def cmd_tag(args: argparse.Namespace) -> int:
@@ -69,11 +69,10 @@ def cmd_tag(args: argparse.Namespace) -> int:
 
 def cmd_commit(args: argparse.Namespace) -> int:
     """docker's ``commit``: the new image's ID (its config digest) on stdout."""
-    from ctrexec import commit_container, normalize_reference
-    from ctrexec.images.commit import apply_changes
+    from ctrexec import check_changes, commit_container, normalize_reference
 
     normalize_reference(args.ref)  # a typo starts no daemon
-    apply_changes({}, args.change)  # nor does an instruction ctrexec does not take
+    check_changes(args.change)  # nor does an instruction ctrexec does not take
     with connect(args) as client:
         image = commit_container(
             client,

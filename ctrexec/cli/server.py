@@ -39,18 +39,13 @@ from typing import NoReturn
 from ctrexec import die_with_parent
 from ctrexec.cli import client as wire
 
-#: What the verbs import, loaded once before the first fork. Import only: a module that
-#: started a thread or opened a channel here would break every child.
+#: The command line's own modules the verbs import, loaded once before the first fork
+#: (the library's: :func:`ctrexec.preload`). Import only: a module that started a thread
+#: or opened a channel here would break every child.
 WARM_MODULES = (
     "ctrexec.cli.main", "ctrexec.cli.terminal", "ctrexec.cli.progress",
-    "ctrexec.cli.publish", "ctrexec.tasks.executor", "ctrexec.tasks.config",
-    "ctrexec.tasks.events", "ctrexec.cli.views.ps", "ctrexec.cli.views.inspect",
-    "ctrexec.cli.views.images", "ctrexec.containerd.streams", "ctrexec.logs.reader",
-    "ctrexec.images.registry.pull", "ctrexec.images.lookup", "ctrexec.net.netns",
-    "ctrexec.net.networks", "ctrexec.groups.updown", "ctrexec.groups.spec",
-    "ctrexec.containerd.daemon", "ctrexec.containerd.bundles", "ctrexec.images.usage",
-    "ctrexec.tasks.stale", "ctrexec.logs.orphaned_shims",
-    "grpc._channel", "grpc._simple_stubs", "grpc.experimental",
+    "ctrexec.cli.publish", "ctrexec.cli.views.ps", "ctrexec.cli.views.inspect",
+    "ctrexec.cli.views.images",
 )  # fmt: skip
 #: The namespaces a command must share with its caller.
 NAMESPACES = ("mnt", "net", "pid", "user")
@@ -159,8 +154,9 @@ def _warm_parsing() -> None:
 
 
 def _warm_data() -> None:
-    """Read the data files a command reads, once: the default seccomp profile (with
-    ``importlib.resources``, zipfile and tempfile) is parsed in every ``run`` otherwise."""
+    """Load the library's modules and read the data files a command reads, once: the
+    default seccomp profile (with ``importlib.resources``, zipfile and tempfile) is
+    parsed in every ``run`` otherwise."""
     from ctrexec import preload
 
     preload()

@@ -224,7 +224,7 @@ def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, NetworkRe
     ID or name and pulled as ``--pull`` says (``-P`` reads it at the create)."""
     import attrs
 
-    from ctrexec.images import usage as imageuse
+    from ctrexec import resolve_image
 
     config = _config(args)
     network = publish.network_request(args)
@@ -232,7 +232,7 @@ def _prepared(args: argparse.Namespace) -> tuple[Executor, TaskConfig, NetworkRe
         network.check(config)
     ex = executor(args)
     # an image ID names the image
-    config = attrs.evolve(config, image=imageuse.resolve(ex.client, config.image))
+    config = attrs.evolve(config, image=resolve_image(ex.client, config.image))
     ensure_images(ex.client, [config], args, ex.images)
     return ex, config, network
 

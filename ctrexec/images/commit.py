@@ -77,6 +77,12 @@ def apply_changes(config: dict[str, Any], changes: Sequence[str]) -> dict[str, A
     return out
 
 
+def check_changes(changes: Sequence[str]) -> None:
+    """Refuse (InvalidArgument) a ``--change`` line :func:`commit_container` would: for
+    a front end that checks its input before it connects, so a typo starts no daemon."""
+    apply_changes({}, changes)
+
+
 def _json_desc(desc: Descriptor) -> dict[str, Any]:
     return {"mediaType": desc.media_type, "digest": desc.digest, "size": desc.size}
 

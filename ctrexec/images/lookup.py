@@ -1,9 +1,10 @@
 """Images by a user's reference: ``busybox`` normalised, then containerd's record.
 
-The public :func:`get_image`, :func:`ensure_image` and :func:`remove_image` take what a
-user typed; :mod:`ctrexec.containerd.images` takes only the names containerd stores,
-so the grammar (:mod:`ctrexec.images.reference`) is applied here, once, and
-``containerd/`` never imports ``images/``.
+The public :func:`get_image` and :func:`ensure_image` (and, in
+:mod:`ctrexec.images.usage`, ``remove_image``) take what a user typed;
+:mod:`ctrexec.containerd.images` takes only the names containerd stores, so the grammar
+(:mod:`ctrexec.images.reference`) is applied here, once, and ``containerd/`` never
+imports ``images/``.
 """
 
 from __future__ import annotations
@@ -47,9 +48,3 @@ def ensure_image(
         source_namespaces=source_namespaces,
         cache=cache,
     )
-
-
-def remove_image(client: Client, ref: str, *, sync: bool = False) -> None:
-    """Delete the image record ``ref`` names; containerd's GC then frees what nothing
-    else references (before returning when ``sync``)."""
-    images.remove_image(client, image_name(ref), sync=sync)

@@ -70,20 +70,22 @@ def names_of(client: Client, word: str) -> list[str] | None:
     return sorted(named, key=lambda n: (is_dangling(n), n))
 
 
-def resolve(client: Client, word: str) -> str:
-    """The image name to run for ``word``: an ID's (a tag of it), else ``word`` itself
-    (a name, which a pull may yet find)."""
+def resolve_image(client: Client, word: str) -> str:
+    """The image name to run for ``word``, by docker's order of lookup: an image ID's
+    (or a unique prefix's) name, tags first, else ``word`` itself (a name, which a pull
+    may yet find). AmbiguousPrefix for a prefix of several IDs."""
     named = names_of(client, word)
     return named[0] if named else word
 
 
-def remove(client: Client, ref: str, *, force: bool = False) -> None:
-    """Remove the image (every name of it, given its ID); refused (Conflict) while a
-    container uses it, unless ``force``, and, as docker's, for an ID that several
-    repositories name unless ``force``."""
+def remove_image(client: Client, ref: str, *, force: bool = False, sync: bool = False) -> None:
+    """Remove the image ``ref`` names (every name of it, given its ID), as docker's
+    ``rmi``: refused (Conflict) while a container of the namespace uses it, and for an ID
+    that several repositories name, unless ``force``. containerd's GC then frees what
+    nothing else references (before returning when ``sync``)."""
     named = names_of(client, ref)
     if named is None:
-        _remove_name(client, lookup.image_name(ref), force=force)
+        _remove_name(client, lookup.image_name(ref), force=force, sync=sync)
         return
     repos = {parse_reference(n).name for n in named if not is_dangling(n)}
     if len(repos) > 1 and not force:
@@ -92,12 +94,13 @@ def remove(client: Client, ref: str, *, force: bool = False) -> None:
             f"conflict: unable to delete {shown} (must be forced) - "
             "image is referenced in multiple repositories"
         )
-    for name in named:
-        _remove_name(client, images.ImageName(name, given=ref), force=force, by_id=True)
+    for n, name in enumerate(named, 1):
+        given = images.ImageName(name, given=ref)
+        _remove_name(client, given, force=force, sync=sync and n == len(named), by_id=True)
 
 
 def _remove_name(
-    client: Client, name: images.ImageName, *, force: bool, by_id: bool = False
+    client: Client, name: images.ImageName, *, force: bool, sync: bool, by_id: bool = False
 ) -> None:
     """``by_id``: one of the names an ID stands for, which may be gone meanwhile.
 
@@ -114,7 +117,7 @@ def _remove_name(
                 "(remove the container first, or force with rmi -f)"
             )
     try:
-        images.remove_image(client, name, target=target or "")
+        images.remove_image(client, name, sync=sync, target=target or "")
     except NotFound:
         if not by_id:
             raise

@@ -89,13 +89,6 @@ def find_init(candidates: Sequence[str] | None = None) -> str:
     )
 
 
-def preload() -> None:
-    """Read, once in this process, the data files every start reads (the default seccomp
-    profile): for a process that forks its workers, such as the command line's server
-    or a pre-forking scheduler, so that each fork finds them read."""
-    seccomp.load_default_profile()
-
-
 def read_seccomp_profile(path: str) -> Mapping[str, Any]:
     """A ``seccomp=PATH`` profile file, its shape checked (:mod:`ctrexec.oci.secopts`)."""
     import json  # here, for start-up cost: only a config with a profile file reads one

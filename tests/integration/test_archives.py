@@ -24,7 +24,7 @@ import pytest
 from _cli import TEST_NAMESPACE, Cli
 from _support import create_namespace, until
 
-from ctrexec import _rpc, errors
+from ctrexec import _rpc, errors, remove_image
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec.containerd import containers, content, images, snapshots
 from ctrexec.containerd.client import Client
@@ -372,7 +372,7 @@ def test_export_to_stdout_round_trips_through_stdin(
     )
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout[:512].startswith(b"blobs/") or b"blobs/" in exported.stdout[:1024]
-    lookup.remove_image(ns, name, sync=True)
+    remove_image(ns, name, force=True, sync=True)
     until(
         lambda: not content.exists(ns, str(digests["layer2"])), "the marker layer to be collected"
     )

@@ -18,7 +18,7 @@ import attrs
 import pytest
 from google.protobuf import empty_pb2
 
-from ctrexec import _linux, _rpc, errors
+from ctrexec import _linux, _rpc, errors, remove_image
 from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
 from ctrexec.containerd import content, images, snapshots
 from ctrexec.containerd.client import Client
@@ -187,7 +187,7 @@ def other_image(
         _ctr(containerd_address, "-n", SOURCE_NS, "images", "rm", "--sync", name)
         with pytest.raises(errors.NotFound):
             lookup.get_image(client.with_namespace(SOURCE_NS), name)
-        lookup.remove_image(client, name, sync=True)  # our adopted copy
+        remove_image(client, name, force=True, sync=True)  # our adopted copy
 
 
 def test_docker_namespace_is_searched_only_when_listed(
@@ -220,7 +220,7 @@ def test_docker_namespace_is_searched_only_when_listed(
     finally:
         _ctr(containerd_address, "-n", "moby", "images", "rm", "--sync", name)
         with contextlib.suppress(errors.NotFound):
-            lookup.remove_image(client, name, sync=True)  # our adopted copy
+            remove_image(client, name, force=True, sync=True)  # our adopted copy
         client._call(
             _rpc.NAMESPACES,
             "Delete",
@@ -269,7 +269,7 @@ def test_missing_image_is_one_line_not_found(client: Client) -> None:
     assert "docker.io/library/ctrexec-missing:v9" in str(exc2.value)
     assert str(exc2.value).endswith("; get it with: ctrexec pull ctrexec-missing:v9")
     with pytest.raises(errors.NotFound):
-        lookup.remove_image(client, "ctrexec-missing")
+        remove_image(client, "ctrexec-missing")
 
 
 def test_bad_reference_is_rejected_before_any_call(client: Client) -> None:

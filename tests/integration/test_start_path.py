@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from _cli import TEST_NAMESPACE
 
+from ctrexec import remove_image
 from ctrexec.containerd import containers, snapshots
 from ctrexec.containerd.client import Client
 from ctrexec.images import lookup
@@ -49,7 +50,7 @@ def own_ns(
         ex = Executor(ns)
         for info in ex.list(all_tasks=True):
             ex.destroy(info.id, force=True)
-        lookup.remove_image(ns, test_image, sync=True)
+        remove_image(ns, test_image, force=True, sync=True)
         subprocess.run(
             ["ctr", "--address", containerd_address, "namespaces", "rm", NAMESPACE],
             check=True,
@@ -85,7 +86,7 @@ def test_a_cached_image_removed_and_imported_again_still_starts(
     ex = Executor(own_ns, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
     ex.start_task(_cfg("sp-gone-0", test_image))
     ex.destroy("sp-gone-0", force=True)
-    lookup.remove_image(own_ns, test_image, sync=True)
+    remove_image(own_ns, test_image, force=True, sync=True)
     assert len(ex.images.ready) == 1  # still cached: the point of the test
     import_image(containerd_address, NAMESPACE, test_image_archive)
     image = lookup.get_image(own_ns, test_image)

@@ -14,7 +14,7 @@ import ctrexec
 from ctrexec import errors
 from ctrexec.containerd import containers, content, images
 from ctrexec.containerd.client import Client
-from ctrexec.images import lookup, prune, reference, usage
+from ctrexec.images import commit, lookup, prune, reference, usage
 
 PKG = Path(ctrexec.__file__).parent
 
@@ -53,7 +53,9 @@ def test_public_names_come_from_their_one_owner() -> None:
     assert ctrexec.normalize_reference is reference.normalize_reference
     assert ctrexec.get_image is lookup.get_image
     assert ctrexec.ensure_image is lookup.ensure_image
-    assert ctrexec.remove_image is lookup.remove_image
+    assert ctrexec.remove_image is usage.remove_image
+    assert ctrexec.resolve_image is usage.resolve_image
+    assert ctrexec.check_changes is commit.check_changes
     assert ctrexec.image_usage is usage.image_usage
     assert ctrexec.list_images is images.list_images
 
@@ -159,9 +161,9 @@ def test_usage_lists_each_images_containers(monkeypatch: pytest.MonkeyPatch) -> 
 def test_rmi_and_prune_ask_the_same_owner(monkeypatch: pytest.MonkeyPatch) -> None:
     store = _Store(monkeypatch)
     with pytest.raises(errors.Conflict, match="in use by container a, b"):
-        usage.remove(CLIENT, "app:v1")
+        usage.remove_image(CLIENT, "app:v1")
     with pytest.raises(errors.Conflict, match="in use by container c"):
-        usage.remove(CLIENT, "db")
+        usage.remove_image(CLIENT, "db")
     store.containers.append(_container("e", "docker.io/library/tmp:latest"))
     report = prune.prune_images(CLIENT, all_images=True)
     # app:old shares app:v1's target; tmp gained a container; "Odd Name" is a stored
