@@ -28,11 +28,17 @@ if TYPE_CHECKING:
     from ctrexec._version import VERSION as _VERSION
     from ctrexec.containerd._proto import to_timestamp as to_timestamp
     from ctrexec.containerd.client import Client as Client
+    from ctrexec.containerd.client import Deprecation as Deprecation
     from ctrexec.containerd.client import Lease as Lease
     from ctrexec.containerd.client import Plugin as Plugin
+    from ctrexec.containerd.client import RuntimeFeatures as RuntimeFeatures
+    from ctrexec.containerd.client import ServerDetails as ServerDetails
     from ctrexec.containerd.client import ServerInfo as ServerInfo
     from ctrexec.containerd.client import ServerVersion as ServerVersion
+    from ctrexec.containerd.containers import Container as Container
     from ctrexec.containerd.containers import Lookup as _ContainerLookup
+    from ctrexec.containerd.containers import Runtime as _ContainerRuntime
+    from ctrexec.containerd.content import Descriptor as Descriptor
     from ctrexec.containerd.content import Platform as Platform
     from ctrexec.containerd.daemon import DaemonPaths as DaemonPaths
     from ctrexec.containerd.daemon import EmbeddedContainerd as EmbeddedContainerd
@@ -151,6 +157,8 @@ if TYPE_CHECKING:
     from ctrexec.logs.reader import read_logs as read_logs
     from ctrexec.logs.reader import read_task_logs as read_task_logs
     from ctrexec.net.cni import PortMapping as PortMapping
+    from ctrexec.net.cniconf import CNIAttachment as CNIAttachment
+    from ctrexec.net.cniconf import PluginCall as PluginCall
     from ctrexec.net.hostfiles import Resolver as _ResolvConf
     from ctrexec.net.hostfiles import host_resolver as host_resolver
     from ctrexec.net.netns import NetNS as NetNS
@@ -199,6 +207,7 @@ if TYPE_CHECKING:
     list_netns = _list_netns
     remove_netns = _remove_netns
     ContainerLookup = _ContainerLookup
+    ContainerRuntime = _ContainerRuntime
     LOG_DRIVERS = _LOG_DRIVERS
     inspect_netns = _inspect_netns
     netns_usage = _netns_usage
@@ -223,9 +232,22 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec._linux": ("cgroup_v2_only", "die_with_parent"),
     "ctrexec._version": ("__version__=VERSION",),
     "ctrexec.containerd._proto": ("to_timestamp",),
-    "ctrexec.containerd.client": ("Client", "Lease", "Plugin", "ServerInfo", "ServerVersion"),
-    "ctrexec.containerd.containers": ("ContainerLookup=Lookup",),
-    "ctrexec.containerd.content": ("Platform",),
+    "ctrexec.containerd.client": (
+        "Client",
+        "Deprecation",
+        "Lease",
+        "Plugin",
+        "RuntimeFeatures",
+        "ServerDetails",
+        "ServerInfo",
+        "ServerVersion",
+    ),
+    "ctrexec.containerd.containers": (
+        "Container",
+        "ContainerLookup=Lookup",
+        "ContainerRuntime=Runtime",
+    ),
+    "ctrexec.containerd.content": ("Descriptor", "Platform"),
     "ctrexec.containerd.daemon": ("DaemonPaths", "EmbeddedContainerd"),
     "ctrexec.containerd.events": (
         "Event",
@@ -329,6 +351,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.logs.modes": ("LOG_DRIVERS=DRIVERS", "parse_log_opts"),
     "ctrexec.logs.reader": ("LogEntry", "read_logs", "read_task_logs"),
     "ctrexec.net.cni": ("PortMapping",),
+    "ctrexec.net.cniconf": ("CNIAttachment", "PluginCall"),
     "ctrexec.net.hostfiles": ("ResolvConf=Resolver", "host_resolver"),
     "ctrexec.net.netns": (
         "NetNS",

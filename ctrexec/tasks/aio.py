@@ -297,13 +297,15 @@ class AsyncExecutor:
         since: datetime | int | None = None,
         tail: int | None = None,
         streams: Collection[str] = STREAMS,
-    ) -> _OpenLogs:
+    ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[LogEntry]]:
         """``async with ax.logs(id, follow=True) as entries: async for entry in entries``:
         the task's log as :func:`ctrexec.read_logs` reads it; with ``follow``, until the
         task's current run has exited and its log is whole (at once if it has no run)."""
         return _OpenLogs(self.executor, task_id, follow, (since, tail, streams))
 
-    def events(self, **options: Unpack[EventOptions]) -> _OpenEvents:
+    def events(
+        self, **options: Unpack[EventOptions]
+    ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[Event]]:
         """``async with ax.events(groups=["web"]) as stream: async for event in stream``;
         live on entry, as :meth:`Executor.events` is when it returns."""
         return _OpenEvents(self.executor, options)
