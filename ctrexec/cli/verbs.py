@@ -83,11 +83,9 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_rename(args: argparse.Namespace) -> int:
-    """docker's ``rename``, for a container whose task is not running (see ctrexec.tasks.rename)."""
-    from ctrexec import rename
-
+    """docker's ``rename``, for a container whose task is not running (Executor.rename)."""
     ex = executor(args)
-    rename(ex, resolver(ex.client)(args.old), args.new)
+    ex.rename(resolver(ex.client)(args.old), args.new)
     return 0
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
@@ -40,7 +39,7 @@ from ctrexec.oci.mounts import Mount
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import control as taskctl
 from ctrexec.tasks import files as taskfiles
-from ctrexec.tasks import grouplock, hostside, runs, waiting
+from ctrexec.tasks import grouplock, hostside, retiring, runs, waiting
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks import spec as taskspec
@@ -74,7 +73,7 @@ class ExecStreamOptions(ExecOptions, StreamOptions, total=False):
     """An exec's options and where its streamed output goes."""
 
 
-class Executor(hostside.HostSide):
+class Executor(hostside.HostSide, retiring.Retiring):
     """Runs tasks in one containerd namespace. Thread-safe: it holds no mutable state
     besides per-container locks that serialise start/stop/destroy of the same task,
     and caches of what digests fix (image documents, resolved users)."""
@@ -504,11 +503,6 @@ class Executor(hostside.HostSide):
         """The container and its latest run; ``addresses`` looks into its namespace."""
         return taskinfo.inspect(self.client, task_id, addresses=addresses, state_dir=self.state_dir)
 
-    def lookup(self) -> containers.Lookup:
-        """Deprecated (issue 38: front-end helpers are off the facade): ContainerLookup."""
-        warnings.warn("Executor.lookup is deprecated", DeprecationWarning, stacklevel=2)
-        return containers.Lookup(self.client)
-
     def tasks_in_netns(self, path: StrPath) -> list[TaskInfo]:
         """Every task, stopped ones too, that names ``path`` as its namespace."""
         path = os.fspath(path)
@@ -536,11 +530,13 @@ class Executor(hostside.HostSide):
             self.client, all_tasks=all_tasks, addresses=addresses, state_dir=self.state_dir
         )
 
-    def with_oom(self, exits: Mapping[str, ExitStatus]) -> dict[str, ExitStatus]:
-        """Deprecated (issue 38: no front-end helper on the facade); every exit ctrexec
-        reports already says whether the OOM killer ended it."""
-        warnings.warn("Executor.with_oom is deprecated", DeprecationWarning, stacklevel=2)
-        return taskinfo.with_oom(self.client, exits)
+    def rename(self, task_id: str, new_name: str) -> containers.Container:
+        """Give a container whose task is not running the id ``new_name``; its snapshot,
+        exit and logs go with it. The new record. NotFound, AlreadyExists when the name
+        is taken, FailedPrecondition for a live task, a group member or a Nomad task."""
+        from ctrexec.tasks import rename  # here, for start-up cost: only rename loads it
+
+        return rename.rename_container(self, task_id, new_name)
 
     def stats(self, task_id: str) -> stats.Stats:
         data = tasks.metrics(self.client, task_id)

@@ -28,15 +28,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
 from ctrexec import _linux
 from ctrexec import labels as lbl
 from ctrexec.containerd import containers, tasks
+from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import (
     AlreadyExists,
@@ -53,17 +55,31 @@ from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks import spec as taskspec
 
-if TYPE_CHECKING:
-    from ctrexec.tasks.executor import Executor
+
+class Renamer(Protocol):
+    """What a rename needs of :class:`ctrexec.Executor` (which calls it as its
+    ``rename`` method): named here so that this module does not import the Executor."""
+
+    @property
+    def client(self) -> Client: ...
+    @property
+    def files_dir(self) -> Path: ...
+    @property
+    def state_dir(self) -> Path | None: ...
+    def reap(self, task_id: str) -> None: ...
 
 
-def rename(executor: Executor, old: str, new: str) -> containers.Container:
-    """Rename the container ``old`` to ``new``; the new record.
+def rename(executor: Renamer, old: str, new: str) -> containers.Container:
+    """Deprecated for one release: ``executor.rename(old, new)``; issue 38: tasks are
+    the Executor's methods, not free functions taking one."""
+    warnings.warn(
+        "ctrexec.rename is deprecated: use Executor.rename", DeprecationWarning, stacklevel=2
+    )
+    return rename_container(executor, old, new)
 
-    NotFound for no ``old``; AlreadyExists when ``new`` is taken; InvalidArgument for
-    a bad name; FailedPrecondition for a running or paused task, a group member or a
-    Nomad task.
-    """
+
+def rename_container(executor: Renamer, old: str, new: str) -> containers.Container:
+    """Rename the container ``old`` to ``new``; the new record (:meth:`Executor.rename`)."""
     validate_id(new, kind="container name")
     client = executor.client
     record = containers.get(client, old)
@@ -116,7 +132,7 @@ def _refuse_owned(record: containers.Container) -> None:
         )
 
 
-def _exists(executor: Executor, name: str) -> bool:
+def _exists(executor: Renamer, name: str) -> bool:
     try:
         containers.get(executor.client, name)
     except NotFound:
@@ -124,7 +140,7 @@ def _exists(executor: Executor, name: str) -> bool:
     return True
 
 
-def _drop_stopped_task(executor: Executor, record: containers.Container) -> containers.Container:
+def _drop_stopped_task(executor: Renamer, record: containers.Container) -> containers.Container:
     """Refuse a live task; delete a stopped one, its exit kept in the labels first
     (the task's exit is gone with it: containerd keys the task by the old id)."""
     client, name = executor.client, record.id
@@ -150,7 +166,7 @@ def _drop_stopped_task(executor: Executor, record: containers.Container) -> cont
 
 
 def _kept_exit(
-    executor: Executor, record: containers.Container, pid: int, exit_status: ExitStatus
+    executor: Renamer, record: containers.Container, pid: int, exit_status: ExitStatus
 ) -> dict[str, str | None]:
     """The label that keeps the current run's exit once its task is deleted, in the
     form :func:`ctrexec.tasks.runs.kept_exit` reads (and the next start carries on)."""
@@ -164,9 +180,7 @@ def _kept_exit(
     return {lbl.RUN_PREVIOUS: runs.previous_label(run)}
 
 
-def _copy_record(
-    executor: Executor, record: containers.Container, new: str
-) -> containers.Container:
+def _copy_record(executor: Renamer, record: containers.Container, new: str) -> containers.Container:
     """The record under its new id, naming the same snapshot; AlreadyExists in the
     user's words when the name was taken meanwhile."""
     extensions = dict(record.extensions)

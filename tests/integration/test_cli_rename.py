@@ -149,8 +149,6 @@ def test_a_failed_move_leaves_the_old_container_whole(
     the new name goes again, and the old container, exit and logs included, stays."""
     from _support import scratch_executor
 
-    from ctrexec.tasks.rename import rename
-
     with scratch_executor(client, tmp_path, "rn-lib") as ex:
         ex.start_task(TaskConfig(name="rn-lib-a", image=test_image, command=("echo", "kept")))
         assert ex.wait("rn-lib-a").exit_code == 0
@@ -159,7 +157,7 @@ def test_a_failed_move_leaves_the_old_container_whole(
         taken.mkdir()
         (taken / "left-behind").write_text("")
         with pytest.raises(errors.FailedPrecondition, match="cannot move the logs"):
-            rename(ex, "rn-lib-a", "rn-lib-b")
+            ex.rename("rn-lib-a", "rn-lib-b")
         with pytest.raises(errors.NotFound):
             ex.inspect("rn-lib-b")
         info = ex.inspect("rn-lib-a")

@@ -19,7 +19,6 @@ from ctrexec.containerd.tasks import Status
 from ctrexec.errors import DeadlineExceeded, NotFound
 from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.executor import Executor
-from ctrexec.tasks.rename import rename
 
 
 @pytest.fixture
@@ -92,5 +91,5 @@ def test_wait_of_a_run_whose_task_was_deleted_answers_its_kept_exit(
     ``wait`` of an exited container answers that exit at once."""
     ex.start_task(_cfg("lr-kept", test_image, "sh", "-c", "exit 3"))
     assert ex.wait("lr-kept", timeout=120).exit_code == 3
-    rename(ex, "lr-kept", "lr-kept2")
+    ex.rename("lr-kept", "lr-kept2")
     assert ex.wait("lr-kept2", timeout=120).exit_code == 3

@@ -34,3 +34,19 @@ def test_lookup_still_works_and_warns(tmp_path: Path) -> None:
     with pytest.warns(DeprecationWarning, match=r"Executor\.lookup is deprecated"):
         found = ex.lookup()
     assert isinstance(found, ContainerLookup)
+
+
+def test_the_free_rename_still_works_and_warns(tmp_path: Path) -> None:
+    """``ctrexec.rename(ex, old, new)`` warns, then does what ``ex.rename`` does: here it
+    refuses the bad name before any call, as the method does."""
+    import ctrexec
+
+    ex = _executor(tmp_path)
+    with (
+        pytest.warns(DeprecationWarning, match=r"ctrexec\.rename is deprecated"),
+        pytest.raises(ctrexec.InvalidArgument) as free,
+    ):
+        ctrexec.rename(ex, "a", "bad name!")
+    with pytest.raises(ctrexec.InvalidArgument) as method:
+        ex.rename("a", "bad name!")
+    assert str(free.value) == str(method.value)
