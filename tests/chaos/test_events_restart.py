@@ -15,6 +15,7 @@ from pathlib import Path
 
 from _chaoslib import IMAGE, ChaosDaemon, wait_for
 from _eventlog import EventLog
+from _limits import HOG, OOM_LIMIT
 
 from ctrexec.containerd.events import EventsMissed, TaskEvent
 from ctrexec.containerd.tasks import Status
@@ -23,7 +24,6 @@ from ctrexec.tasks.executor import Executor
 from ctrexec.tasks.runs import GONE_AT_RESTART as GONE
 
 SLEEP = ("sleep", "1000")
-HOG = ("sh", "-c", "x=a; while :; do x=$x$x; done")
 
 
 def _trap(code: int, sig: str = "TERM") -> tuple[str, ...]:
@@ -44,7 +44,7 @@ def test_one_stream_sees_every_exit_across_a_containerd_restart(
         "ev-term": (_trap(33), None, 33),
         "ev-usr1": (_trap(44, "USR1"), None, 44),
         "ev-hup": (_trap(55, "HUP"), None, 55),
-        "ev-oom": (HOG, "8m", 137),
+        "ev-oom": (HOG, OOM_LIMIT, 137),
         **{f"ev-outage{i}": (SLEEP, None, 137) for i in range(3)},
         **{f"ev-after{i}": (_trap(60 + i), None, 60 + i) for i in range(3)},
         **{f"ev-live{i}": (SLEEP, None, -1) for i in range(2)},  # never exit while watched

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from _limits import HOG, OOM_LIMIT
 from _nethelpers import free_port, free_subnet, new_bridge_name
 from _support import supervising, until
 
@@ -27,7 +28,6 @@ from ctrexec.tasks.reports import TaskHandle
 from ctrexec.testing import stop_log_daemon
 
 #: Doubles a shell string for ever: the busybox-only way to allocate without end.
-HOG = ("sh", "-c", "x=a; while :; do x=$x$x; done")
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_recover_after_a_restart_reports_the_old_runs_exit(ex: Executor, test_im
 
 def test_an_oom_kill_survives_the_restart_in_the_old_handle(ex: Executor, test_image: str) -> None:
     name = _name()
-    first = ex.start_task(TaskConfig(name=name, image=test_image, command=HOG, memory="8m"))
+    first = ex.start_task(TaskConfig(name=name, image=test_image, command=HOG, memory=OOM_LIMIT))
     assert ex.wait(name, timeout=60).oom_killed
     second = ex.start(name)  # the hog again: its own exit does not matter here
     old = ex.recover(first)

@@ -12,15 +12,13 @@ from pathlib import Path
 
 import pytest
 from _cli import Cli
+from _limits import HOG, OOM_LIMIT
 from _support import scratch_executor
 
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.executor import Executor
-
-#: Doubles a shell string for ever: the busybox-only way to allocate without end.
-HOG = ("sh", "-c", "x=a; while :; do x=$x$x; done")
 
 
 @pytest.fixture
@@ -31,7 +29,7 @@ def ex(client: Client, tmp_path: Path, test_image: str) -> Iterator[Executor]:
 
 def test_oom_killed_task_says_so(ex: Executor, test_image: str, cli: Cli) -> None:
     name = "oom-hog"
-    ex.start_task(TaskConfig(name=name, image=test_image, command=HOG, memory="8m"))
+    ex.start_task(TaskConfig(name=name, image=test_image, command=HOG, memory=OOM_LIMIT))
     status = ex.wait(name, timeout=60)
     assert status.exit_code == 137 and status.oom_killed
 
@@ -53,7 +51,9 @@ def test_oom_killed_task_says_so(ex: Executor, test_image: str, cli: Cli) -> Non
 
 def test_plain_sigkill_is_not_an_oom_kill(ex: Executor, test_image: str) -> None:
     name = "oom-not"
-    ex.start_task(TaskConfig(name=name, image=test_image, command=("sleep", "1000"), memory="8m"))
+    ex.start_task(
+        TaskConfig(name=name, image=test_image, command=("sleep", "1000"), memory=OOM_LIMIT)
+    )
     ex.signal(name, "SIGKILL")
     status = ex.wait(name, timeout=30)
     assert status.exit_code == 137 and not status.oom_killed

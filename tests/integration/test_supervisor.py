@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _limits import HOG, OOM_LIMIT
 from _support import supervising, until
 
 from ctrexec import labels as lbl
@@ -207,8 +208,8 @@ def test_oom_kill_is_in_the_supervisor_log(
         TaskConfig(
             name=name,
             image=test_image,
-            command=("sh", "-c", "x=a; while :; do x=$x$x; done"),
-            memory="8m",
+            command=HOG,
+            memory=OOM_LIMIT,
             restart=RestartPolicy(policy="on-failure", max_attempts=1, delay=0.1),
         )
     )

@@ -16,6 +16,7 @@ from _harness import (
     check_start_response,
     task_config,
 )
+from _limits import OOM_LIMIT_MB
 from _node import Node, agent_config
 from google.protobuf import duration_pb2
 
@@ -364,7 +365,7 @@ def test_oom_is_reported(node: Node, alloc: AllocDir) -> None:
     in WaitTask's ExitResult and as a task event."""
     events = node.plugin.driver.TaskEvents(dpb.TaskEventsRequest(), timeout=120)
     hog = {"image": IMAGE, "command": "sh", "args": ["-c", "tail /dev/zero"]}
-    h = start(node, alloc, "hog", hog, memory_mb=8)
+    h = start(node, alloc, "hog", hog, memory_mb=OOM_LIMIT_MB)
     result = node.wait(h.config.id)
     assert result.oom_killed and result.signal == 9
     messages = []
