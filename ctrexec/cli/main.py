@@ -191,10 +191,27 @@ def entry() -> NoReturn:
 
 def finish(code: int) -> NoReturn:
     """Exit with ``code`` as :func:`entry` does (the command server's children too)."""
-    if sys.getprofile() is not None or sys.gettrace() is not None:
+    if observed():
         sys.exit(code)  # cProfile, coverage or a debugger writes its results at exit
     _finish_like_finalization()
     os._exit(code)
+
+
+def observed() -> bool:
+    """Whether a profiler, coverage tool or debugger watches this interpreter, so that
+    :func:`finish` must exit through finalization for it to write its results.
+
+    Such tools used ``sys.setprofile``/``sys.settrace``; from Python 3.12 they may use
+    ``sys.monitoring`` instead (cProfile always does, coverage with its ``sysmon`` core),
+    which leaves both hooks unset and is only seen as a tool id in use.
+    """
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return True
+    monitoring = getattr(sys, "monitoring", None)  # Python 3.12+
+    if monitoring is None:
+        return False
+    tools = (monitoring.DEBUGGER_ID, monitoring.COVERAGE_ID, monitoring.PROFILER_ID)
+    return any(monitoring.get_tool(tool) is not None for tool in tools)
 
 
 def _finish_like_finalization() -> None:

@@ -6,7 +6,12 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
+
+import pytest
+
+from ctrexec.cli import main as cli
 
 _PROGRAM = textwrap.dedent(
     """
@@ -73,6 +78,58 @@ def test_under_a_profiler_entry_exits_normally_so_results_are_written(tmp_path: 
     )
     assert "/nonexistent/c.sock does not exist" in out.stderr  # cProfile drops the code
     assert stats.stat().st_size > 0
+
+
+def test_a_profile_hook_set_in_this_interpreter_is_seen() -> None:
+    """The hook cProfile used up to Python 3.11 (and profile, and coverage's tracer)."""
+    before = sys.getprofile()
+    sys.setprofile(lambda *_: None)
+    try:
+        assert cli.observed()
+    finally:
+        sys.setprofile(before)
+
+
+@pytest.mark.skipif(not hasattr(sys, "monitoring"), reason="sys.monitoring is Python 3.12+")
+def test_a_monitoring_tool_in_this_interpreter_is_seen() -> None:
+    """Python 3.12+'s cProfile claims sys.monitoring's profiler id, leaving the hooks unset."""
+    monitoring = sys.monitoring  # type: ignore[attr-defined,unused-ignore]
+    if monitoring.get_tool(monitoring.PROFILER_ID) is not None:
+        pytest.skip("a profiler already watches this run")
+    monitoring.use_tool_id(monitoring.PROFILER_ID, "ctrexec-test")
+    try:
+        assert cli.observed()
+    finally:
+        monitoring.free_tool_id(monitoring.PROFILER_ID)
+
+
+@pytest.mark.parametrize(
+    ("tools", "seen"),
+    [({}, False), ({2: "cProfile"}, True), ({1: "coverage.py"}, True), ({0: "pdb"}, True),
+     ({5: "an optimizer"}, False)],
+)  # fmt: skip
+def test_monitoring_tools_are_read_by_their_ids(
+    monkeypatch: pytest.MonkeyPatch, tools: dict[int, str], seen: bool
+) -> None:
+    """A stand-in for sys.monitoring, on any Python: the debugger, coverage and profiler
+    ids count, other tools (an optimizer writes no results at exit) do not."""
+    stand_in = types.SimpleNamespace(
+        DEBUGGER_ID=0, COVERAGE_ID=1, PROFILER_ID=2, OPTIMIZER_ID=5, get_tool=tools.get
+    )
+    monkeypatch.setattr(sys, "monitoring", stand_in, raising=False)
+    monkeypatch.setattr(sys, "getprofile", lambda: None)
+    monkeypatch.setattr(sys, "gettrace", lambda: None)
+    assert cli.observed() is seen
+
+
+def test_without_monitoring_only_the_hooks_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.11 has no sys.monitoring: the hooks are the whole answer."""
+    monkeypatch.delattr(sys, "monitoring", raising=False)
+    monkeypatch.setattr(sys, "getprofile", lambda: None)
+    monkeypatch.setattr(sys, "gettrace", lambda: None)
+    assert not cli.observed()
+    monkeypatch.setattr(sys, "gettrace", lambda: print)
+    assert cli.observed()
 
 
 _BROKEN = textwrap.dedent(
