@@ -37,13 +37,12 @@ def _app_protocol_ok() -> bool:
 
 def main() -> int:
     if os.environ.get(MAGIC_COOKIE_KEY) != MAGIC_COOKIE_VALUE:
-        print(NOT_A_PLUGIN, file=sys.stderr)
+        _say(NOT_A_PLUGIN)
         return 1
     if not _app_protocol_ok():
-        print(
+        _say(
             f"nomad-driver-ctrexec speaks plugin protocol {APP_PROTOCOL}; the host offered"
-            f" {os.environ.get('PLUGIN_PROTOCOL_VERSIONS')}",
-            file=sys.stderr,
+            f" {os.environ.get('PLUGIN_PROTOCOL_VERSIONS')}"
         )
         return 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -81,8 +80,36 @@ def _handshake(socket_path: str) -> None:
     os.close(null)
 
 
+def _say(line: str) -> None:
+    """One line on stderr, if anyone reads it: with stderr closed, ``print(file=None)``
+    would write to stdout, go-plugin's handshake channel."""
+    if sys.stderr is not None:
+        with contextlib.suppress(OSError, ValueError):
+            print(line, file=sys.stderr)
+
+
+def _flush_stdio() -> None:
+    """Flush what stdout and stderr buffer; a stream whose reader is gone (EPIPE) or
+    that was closed is pointed at /dev/null instead, as CPython's docs advise for
+    BrokenPipeError, so that no later flush fails on it: a failed flush at exit is exit
+    status 120, not main's."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None:
+            continue  # its fd was closed when Python started
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError, ValueError):
+                null = os.open(os.devnull, os.O_WRONLY)
+                try:
+                    os.dup2(null, stream.fileno())
+                finally:
+                    os.close(null)
+
+
 def entry() -> None:
-    """The console script: exit without interpreter teardown once served."""
+    """The console script: exit without interpreter teardown once served, with main's
+    code even when the agent that read stdout and stderr is gone."""
     code = main()
-    sys.stderr.flush()
+    _flush_stdio()
     os._exit(code)
