@@ -6,20 +6,27 @@ paths and Any type URLs depend on them), same field numbers, types, labels and
 oneofs, same enum numbers, same RPC shapes. Both sides are compiled with
 grpc_tools.protoc into FileDescriptorSets and compared element by element.
 
-The upstream sources are the Debian golang packages under /usr/share/gocode. If
-they are absent the comparison is skipped, unless CI=true, where it fails.
+The upstream sources are Debian 12's golang packages (containerd 1.6, cgroups 1.0,
+gogo): those installed under /usr/share/gocode when they are these versions, otherwise
+(Debian 13 installs containerd 1.7's, and cgroups 3, which adds fields and moved
+stats/v1 to cgroup1/stats) bookworm's, which ``scripts/fetch-containerd 1.6-api``
+unpacks into .containerd/1.6-api/. Comparing against the newer packages would test
+another version, not 1.6. If neither is available the comparison is skipped, unless
+CI=true, where it fails.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 from _wirecmp import (
     OUR_PREFIX,
     OUR_PROTOS,
+    REPO,
     SERVICES,
     build_index,
     compare,
@@ -34,16 +41,39 @@ from google.protobuf import descriptor_pb2 as d
 
 pytestmark = pytest.mark.unit
 
-GOCODE = Path("/usr/share/gocode/src")
-UPSTREAM_INCLUDES = (
-    GOCODE,
-    GOCODE / "github.com/gogo/protobuf",
-    GOCODE / "github.com/gogo/protobuf/protobuf",
-    GOCODE / "github.com/gogo/googleapis",
-)
+INSTALLED = Path("/usr/share/gocode/src")
+FETCH = ("bash", str(REPO / "scripts/fetch-containerd"), "1.6-api")
 _CTRD = "github.com/containerd/containerd/api/"
+#: Where containerd's tree says which version it is (Debian ships it with the api/).
+_VERSION_GO = "github.com/containerd/containerd/version/version.go"
 
-# Our file (relative to protos/) -> the upstream file it mirrors (relative to GOCODE
+
+def upstream_includes(gocode: Path) -> tuple[Path, ...]:
+    """The roots protoc resolves 1.6's imports under, gogo's among them."""
+    return (
+        gocode,
+        gocode / "github.com/gogo/protobuf",
+        gocode / "github.com/gogo/protobuf/protobuf",
+        gocode / "github.com/gogo/googleapis",
+    )
+
+
+def is_16_tree(gocode: Path) -> bool:
+    """Whether ``gocode`` holds containerd 1.6's and cgroups 1.0's protos, gogo's too."""
+    try:
+        version = (gocode / _VERSION_GO).read_text()
+    except OSError:
+        return False
+    needed = [gocode / _CTRD, *upstream_includes(gocode)]
+    cgroups = [gocode / v for k, v in FILE_MAP.items() if v and "/cgroups/" in k]
+    return (
+        'Version = "1.6.' in version
+        and all(p.is_dir() for p in needed)
+        and all(p.is_file() for p in cgroups)
+    )
+
+
+# Our file (relative to protos/) -> the upstream file it mirrors (relative to the gocode root
 # or to the gogo googleapis root). Every file under protos/ must be listed here.
 # None: a file of containerd 2.x's API that 1.6 has no counterpart of (compared by
 # test_wire_conformance_2x.py; its elements are in KNOWN_ABSENT_IN_16).
@@ -111,11 +141,11 @@ KNOWN_ABSENT_IN_16: dict[str, str] = {
 }
 
 
-def upstream_proto_files() -> list[str]:
+def upstream_proto_files(gocode: Path) -> list[str]:
     """Every gRPC API file of containerd's api/ tree plus the cgroups metrics."""
-    api = GOCODE / _CTRD
+    api = gocode / _CTRD
     files = sorted(
-        p.relative_to(GOCODE).as_posix()
+        p.relative_to(gocode).as_posix()
         for p in api.rglob("*.proto")
         if "ttrpc" not in p.relative_to(api).parts  # shim-side ttrpc only
     )
@@ -123,13 +153,20 @@ def upstream_proto_files() -> list[str]:
     return files
 
 
-def _require_upstream() -> None:
-    missing = [str(p) for p in UPSTREAM_INCLUDES if not p.is_dir()]
-    if not (GOCODE / _CTRD).is_dir():
-        missing.append(str(GOCODE / _CTRD))
-    if not missing:
-        return
-    msg = "upstream containerd protos not installed: " + ", ".join(missing)
+def upstream_16_root() -> Path:
+    """The installed tree when it is 1.6's, otherwise bookworm's, from the fetch
+    script's last line (with the tree in place it only prints it, no network)."""
+    if is_16_tree(INSTALLED):
+        return INSTALLED
+    proc = subprocess.run(FETCH, capture_output=True, text=True, check=False)
+    lines = proc.stdout.strip().splitlines()
+    root = Path(lines[-1]) if proc.returncode == 0 and lines else None
+    if root is not None and is_16_tree(root):
+        return root
+    msg = (
+        f"containerd 1.6 protos unavailable: {INSTALLED} holds another version or none,"
+        f" and {' '.join(FETCH[1:])} gave exit {proc.returncode}: {proc.stderr.strip()[-400:]}"
+    )
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(msg + " (CI=true: the conformance check must run)")
     pytest.skip(msg)
@@ -144,9 +181,9 @@ def ours(tmp_path_factory: pytest.TempPathFactory) -> d.FileDescriptorSet:
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> d.FileDescriptorSet:
-    _require_upstream()
+    gocode = upstream_16_root()
     out = tmp_path_factory.mktemp("upstream") / "upstream.pb"
-    return compile_set(UPSTREAM_INCLUDES, upstream_proto_files(), out)
+    return compile_set(upstream_includes(gocode), upstream_proto_files(gocode), out)
 
 
 # --------------------------------------------------------------------------- tests
@@ -156,6 +193,42 @@ def test_file_map_covers_every_proto() -> None:
     assert sorted(FILE_MAP) == our_proto_files(), (
         "protos/ and FILE_MAP disagree; map every new .proto to its upstream file"
     )
+
+
+def _tree(root: Path, version: str, cgroups: tuple[str, str]) -> Path:
+    """A gocode root as Debian lays it out: containerd's version, cgroups' stats protos."""
+    for d_ in (_CTRD, *(p.relative_to(root) for p in upstream_includes(root)[1:])):
+        (root / d_).mkdir(parents=True, exist_ok=True)
+    (root / _VERSION_GO).parent.mkdir(parents=True)
+    (root / _VERSION_GO).write_text(f'\tVersion = "{version}"\n')
+    for rel in cgroups:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text('syntax = "proto3";\n')
+    return root
+
+
+def test_only_debian_12s_packages_are_taken_for_16s(tmp_path: Path) -> None:
+    """Debian 13's containerd 1.7 and cgroups 3 (cgroup1/stats, cgroup2/stats) are
+    another version: the test then compares against bookworm's, fetched."""
+    cg = "github.com/containerd/cgroups/"
+    bookworm = _tree(
+        tmp_path / "12",
+        "1.6.20+unknown",
+        (f"{cg}stats/v1/metrics.proto", f"{cg}v2/stats/metrics.proto"),
+    )
+    trixie = _tree(
+        tmp_path / "13",
+        "1.7.24+unknown",
+        (f"{cg}cgroup1/stats/metrics.proto", f"{cg}cgroup2/stats/metrics.proto"),
+    )
+    mixed = _tree(
+        tmp_path / "mixed",
+        "1.6.20+unknown",
+        (f"{cg}cgroup1/stats/metrics.proto", f"{cg}cgroup2/stats/metrics.proto"),
+    )
+    assert is_16_tree(bookworm)
+    assert not is_16_tree(trixie) and not is_16_tree(mixed)
+    assert not is_16_tree(tmp_path / "none")
 
 
 def test_wire_identical_to_upstream(
