@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from ctrexec._linux import die_with_parent as die_with_parent
     from ctrexec._version import VERSION as _VERSION
     from ctrexec.containerd._proto import to_timestamp as to_timestamp
+    from ctrexec.containerd.client import AddressChoice as AddressChoice
+    from ctrexec.containerd.client import AddressSource as AddressSource
     from ctrexec.containerd.client import Client as Client
     from ctrexec.containerd.client import Deprecation as Deprecation
     from ctrexec.containerd.client import Lease as Lease
@@ -40,8 +42,8 @@ if TYPE_CHECKING:
     from ctrexec.containerd.containers import Runtime as _ContainerRuntime
     from ctrexec.containerd.content import Descriptor as Descriptor
     from ctrexec.containerd.content import Platform as Platform
-    from ctrexec.containerd.daemon import DaemonPaths as DaemonPaths
     from ctrexec.containerd.daemon import EmbeddedContainerd as EmbeddedContainerd
+    from ctrexec.containerd.daemonpaths import DaemonPaths as DaemonPaths
     from ctrexec.containerd.events import Event as Event
     from ctrexec.containerd.events import EventsMissed as EventsMissed
     from ctrexec.containerd.events import ExecExited as ExecExited
@@ -233,6 +235,8 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec._version": ("__version__=VERSION",),
     "ctrexec.containerd._proto": ("to_timestamp",),
     "ctrexec.containerd.client": (
+        "AddressChoice",
+        "AddressSource",
         "Client",
         "Deprecation",
         "Lease",
@@ -248,7 +252,8 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "ContainerRuntime=Runtime",
     ),
     "ctrexec.containerd.content": ("Descriptor", "Platform"),
-    "ctrexec.containerd.daemon": ("DaemonPaths", "EmbeddedContainerd"),
+    "ctrexec.containerd.daemon": ("EmbeddedContainerd",),
+    "ctrexec.containerd.daemonpaths": ("DaemonPaths",),
     "ctrexec.containerd.events": (
         "Event",
         "EventsMissed",

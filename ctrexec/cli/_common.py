@@ -216,30 +216,28 @@ def connect(args: argparse.Namespace) -> Client:
     gives an error naming the socket rather than a silently started private daemon.
     Imported here, not at the top: parsing and ``--help`` load no grpc.
     """
-    from pathlib import Path
+    from ctrexec import AddressChoice, Client
 
-    from ctrexec import Client
-
-    address = getattr(args, "address", None) or os.environ.get(ADDRESS_ENV)
+    choice = AddressChoice.resolve(getattr(args, "address", None))
     namespace = getattr(args, "namespace", None)
-    if address:
+    if choice.source in ("argument", "environment"):
         try:
-            return Client.connect(address, namespace=namespace)
+            return Client.connect(choice, namespace=namespace)
         except ConnectError as exc:
-            raise ConnectError(f"{exc}{_embedded_hint(address)}") from None
-    if Path(DEFAULT_ADDRESS).exists():
-        return Client.connect(DEFAULT_ADDRESS, namespace=namespace)
+            raise ConnectError(f"{exc}{_embedded_hint(choice.address)}") from None
+    if choice.source == "system":
+        return Client.connect(choice, namespace=namespace)
     from ctrexec import EmbeddedContainerd
 
     daemon = EmbeddedContainerd()
     if daemon.is_running():
         # the usual case, in one call: connect() asks containerd its version anyway
         with contextlib.suppress(ConnectError):
-            return Client.connect(daemon.address, namespace=namespace)
+            return Client.connect(choice, namespace=namespace)
     else:
         print(f"ctrexec: starting embedded containerd at {daemon.address}", file=sys.stderr)
     daemon.start()  # starting it, or waiting for one just started to answer
-    return Client.connect(daemon.address, namespace=namespace)
+    return Client.connect(choice, namespace=namespace)
 
 
 def _embedded_hint(address: str) -> str:

@@ -118,6 +118,11 @@ def cmd_supervise(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     ex = executor(args)
+    # which containerd, and why: a unit's journal then says what it supervises
+    choice = ex.client.address_choice
+    logging.getLogger("ctrexec.supervise").info(
+        "supervising namespace %s on %s (%s)", ex.client.namespace, choice.address, choice.reason
+    )
     stop = threading.Event()
     failed: list[BaseException] = []
 

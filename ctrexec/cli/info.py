@@ -38,7 +38,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print_json(attrs.asdict(info))
         return 0
-    print(f"address:       {info.address}")
+    # which containerd, and why: two on one host hold different tasks
+    why = f" ({info.address_choice.reason})" if info.address_choice else ""
+    print(f"address:       {info.address}{why}")
     print(f"namespace:     {info.namespace}")
     print(f"containerd:    {info.version.version} ({info.version.revision})")
     print(f"namespaces:    {', '.join(info.namespaces) or '-'}")

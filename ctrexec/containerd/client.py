@@ -17,7 +17,8 @@ import shutil
 import warnings
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Self, TypedDict, TypeVar, Unpack
+from pathlib import Path
+from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack
 
 import attrs
 from google.protobuf import any_pb2, empty_pb2
@@ -138,6 +139,62 @@ class ServerDetails:
     deprecations: tuple[Deprecation, ...] = ()
 
 
+#: Why a connection uses the containerd it does: named by the caller (the CLI's
+#: ``--address``), ``$CONTAINERD_ADDRESS``, the system's socket because it exists, or
+#: ctrexec's embedded daemon because there was none of these.
+AddressSource = Literal["argument", "environment", "system", "embedded"]
+
+
+@attrs.frozen
+class AddressChoice:
+    """Which containerd a connection talks to, and why.
+
+    Two containerds on one host each hold their own tasks: a tool that silently moved
+    from one to the other (a system containerd that appeared, a variable set in one
+    shell only) would show another set of tasks. So the choice is a value a front end
+    can print (``ctrexec info``) and a service can log, not a rule buried in a connect.
+    """
+
+    address: str
+    source: AddressSource
+    #: The choice in words, for a person: ``embedded, started by ctrexec: ...``.
+    reason: str
+
+    @classmethod
+    def resolve(cls, address: str | None = None) -> AddressChoice:
+        """The rule of ctrexec's command line: ``address`` if given, else
+        ``$CONTAINERD_ADDRESS``, else the system socket if it exists, else the embedded
+        daemon's socket (which the caller starts: see :class:`EmbeddedContainerd`).
+
+        :meth:`Client.connect` without an address stops before the last step: a library
+        never starts a daemon on its own.
+        """
+        if address:
+            return cls(_rpc.resolve_address(address), "argument", "named explicitly (--address)")
+        env = os.environ.get(ADDRESS_ENV)
+        if env:
+            return cls(_rpc.resolve_address(env), "environment", f"from ${ADDRESS_ENV}")
+        if Path(DEFAULT_ADDRESS).exists():
+            return cls(DEFAULT_ADDRESS, "system", f"system containerd: {DEFAULT_ADDRESS} exists")
+        # here, not at the top: only this case needs it
+        from ctrexec.containerd.daemonpaths import default_paths
+
+        return cls(
+            default_paths().address,
+            "embedded",
+            f"embedded, started by ctrexec: no ${ADDRESS_ENV} and no {DEFAULT_ADDRESS}",
+        )
+
+
+def _connect_choice(address: str | AddressChoice | None) -> AddressChoice:
+    """What :meth:`Client.connect` was given, as a choice: never the embedded daemon."""
+    if isinstance(address, AddressChoice):
+        return address
+    if address or os.environ.get(ADDRESS_ENV):
+        return AddressChoice.resolve(address)
+    return AddressChoice(DEFAULT_ADDRESS, "system", "system containerd, the default address")
+
+
 @attrs.frozen
 class ServerInfo:
     """What ``ctrexec info`` shows: where we talk, to what, and what it can run."""
@@ -154,6 +211,8 @@ class ServerInfo:
     #: Why the daemon could not say, when it failed to (not when it lacks the call).
     runc_error: str = ""
     deprecations: tuple[Deprecation, ...] = ()
+    #: Which containerd this is and why (the address's source): for ``info`` to say.
+    address_choice: AddressChoice | None = None
 
 
 class Client:
@@ -168,30 +227,37 @@ class Client:
         *,
         namespace: str = DEFAULT_NAMESPACE,
         owns_connection: bool = True,
+        address_choice: AddressChoice | None = None,
     ) -> None:
         self._conn = conn
         self.namespace = validate_id(namespace, kind="namespace")
         self._owns = owns_connection
+        self._address_choice = address_choice
         #: What containerd answered when :meth:`connect` checked the connection.
         self.server_version: ServerVersion | None = None
 
     @classmethod
     def connect(
         cls,
-        address: str | None = None,
+        address: str | AddressChoice | None = None,
         *,
         namespace: str | None = None,
         timeout: float = _rpc.DEFAULT_TIMEOUT,
     ) -> Self:
-        """Open a checked connection; raise ConnectError with a one-line reason if unusable."""
+        """Open a checked connection; raise ConnectError with a one-line reason if unusable.
+
+        ``address``: a socket, or an :class:`AddressChoice` (the client keeps it as its
+        :attr:`address_choice`); None is ``$CONTAINERD_ADDRESS``, else the system socket.
+        """
         ns = (
             namespace if namespace is not None else os.environ.get(NAMESPACE_ENV, DEFAULT_NAMESPACE)
         )
         validate_id(ns, kind="namespace")
-        path = _rpc.resolve_address(address)
+        choice = _connect_choice(address)
+        path = choice.address
         _rpc.check_socket(path)
         conn = _rpc.Connection(path, default_timeout=timeout)
-        client = cls(conn, namespace=ns)
+        client = cls(conn, namespace=ns, address_choice=choice)
         try:
             client.server_version = client.version(timeout=min(timeout, 10.0))
         except errors.Unimplemented as exc:
@@ -207,6 +273,12 @@ class Client:
     @property
     def address(self) -> str:
         return self._conn.address
+
+    @property
+    def address_choice(self) -> AddressChoice:
+        """Which containerd this is and why: what :meth:`connect` was given, or (a client
+        made on a connection) its address, named by the caller."""
+        return self._address_choice or _connect_choice(self.address)
 
     @property
     def _connection(self) -> _rpc.Connection:
@@ -287,7 +359,12 @@ class Client:
 
     def with_namespace(self, namespace: str) -> Client:
         """A client for another namespace sharing this one's channel."""
-        return Client(self._conn, namespace=namespace, owns_connection=False)
+        return Client(
+            self._conn,
+            namespace=namespace,
+            owns_connection=False,
+            address_choice=self._address_choice,
+        )
 
     def close(self) -> None:
         if self._owns:
@@ -419,6 +496,7 @@ class Client:
             runc=runc,
             runc_error=runc_error,
             deprecations=self.server().deprecations,
+            address_choice=self.address_choice,
         )
 
     # -- leases -----------------------------------------------------------------------

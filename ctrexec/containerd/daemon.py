@@ -17,19 +17,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import attrs
-
 from ctrexec import errors
 from ctrexec._linux import mounts_under, unmount_all
-from ctrexec.containerd import tasks
+from ctrexec.containerd import daemonpaths, tasks
 from ctrexec.containerd.client import Client
-from ctrexec.defaults import CONTAINERD_BIN_ENV, EMBEDDED_DIR_ENV, RUN_DIR
+from ctrexec.defaults import CONTAINERD_BIN_ENV
 
 if TYPE_CHECKING:
     from ctrexec.paths import StrPath
 
-DEFAULT_STATE_DIR = Path(RUN_DIR, "containerd")
-DEFAULT_ROOT_DIR = Path("/var/lib/ctrexec/containerd")
+#: Defined apart (the client's address rule needs them, and this module imports the
+#: client), and named here too, where callers have always found them.
+DaemonPaths = daemonpaths.DaemonPaths
+default_paths = daemonpaths.default_paths
 
 #: Plugins the embedded daemon never needs. Leaving CRI out saves memory and time;
 #: the exotic snapshotters would only log errors on a plain ext4/xfs host. 2.x split
@@ -61,43 +61,6 @@ DISABLED_PLUGINS = (
 )
 #: The config version containerd 1.x reads without migrating it.
 CONFIG_VERSION = 2
-
-
-@attrs.frozen
-class DaemonPaths:
-    """Where one embedded containerd keeps everything."""
-
-    root: Path = attrs.field(converter=Path)
-    state: Path = attrs.field(converter=Path)
-
-    @property
-    def address(self) -> str:
-        return str(self.state / "containerd.sock")
-
-    @property
-    def config(self) -> Path:
-        return self.state / "config.toml"
-
-    @property
-    def pidfile(self) -> Path:
-        return self.state / "containerd.pid"
-
-    @property
-    def log(self) -> Path:
-        return self.state / "containerd.log"
-
-    @classmethod
-    def under(cls, base: StrPath) -> DaemonPaths:
-        """Root and state side by side under one directory (tests, throwaway daemons)."""
-        return cls(root=Path(base, "root"), state=Path(base, "state"))
-
-
-def default_paths() -> DaemonPaths:
-    """The embedded daemon's directories: ``$CTREXEC_EMBEDDED_DIR``'s, else the host's."""
-    base = os.environ.get(EMBEDDED_DIR_ENV)
-    if base:
-        return DaemonPaths.under(Path(base))
-    return DaemonPaths(root=DEFAULT_ROOT_DIR, state=DEFAULT_STATE_DIR)
 
 
 def render_config(paths: DaemonPaths, version: int = CONFIG_VERSION) -> str:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import threading
 from concurrent import futures
 from pathlib import Path
 
 import grpc
 import pytest
-from _cli import TEST_NAMESPACE, Cli
+from _cli import CLI_PROG, TEST_NAMESPACE, Cli
 from _support import create_namespace
 
 from ctrexec import errors
@@ -105,6 +107,28 @@ def test_cli_info_json(containerd_address: str, cli: Cli) -> None:
     assert info["address"] == containerd_address
     assert "overlayfs" in info["snapshotters"]
     assert "io.containerd.runc.v2" in info["runtimes"]
+    choice = info["address_choice"]
+    assert (choice["address"], choice["source"]) == (containerd_address, "argument")
+
+
+def test_cli_info_says_which_containerd_and_why(containerd_address: str, cli: Cli) -> None:
+    """Two containerds on one host hold different tasks (issue 39): ``info`` names the
+    socket it used and the reason, given ``--address`` or ``$CONTAINERD_ADDRESS``."""
+    shown = cli("info", namespace=None, check=True).stdout
+    assert f"address:       {containerd_address} (named explicitly (--address))\n" in shown
+    env = {**os.environ, "CONTAINERD_ADDRESS": f"unix://{containerd_address}"}
+    out = subprocess.run(
+        [*CLI_PROG, "info", "--json"], env=env, capture_output=True, text=True, check=True
+    )
+    choice = json.loads(out.stdout)["address_choice"]
+    assert choice == {
+        "address": containerd_address,
+        "source": "environment",
+        "reason": "from $CONTAINERD_ADDRESS",
+    }
+    with Client.connect(containerd_address) as client:
+        assert client.info().address_choice == client.address_choice
+        assert client.address_choice.source == "argument"
 
 
 def test_delete_namespace_only_when_empty(containerd_address: str) -> None:

@@ -37,6 +37,23 @@ def test_stops_with_sigterm_and_comes_back() -> None:
     assert "containerd.service" in _unit()["Unit"]["After"]
 
 
+def test_starts_no_containerd_of_its_own() -> None:
+    """Wanting containerd.service would start the distribution's daemon, and the CLI
+    would then talk to it instead of the embedded one the user's tasks live on (issue 39):
+    the unit only orders itself after it, for a host that runs it anyway."""
+    unit = _unit()
+    for section in unit.sections():
+        for key in ("Wants", "Requires", "BindsTo", "Requisite", "PartOf", "Upholds"):
+            assert "containerd" not in unit[section].get(key, ""), (section, key)
+
+
+def test_the_containerd_it_supervises_can_be_pinned() -> None:
+    """An optional EnvironmentFile (leading ``-``) may set $CONTAINERD_ADDRESS; without
+    it the supervisor follows the CLI's rule, which ``ctrexec info`` prints."""
+    files = _unit()["Service"]["EnvironmentFile"].split()
+    assert any(f.startswith("-/") for f in files)
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
 def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
     ctrexec = tmp_path / "ctrexec"
