@@ -395,10 +395,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         state = inspect_task(client, task_id, addresses=False).status
         return state not in (Status.RUNNING, Status.PAUSED, Status.CREATED)
 
-    info.check_logs()
+    info.check_logs(timestamps=args.timestamps)
     driver = info.log_driver
-    if args.timestamps and driver == "file":  # the shim's raw file: no time per line
-        raise InvalidArgument(f"the {driver} log driver keeps no timestamps")
     entries = read_logs(
         info.log_path, driver=driver, follow=args.follow, since=args.since,
         exited=exited if args.follow else None, tail=args.tail if args.until is None else None,

@@ -164,11 +164,16 @@ class TaskInfo:
         """The driver the task logs with, also for a record with no config of ours."""
         return logmodes.driver_of(self.config)
 
-    def check_logs(self) -> None:
+    def check_logs(self, *, timestamps: bool = False) -> None:
         """Refuse (FailedPrecondition, saying where the output went) to read the log of a
         task that keeps none: its output goes to the caller's paths, or it is
         interactive with a driver the daemon does not write. A reader (``logs``,
-        ``attach``, a scheduler's tail) asks before it waits on a log that never grows."""
+        ``attach``, a scheduler's tail) asks before it waits on a log that never grows.
+        ``timestamps``: the reader shows each line's time, which the ``file`` driver
+        (the shim's raw file) does not keep (InvalidArgument)."""
+        features = logmodes.FEATURES.get(self.log_driver, frozenset())
+        if timestamps and "read" in features and "timestamps" not in features:
+            raise InvalidArgument(f"the {self.log_driver} log driver keeps no timestamps")
         cfg = self.config
         if cfg is None:
             return

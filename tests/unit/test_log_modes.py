@@ -158,20 +158,18 @@ def test_following_a_raw_log_prints_the_rest_of_a_line_once(tmp_path: Path) -> N
 def test_logs_timestamps_refused_for_the_file_driver(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """``logs -t`` says the library's refusal (TaskInfo.check_logs) in one line, 125."""
     import ctrexec
     from ctrexec.cli import tasks as cli_tasks
 
-    class _Info:
-        config = TaskConfig(name="t", image="img", log_driver="file")
-        log_driver = config.log_driver
-        log_path = str(tmp_path / "task.log")
-
-        def check_logs(self) -> None:
-            """A file task keeps a log: nothing to refuse."""
-
+    info = ctrexec.TaskInfo(
+        id="t", image="img", status=ctrexec.Status.STOPPED, pid=0, exit=None,
+        netns_path=None, netns_mode="host", group=None, log_path=str(tmp_path / "task.log"),
+        labels={}, created_at=None, config=TaskConfig(name="t", image="img", log_driver="file"),
+    )  # fmt: skip
     monkeypatch.setattr(cli_tasks, "connect", lambda _args: object())
     monkeypatch.setattr(cli_tasks, "resolver", lambda _client: lambda word: word)
-    monkeypatch.setattr(ctrexec, "inspect_task", lambda *_a, **_kw: _Info())
+    monkeypatch.setattr(ctrexec, "inspect_task", lambda *_a, **_kw: info)
     assert main(["logs", "-t", "t"]) == 125
     assert capsys.readouterr().err.strip() == "ctrexec: the file log driver keeps no timestamps"
 

@@ -120,3 +120,17 @@ def test_log_opts_are_docker_words_for_the_configs_fields() -> None:
     assert set(LOG_DRIVERS) == {"json-file", "file", "none"}
     with pytest.raises(InvalidArgument, match="unknown log opt 'max-size' for file log driver"):
         parse_log_opts("file", ["max-size=1m"])
+
+
+def test_a_reader_that_shows_times_is_refused_a_log_that_keeps_none(tmp_path: Path) -> None:
+    """``logs -t``'s rule, the library's: the ``file`` driver (the shim's raw file) keeps
+    no time per line; ``json-file`` does; ``none`` keeps no log at all, which
+    ``read_logs`` says in docker's words, so the timestamps are not what is refused."""
+    raw = _info(tmp_path, TaskConfig(name="t", image="img", log_driver="file"))
+    raw.check_logs()
+    with pytest.raises(InvalidArgument, match="the file log driver keeps no timestamps"):
+        raw.check_logs(timestamps=True)
+    _info(tmp_path, TaskConfig(name="t", image="img")).check_logs(timestamps=True)
+    _info(tmp_path, TaskConfig(name="t", image="img", log_driver="none")).check_logs(
+        timestamps=True
+    )
