@@ -126,10 +126,12 @@ print(pid, flush=True)
 
 
 def _gone(pid: int) -> bool:
-    """Exited: no process, or a zombie its new parent has not reaped yet."""
+    """Exited: no process, or a zombie its new parent has not reaped yet. A process
+    that is reaped between the open of its stat file and the read makes the read fail
+    with ESRCH (seen in the Debian 13 guest), which says it is gone as well."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return True
 
 
