@@ -10,6 +10,12 @@ shim was killed has no task and no kept exit either (containerd forgets the task
 nothing in its record tells it from one never started. A scheduler's wait on such a
 run must end (NotFound), not wait for a start that may never come.
 
+A start numbers its run in the record's labels before it deletes the previous task and
+makes the new one (:func:`ctrexec.tasks.runs.next_run`), so a wait can arrive in between:
+a run with no task and no exit yet. A run numbered less than :data:`STARTING_FOR`
+seconds ago is taken for such a start, and the wait waits for it (the supervisor's
+restarts meet this); an older one is a run whose task is gone (NotFound).
+
 The event stream is subscribed before the state is read, so a start in between is an
 event that makes it look again; any event of the task does. A removal of a
 never-started container is no task event: the state is also read again every
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ctrexec.containerd.client import Client
@@ -29,9 +36,12 @@ from ctrexec.errors import CtrexecError, DeadlineExceeded, NotFound
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks import waiting
 from ctrexec.tasks.events import TaskEvents
+from ctrexec.tasks.reports import TaskInfo
 
 #: How often a wait for a created container looks whether it is still there.
 RECHECK = 1.0
+#: How long after a run was numbered its missing task is taken for a start in progress.
+STARTING_FOR = 30.0
 #: States with a run to wait on: containerd's Wait answers for them.
 _RUN = (Status.RUNNING, Status.PAUSED, Status.PAUSING, Status.STOPPED)
 
@@ -61,7 +71,7 @@ def wait(
                 return info.exit
             if info.status in _RUN:
                 continue  # it was running and went meanwhile: look again
-            if not until_started:
+            if not until_started and not _starting(info):
                 raise NotFound(f"task {task_id} not found: no run to wait on")
             if stream is None:
                 stream = TaskEvents.of(client, tasks=[task_id])
@@ -75,6 +85,13 @@ def wait(
     finally:
         if stream is not None:
             stream.cancel()
+
+
+def _starting(info: TaskInfo) -> bool:
+    """A run numbered by a start that has not made its task yet (see above)."""
+    if info.run <= 0 or info.started_at is None or info.exit is not None:
+        return False
+    return (datetime.now(UTC) - info.started_at).total_seconds() < STARTING_FOR
 
 
 def _pump(stream: TaskEvents, woke: threading.Event) -> None:

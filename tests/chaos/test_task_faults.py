@@ -134,7 +134,11 @@ def test_shim_sigkill_takes_task_and_destroy_still_cleans(
         lambda: not logdaemon_client.registrations(h.log_path), "the log daemon to end the run"
     )
     assert cgroup_members(client.namespace, name) == [], "processes left in the task's cgroup"
-    reported = wait_for(lambda: _settled(ex, name), "containerd to finish with the dead shim")
+    # Bounded past runwait.STARTING_FOR: a wait takes a run numbered that recently, with
+    # no task, for a start in progress, and answers NotFound only after it.
+    reported = wait_for(
+        lambda: _settled(ex, name), "containerd to finish with the dead shim", timeout=90
+    )
     cut = armed.exception(timeout=60)  # bounded: a cut call is retried for 30 s at most
     assert cut is None or isinstance(cut, errors.NotFound), repr(cut)
     # Both are acceptable by containerd's API; 1.6.20 answers NotFound.
