@@ -321,10 +321,11 @@ def spawn_server(lock_path: str, environ: dict[str, str] | None = None) -> int |
     tried: on a host at load 6-9 the server then took 40 to 300 s to listen.
 
     Its keeper is the next command: the server is detached (a session of its own,
-    reparented to init), and when it dies nothing else notices, nor needs to. It
-    keeps no state; the next client's connect fails (no socket, or a stale one no
-    one listens on), that command runs in-process, and it starts a new server at
-    its exit.
+    reparented to init; on a systemd host a scope of its own too, so the unit of the
+    command that started it can end without it: :mod:`ctrexec.placement`), and when
+    it dies nothing else notices, nor needs to. It keeps no state; the next client's
+    connect fails (no socket, or a stale one no one listens on), that command runs
+    in-process, and it starts a new server at its exit.
     """
     try:
         lock = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
@@ -341,7 +342,11 @@ def spawn_server(lock_path: str, environ: dict[str, str] | None = None) -> int |
             return None  # a server holds it: starting up, or going away after a stale answer
         finally:
             os.close(lock)
-    argv = [sys.executable, "-P", "-m", "ctrexec.cli.server"]
+    # Here, not at the top: only a start of the server loads it (and shutil).
+    from ctrexec import helper_argv
+
+    # A scope of its own on a systemd host: the first caller's unit may end first.
+    argv = helper_argv("server", [sys.executable, "-P", "-m", "ctrexec.cli.server"])
     null = os.devnull
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, null, os.O_RDONLY, 0),
@@ -350,7 +355,7 @@ def spawn_server(lock_path: str, environ: dict[str, str] | None = None) -> int |
     ]
     try:
         pid = os.posix_spawn(
-            sys.executable,
+            argv[0],
             argv,
             environ or os.environ,
             file_actions=actions,

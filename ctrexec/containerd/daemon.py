@@ -22,6 +22,7 @@ from ctrexec._linux import mounts_under, unmount_all
 from ctrexec.containerd import daemonpaths, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.defaults import CONTAINERD_BIN_ENV
+from ctrexec.placement import helper_argv
 
 if TYPE_CHECKING:
     from ctrexec.paths import StrPath
@@ -140,7 +141,8 @@ class EmbeddedContainerd:
         log = self.paths.log.open("ab")
         try:
             self._proc = subprocess.Popen(
-                [exe, "--config", str(self.paths.config)],
+                # A scope of its own on a systemd host: the caller's unit may end first.
+                helper_argv("containerd", [exe, "--config", str(self.paths.config)]),
                 env=env,
                 cwd=self.paths.state,
                 stdin=subprocess.DEVNULL,

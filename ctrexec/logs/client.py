@@ -321,14 +321,19 @@ def _going_away(where: Path) -> bool:
 
 def _start(where: Path) -> bytes:
     """Start a daemon; its answer: ``r`` it listens, ``b`` another holds the lock."""
-    import subprocess  # only a start that finds no daemon pays for it
+    import subprocess  # only a start that finds no daemon pays for these two
+
+    from ctrexec.placement import helper_argv
 
     boot = boot_source(logdaemon.__name__)
     r, w = os.pipe2(os.O_CLOEXEC)
     try:
         with open(where / "logd.log", "ab") as errlog:  # noqa: PTH123
             proc = subprocess.Popen(
-                [sys.executable, "-IS", "-c", boot, logdaemon.NAME, str(where), str(w)],
+                # A scope of its own on a systemd host: the caller's unit may end first.
+                helper_argv(
+                    "logd", [sys.executable, "-IS", "-c", boot, logdaemon.NAME, str(where), str(w)]
+                ),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=errlog,

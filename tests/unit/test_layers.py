@@ -212,7 +212,14 @@ def test_the_file_read_rule_sees_reads() -> None:
 #: The layers, low to high. A module imports only from lower layers, or from its own
 #: package; two packages of one layer never import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("ctrexec._version", "ctrexec.defaults", "ctrexec.errors", "ctrexec.flocks", "ctrexec.paths"),
+    (
+        "ctrexec._version",
+        "ctrexec.defaults",
+        "ctrexec.errors",
+        "ctrexec.flocks",
+        "ctrexec.paths",
+        "ctrexec.placement",
+    ),
     ("ctrexec.ids", "ctrexec.labels", "ctrexec._linux", "ctrexec.inflight", "ctrexec.owners"),
     ("ctrexec._rpc", "ctrexec.oci"),
     ("ctrexec.containerd", "ctrexec.net"),
