@@ -42,7 +42,9 @@ daemon_gone() { ! CTREXEC_NO_SERVER=1 $cx daemon status >/dev/null; }
 daemon_pid() { CTREXEC_NO_SERVER=1 $cx daemon status | sed -n 's/^running (pid \([0-9]*\)).*/\1/p'; }
 server_pid() {
   local f
-  for f in /run/ctrexec/cli/*.pid; do [ -f "$f" ] && cat "$f"; done 2>/dev/null | head -n 1
+  for f in /run/ctrexec/cli/*.pid; do
+    if [ -f "$f" ]; then cat "$f"; return 0; fi
+  done
 }
 stop_server() {
   local pid
