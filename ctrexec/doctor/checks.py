@@ -14,6 +14,7 @@ from ctrexec.doctor import (
     containers,
     daemon,
     files,
+    helperscopes,
     integrity,
     logdaemon,
     logdisk,
@@ -55,6 +56,8 @@ CHECKS: tuple[Check, ...] = (
     *logdisk.CHECKS,
     # the log daemon: started again if it died; a finding only when it cannot be
     logdaemon.CHECK,
+    # the helpers' place on a systemd host (after the log daemon's start): findings only
+    helperscopes.CHECK,
     # the daemon's own warnings (containerd 2.x's deprecations): nothing gc removes
     daemon.CHECK,
 )

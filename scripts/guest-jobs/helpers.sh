@@ -7,6 +7,7 @@
 #     real; then as shipped, which must keep the embedded containerd, the log daemon,
 #     the command server and the task, each helper in a ctrexec-ROLE-*.scope of
 #     ctrexec.slice.
+#     And doctor names a helper left in another (still active) unit's cgroup.
 #  2. contrib/systemd/ctrexec-supervise@.service started with Debian's containerd.service
 #     stopped: the unit must not start it, and `ctrexec info` must still name the
 #     embedded daemon.
@@ -92,6 +93,23 @@ out=$(systemd-run --wait --pipe --quiet $cx ps --format '{{.Names}} {{.State}}')
 ok "a command from another unit sees it: $out"
 systemctl list-units --no-legend --plain 'ctrexec-*'
 CTREXEC_NO_SERVER=1 $cx rm -f new >/dev/null
+
+echo "== 1c. doctor names a helper left in another unit's cgroup"
+CTREXEC_NO_SERVER=1 $cx daemon stop >/dev/null
+stop_server
+# A unit that stays active after its command: the daemon lives on in its cgroup.
+systemd-run --quiet --unit=holder -p Type=oneshot -p RemainAfterExit=yes \
+  -E CTREXEC_HELPER_SCOPE=0 -E CTREXEC_NO_SERVER=1 $cx daemon start >/dev/null
+pid=$(daemon_pid)
+grep -q '/holder.service' "/proc/$pid/cgroup" || fail "the holder's daemon is in $(cat "/proc/$pid/cgroup")"
+report=$(CTREXEC_NO_SERVER=1 $cx doctor --json || true)
+echo "$report" | grep -q '"Kind": "helper-placement"' || fail "doctor said: $report"
+echo "$report" | grep -q "holder.service" || fail "doctor did not name the unit: $report"
+ok "doctor: $(echo "$report" | grep -o '"What": "[^"]*holder.service[^"]*"' | head -n 1)"
+CTREXEC_NO_SERVER=1 $cx daemon stop >/dev/null
+systemctl stop holder.service
+CTREXEC_NO_SERVER=1 $cx doctor --json | grep -q helper-placement && fail "doctor still reports a placement"
+ok "with the daemon gone, doctor reports no placement"
 
 echo "== 2. the supervisor unit leaves Debian's containerd.service alone"
 sed "s|/usr/local/bin/ctrexec|$cx|" /root/src/contrib/systemd/ctrexec-supervise@.service \
