@@ -182,6 +182,7 @@ if TYPE_CHECKING:
     from ctrexec.oci.caps import normalize_capability as normalize_capability
     from ctrexec.paths import StrPath as StrPath
     from ctrexec.placement import helper_argv as helper_argv
+    from ctrexec.placement import helper_placed as helper_placed
     from ctrexec.preloading import preload as preload
     from ctrexec.tasks.aio import AsyncExecutor as AsyncExecutor
     from ctrexec.tasks.cgroupfs import cgroupfs_relative as cgroupfs_relative
@@ -371,7 +372,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.net.settings": ("networks_from_env=from_env",),
     "ctrexec.oci.caps": ("DEFAULT_CAPABILITIES", "normalize_capability"),
     "ctrexec.paths": ("StrPath",),
-    "ctrexec.placement": ("helper_argv",),
+    "ctrexec.placement": ("helper_argv", "helper_placed"),
     "ctrexec.preloading": ("preload",),
     "ctrexec.tasks.aio": ("AsyncExecutor",),
     "ctrexec.tasks.cgroupfs": ("cgroupfs_relative",),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -73,3 +74,45 @@ def helper_argv(role: str, argv: Sequence[str]) -> list[str]:
         "--",
         *argv,
     ]
+
+
+def cgroup_of(pid: int) -> str | None:
+    """The process's cgroup in the unified hierarchy (the one systemd keeps units in),
+    or None if it is gone or has none."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:  # noqa: PTH123
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    return next((line[3:] for line in lines if line.startswith("0::")), None)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:  # noqa: PTH123
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def helper_placed(pid: int, *, timeout: float = 5.0) -> bool:
+    """Wait, bounded, until the helper ``pid`` (started with :func:`helper_argv`) has
+    left this process's cgroup; whether it did.
+
+    A caller that exits right after starting a helper (the command line's server is
+    started at the command's exit) must wait for this: when the caller's unit ends, its
+    cgroup is killed whole, and a ``systemd-run`` that had not yet moved into its scope
+    dies with it. Where ``helper_argv`` changed nothing, the helper shares the caller's
+    cgroup by design and this answers False at once.
+    """
+    mine = cgroup_of(os.getpid())
+    deadline = time.monotonic() + timeout
+    while True:
+        theirs = cgroup_of(pid)
+        if theirs is None or _zombie(pid):
+            return False
+        if theirs != mine:
+            return True
+        if not systemd_booted() or time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)

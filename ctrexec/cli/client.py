@@ -342,8 +342,8 @@ def spawn_server(lock_path: str, environ: dict[str, str] | None = None) -> int |
             return None  # a server holds it: starting up, or going away after a stale answer
         finally:
             os.close(lock)
-    # Here, not at the top: only a start of the server loads it (and shutil).
-    from ctrexec import helper_argv
+    # Here, not at the top: only a start of the server loads them (and shutil).
+    from ctrexec import helper_argv, helper_placed
 
     # A scope of its own on a systemd host: the first caller's unit may end first.
     argv = helper_argv("server", [sys.executable, "-P", "-m", "ctrexec.cli.server"])
@@ -363,6 +363,10 @@ def spawn_server(lock_path: str, environ: dict[str, str] | None = None) -> int |
         )
     except OSError:
         return None
+    if argv[0] != sys.executable:
+        # This runs at the command's exit: its unit may end at once and kill its cgroup
+        # whole, systemd-run included if it had not yet moved into its scope.
+        helper_placed(pid)
     return pid
 
 

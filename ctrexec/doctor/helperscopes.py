@@ -13,7 +13,7 @@ from __future__ import annotations
 from ctrexec.containerd.daemon import EmbeddedContainerd
 from ctrexec.doctor.findings import Check, Finding, Scope
 from ctrexec.logs import client as logclient
-from ctrexec.placement import SLICE, systemd_booted
+from ctrexec.placement import SLICE, cgroup_of, systemd_booted
 
 KIND = "helper-placement"
 
@@ -30,16 +30,6 @@ FIXES = {
         "of its own, and it reads the running tasks' FIFOs again",
     ),
 }
-
-
-def cgroup_of(pid: int) -> str | None:
-    """The process's cgroup in the unified hierarchy (systemd's), or None if gone."""
-    try:
-        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:  # noqa: PTH123
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    return next((line[3:] for line in lines if line.startswith("0::")), None)
 
 
 def foreign_unit(role: str, cgroup: str) -> str | None:

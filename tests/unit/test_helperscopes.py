@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from ctrexec import placement
 from ctrexec.doctor import helperscopes
 from ctrexec.doctor.findings import Scope
 
@@ -35,11 +36,11 @@ def test_foreign_unit(role: str, cgroup: str, unit: str | None) -> None:
 def test_cgroup_of_this_process_is_its_unified_line() -> None:
     with open(f"/proc/{os.getpid()}/cgroup", encoding="utf-8") as f:
         line = next((x for x in f.read().splitlines() if x.startswith("0::")), None)
-    assert helperscopes.cgroup_of(os.getpid()) == (line[3:] if line else None)
+    assert placement.cgroup_of(os.getpid()) == (line[3:] if line else None)
 
 
 def test_a_gone_process_has_no_cgroup() -> None:
-    assert helperscopes.cgroup_of(2**22 + 1) is None  # above pid_max's ceiling
+    assert placement.cgroup_of(2**22 + 1) is None  # above pid_max's ceiling
 
 
 def test_without_systemd_nothing_is_judged(monkeypatch: pytest.MonkeyPatch) -> None:

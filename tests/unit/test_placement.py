@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -71,3 +73,43 @@ def test_no_systemd_run_no_wrapper(systemd_host: Path, monkeypatch: pytest.Monke
 def test_this_machine_is_told_apart() -> None:
     """The real test, on whatever host this runs: a directory systemd makes at boot."""
     assert placement.systemd_booted() == os.path.isdir("/run/systemd/system")
+
+
+def test_placed_once_the_helper_left_our_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
+    here = os.getpid()
+    seen = iter(["/a.service", "/a.service", "/ctrexec.slice/ctrexec-server-1-00.scope"])
+    monkeypatch.setattr(
+        placement, "cgroup_of", lambda pid: "/a.service" if pid == here else next(seen)
+    )
+    monkeypatch.setattr(placement, "_zombie", lambda pid: False)
+    monkeypatch.setattr(placement, "systemd_booted", lambda: True)
+    assert placement.helper_placed(4242, timeout=5.0)
+
+
+def test_not_placed_when_the_helper_is_gone() -> None:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    assert not placement.helper_placed(proc.pid, timeout=5.0)
+
+
+def test_a_zombie_is_not_placed() -> None:
+    proc = subprocess.Popen(["true"])
+    # Not reaped: /proc/PID/stat says Z once it exited (poll /proc, bounded).
+    for _ in range(500):
+        with open(f"/proc/{proc.pid}/stat", encoding="ascii") as f:
+            if f.read().rpartition(")")[2].split()[0] == "Z":
+                break
+        time.sleep(0.01)
+    assert not placement.helper_placed(proc.pid, timeout=5.0)
+    proc.wait()
+
+
+def test_without_systemd_a_helper_in_our_cgroup_is_answered_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(placement, "systemd_booted", lambda: False)
+    with subprocess.Popen(["sleep", "30"]) as proc:
+        try:
+            assert not placement.helper_placed(proc.pid, timeout=3600.0)
+        finally:
+            proc.kill()
