@@ -85,7 +85,10 @@ def remove_image(client: Client, ref: str, *, force: bool = False, sync: bool = 
     nothing else references (before returning when ``sync``)."""
     named = names_of(client, ref)
     if named is None:
-        _remove_name(client, lookup.image_name(ref), force=force, sync=sync)
+        name = lookup.image_name(ref)
+        if not force:
+            _refuse_in_use(client, [name])
+        _remove_name(client, name, sync=sync)
         return
     repos = {parse_reference(n).name for n in named if not is_dangling(n)}
     if len(repos) > 1 and not force:
@@ -94,13 +97,26 @@ def remove_image(client: Client, ref: str, *, force: bool = False, sync: bool = 
             f"conflict: unable to delete {shown} (must be forced) - "
             "image is referenced in multiple repositories"
         )
-    for n, name in enumerate(named, 1):
-        given = images.ImageName(name, given=ref)
-        _remove_name(client, given, force=force, sync=sync and n == len(named), by_id=True)
+    given = [images.ImageName(name, given=ref) for name in named]
+    if not force:
+        # Every name checked, with one listing, before any goes: no half-removed ID.
+        _refuse_in_use(client, given)
+    for n, name in enumerate(given, 1):
+        _remove_name(client, name, sync=sync and n == len(given), by_id=True)
+
+
+def _refuse_in_use(client: Client, names: list[images.ImageName]) -> None:
+    users = containers_by_image(client)
+    for name in names:
+        if using := users.get(name.name, []):
+            raise Conflict(
+                f"image {name.shown} is in use by container {', '.join(using)} "
+                "(remove the container first, or force with rmi -f)"
+            )
 
 
 def _remove_name(
-    client: Client, name: images.ImageName, *, force: bool, sync: bool, by_id: bool = False
+    client: Client, name: images.ImageName, *, sync: bool, by_id: bool = False
 ) -> None:
     """``by_id``: one of the names an ID stands for, which may be gone meanwhile.
 
@@ -109,13 +125,6 @@ def _remove_name(
     target = images.recorded_target(client, name.name)
     if target is None and by_id:
         return
-    if not force:
-        using = containers_by_image(client).get(name.name, [])
-        if using:
-            raise Conflict(
-                f"image {name.shown} is in use by container {', '.join(using)} "
-                "(remove the container first, or force with rmi -f)"
-            )
     try:
         images.remove_image(client, name, sync=sync, target=target or "")
     except NotFound:

@@ -48,3 +48,32 @@ def test_rmi_refuses_an_image_in_use(cli: Cli, tags: None) -> None:
     assert (forced.returncode, forced.stdout) == (0, f"{IN_USE}\n"), forced.stderr
     assert IN_USE not in _names(cli)
     assert cli("exec", "rmi-user", "true").returncode == 0  # the container runs on
+
+
+COMMITTED = "docker.io/library/ctrexec-rmi-id"
+
+
+def test_rmi_of_an_id_checks_every_name_before_removing_any(cli: Cli, test_image: str) -> None:
+    """An ID named three times in one repository, its middle name in use: refused whole,
+    every name kept (each name used to be checked as it went, after the earlier ones
+    were already removed)."""
+    ctr = ["ctr", "--address", cli.address, "--namespace", TEST_NAMESPACE, "images"]
+    names = [f"{COMMITTED}:{t}" for t in ("a", "b", "c")]
+    try:
+        assert cli("create", "--name", "rmi-id-src", test_image, "true").returncode == 0
+        commit = cli("commit", "rmi-id-src", names[0])
+        assert commit.returncode == 0, commit.stderr
+        image_id = commit.stdout.strip()
+        for name in names[1:]:
+            subprocess.run([*ctr, "tag", "--force", names[0], name], check=True)
+        run = cli("run", "-d", "--name", "rmi-id-user", names[1], "sleep", "300")
+        assert run.returncode == 0, run.stderr
+        out = cli("rmi", image_id)
+        assert out.returncode == 1, out.stdout
+        assert "is in use by container rmi-id-user" in out.stderr, out.stderr
+        assert set(names) <= _names(cli)
+    finally:
+        for box in ("rmi-id-user", "rmi-id-src"):
+            with contextlib.suppress(Exception):
+                cli("rm", "-f", box)
+        subprocess.run([*ctr, "rm", *names], check=False, capture_output=True)
