@@ -349,24 +349,18 @@ def cmd_kill(args: argparse.Namespace) -> int:
     return each(args.ids, lambda task_id: ex.signal(task_id, args.signal), resolver(ex.client))
 
 
-def _kill_at_once(ex: Executor, ids: list[str]) -> None:
-    """SIGKILL to every task together, so ``rm -f`` of many waits for the slowest exit,
-    not their sum. A kill that fails is left to the removal, which reports it."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def kill(task_id: str) -> None:
-        with contextlib.suppress(CtrexecError):
-            ex.signal(task_id, "SIGKILL")
-
-    with ThreadPoolExecutor(max_workers=min(len(ids), 32) or 1) as pool:
-        list(pool.map(kill, ids))
-
-
 def cmd_rm(args: argparse.Namespace) -> int:
+    """docker's ``rm``: the words resolved first, then all removed by the library
+    (Executor.remove_many: with -f, killed together, none left to a supervisor's
+    restart), each word then reported in turn."""
     ex = executor(args)
     lookup = resolver(ex.client)
-    if args.force and len(args.ids) > 1:  # all killed at once; each removal then is quick
-        _kill_at_once(ex, lookup.known(args.ids))
+    found: dict[str, str] = {}
+    for word in args.ids:
+        with contextlib.suppress(CtrexecError):  # reported in turn below
+            found[word] = lookup(word)
+    ids = list(dict.fromkeys(found.values()))
+    outcome = dict(ex.remove_many(ids, force=args.force, volumes=args.volumes))
 
     def resolve(word: str) -> str:
         try:
@@ -378,10 +372,18 @@ def cmd_rm(args: argparse.Namespace) -> int:
                 ex.destroy(word, force=args.force)
             raise
 
-    def remove(task_id: str) -> None:
-        ex.destroy(task_id, force=args.force, volumes=args.volumes)
+    def remove(word: str) -> None:
+        if word not in found:  # unknown or ambiguous: resolve says so
+            ex.destroy(resolve(word), force=args.force, volumes=args.volumes)
+            return
+        task_id = found[word]
+        if task_id not in outcome:  # named twice: removed already
+            raise NotFound(f"No such container: {word}")
+        error = outcome.pop(task_id)
+        if error is not None:
+            raise error
 
-    return each(args.ids, remove, resolve)
+    return each(args.ids, remove)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

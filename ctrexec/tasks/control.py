@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import signal as signals
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ctrexec import defaults
 from ctrexec import labels as lbl
@@ -90,9 +92,7 @@ def stop(
     restart that raced this stop is stopped in either order.
     """
     record = containers.get(client, task_id)
-    if lbl.RESTART_POLICY in record.labels:
-        mark = {lbl.STOPPED_BY_USER: "true", lbl.RESTART_PENDING: None, lbl.RESTART_DUE: None}
-        containers.update_labels(client, task_id, mark)
+    mark_stopped(client, record)
     state = tasks.find(client, task_id)
     if state is None:
         return None
@@ -112,6 +112,61 @@ def stop(
         return tasks.collect(pending, KILL_WAIT)
     finally:
         pending.cancel()
+
+
+def mark_stopped(client: Client, record: containers.Container) -> None:
+    """Mark a task with a restart policy stopped by the user, its restart pending no
+    more: the one mark the supervisor honours before a restart is due and again once
+    it has started one (``stop`` and a forced removal both write it before a signal)."""
+    if lbl.RESTART_POLICY in record.labels:
+        mark = {lbl.STOPPED_BY_USER: "true", lbl.RESTART_PENDING: None, lbl.RESTART_DUE: None}
+        containers.update_labels(client, record.id, mark)
+
+
+def kill_for_removal(client: Client, task_id: str) -> None:
+    """SIGKILL a task about to be removed, marked first (:func:`mark_stopped`), so
+    that no supervisor restarts what is being removed when it sees the exit."""
+    mark_stopped(client, containers.get(client, task_id))
+    if _status(client, task_id) in _LIVE:
+        tasks.kill(client, task_id, signals.SIGKILL, all_processes=True)
+
+
+class Removing:
+    """The Executor's removal of many tasks (:class:`~ctrexec.Executor` inherits it)."""
+
+    client: Client
+
+    if TYPE_CHECKING:
+
+        def destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None: ...
+
+    def remove_many(
+        self, ids: Sequence[str], *, force: bool = False, volumes: bool = False
+    ) -> list[tuple[str, CtrexecError | None]]:
+        """Remove every task, as :meth:`destroy` each; each id with the error its
+        removal raised, if any, in the order given (a front end reports them in turn).
+
+        With ``force`` (docker's ``rm -f A B C``), every task is first marked stopped
+        by the user and SIGKILLed, all together (bounded threads), so the removal waits
+        for the slowest exit, not their sum, and a supervisor restarts none of them;
+        then each is destroyed. A kill that fails is left to the removal, which says.
+        """
+        if force and len(ids) > 1:
+            from ctrexec.tasks import teardown  # start-up: only a removal of many needs it
+
+            teardown.each_at_once(ids, lambda task_id: kill_for_removal(self.client, task_id))
+        elif force and ids:
+            with contextlib.suppress(CtrexecError):
+                kill_for_removal(self.client, ids[0])
+        results: list[tuple[str, CtrexecError | None]] = []
+        for task_id in ids:
+            try:
+                self.destroy(task_id, force=force, volumes=volumes)
+            except CtrexecError as exc:
+                results.append((task_id, exc))
+            else:
+                results.append((task_id, None))
+        return results
 
 
 def _status(client: Client, task_id: str) -> Status | None:

@@ -73,7 +73,7 @@ class ExecStreamOptions(ExecOptions, StreamOptions, total=False):
     """An exec's options and where its streamed output goes."""
 
 
-class Executor(hostside.HostSide, retiring.Retiring):
+class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
     """Runs tasks in one containerd namespace. Thread-safe: it holds no mutable state
     besides per-container locks that serialise start/stop/destroy of the same task,
     and caches of what digests fix (image documents, resolved users)."""
