@@ -265,7 +265,8 @@ class Supervisor:
         self._answers_again(info)
         why = lost_reason(info, booted, datetime.now(UTC), self._lost_after(info.labels))
         if info.status is Status.STOPPED and info.exit is not None:
-            self._on_exit(info.id, info.exit, live=False)
+            exited = functools.partial(self._on_exit, info.id, info.exit, live=False)
+            self._act(info.id, "handling of an exit", exited)  # removed since: no stream's end
         elif why is not None and should_revive(info.labels):
             revive = lambda cid=info.id: self._revive(cid, booted)  # noqa: E731
             self._schedule(info.id, 0, "start after " + why, revive)
