@@ -6,6 +6,9 @@ typed ``pause web`` wants to read ``container web is already paused``, so on a f
 the task's state is read and the refusal is rebuilt from it (docker's sentences), with
 the RPC's own error chained. The happy path costs no extra call, except ``signal``,
 which must look first: containerd would accept it for a task that already exited.
+
+A forced removal of many (:meth:`Removing.remove_many`) kills here too, after the
+mark ``stop`` writes: one owner for the fact that a task a user ended stays ended.
 """
 
 from __future__ import annotations
@@ -151,13 +154,10 @@ class Removing:
         for the slowest exit, not their sum, and a supervisor restarts none of them;
         then each is destroyed. A kill that fails is left to the removal, which says.
         """
-        if force and len(ids) > 1:
-            from ctrexec.tasks import teardown  # start-up: only a removal of many needs it
+        if force:
+            from ctrexec.tasks import teardown  # start-up: only a forced removal needs it
 
             teardown.each_at_once(ids, lambda task_id: kill_for_removal(self.client, task_id))
-        elif force and ids:
-            with contextlib.suppress(CtrexecError):
-                kill_for_removal(self.client, ids[0])
         results: list[tuple[str, CtrexecError | None]] = []
         for task_id in ids:
             try:
