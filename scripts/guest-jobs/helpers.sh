@@ -40,7 +40,11 @@ within() {
   done
 }
 daemon_gone() { ! CTREXEC_NO_SERVER=1 $cx daemon status >/dev/null; }
-daemon_pid() { CTREXEC_NO_SERVER=1 $cx daemon status | sed -n 's/^running (pid \([0-9]*\)).*/\1/p'; }
+daemon_pid() {
+  local status
+  status=$(CTREXEC_NO_SERVER=1 $cx daemon status || true)
+  echo "$status" | sed -n 's/^running (pid \([0-9]*\)).*/\1/p'
+}
 server_pid() {
   local f
   for f in /run/ctrexec/cli/*.pid; do
