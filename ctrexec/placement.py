@@ -22,6 +22,8 @@ import stat
 import time
 from typing import TYPE_CHECKING
 
+from ctrexec import procfs
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -79,20 +81,8 @@ def helper_argv(role: str, argv: Sequence[str]) -> list[str]:
 def cgroup_of(pid: int) -> str | None:
     """The process's cgroup in the unified hierarchy (the one systemd keeps units in),
     or None if it is gone or has none."""
-    try:
-        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:  # noqa: PTH123
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    return next((line[3:] for line in lines if line.startswith("0::")), None)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:  # noqa: PTH123
-            return f.read().rpartition(")")[2].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
+    cgroups = procfs.proc_cgroups(pid)
+    return None if cgroups is None else cgroups.get("")
 
 
 def helper_placed(pid: int, *, timeout: float = 5.0) -> bool:
@@ -109,7 +99,7 @@ def helper_placed(pid: int, *, timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while True:
         theirs = cgroup_of(pid)
-        if theirs is None or _zombie(pid):
+        if theirs is None or not procfs.process_alive(pid):
             return False
         if theirs != mine:
             return True

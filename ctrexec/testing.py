@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ctrexec import _rpc, flocks
+from ctrexec import _rpc, flocks, procfs
 from ctrexec._api.containerd.services.content.v1 import content_pb2
 from ctrexec._linux import mount_points, mounts_under, unix_socket_listening
 from ctrexec.containerd import containers, snapshots, tasks
@@ -282,12 +282,6 @@ def stop_log_daemon(state_dir: str | os.PathLike[str], timeout: float = 10.0) ->
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    wait_for(lambda: not _running(pid), timeout=timeout, what=f"log daemon {pid} to exit")
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+    wait_for(
+        lambda: not procfs.process_alive(pid), timeout=timeout, what=f"log daemon {pid} to exit"
+    )

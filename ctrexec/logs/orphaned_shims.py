@@ -15,6 +15,7 @@ import signal
 import time
 from pathlib import Path
 
+from ctrexec import procfs
 from ctrexec.logs.driver import DRIVER_NAME
 
 _SHIM_PREFIX = "containerd-shim"
@@ -39,8 +40,10 @@ def processes() -> dict[int, tuple[int, list[bytes]]]:
                 argv = cmdline.read().split(b"\0")[:-1]
             if not argv:
                 continue
-            with open(f"/proc/{name}/stat", "rb") as stat:  # noqa: PTH123
-                parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            stat = procfs.proc_stat(name)
+            if stat is None:
+                continue
+            parent = int(stat[1][1])
         except (OSError, IndexError, ValueError):
             continue
         found[int(name)] = (parent, argv)

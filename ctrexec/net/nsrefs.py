@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ctrexec import _linux, ids
+from ctrexec import _linux, ids, procfs
 from ctrexec.net import _pyroute2, netns, nsmarks
 
 if TYPE_CHECKING:
@@ -171,12 +171,11 @@ def _process(pid: str, how: str) -> NetnsUser:
     command, container = "?", None
     with contextlib.suppress(OSError):
         command = Path(f"/proc/{pid}/comm").read_text().strip()
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-            task = ids.task_of_cgroup(line.split(":", 2)[-1])
-            if task is not None:
-                container = task[1]
-                break
+    for path in (procfs.proc_cgroups(pid) or {}).values():
+        task = ids.task_of_cgroup(path)
+        if task is not None:
+            container = task[1]
+            break
     return NetnsUser(how=how, pid=int(pid), command=command, container=container)
 
 

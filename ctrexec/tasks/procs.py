@@ -16,6 +16,7 @@ from pathlib import Path
 
 import attrs
 
+from ctrexec import procfs
 from ctrexec._linux import CGROUP_ROOT
 from ctrexec.errors import FailedPrecondition, InvalidArgument
 
@@ -42,11 +43,10 @@ class Proc:
 
 def cgroup_pids(init_pid: int) -> list[int]:
     """Every pid in the cgroup of ``init_pid``: v2, or v1's pids/freezer/memory hierarchy."""
-    try:
-        lines = (PROC / str(init_pid) / "cgroup").read_text().splitlines()
-    except OSError as exc:
-        raise FailedPrecondition(f"process {init_pid} is gone") from exc
-    for procs in _procs_files(lines):
+    cgroups = procfs.proc_cgroups(init_pid)
+    if cgroups is None:
+        raise FailedPrecondition(f"process {init_pid} is gone")
+    for procs in _procs_files(cgroups):
         try:
             return sorted(int(p) for p in procs.read_text().split())
         except OSError:
@@ -54,13 +54,9 @@ def cgroup_pids(init_pid: int) -> list[int]:
     return [init_pid]
 
 
-def _procs_files(lines: list[str]) -> list[Path]:
+def _procs_files(cgroups: dict[str, str]) -> list[Path]:
     """Where the cgroup's member list may be, most likely first (hybrid hosts have both)."""
-    paths = {}
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        for name in controllers.split(",") if controllers else [""]:
-            paths[name] = path.lstrip("/")
+    paths = {name: path.lstrip("/") for name, path in cgroups.items()}
     found = []
     if "" in paths:
         found += [CGROUP_ROOT / paths[""], CGROUP_ROOT / "unified" / paths[""]]
@@ -71,15 +67,15 @@ def _procs_files(lines: list[str]) -> list[Path]:
 def read(pid: int) -> Proc | None:
     """The row for ``pid``, None once it exited."""
     base = PROC / str(pid)
+    stat = procfs.proc_stat(pid)
     try:
-        stat = (base / "stat").read_text()
         cmdline = (base / "cmdline").read_bytes()
         uid = base.stat().st_uid
     except OSError:
         return None
-    # comm, in parentheses, may hold spaces and parentheses: split after the last ")"
-    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-    fields = stat[stat.rindex(")") + 2 :].split()
+    if stat is None:
+        return None
+    comm, fields = stat
     ticks = os.sysconf("SC_CLK_TCK")
     cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
     args = [a.decode(errors="replace") for a in cmdline.split(b"\0") if a]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ctrexec import placement
+from ctrexec import placement, procfs
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -81,7 +81,7 @@ def test_placed_once_the_helper_left_our_cgroup(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(
         placement, "cgroup_of", lambda pid: "/a.service" if pid == here else next(seen)
     )
-    monkeypatch.setattr(placement, "_zombie", lambda pid: False)
+    monkeypatch.setattr(procfs, "process_alive", lambda pid: True)
     monkeypatch.setattr(placement, "systemd_booted", lambda: True)
     assert placement.helper_placed(4242, timeout=5.0)
 
@@ -96,9 +96,8 @@ def test_a_zombie_is_not_placed() -> None:
     proc = subprocess.Popen(["true"])
     # Not reaped: /proc/PID/stat says Z once it exited (poll /proc, bounded).
     for _ in range(500):
-        with open(f"/proc/{proc.pid}/stat", encoding="ascii") as f:
-            if f.read().rpartition(")")[2].split()[0] == "Z":
-                break
+        if not procfs.process_alive(proc.pid):
+            break
         time.sleep(0.01)
     assert not placement.helper_placed(proc.pid, timeout=5.0)
     proc.wait()
