@@ -209,7 +209,7 @@ class Groups:
             return {}
         ex = self.executor
         teardown.stop_and_destroy(
-            ids, stop=ex.stop, destroy=lambda task_id: ex.destroy(task_id, force=True)
+            ids, stop=ex.stop_many, destroy=lambda task_id: ex.destroy(task_id, force=True)
         )
         if on_change is not None:
             for task_id in todo.removed:
@@ -282,7 +282,7 @@ class Groups:
         ex = self.executor
         teardown.stop_and_destroy(
             [c.id for c in members],
-            stop=lambda task_id: ex.stop(task_id, timeout=timeout, remove=False),
+            stop=lambda ids: ex.stop_many(ids, timeout=timeout),
             destroy=lambda task_id: ex.destroy(task_id, force=True),
         )
         for gone in missing.missing(members):  # deleted outside ctrexec: its files remain

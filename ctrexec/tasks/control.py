@@ -8,16 +8,19 @@ the RPC's own error chained. The happy path costs no extra call, except ``signal
 which must look first: containerd would accept it for a task that already exited.
 
 A forced removal of many (:meth:`Removing.remove_many`) kills here too, after the
-mark ``stop`` writes: one owner for the fact that a task a user ended stays ended.
+mark ``stop`` writes: one owner for the fact that a task a user ended stays ended. A stop
+is two halves (:func:`begin_stop`, then the wait), so a stop of many
+(:meth:`Removing.stop_many`) can send every signal before it waits for any exit.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal as signals
+import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ctrexec import defaults
 from ctrexec import labels as lbl
@@ -26,6 +29,9 @@ from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import CtrexecError, DeadlineExceeded, FailedPrecondition
 from ctrexec.tasks import spec as taskspec
+
+if TYPE_CHECKING:
+    from ctrexec._rpc import Pending
 
 _LIVE = (Status.RUNNING, Status.PAUSED)
 #: How long a SIGKILLed task may take to be reported gone: the kernel's teardown of a
@@ -88,33 +94,86 @@ def stop(
     """Send the stop signal, then SIGKILL when ``timeout`` passes; the exit (None
     without a task). The caller holds the task's lock.
 
-    No fixed sleep: the armed Wait returns the moment the task exits. A task with a
-    restart policy is marked stopped by the user first, also when it has already
-    exited (docker's stop of a restarting container keeps it stopped): the supervisor
-    reads the mark before its restart is due, and again once it has started one, so a
-    restart that raced this stop is stopped in either order.
+    No fixed sleep: the armed Wait returns the moment the task exits.
+    """
+    flight = begin_stop(client, task_id, timeout, signal)
+    try:
+        if not flight.wait(flight.timeout):
+            flight.kill()
+            flight.finish(KILL_WAIT)
+        return flight.exit
+    finally:
+        flight.close()
+
+
+def begin_stop(
+    client: Client, task_id: str, timeout: float | None, signal: int | str | None
+) -> StopInFlight:
+    """Send the stop signal and return the stop in flight, its Wait armed before the
+    signal: the first half of :func:`stop`, which a stop of many
+    (:func:`ctrexec.tasks.teardown.stop_all`) sends to every task before it waits.
+    The caller holds the task's lock until the stop in flight is closed.
+
+    A task with a restart policy is marked stopped by the user first, also when it has
+    already exited (docker's stop of a restarting container keeps it stopped): the
+    supervisor reads the mark before its restart is due, and again once it has started
+    one, so a restart that raced this stop is stopped in either order.
     """
     record = containers.get(client, task_id)
     mark_stopped(client, record)
-    state = tasks.find(client, task_id)
-    if state is None:
-        return None
-    if state.status is Status.STOPPED:
-        return state.exit
-    sig = taskspec.parse_signal(signal or record.labels.get(lbl.STOP_SIGNAL, "SIGTERM"))
     if timeout is None:
         timeout = float(record.labels.get(lbl.STOP_TIMEOUT, defaults.DEFAULT_STOP_TIMEOUT))
+    state = tasks.find(client, task_id)
+    if state is None or state.status is Status.STOPPED:
+        return StopInFlight(client, task_id, None, timeout, None if state is None else state.exit)
+    sig = taskspec.parse_signal(signal or record.labels.get(lbl.STOP_SIGNAL, "SIGTERM"))
     if state.status is Status.PAUSED:
         tasks.resume(client, task_id)
     pending = tasks.arm_wait(client, task_id)
     try:
         tasks.kill(client, task_id, sig)
-        with contextlib.suppress(DeadlineExceeded):
-            return tasks.collect(pending, timeout)
-        tasks.kill(client, task_id, signals.SIGKILL, all_processes=True)
-        return tasks.collect(pending, KILL_WAIT)
-    finally:
+    except BaseException:
         pending.cancel()
+        raise
+    return StopInFlight(client, task_id, pending, timeout, None)
+
+
+class StopInFlight:
+    """A stop whose signal was sent; its exit comes through the Wait armed before it."""
+
+    def __init__(
+        self, client: Client, task_id: str, pending: Pending[Any] | None, timeout: float,
+        exit: ExitStatus | None,
+    ) -> None:  # fmt: skip
+        self.client = client
+        self.task_id = task_id
+        self.timeout = timeout
+        #: The task's exit once known (None without a task).
+        self.exit = exit
+        self._pending = pending
+
+    def wait(self, seconds: float) -> bool:
+        """True once the task has exited, False if it had not within ``seconds``."""
+        if self._pending is None:
+            return True
+        try:
+            self.exit = tasks.collect(self._pending, seconds)
+        except DeadlineExceeded:
+            return False
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL every process of the task: its stop timeout has passed."""
+        tasks.kill(self.client, self.task_id, signals.SIGKILL, all_processes=True)
+
+    def finish(self, seconds: float) -> None:
+        """Wait for the exit the SIGKILL brings; DeadlineExceeded if none within ``seconds``."""
+        if self._pending is not None:
+            self.exit = tasks.collect(self._pending, seconds)
+
+    def close(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
 
 
 def mark_stopped(client: Client, record: containers.Container) -> None:
@@ -142,6 +201,30 @@ class Removing:
     if TYPE_CHECKING:
 
         def destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None: ...
+
+        def _lock(self, task_id: str) -> threading.Lock: ...
+
+    def stop_many(
+        self, ids: Sequence[str], *, timeout: float | None = None, signal: int | str | None = None
+    ) -> list[tuple[str, CtrexecError | None]]:
+        """Stop every task as :meth:`stop` with ``remove=False``, in one stop timeout
+        however many there are (:func:`ctrexec.tasks.teardown.stop_all`); each id with
+        the error its stop raised, if any, in the order given.
+
+        Each task's lock is held from its signal to its exit, so nothing else acts on a
+        task being stopped; the locks are taken in one order (sorted ids), so two stops
+        of many that share tasks never wait on each other's locks in a cycle.
+        """
+        from ctrexec.tasks import teardown  # start-up: only a stop of many needs it
+
+        with contextlib.ExitStack() as held:
+            for task_id in sorted(set(ids)):
+                held.enter_context(self._lock(task_id))
+            return teardown.stop_all(
+                ids,
+                lambda task_id: begin_stop(self.client, task_id, timeout, signal),
+                kill_wait=KILL_WAIT,
+            )
 
     def remove_many(
         self, ids: Sequence[str], *, force: bool = False, volumes: bool = False
