@@ -1,6 +1,6 @@
 """``group down`` stops its tasks together: every task has had its stop signal before
-the first one is killed. Checked by order, in one file both tasks append to, not by
-how long the command took."""
+the first one is killed, also past the 32 threads a stop of many uses. Checked by
+order, in one file the tasks append to, not by how long the command took."""
 
 from __future__ import annotations
 
@@ -62,6 +62,59 @@ def test_group_down_stops_tasks_concurrently(cli: Cli, group: tuple[str, Path]) 
         last_alive = max(i for i, line in enumerate(lines) if line == f"alive {task}")
         # the other task was asked to stop while this one still ran (it was not yet killed)
         assert lines.index(f"term {other}") < last_alive, lines
+
+
+#: More members than teardown.MAX_THREADS (32): with one thread per whole stop, the 33rd
+#: had its signal only once a stop of the first 32 was over (two stop timeouts).
+MANY = 40
+
+
+@pytest.fixture
+def big_group(cli: Cli, tmp_path: Path, test_image: str) -> Iterator[tuple[str, Path]]:
+    name = f"cxb{secrets.token_hex(2)}"
+    out = tmp_path / "out"
+    out.mkdir()
+    tasks = "".join(
+        f'[[task]]\nname = "m{i}"\nimage = "{test_image}"\n'
+        f'command = ["sh", "-c", {json.dumps(_stubborn(f"m{i}"))}]\n'
+        f'volumes = ["{out}:/out"]\nstop_timeout = 5\n'
+        for i in range(MANY)
+    )
+    file = tmp_path / "group.toml"
+    file.write_text(f'name = "{name}"\nnetwork = "none"\n{tasks}')
+    up = cli("group up", str(file))
+    assert up.returncode == 0, up.stderr
+    try:
+        yield name, out / "log"
+    finally:
+        with contextlib.suppress(Exception):
+            cli("group down", name)
+
+
+def test_group_down_of_more_members_than_threads_signals_all_before_any_kill(
+    cli: Cli, big_group: tuple[str, Path]
+) -> None:
+    name, log = big_group
+    members = [f"m{i}" for i in range(MANY)]
+    wait_for(
+        lambda: {f"ready {m}" for m in members} <= set(log.read_text().splitlines()),
+        timeout=120,
+        what=f"all {MANY} tasks trap SIGTERM",
+    )
+    down = cli("group down", name)
+    assert (down.returncode, down.stdout) == (0, f"{name}\n"), down.stderr
+    lines = log.read_text().splitlines()
+    assert {f"term {m}" for m in members} <= set(lines), lines  # each had its signal
+    first_killed = min(  # the line after which some member said nothing more
+        max(i for i, line in enumerate(lines) if line == f"alive {m}") for m in members
+    )
+    last_signalled = max(lines.index(f"term {m}") for m in members)
+    # every member was asked to stop while all of them still ran: none waited for a
+    # stop of others to end before its signal, so down took one stop timeout
+    assert last_signalled < first_killed, lines
+    left = cli("ps", "-a", "-q")
+    assert left.returncode == 0, left.stderr
+    assert not [i for i in left.stdout.split() if i.startswith(f"{name}-")], left.stdout
 
 
 def test_rm_force_of_several_kills_and_removes_each(cli: Cli, test_image: str) -> None:
