@@ -194,7 +194,7 @@ def kill_for_removal(client: Client, task_id: str) -> None:
 
 
 class Removing:
-    """The Executor's removal of many tasks (:class:`~ctrexec.Executor` inherits it)."""
+    """The Executor's stop and removal of many tasks (:class:`~ctrexec.Executor` inherits it)."""
 
     client: Client
 
