@@ -121,12 +121,12 @@ def begin_stop(
     """
     record = containers.get(client, task_id)
     mark_stopped(client, record)
+    state = tasks.find(client, task_id)
+    if state is None or state.status is Status.STOPPED:  # nothing to wait for
+        return StopInFlight(client, task_id, None, 0.0, None if state is None else state.exit)
+    sig = taskspec.parse_signal(signal or record.labels.get(lbl.STOP_SIGNAL, "SIGTERM"))
     if timeout is None:
         timeout = float(record.labels.get(lbl.STOP_TIMEOUT, defaults.DEFAULT_STOP_TIMEOUT))
-    state = tasks.find(client, task_id)
-    if state is None or state.status is Status.STOPPED:
-        return StopInFlight(client, task_id, None, timeout, None if state is None else state.exit)
-    sig = taskspec.parse_signal(signal or record.labels.get(lbl.STOP_SIGNAL, "SIGTERM"))
     if state.status is Status.PAUSED:
         tasks.resume(client, task_id)
     pending = tasks.arm_wait(client, task_id)
