@@ -15,7 +15,7 @@ import pytest
 from _logfollow import follow_in_thread
 
 from ctrexec.logs import backward, modes
-from ctrexec.logs.reader import LogEntry, LogWriter, encode_entry, read_logs
+from ctrexec.logs.reader import LogEntry, LogWriter, decode_entry, encode_entry, read_logs
 from ctrexec.testing import wait_for
 
 pytestmark = pytest.mark.unit
@@ -257,3 +257,80 @@ def test_tail_reads_what_it_prints_not_the_log(
     assert len(whole(path, since=T0 + 109_990 * 1_000_000)) == 10
     monkeypatch.undo()
     assert sum(read) <= 6 * backward.BLOCK, sum(read)  # of 8 MB
+
+
+def plain_decode(path: Path) -> list[LogEntry]:
+    """Every entry of the rotated set, by hand: each file split at newlines, its
+    unterminated rest dropped (neither reader takes it as an entry), each line decoded.
+    Independent of read_logs, so the forward reader is checked by it too."""
+    names = sorted(
+        (p for p in path.parent.iterdir() if p.name.startswith(path.name + ".")),
+        key=lambda p: -int(p.name.rsplit(".", 1)[1]),
+    )
+    got = []
+    for name in [*names, path]:
+        if not name.exists():
+            continue
+        for line in name.read_bytes().split(b"\n")[:-1]:
+            if line and (entry := decode_entry(line)) is not None:
+                got.append(entry)
+    return got
+
+
+def random_rotated_set(path: Path, rng: random.Random) -> list[int]:
+    """A rotated set of random entries (long and empty messages, partial lines, foreign
+    and empty lines), cut at random lines into up to five files, some of them empty,
+    a rotated one or the current one maybe ending mid-entry. Returns the entries' times."""
+    lines, times = [], []
+    for i in range(rng.randrange(0, 120)):
+        kind = rng.random()
+        if kind < 0.05:
+            lines.append(b"not an entry" if rng.random() < 0.5 else b"")
+            continue
+        size = rng.choice([0, 1, 5, 30, 90, 400, 3000])
+        text = "".join(rng.choice('ab é\t"\\{}') for _ in range(size))
+        text += "" if kind < 0.2 else "\n"  # a partial line now and then
+        stream = "stderr" if rng.random() < 0.3 else "stdout"
+        lines.append(encode_entry(stream, text, T0 + i * 1000).rstrip(b"\n"))
+        times.append(T0 + i * 1000)
+    cuts = sorted(rng.sample(range(len(lines) + 1), min(len(lines) + 1, rng.randrange(0, 5))))
+    parts = [lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(lines)], strict=True)]
+    for n, part in enumerate(parts):
+        data = b"".join(line + b"\n" for line in part)
+        if n < len(parts) - 1 and rng.random() < 0.2:  # a rotated file ending mid-entry
+            data += encode_entry("stderr", "cut\n", T0)[: rng.randrange(1, 30)]
+        name = path if n == len(parts) - 1 else Path(f"{path}.{len(parts) - 1 - n}")
+        name.write_bytes(data)
+    if rng.random() < 0.3:  # the writer is mid-entry in the current file
+        with path.open("ab") as f:
+            f.write(encode_entry("stdout", "torn\n", T0 + 10**9)[: rng.randrange(1, 30)])
+    return times
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_sets_with_small_blocks_match_a_plain_decode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Blocks of a few bytes, so entries span blocks and files; every tail and since
+    gives what a decode of every line, filtered afterwards, gives."""
+    rng = random.Random(seed)
+    path = tmp_path / "task.log"
+    times = random_rotated_set(path, rng)
+    every = plain_decode(path)
+    assert whole(path) == every
+    real = backward.pieces
+    block = rng.choice([1, 3, 16, 100, 1000])
+    monkeypatch.setattr(backward, "pieces", lambda fd, size: real(fd, size, block))
+    for streams in [("stdout", "stderr"), ("stderr",)]:
+        kept = [e for e in every if e.stream in streams]
+        for tail in {0, 1, 2, 7, len(kept) - 1, len(kept), len(kept) + 5}:
+            if tail < 0:
+                continue
+            want = kept[max(0, len(kept) - tail) :] if tail else []
+            assert whole(path, tail=tail, streams=streams) == want, (block, tail)
+        for since in {T0 - 1, *rng.sample(times, min(3, len(times))), T0 + 10**12}:
+            for tail in [None, 1, 4]:
+                want = [e for e in kept if e.time_ns >= since]
+                want = want if tail is None else want[max(0, len(want) - tail) :]
+                got = whole(path, since=since, tail=tail, streams=streams)
+                assert got == want, (block, since, tail)
