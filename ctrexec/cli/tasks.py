@@ -33,7 +33,7 @@ from ctrexec.cli._common import (
 )
 from ctrexec.cli._time import point_in_time
 from ctrexec.cli.registry import add_pull_policy, ensure_images
-from ctrexec.cli.verbs import each, stop_flags, until
+from ctrexec.cli.verbs import each, stop_flags, until, until_ns
 
 # The library (grpc, stubs, attrs) is imported inside the commands: building the
 # parser, --help and bad flags must not load it.
@@ -399,14 +399,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     info.check_logs(timestamps=args.timestamps)
     driver = info.log_driver
+    # --until's own filter reads everything; read_logs's can read a tail from the end,
+    # but a follower's --tail counts the entries that come later as well
+    direct = args.until is None or not args.follow
+    limit = None if args.until is None else until_ns(args.until)
     entries = read_logs(
         info.log_path, driver=driver, follow=args.follow, since=args.since,
-        exited=exited if args.follow else None, tail=args.tail if args.until is None else None,
+        exited=exited if args.follow else None, tail=args.tail if direct else None,
+        until=limit if direct else None,
     )  # fmt: skip
     dropped = 0
     last = None  # the stream written last: flushed when the other comes, so the two
     # keep their order where they share a file (2>&1), without a flush per line
-    for entry in entries if args.until is None else until(entries, args.until, args.tail):
+    for entry in entries if direct else until(entries, args.until, args.tail):
         out = sys.stderr if entry.stderr else sys.stdout
         if last is not None and out is not last:
             last.flush()

@@ -60,9 +60,14 @@ def each(
     return SOME_FAILED if failed else 0
 
 
+def until_ns(when: datetime) -> int:
+    """``--until``'s bound, as :func:`until` and ``read_logs(until=)`` both compare it."""
+    return int(when.timestamp() * 1e9)
+
+
 def until(entries: Iterable[LogEntry], when: datetime, tail: int | None) -> Iterator[LogEntry]:
     """``logs --until``: the entries up to ``when``, then the last ``tail`` of those."""
-    limit = int(when.timestamp() * 1e9)
+    limit = until_ns(when)
     kept = [e for e in entries if e.time_ns <= limit]
     return iter(kept if tail is None else kept[max(0, len(kept) - tail) :] if tail else [])
 

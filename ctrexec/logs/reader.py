@@ -465,6 +465,7 @@ def read_logs(
     since: datetime | int | None = None,
     tail: int | None = None,
     streams: Collection[str] = STREAMS,
+    until: datetime | int | None = None,
     stop: Callable[[], bool] | None = None,
     exited: Callable[[], bool] | None = None,
     poll_interval: float = 0.1,
@@ -480,18 +481,17 @@ def read_logs(
     ``since`` for a driver that keeps no timestamps (InvalidArgument). The checks come
     at the call, before the first entry is asked for.
 
-    ``since`` (an aware datetime, or ns since the epoch) and ``streams`` filter first;
-    ``tail`` then keeps the last N of the entries present now. Either makes the read start
-    from the end (:mod:`ctrexec.logs.backward`), so it costs what it yields, not what the
-    log holds (``since``: back to :data:`SINCE_SLACK_NS` before it). With ``follow``,
-    entries written later are yielded as they appear (polling every ``poll_interval``
-    seconds, across rotations; ``wait`` pauses between polls, and an event's ``wait`` lets
-    its setter cut a pause short) until ``stop()`` returns true (e.g. ``event.is_set``), and
-    then once more, so whatever was written before ``stop()`` said so is yielded; without
-    ``stop`` it follows until the caller stops iterating. ``exited()`` (the task has exited)
-    stops it too, once true for :data:`EXIT_SETTLE`: the log is whole only then, as a last
-    line with no newline is written after the exit. A missing log yields nothing (or, when
-    following, waits for it). Lines that are not entries are skipped.
+    ``since``/``until`` (aware datetimes or epoch ns, inclusive) and ``streams`` filter first;
+    ``tail`` then keeps the last N of the entries present now. Either makes the read start from
+    the end (:mod:`ctrexec.logs.backward`), so it costs what it yields, not what the log holds
+    (``since``: back to :data:`SINCE_SLACK_NS` before it). With ``follow``, entries written
+    later are yielded as they appear (polling every ``poll_interval`` seconds, across rotations;
+    ``wait`` pauses between polls, and an event's ``wait`` lets its setter cut a pause short)
+    until ``stop()`` returns true, and then once more, so whatever was written before ``stop()``
+    said so is yielded; without ``stop`` it follows until the caller stops iterating.
+    ``exited()`` (the task's exit) stops it too, once true for :data:`EXIT_SETTLE`: the log is
+    whole only then, as a last line with no newline is written after the exit. A missing log
+    yields nothing (or, when following, waits for it). Lines that are not entries are skipped.
     """
     modes.check_driver(driver)
     if driver == modes.NONE:
@@ -501,19 +501,19 @@ def read_logs(
     if tail is not None and tail < 0:
         raise InvalidArgument(f"tail must be >= 0, got {tail}")
     cursor = _Cursor(os.fspath(path))  # opens nothing until it is read
-    since_ns, wanted = _since_ns(since), frozenset(streams)
+    since_ns, until_ns, wanted = _since_ns(since), _since_ns(until), frozenset(streams)
 
     def select(lines: Iterator[bytes]) -> Iterator[LogEntry]:
         if driver == modes.FILE:
-            return _raw_entries(lines, cursor)
-        return _json_entries(lines, wanted, since_ns)
+            return _raw_entries(lines, cursor, until_ns)
+        return _json_entries(lines, wanted, (since_ns, until_ns))
 
     def present() -> Iterator[LogEntry]:
         if tail is None and since_ns is None:
             return select(cursor.start())  # everything: forward is the cheaper way
-        if driver == modes.FILE:
-            return _last_raw(cursor, tail)  # (no since: refused above)
-        return _last_json(cursor.start_backward(), wanted, since_ns, tail)
+        if driver == modes.FILE:  # (no since: refused above; every time is 0)
+            return _last_raw(cursor, tail if until_ns is None or until_ns >= 0 else 0)
+        return _last_json(cursor.start_backward(), wanted, (since_ns, until_ns), tail)
 
     stop, pause = _settled(stop, exited), functools.partial(wait, poll_interval)
     return _entries(cursor, present, select, follow=follow, stop=stop, pause=pause)
@@ -585,27 +585,30 @@ def _entries(
 
 
 def _json_entries(
-    lines: Iterator[bytes], wanted: frozenset[str], since_ns: int | None
+    lines: Iterator[bytes], wanted: frozenset[str], bounds: tuple[int | None, int | None]
 ) -> Iterator[LogEntry]:
+    since_ns, until_ns = bounds
     for line in lines:
         entry = decode_entry(line) if line else None
         if entry is None or entry.stream not in wanted:
             continue
         if since_ns is not None and entry.time_ns < since_ns:
             continue
-        yield entry
+        if until_ns is None or entry.time_ns <= until_ns:
+            yield entry
 
 
 def _last_json(
     lines: Generator[bytes, None, None],
     wanted: frozenset[str],
-    since_ns: int | None,
+    bounds: tuple[int | None, int | None],
     tail: int | None,
 ) -> Iterator[LogEntry]:
-    """The entries a forward read would keep for ``since``/``tail``, from lines newest
-    first: read back only until ``tail`` entries are kept, or to an entry older than
-    ``since`` by more than :data:`SINCE_SLACK_NS`."""
+    """The entries a forward read would keep for ``since``/``until``/``tail``, from lines
+    newest first: read back only until ``tail`` entries are kept, or to an entry older
+    than ``since`` by more than :data:`SINCE_SLACK_NS`."""
     kept: list[LogEntry] = []
+    since_ns, until_ns = bounds
     floor = None if since_ns is None else since_ns - SINCE_SLACK_NS
     with contextlib.closing(lines):  # closes the rotated file being read, if any
         for line in lines if tail != 0 else ():
@@ -615,6 +618,8 @@ def _last_json(
             if floor is not None and entry.time_ns < floor:
                 break
             if entry.stream not in wanted or (since_ns is not None and entry.time_ns < since_ns):
+                continue
+            if until_ns is not None and entry.time_ns > until_ns:
                 continue
             kept.append(entry)
             if len(kept) == tail:
@@ -635,7 +640,9 @@ def _last_raw(cursor: _Cursor, tail: int | None) -> Iterator[LogEntry]:
     return reversed(kept)
 
 
-def _raw_entries(lines: Iterator[bytes], cursor: _Cursor) -> Iterator[LogEntry]:
+def _raw_entries(lines: Iterator[bytes], cursor: _Cursor, until: int | None) -> Iterator[LogEntry]:
+    if until is not None and until < 0:  # every time is 0
+        return
     for line in lines:
         yield LogEntry(OUTPUT, line.decode("utf-8", "replace") + "\n", 0)
     if rest := cursor.rest():

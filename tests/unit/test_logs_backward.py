@@ -185,6 +185,8 @@ def test_raw_tail(tmp_path: Path, tail: int | None, rest: bytes) -> None:
     path.write_bytes(b"one\n\nthree\xff\n" + rest)
     got = whole(path, tail=tail, driver=modes.FILE)
     assert got == expected(path, tail=tail, driver=modes.FILE)
+    assert whole(path, tail=tail, driver=modes.FILE, until=T0) == got  # every time is 0
+    assert whole(path, tail=tail, driver=modes.FILE, until=-1) == []
 
 
 @pytest.mark.parametrize("kw", [{"tail": 1}, {"tail": 3}, {"since": T0 + 2}])
@@ -255,6 +257,7 @@ def test_tail_reads_what_it_prints_not_the_log(
     monkeypatch.setattr(os, "read", plain_read)
     assert len(whole(path, tail=10)) == 10
     assert len(whole(path, since=T0 + 109_990 * 1_000_000)) == 10
+    assert len(whole(path, until=T0 + 109_900 * 1_000_000, tail=10)) == 10  # --until --tail
     monkeypatch.undo()
     assert sum(read) <= 6 * backward.BLOCK, sum(read)  # of 8 MB
 
@@ -334,3 +337,11 @@ def test_random_sets_with_small_blocks_match_a_plain_decode(
                 want = want if tail is None else want[max(0, len(want) - tail) :]
                 got = whole(path, since=since, tail=tail, streams=streams)
                 assert got == want, (block, since, tail)
+        for until in {T0 - 1, *rng.sample(times, min(3, len(times))), T0 + 10**12}:
+            for tail in [None, 0, 1, 4, len(kept) + 1]:
+                for since in [None, T0 + 20_000]:  # logs --since --until --tail, by hand
+                    want = [e for e in kept if e.time_ns <= until]
+                    want = [e for e in want if since is None or e.time_ns >= since]
+                    want = want[max(0, len(want) - tail) :] if tail else [] if tail == 0 else want
+                    got = whole(path, since=since, until=until, tail=tail, streams=streams)
+                    assert got == want, (block, since, until, tail)
