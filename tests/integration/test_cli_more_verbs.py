@@ -88,6 +88,12 @@ def test_logs_since_and_until(cli: Cli, test_image: str, made: list[str]) -> Non
     assert cli("logs", "--until", f"{cut:.3f}", "mv-logs").stdout == "early\n"
     assert cli("logs", "--since", "1h", "mv-logs").stdout == "early\nlate\n"
     assert cli("logs", "--until", "1h", "mv-logs").stdout == ""
+    after = f"{late.timestamp() + 1:.3f}"  # --until --tail: the last of those up to it
+    assert cli("logs", "--until", after, "--tail", "1", "mv-logs").stdout == "late\n"
+    assert cli("logs", "--until", f"{cut:.3f}", "--tail", "1", "mv-logs").stdout == "early\n"
+    assert cli("logs", "--until", after, "--tail", "0", "mv-logs").stdout == ""
+    both = cli("logs", "--since", "1h", "--until", after, "--tail", "5", "mv-logs")
+    assert both.stdout == "early\nlate\n"
     iso = datetime.fromtimestamp(cut, UTC).isoformat()
     assert cli("logs", "--since", iso, "mv-logs").stdout == "late\n"
     bad = cli("logs", "--since", "yesterday", "mv-logs")
