@@ -336,12 +336,28 @@ def _start_one(ex: Executor, task_id: str, as_json: bool) -> bool:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
+    """docker's ``stop A B C``: the words resolved first, then all stopped together in
+    one stop timeout (Executor.stop_many; an --rm container removed too, the library's
+    rule), each word then reported in turn."""
     ex = executor(args)
+    lookup = resolver(ex.client)
+    found: dict[str, str] = {}
+    for word in args.ids:
+        with contextlib.suppress(CtrexecError):  # reported in turn below
+            found[word] = lookup(word)
+    outcome = dict(
+        ex.stop_many(list(found.values()), timeout=args.time, signal=args.signal, remove=True)
+    )
 
-    def stop(task_id: str) -> None:  # an --rm container is removed too (the library's rule)
-        ex.stop(task_id, timeout=args.time, signal=args.signal)
+    def stop(word: str) -> None:
+        if word not in found:  # unknown or ambiguous: the lookup says so (or it came)
+            ex.stop(lookup(word), timeout=args.time, signal=args.signal)
+            return
+        error = outcome.get(found[word])
+        if error is not None:
+            raise error
 
-    return each(args.ids, stop, resolver(ex.client))
+    return each(args.ids, stop)
 
 
 def cmd_kill(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ from ctrexec import labels as lbl
 from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import ExitStatus, Status
-from ctrexec.errors import CtrexecError, DeadlineExceeded, FailedPrecondition
+from ctrexec.errors import CtrexecError, DeadlineExceeded, FailedPrecondition, NotFound
 from ctrexec.tasks import spec as taskspec
 
 if TYPE_CHECKING:
@@ -204,12 +204,22 @@ class Removing:
 
         def _lock(self, task_id: str) -> threading.Lock: ...
 
+        def _forget(self, task_id: str) -> None: ...
+
+        def _destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None: ...
+
     def stop_many(
-        self, ids: Sequence[str], *, timeout: float | None = None, signal: int | str | None = None
+        self,
+        ids: Sequence[str],
+        *,
+        timeout: float | None = None,
+        signal: int | str | None = None,
+        remove: bool = False,
     ) -> list[tuple[str, CtrexecError | None]]:
-        """Stop every task as :meth:`stop` with ``remove=False``, in one stop timeout
-        however many there are (:func:`ctrexec.tasks.teardown.stop_all`); each id with
-        the error its stop raised, if any, in the order given.
+        """Stop every task as :meth:`stop` does, in one stop timeout however many there
+        are (:func:`ctrexec.tasks.teardown.stop_all`); each id with the error its stop
+        raised, if any, in the order given. With ``remove`` (docker's ``stop A B C``), a
+        stopped ``auto_remove`` task is then removed, as :meth:`stop` removes one.
 
         Each task's lock is held from its signal to its exit, so nothing else acts on a
         task being stopped; the locks are taken in one order (sorted ids), so two stops
@@ -217,14 +227,39 @@ class Removing:
         """
         from ctrexec.tasks import teardown  # start-up: only a stop of many needs it
 
+        removed: set[str] = set()
         with contextlib.ExitStack() as held:
             for task_id in sorted(set(ids)):
                 held.enter_context(self._lock(task_id))
-            return teardown.stop_all(
+            results = teardown.stop_all(
                 ids,
                 lambda task_id: begin_stop(self.client, task_id, timeout, signal),
                 kill_wait=KILL_WAIT,
             )
+            for i, (task_id, error) in enumerate(results):
+                if not remove or error is not None or task_id in removed:
+                    continue
+                try:
+                    if self._remove_if_auto(task_id):
+                        removed.add(task_id)
+                except CtrexecError as exc:
+                    results[i] = (task_id, exc)
+        for task_id in removed:
+            self._forget(task_id)
+        return results
+
+    def _remove_if_auto(self, task_id: str) -> bool:
+        """After a user's stop, remove an ``auto_remove`` (``--rm``) task, as docker's
+        stop of one does; whether it was removed. The caller holds the task's lock. A
+        removal that came first (a supervisor's, for ``--rm``) is as asked: no error."""
+        try:
+            record = containers.get(self.client, task_id)
+        except NotFound:
+            return False
+        if record.labels.get(lbl.AUTO_REMOVE) != "true":
+            return False
+        self._destroy(task_id)
+        return True
 
     def remove_many(
         self, ids: Sequence[str], *, force: bool = False, volumes: bool = False

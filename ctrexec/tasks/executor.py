@@ -108,6 +108,11 @@ class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
         with self._locks_guard:
             return self._locks.setdefault(task_id, threading.Lock())
 
+    def _forget(self, task_id: str) -> None:
+        """Drop a removed task's lock: a long-lived Executor (supervisor, Nomad) sees many."""
+        with self._locks_guard:
+            self._locks.pop(task_id, None)
+
     # -- create -------------------------------------------------------------------
 
     def create(
@@ -566,17 +571,10 @@ class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
         lock (a supervisor's removal first is no error); ``remove=False`` keeps it."""
         with self._lock(task_id):
             status = taskctl.stop(self.client, task_id, timeout, signal)
-            if not remove:  # no record to read: a restart's or group down's stop
+            # no record to read without remove: a restart's or group down's stop
+            if not remove or not self._remove_if_auto(task_id):
                 return status
-            try:
-                record = containers.get(self.client, task_id)
-            except NotFound:
-                return status  # removed meanwhile (a supervisor's --rm): as asked
-            if record.labels.get(lbl.AUTO_REMOVE) != "true":
-                return status
-            self._destroy(task_id)
-        with self._locks_guard:
-            self._locks.pop(task_id, None)
+        self._forget(task_id)
         return status
 
     def pause(self, task_id: str) -> None:
@@ -593,8 +591,7 @@ class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
         and a rootfs snapshot no record holds are removed still, and NotFound is raised."""
         with self._lock(task_id):
             self._destroy(task_id, force=force, volumes=volumes)
-        with self._locks_guard:
-            self._locks.pop(task_id, None)
+        self._forget(task_id)
 
     def _destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None:
         """:func:`ctrexec.tasks.stale.destroy`; the caller holds the task's lock."""

@@ -158,3 +158,45 @@ def test_rm_force_of_several_kills_and_removes_each(cli: Cli, test_image: str) -
     # task's delete, so the stream's order proves nothing about the kills'.
     ours = {(e["type"], e["task"]) for e in seen if e.get("task") in ("rmf-a", "rmf-b")}
     assert {("exit", t) for t in ("rmf-a", "rmf-b")} <= ours, ours
+
+
+def test_stop_of_several_signals_each_before_any_kill_and_removes_rm_ones(
+    cli: Cli, tmp_path: Path, test_image: str
+) -> None:
+    """docker's ``stop A B C``: stopped together in one stop timeout, each word then
+    reported in the order given; an unknown word is an error of its own; an ``--rm``
+    container is gone after its stop, the others stay, stopped."""
+    out = tmp_path / "out"
+    out.mkdir()
+    names = ["stp-a", "stp-b", "stp-rm"]
+    try:
+        for n in names:
+            extra = ["--rm"] if n == "stp-rm" else []
+            run = cli(
+                "run", "-d", "--name", n, *extra, "-v", f"{out}:/out", test_image,
+                "sh", "-c", _stubborn(n),
+            )  # fmt: skip
+            assert run.returncode == 0, run.stderr
+        log = out / "log"
+        wait_for(
+            lambda: {f"ready {n}" for n in names} <= set(log.read_text().splitlines()),
+            timeout=60,
+            what="the tasks trap SIGTERM",
+        )
+        stop = cli("stop", "-t", "3", "stp-a", "stp-none", "stp-b", "stp-rm")
+        assert stop.returncode == 1, stop.stderr
+        assert stop.stdout == "stp-a\nstp-b\nstp-rm\n", stop.stderr
+        assert "No such container: stp-none" in stop.stderr, stop.stderr
+        lines = log.read_text().splitlines()
+        first_killed = min(
+            max(i for i, line in enumerate(lines) if line == f"alive {n}") for n in names
+        )
+        assert max(lines.index(f"term {n}") for n in names) < first_killed, lines
+        left = cli("ps", "-a", "--format", "{{.Names}} {{.Status}}")
+        assert left.returncode == 0, left.stderr
+        rows = dict(line.split(" ", 1) for line in left.stdout.splitlines())
+        assert "stp-rm" not in rows, rows
+        for n in ("stp-a", "stp-b"):
+            assert rows[n].startswith("Exited (137)"), rows
+    finally:
+        cli("rm", "-f", *names)
