@@ -13,6 +13,7 @@ import itertools
 import os
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from ctrexec import procfs
@@ -54,14 +55,13 @@ def arg(argv: list[bytes], flag: bytes) -> bytes | None:
     return next((v for k, v in itertools.pairwise(argv) if k == flag), None)
 
 
-def _writes_to(argv: list[bytes], path: bytes) -> bool:
-    """Whether a command line is a log driver's for ``path`` (see parse_args' forms)."""
+def _driver_paths(argv: list[bytes]) -> set[bytes]:
+    """The logs a command line is a log driver's for (see parse_args' forms); none for
+    any other command."""
     if not any(DRIVER_NAME.encode() in a for a in argv[:3]):
-        return False
-    pairs = itertools.pairwise(argv)
-    return any(k.lstrip(b"-") == b"path" and v == path for k, v in pairs) or (
-        b"--path=" + path in argv
-    )
+        return set()
+    paths = {v for k, v in itertools.pairwise(argv) if k.lstrip(b"-") == b"path"}
+    return paths | {a.removeprefix(b"--path=") for a in argv if a.startswith(b"--path=")}
 
 
 def is_shim(argv: list[bytes], namespace: str) -> bool:
@@ -82,7 +82,22 @@ def stop_orphaned_drivers(
     settle: float = ORPHAN_SETTLE,
     stable: float = ORPHAN_STABLE,
 ) -> list[int]:
-    """Stop a shim left serving nothing but this task's log driver; return pids signalled.
+    """Stop a shim left serving nothing but this task's log driver; return pids signalled
+    (:func:`stop_orphaned_drivers_of` of this one task)."""
+    return stop_orphaned_drivers_of(
+        [(log_path, container_id)], namespace, settle=settle, stable=stable
+    )
+
+
+def stop_orphaned_drivers_of(
+    tasks: Sequence[tuple[str | os.PathLike[str], str]],
+    namespace: str,
+    *,
+    settle: float = ORPHAN_SETTLE,
+    stable: float = ORPHAN_STABLE,
+) -> list[int]:
+    """Stop the shims left serving nothing but these tasks' log drivers (each a log
+    path and a container id); return pids signalled.
 
     Why (containerd 1.6): when ``runc create`` fails after the shim has started the
     ``binary://`` driver, as it does when the client dies inside Tasks.Create and
@@ -102,16 +117,24 @@ def stop_orphaned_drivers(
     it, ~20 s here), it is waited for until ``settle`` runs out, then SIGKILLed all
     the same: containerd never shuts it down. A shim that runs anything else (a
     group's other tasks) is left alone. With no shim of ours, it returns at once.
+
+    The tasks of a removal of many are looked at together, all in one scan of the
+    host's processes at a time: a scan costs every process on the host, which grows
+    with the number of tasks. A shim serving only the drivers of tasks removed is
+    theirs, as one serving only one task's driver is that task's.
     """
-    wanted = os.fsencode(os.fspath(log_path))
+    logs = {os.fsencode(os.fspath(path)) for path, _ in tasks}
+    ids = {container_id.encode() for _, container_id in tasks}
+    if not ids:
+        return []
     deadline = time.monotonic() + settle
     first_seen: dict[int, float] = {}
     signalled: list[int] = []
     while True:
         procs, now = processes(), time.monotonic()
         busy = False
-        for shim, children in _our_shims(procs, wanted, namespace, container_id).items():
-            kinds = {_child_kind(procs[c][1], wanted, container_id) for c in children}
+        for shim, children in _our_shims(procs, logs, namespace, ids).items():
+            kinds = {_child_kind(procs[c][1], logs, ids) for c in children}
             if "other" in kinds:
                 first_seen.pop(shim, None)  # it serves something else: not ours to stop
                 continue
@@ -128,26 +151,27 @@ def stop_orphaned_drivers(
         time.sleep(0.05)
 
 
-def _child_kind(argv: list[bytes], log: bytes, container_id: str) -> str:
-    """A shim's child: this log's ``driver``, ``runc`` at work for this id, or ``other``."""
-    if _writes_to(argv, log):
+def _child_kind(argv: list[bytes], logs: set[bytes], ids: set[bytes]) -> str:
+    """A shim's child: one of these logs' ``driver``, ``runc`` at work for one of these
+    ids, or ``other``."""
+    if _driver_paths(argv) & logs:
         return "driver"
     runc = Path(os.fsdecode(argv[0])).name == "runc"
-    if runc and (argv[-1] == container_id.encode() or argv[1:] == [b"init"]):
+    if runc and (argv[-1] in ids or argv[1:] == [b"init"]):
         return "runc"
     return "other"
 
 
 def _our_shims(
-    procs: dict[int, tuple[int, list[bytes]]], log: bytes, namespace: str, container_id: str
+    procs: dict[int, tuple[int, list[bytes]]], logs: set[bytes], namespace: str, ids: set[bytes]
 ) -> dict[int, set[int]]:
-    """Shim daemons of this task (parent of its driver, or started for its id) -> children."""
-    parents = {parent for parent, argv in procs.values() if _writes_to(argv, log)}
+    """Shim daemons of these tasks (parent of a driver of theirs, or started for one of
+    their ids) -> children."""
+    parents = {parent for parent, argv in procs.values() if _driver_paths(argv) & logs}
     shims = {
         pid
         for pid, (_, argv) in procs.items()
-        if is_shim(argv, namespace)
-        and (pid in parents or arg(argv, b"-id") == container_id.encode())
+        if is_shim(argv, namespace) and (pid in parents or arg(argv, b"-id") in ids)
     }
     children: dict[int, set[int]] = {shim: set() for shim in shims}
     for pid, (parent, _) in procs.items():

@@ -20,6 +20,7 @@ import signal as signals
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctrexec import defaults
@@ -32,6 +33,7 @@ from ctrexec.tasks import spec as taskspec
 
 if TYPE_CHECKING:
     from ctrexec._rpc import Pending
+    from ctrexec.tasks import stale
 
 _LIVE = (Status.RUNNING, Status.PAUSED)
 #: How long a SIGKILLed task may take to be reported gone: the kernel's teardown of a
@@ -197,16 +199,24 @@ class Removing:
     """The Executor's stop and removal of many tasks (:class:`~ctrexec.Executor` inherits it)."""
 
     client: Client
+    files_dir: Path
+    state_dir: Path | None
 
     if TYPE_CHECKING:
-
-        def destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None: ...
 
         def _lock(self, task_id: str) -> threading.Lock: ...
 
         def _forget(self, task_id: str) -> None: ...
 
-        def _destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None: ...
+    def _destroy(
+        self, task_id: str, *, force: bool = False, volumes: bool = False,
+        batch: stale.Batch | None = None,
+    ) -> None:  # fmt: skip
+        """:func:`ctrexec.tasks.stale.destroy`; the caller holds the task's lock."""
+        from ctrexec.tasks import stale  # start-up: only a removal needs it
+
+        stale.destroy(self.client, task_id, files_dir=self.files_dir, state_dir=self.state_dir,
+                      force=force, volumes=volumes, batch=batch)  # fmt: skip
 
     def stop_many(
         self,
@@ -271,19 +281,41 @@ class Removing:
         by the user and SIGKILLed, all together (bounded threads), so the removal waits
         for the slowest exit, not their sum, and a supervisor restarts none of them;
         then each is destroyed. A kill that fails is left to the removal, which says.
+
+        The removals are one batch (:class:`ctrexec.tasks.stale.Batch`): the look for
+        orphaned shims and at the cgroup parents is done once, at the end, under every
+        removed id's lock, so that no start of one of those names by this Executor comes
+        between; an error there is the last removal's, as a single destroy's would be.
         """
+        from ctrexec.tasks import stale  # start-up: only a removal needs it
+
         if force:
             from ctrexec.tasks import teardown  # start-up: only a forced removal needs it
 
             teardown.each_at_once(ids, lambda task_id: kill_for_removal(self.client, task_id))
+        batch = stale.Batch()
         results: list[tuple[str, CtrexecError | None]] = []
         for task_id in ids:
             try:
-                self.destroy(task_id, force=force, volumes=volumes)
+                with self._lock(task_id):
+                    self._destroy(task_id, force=force, volumes=volumes, batch=batch)
             except CtrexecError as exc:
                 results.append((task_id, exc))
             else:
                 results.append((task_id, None))
+        try:
+            with contextlib.ExitStack() as held:
+                for task_id in sorted(set(ids)):
+                    held.enter_context(self._lock(task_id))
+                batch.finish(self.client)
+        except CtrexecError as exc:
+            last = max((i for i, (_, err) in enumerate(results) if err is None), default=None)
+            if last is None:
+                raise
+            results[last] = (results[last][0], exc)
+        finally:
+            for task_id in ids:
+                self._forget(task_id)
         return results
 
 

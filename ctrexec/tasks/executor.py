@@ -593,13 +593,6 @@ class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
             self._destroy(task_id, force=force, volumes=volumes)
         self._forget(task_id)
 
-    def _destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None:
-        """:func:`ctrexec.tasks.stale.destroy`; the caller holds the task's lock."""
-        from ctrexec.tasks import stale  # start-up: only a removal needs it
-
-        stale.destroy(self.client, task_id, files_dir=self.files_dir, state_dir=self.state_dir,
-                      force=force, volumes=volumes)  # fmt: skip
-
     def exec_stream(
         self,
         task_id: str,

@@ -20,7 +20,7 @@ it loads with the first removal, not for ``ps``, and with what it clears.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ctrexec import _linux, ids, owners
@@ -29,7 +29,7 @@ from ctrexec.containerd import bundles, containers, runtimes, snapshots, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.errors import CtrexecError, FailedPrecondition, NotFound
-from ctrexec.logs.orphaned_shims import stop_orphaned_drivers
+from ctrexec.logs.orphaned_shims import stop_orphaned_drivers, stop_orphaned_drivers_of
 from ctrexec.net import hostfiles
 from ctrexec.tasks import files as taskfiles
 from ctrexec.tasks import implicitnet, records
@@ -87,9 +87,44 @@ def after_delete(client: Client, record: containers.Container) -> None:
     has the shim of a group whose other tasks have all stopped: that one is not looked
     at."""
     tasks.force_delete(client, record.id)
-    shared = taskinfo.shim_shared(client, record.labels.get(lbl.GROUP))
-    if record.labels.get(lbl.LOG_PATH) and not shared:
-        stop_orphaned_drivers(record.labels[lbl.LOG_PATH], client.namespace, record.id)
+    _stop_orphans(client, [record])
+
+
+def _stop_orphans(client: Client, records: Sequence[containers.Container]) -> None:
+    """:func:`after_delete`'s shims, for deleted ``records`` together: each group's
+    remaining members listed once, the host's processes scanned once."""
+    groups = {r.labels.get(lbl.GROUP) for r in records}
+    shared = {group: taskinfo.shim_shared(client, group) for group in groups}
+    logged = [
+        (r.labels[lbl.LOG_PATH], r.id)
+        for r in records
+        if r.labels.get(lbl.LOG_PATH) and not shared[r.labels.get(lbl.GROUP)]
+    ]
+    if logged:
+        stop_orphaned_drivers_of(logged, client.namespace)
+
+
+class Batch:
+    """What the removals of many (:meth:`Removing.remove_many`) leave to their end, so
+    that a removal costs one task's work however many are removed: each would list the
+    namespace (are the cgroup parents free to go?) and scan every process on the host
+    (orphaned shims), both growing with the number of tasks. A task removed in a batch
+    is done with but for these; :meth:`finish` does them once for all, when the batch's
+    other removals no longer hold the parents and no later removal could do better."""
+
+    def __init__(self) -> None:
+        self.deleted: list[containers.Container] = []
+        self.leaf: str | None = None
+
+    def finish(self, client: Client) -> None:
+        """The batch's :func:`after_delete` shims, then the cgroup parents if no
+        container of the namespace remains (as a single destroy of the last one)."""
+        deleted, self.deleted = self.deleted, []
+        if deleted:
+            _stop_orphans(client, deleted)
+        leaf, self.leaf = self.leaf, None
+        if leaf is not None and not containers.list_containers(client):
+            _linux.remove_empty_cgroups(leaf, parents=True)
 
 
 def orphaned_rootfs(client: Client, name: str, snapshotter: str) -> list[str]:
@@ -117,12 +152,15 @@ def destroy(
     state_dir: Path | None,
     force: bool = False,
     volumes: bool = False,
+    batch: Batch | None = None,
 ) -> None:
     """Remove task, container, snapshot, logs and host files (see :meth:`Executor.destroy`);
     the caller holds the task's lock.
 
     Without a record, what a removal cut short left (the id's host files, a rootfs
-    snapshot no record holds) is removed still, then NotFound is raised.
+    snapshot no record holds) is removed still, then NotFound is raised. In a
+    ``batch``, the orphaned shims and the cgroup parents are left to its
+    :meth:`Batch.finish`.
     """
     try:
         record = containers.get(client, task_id)
@@ -144,13 +182,19 @@ def destroy(
     if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
         implicitnet.release(files_dir, record.labels)
     containers.delete(client, task_id)
-    after_delete(client, record)
+    if batch is None:
+        after_delete(client, record)
+    else:
+        tasks.force_delete(client, record.id)
+        batch.deleted.append(record)
     snapshots.remove_snapshot(client, record.snapshot_key, record.snapshotter)
     if volumes or record.labels.get(lbl.AUTO_REMOVE) == "true":
         volstore.remove_anonymous(client.namespace, record.labels)
     # The task's own cgroup can outlive Delete for a moment while the kernel
     # finishes tearing down its processes; the parents go with the last task.
     leaf = ids.task_cgroup(client.namespace, task_id).lstrip("/")
-    last = not containers.list_containers(client)
+    last = batch is None and not containers.list_containers(client)
+    if batch is not None:
+        batch.leaf = leaf
     if tasks.wait_until(lambda: _linux.remove_empty_cgroups(leaf, parents=last), 2.0):
         owners.forget(owners.task_record(state_dir, client.namespace, task_id))

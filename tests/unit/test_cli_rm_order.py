@@ -37,13 +37,20 @@ class _Calls:
 
 
 class _Remover(control.Removing):
-    """The Executor's remove_many over recorded destroys."""
+    """The Executor's remove_many over recorded destroys (each under its task's lock)."""
 
     def __init__(self, calls: _Calls, failing: str = "") -> None:
         self.client = SimpleNamespace(namespace="ns")  # type: ignore[assignment]
         self._calls, self._failing = calls, failing
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
 
-    def destroy(self, task_id: str, *, force: bool = False, volumes: bool = False) -> None:
+    def _lock(self, task_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(task_id, threading.Lock())
+
+    def _destroy(self, task_id: str, **_kw: object) -> None:
+        assert self._lock(task_id).locked()
         self._calls.note("destroy", task_id)
         if task_id == self._failing:
             raise FailedPrecondition(f"container {task_id} is running")

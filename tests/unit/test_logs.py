@@ -30,7 +30,7 @@ from ctrexec import defaults
 from ctrexec.errors import FailedPrecondition, InvalidArgument
 from ctrexec.logs import driver as logdriver
 from ctrexec.logs.launcher import boot_source, launcher_source, write_launcher
-from ctrexec.logs.orphaned_shims import stop_orphaned_drivers
+from ctrexec.logs.orphaned_shims import stop_orphaned_drivers, stop_orphaned_drivers_of
 from ctrexec.logs.reader import (
     MAX_LINE,
     LineSplitter,
@@ -893,9 +893,11 @@ def fake_shim(
         exe.symlink_to(sys.executable)
     started: list[tuple[subprocess.Popen[str], list[int]]] = []
 
-    def start(mode: str, namespace: str) -> tuple[subprocess.Popen[str], list[int]]:
-        args = [str(driver_exe), str(tmp_path / "t1" / "task.log"), mode]
-        flags = ["-namespace", namespace, "-id", "t1"]
+    def start(
+        mode: str, namespace: str, task: str = "t1"
+    ) -> tuple[subprocess.Popen[str], list[int]]:
+        args = [str(driver_exe), str(tmp_path / task / "task.log"), mode]
+        flags = ["-namespace", namespace, "-id", task]
         shim = subprocess.Popen(
             [str(shim_exe), "-c", _FAKE_SHIM, *args, *flags],
             stdin=subprocess.PIPE,
@@ -923,6 +925,20 @@ def test_orphaned_shim_and_driver_are_stopped(tmp_path: Path, fake_shim: Any) ->
     assert stop_orphaned_drivers(log, NS1, "t1", settle=5, stable=0.2) == [shim.pid]
     assert shim.wait(10) == -signal.SIGKILL
     wait_for(lambda: gone(driver))  # its pipe ended with the shim
+
+
+def test_the_orphans_of_many_tasks_are_stopped_in_one_look(tmp_path: Path, fake_shim: Any) -> None:
+    """A removal of many looks for all its tasks' shims at once (one scan of the host's
+    processes each time round): each orphan goes, a busy shim of one of them stays."""
+    first, (first_driver,) = fake_shim("orphan", NS1, "t1")
+    second, (second_driver,) = fake_shim("orphan", NS1, "t2")
+    busy, _ = fake_shim("busy", NS1, "t3")
+    tasks = [(tmp_path / t / "task.log", t) for t in ("t1", "t2", "t3")]
+    got = stop_orphaned_drivers_of(tasks, NS1, settle=5, stable=0.2)
+    assert sorted(got) == sorted([first.pid, second.pid])
+    assert first.wait(10) == second.wait(10) == -signal.SIGKILL
+    wait_for(lambda: gone(first_driver) and gone(second_driver))
+    assert busy.poll() is None
 
 
 def test_a_shim_that_runs_more_is_left_alone(tmp_path: Path, fake_shim: Any) -> None:
