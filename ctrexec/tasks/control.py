@@ -235,17 +235,11 @@ class Removing:
         task being stopped; the locks are taken in one order (sorted ids), so two stops
         of many that share tasks never wait on each other's locks in a cycle.
         """
-        from ctrexec.tasks import teardown  # start-up: only a stop of many needs it
-
         removed: set[str] = set()
         with contextlib.ExitStack() as held:
             for task_id in sorted(set(ids)):
                 held.enter_context(self._lock(task_id))
-            results = teardown.stop_all(
-                ids,
-                lambda task_id: begin_stop(self.client, task_id, timeout, signal),
-                kill_wait=KILL_WAIT,
-            )
+            results = self._stop_all(ids, timeout, signal)
             for i, (task_id, error) in enumerate(results):
                 if not remove or error is not None or task_id in removed:
                     continue
@@ -257,6 +251,27 @@ class Removing:
         for task_id in removed:
             self._forget(task_id)
         return results
+
+    def _stop_all(
+        self, ids: Sequence[str], timeout: float | None, signal: int | str | None
+    ) -> list[tuple[str, CtrexecError | None]]:
+        """The stops of :meth:`stop_many`, under the locks it holds. A stop of one (the
+        CLI's ``stop NAME``, most of them) is :func:`stop` itself: no thread, and no
+        import of the phases a stop of many needs."""
+        if len(set(ids)) == 1:
+            error: CtrexecError | None = None
+            try:
+                stop(self.client, ids[0], timeout, signal)
+            except CtrexecError as exc:
+                error = exc
+            return [(task_id, error) for task_id in ids]
+        from ctrexec.tasks import teardown  # start-up: only a stop of many needs it
+
+        return teardown.stop_all(
+            ids,
+            lambda task_id: begin_stop(self.client, task_id, timeout, signal),
+            kill_wait=KILL_WAIT,
+        )
 
     def _remove_if_auto(self, task_id: str) -> bool:
         """After a user's stop, remove an ``auto_remove`` (``--rm``) task, as docker's

@@ -49,6 +49,10 @@ class _Remover(control.Removing):
         with self._locks_guard:
             return self._locks.setdefault(task_id, threading.Lock())
 
+    def _forget(self, task_id: str) -> None:
+        with self._locks_guard:
+            self._locks.pop(task_id, None)
+
     def _destroy(self, task_id: str, **_kw: object) -> None:
         assert self._lock(task_id).locked()
         self._calls.note("destroy", task_id)
