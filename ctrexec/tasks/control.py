@@ -202,11 +202,19 @@ class Removing:
     files_dir: Path
     state_dir: Path | None
 
-    if TYPE_CHECKING:
+    #: One lock per task id, made at its first use (the Executor's ``__init__`` sets both).
+    _locks: dict[str, threading.Lock]
+    _locks_guard: threading.Lock
 
-        def _lock(self, task_id: str) -> threading.Lock: ...
+    def _lock(self, task_id: str) -> threading.Lock:
+        """What orders the acts of this Executor's threads on one task."""
+        with self._locks_guard:
+            return self._locks.setdefault(task_id, threading.Lock())
 
-        def _forget(self, task_id: str) -> None: ...
+    def _forget(self, task_id: str) -> None:
+        """Drop a removed task's lock: a long-lived Executor (supervisor, Nomad) sees many."""
+        with self._locks_guard:
+            self._locks.pop(task_id, None)
 
     def _destroy(
         self, task_id: str, *, force: bool = False, volumes: bool = False,

@@ -104,15 +104,6 @@ class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
         #: Users resolved through each image's passwd and group files.
         self.users = ImageUsers()
 
-    def _lock(self, task_id: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(task_id, threading.Lock())
-
-    def _forget(self, task_id: str) -> None:
-        """Drop a removed task's lock: a long-lived Executor (supervisor, Nomad) sees many."""
-        with self._locks_guard:
-            self._locks.pop(task_id, None)
-
     # -- create -------------------------------------------------------------------
 
     def create(

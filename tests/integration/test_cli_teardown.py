@@ -26,16 +26,19 @@ def _stubborn(name: str) -> str:
     )
 
 
-@pytest.fixture
-def group(cli: Cli, tmp_path: Path, test_image: str) -> Iterator[tuple[str, Path]]:
+@contextlib.contextmanager
+def _stubborn_group(
+    cli: Cli, tmp_path: Path, image: str, members: dict[str, int]
+) -> Iterator[tuple[str, Path]]:
+    """A group of stubborn tasks (name: stop timeout) sharing one log; down after."""
     name = f"cxd{secrets.token_hex(2)}"
     out = tmp_path / "out"
     out.mkdir()
     tasks = "".join(
-        f'[[task]]\nname = "t{timeout}"\nimage = "{test_image}"\n'
-        f'command = ["sh", "-c", {json.dumps(_stubborn(f"t{timeout}"))}]\n'
+        f'[[task]]\nname = "{task}"\nimage = "{image}"\n'
+        f'command = ["sh", "-c", {json.dumps(_stubborn(task))}]\n'
         f'volumes = ["{out}:/out"]\nstop_timeout = {timeout}\n'
-        for timeout in (2, 4)
+        for task, timeout in members.items()
     )
     file = tmp_path / "group.toml"
     file.write_text(f'name = "{name}"\nnetwork = "none"\n{tasks}')
@@ -46,6 +49,12 @@ def group(cli: Cli, tmp_path: Path, test_image: str) -> Iterator[tuple[str, Path
     finally:
         with contextlib.suppress(Exception):
             cli("group down", name)
+
+
+@pytest.fixture
+def group(cli: Cli, tmp_path: Path, test_image: str) -> Iterator[tuple[str, Path]]:
+    with _stubborn_group(cli, tmp_path, test_image, {"t2": 2, "t4": 4}) as made:
+        yield made
 
 
 def test_group_down_stops_tasks_concurrently(cli: Cli, group: tuple[str, Path]) -> None:
@@ -71,24 +80,9 @@ MANY = 40
 
 @pytest.fixture
 def big_group(cli: Cli, tmp_path: Path, test_image: str) -> Iterator[tuple[str, Path]]:
-    name = f"cxb{secrets.token_hex(2)}"
-    out = tmp_path / "out"
-    out.mkdir()
-    tasks = "".join(
-        f'[[task]]\nname = "m{i}"\nimage = "{test_image}"\n'
-        f'command = ["sh", "-c", {json.dumps(_stubborn(f"m{i}"))}]\n'
-        f'volumes = ["{out}:/out"]\nstop_timeout = 5\n'
-        for i in range(MANY)
-    )
-    file = tmp_path / "group.toml"
-    file.write_text(f'name = "{name}"\nnetwork = "none"\n{tasks}')
-    up = cli("group up", str(file))
-    assert up.returncode == 0, up.stderr
-    try:
-        yield name, out / "log"
-    finally:
-        with contextlib.suppress(Exception):
-            cli("group down", name)
+    members = {f"m{i}": 5 for i in range(MANY)}
+    with _stubborn_group(cli, tmp_path, test_image, members) as made:
+        yield made
 
 
 def test_group_down_of_more_members_than_threads_signals_all_before_any_kill(

@@ -45,14 +45,6 @@ class _Remover(control.Removing):
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
-    def _lock(self, task_id: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(task_id, threading.Lock())
-
-    def _forget(self, task_id: str) -> None:
-        with self._locks_guard:
-            self._locks.pop(task_id, None)
-
     def _destroy(self, task_id: str, **_kw: object) -> None:
         assert self._lock(task_id).locked()
         self._calls.note("destroy", task_id)
