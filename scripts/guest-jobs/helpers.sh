@@ -7,6 +7,8 @@
 #     real; then as shipped, which must keep the embedded containerd, the log daemon,
 #     the command server and the task, each helper in a ctrexec-ROLE-*.scope of
 #     ctrexec.slice.
+#     A helper SIGKILLed in its scope (the log daemon, containerd) is noticed by its
+#     keeper and started again in a new scope; the task runs on.
 #     And doctor names a helper left in another (still active) unit's cgroup.
 #  2. contrib/systemd/ctrexec-supervise@.service started with Debian's containerd.service
 #     stopped: the unit must not start it, and `ctrexec info` must still name the
@@ -96,6 +98,34 @@ out=$(systemd-run --wait --pipe --quiet $cx ps --format '{{.Names}} {{.State}}')
 [ "$out" = "new running" ] || fail "a command from another unit saw: $out"
 ok "a command from another unit sees it: $out"
 systemctl list-units --no-legend --plain 'ctrexec-*'
+
+echo "== 1d. a helper SIGKILLed in its scope is noticed and started again in a new one"
+scope_pids() {  # the processes of the running ctrexec-$1-* scopes
+  local u
+  for u in $(systemctl list-units --type=scope --no-legend --plain "ctrexec-$1-*" | cut -d' ' -f1); do
+    cat "/sys/fs/cgroup/ctrexec.slice/$u/cgroup.procs" 2>/dev/null || true
+  done
+}
+old_logd=$(scope_pids logd | head -n 1)
+[ -n "$old_logd" ] || fail "no process in a ctrexec-logd scope"
+kill -KILL "$old_logd"
+within 30 sh -c "! kill -0 $old_logd 2>/dev/null" || fail "log daemon $old_logd outlived SIGKILL"
+CTREXEC_NO_SERVER=1 $cx ps >/dev/null  # ps is one of the log daemon's keepers
+new_logd() { local p; p=$(scope_pids logd | head -n 1); [ -n "$p" ] && [ "$p" != "$old_logd" ]; }
+within 30 new_logd || fail "no new log daemon in a scope: $(systemctl list-units --no-legend --plain 'ctrexec-*')"
+ok "log daemon $old_logd SIGKILLed; ps started $(scope_pids logd | head -n 1) in a scope of its own"
+old_ctrd=$(daemon_pid)
+kill -KILL "$old_ctrd"
+within 30 daemon_gone || fail "containerd $old_ctrd outlived SIGKILL"
+# the next command starts containerd again (and says so on stderr); the task's shim
+# kept it running meanwhile
+CTREXEC_NO_SERVER=1 $cx ps >/dev/null 2>&1
+[ "$(state new)" = running ] || fail "after containerd's SIGKILL the task is $(state new)"
+pid=$(daemon_pid)
+[ -n "$pid" ] && [ "$pid" != "$old_ctrd" ] || fail "no new containerd (old $old_ctrd, now '$pid')"
+grep -q '/ctrexec.slice/ctrexec-containerd-' "/proc/$pid/cgroup" \
+  || fail "the new containerd (pid $pid) is in $(cat "/proc/$pid/cgroup")"
+ok "containerd $old_ctrd SIGKILLed; the next command started $pid in a scope of its own, the task still runs"
 CTREXEC_NO_SERVER=1 $cx rm -f new >/dev/null
 
 echo "== 1c. doctor names a helper left in another unit's cgroup"
