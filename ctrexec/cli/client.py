@@ -109,9 +109,12 @@ def install_key(executable: str, package_dir: str) -> str:
     return f"{zlib.crc32(key):08x}{zlib.crc32(key[::-1]):08x}"
 
 
-def socket_paths(directory: str | None = None) -> tuple[str, str, str]:
-    """This install's socket, lock file and pid file."""
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+def socket_paths(
+    directory: str | None = None, package_dir: str | None = None
+) -> tuple[str, str, str]:
+    """This install's socket, lock file and pid file (another copy's, given its
+    package's directory: a test's)."""
+    package_dir = package_dir or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     base = os.path.join(directory or server_dir(), install_key(sys.executable, package_dir))
     return f"{base}.sock", f"{base}.lock", f"{base}.pid"
 

@@ -47,12 +47,21 @@ def _alive(pid: int) -> bool:
 class Server:
     """The private server directory, and every server pid seen in it (stopped at the end)."""
 
-    def __init__(self, directory: Path, cli: Cli) -> None:
+    def __init__(self, directory: Path, cli: Cli, *, lib: Path | None = None) -> None:
+        """``lib``: a directory holding a copy of the package, which client and server
+        import instead of this checkout's (the client runs there: ``-m`` puts it first)."""
         self.directory = directory
         self.cli = cli
-        self.sock, self.lock, self.pidfile = (Path(p) for p in wire.socket_paths(str(directory)))
+        self.cwd = lib
+        package = str(lib / "ctrexec") if lib else None
+        paths = wire.socket_paths(str(directory), package)
+        self.sock, self.lock, self.pidfile = (Path(p) for p in paths)
         self.env = {k: v for k, v in os.environ.items() if k != NO_SERVER_ENV}
         self.env[SERVER_DIR_ENV] = str(directory)
+        if lib:  # the server runs with -P: only PYTHONPATH leads it to the copy
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                filter(None, [str(lib), self.env.get("PYTHONPATH")])
+            )
         self.seen: set[int] = set()
 
     def argv(self, command: str, *args: str, namespace: str | None = TEST_NAMESPACE) -> list[str]:
@@ -81,7 +90,7 @@ class Server:
             text=True,
             timeout=120,
             env={**self.env, **(env or {})},
-            cwd=cwd,
+            cwd=cwd or self.cwd,
             umask=umask,
         )
 
@@ -348,13 +357,26 @@ def test_other_uid_and_namespace_are_refused(server: Server) -> None:
     assert fell_back.returncode == 0 and fell_back.stdout.startswith("usage: ctrexec")
 
 
-def test_a_changed_module_makes_the_server_go_away(server: Server) -> None:
-    """The module's time is put back as soon as the server has seen it changed: the
-    matrix runs of scripts/test share this checkout, and their servers see it too. A
-    server started meanwhile may go stale in turn; the next command replaces it, so
+def test_a_changed_module_makes_the_server_go_away(cli: Cli, tmp_path: Path) -> None:
+    """On a private copy of the package, client and server alike: the matrix runs of
+    scripts/test share this checkout, and a module changed in it made their servers
+    go stale too, so a test of theirs that asked for a listening server waited in vain.
+    A server started meanwhile may go stale in turn; the next command replaces it, so
     the test asks, command by command, for a listening server that is not the old one."""
-    old = server.pid()
-    module = Path(wire.__file__)
+    lib = (tmp_path / "lib").resolve()  # as the client's getcwd() names it
+    package = Path(wire.__file__).parents[1]
+    shutil.copytree(package, lib / "ctrexec", ignore=shutil.ignore_patterns("__pycache__"))
+    server = Server(Path(tempfile.mkdtemp(prefix="cxsrv-")), cli, lib=lib)
+    try:
+        assert server("version").returncode == 0  # no server yet: it starts one
+        _changed_module_replaces_the_server(server, lib / "ctrexec" / "cli" / "client.py")
+    finally:
+        server.stop()
+        shutil.rmtree(server.directory)
+
+
+def _changed_module_replaces_the_server(server: Server, module: Path) -> None:
+    old = server.pid()  # it imported the copy: only a change there makes it go away
     stamp = module.stat()
     os.utime(module, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000_000))
     try:
