@@ -12,12 +12,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from ctrexec import CtrexecError
 
 if TYPE_CHECKING:
-    from ctrexec import Executor, LogEntry
+    from ctrexec import Executor, ExitStatus, LogEntry
 
 
 def attached_entries(
@@ -53,26 +54,19 @@ def stream_until_exit(
     *,
     reap: bool = False,
     tail: int | None = None,
+    exit_future: Future[ExitStatus] | None = None,
 ) -> int:
     """Print the task's log as it grows (``tail=0``, ``attach``: only what comes from now
     on); return the exit code once the task ends. SIGINT and SIGTERM go to the task.
 
     ``reap`` (``run --rm``): the task is deleted at its exit, which ends the log at once;
-    otherwise the stopped task stays and its log is read until whole.
+    otherwise the stopped task stays and its log is read until whole. ``exit_future``: the
+    exit's future armed before the start (``Executor.start_watched``): the supervisor
+    may delete an ``--rm`` task before a wait begun now would find it.
     """
+    exit_future = exit_future or _exit_of(ex, task_id)
     done = threading.Event()
-    result: dict[str, int] = {}
-    errors: list[CtrexecError] = []
-
-    def waiter() -> None:
-        try:
-            result["code"] = ex.wait(task_id).exit_code
-        except CtrexecError as exc:
-            errors.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=waiter, daemon=True).start()
+    exit_future.add_done_callback(lambda _f: done.set())  # on gRPC's thread: no block
     stop = stop_after_reap(ex, task_id, done.is_set) if reap else lambda: False
     exited = None if reap else done.is_set
     # The handler only records the signal: an RPC there could deadlock on a lock the
@@ -101,9 +95,22 @@ def stream_until_exit(
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    if errors:
-        raise errors[0]
-    return result["code"]
+    return exit_future.result().exit_code
+
+
+def _exit_of(ex: Executor, task_id: str) -> Future[ExitStatus]:
+    """The exit as ``Executor.wait`` gives it (a kept one too, and the log settled),
+    waited for in a thread."""
+    future: Future[ExitStatus] = Future()
+
+    def wait() -> None:
+        try:
+            future.set_result(ex.wait(task_id))
+        except CtrexecError as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=wait, daemon=True).start()
+    return future
 
 
 def _pause_until(exited: threading.Event) -> Callable[[float], object]:

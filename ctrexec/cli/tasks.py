@@ -261,16 +261,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             return attach.run_attached(
                 ex, config, keys, auto_remove=args.rm, remove=remove, created=created
             )
-        handle = ex.start_task(config, network=network)
+        # its exit watched from before the start: a supervisor may remove an --rm one at once
+        handle, exit_future = ex.start_watched(config, network=network)
     publish.warn_unsupervised(ex.client, [config])
     if args.detach:
+        exit_future.cancel()
         if args.rm:
             _warn_unsupervised_rm(ex, handle.id)
         print_json(handle.to_json()) if args.json else print(handle.id)
         return 0
     try:
         code = follow.stream_until_exit(
-            ex, handle.id, handle.log_path, config.log_driver, reap=args.rm
+            ex, handle.id, handle.log_path, config.log_driver, reap=args.rm, exit_future=exit_future
         )
     finally:
         if args.rm:
@@ -315,12 +317,13 @@ def cmd_start(args: argparse.Namespace) -> int:
     lookup = resolver(ex.client)
     if args.attach or args.interactive:  # docker attaches to one container only
         task_id = lookup(args.ids[0])
-        config = ex.inspect(task_id).config
-        if config is not None and config.interactive:
-            return attach.start_attached(ex, task_id, config.tty, args)
-        handle = ex.start(task_id)
-        driver = ex.inspect(task_id, addresses=False).log_driver
-        return follow.stream_until_exit(ex, task_id, handle.log_path, driver)
+        info = ex.inspect(task_id, addresses=False)  # before: a --rm one may go at its exit
+        if info.config is not None and info.config.interactive:
+            return attach.start_attached(ex, task_id, info.config.tty, args)
+        handle, exit_future = ex.start_watched(task_id)
+        return follow.stream_until_exit(
+            ex, task_id, handle.log_path, info.log_driver, exit_future=exit_future
+        )
     return each(args.ids, lambda task_id: _start_one(ex, task_id, args.json), lookup)
 
 

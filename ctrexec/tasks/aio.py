@@ -216,6 +216,20 @@ class AsyncExecutor:
             ex.start_task, config, owner_labels=owner_labels, network=network
         )
 
+    async def start_watched(
+        self,
+        task: TaskConfig | str,
+        *,
+        owner_labels: Mapping[str, str] | None = None,
+        network: NetworkRequest | None = None,
+    ) -> tuple[TaskHandle, asyncio.Future[ExitStatus]]:
+        """:meth:`Executor.start_watched` in a thread; the exit is awaited on this loop."""
+        ex = self.executor
+        handle, future = await asyncio.to_thread(
+            ex.start_watched, task, owner_labels=owner_labels, network=network
+        )
+        return handle, asyncio.wrap_future(future)
+
     async def start(self, task_id: str, *, by_policy: bool = False) -> TaskHandle:
         """:meth:`Executor.start` in a thread."""
         return await asyncio.to_thread(self.executor.start, task_id, by_policy=by_policy)

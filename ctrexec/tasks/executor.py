@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from ctrexec import _linux, defaults, owners
 from ctrexec import labels as lbl
-from ctrexec.containerd import containers, execs, images, snapshots, stats, tasks
+from ctrexec.containerd import containers, images, snapshots, stats, tasks
 from ctrexec.containerd.client import Client
-from ctrexec.containerd.execs import ExecResult, run_exec, start_exec
 from ctrexec.containerd.streams import Process, StreamOptions
 from ctrexec.containerd.tasks import ExitStatus, Status, Stdio
 from ctrexec.errors import (
@@ -38,15 +37,14 @@ from ctrexec.net import hostfiles, netns
 from ctrexec.oci.mounts import Mount
 from ctrexec.oci.user import ResolvedUser
 from ctrexec.tasks import control as taskctl
+from ctrexec.tasks import execing, grouplock, hostside, retiring, runs, waiting
 from ctrexec.tasks import files as taskfiles
-from ctrexec.tasks import grouplock, hostside, retiring, runs, waiting
 from ctrexec.tasks import info as taskinfo
 from ctrexec.tasks import output as taskoutput
 from ctrexec.tasks import spec as taskspec
 from ctrexec.tasks import stdio as taskio
 from ctrexec.tasks import volumes as volstore
 from ctrexec.tasks.config import TaskConfig, config_of
-from ctrexec.tasks.execspec import ExecOptions, process_spec
 from ctrexec.tasks.reports import TaskHandle, TaskInfo
 from ctrexec.tasks.users import ImageUsers
 
@@ -69,11 +67,7 @@ _SUPERVISOR_MARKS = (
 )
 
 
-class ExecStreamOptions(ExecOptions, StreamOptions, total=False):
-    """An exec's options and where its streamed output goes."""
-
-
-class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
+class Executor(hostside.HostSide, execing.Execs, taskctl.Removing, retiring.Retiring):
     """Runs tasks in one containerd namespace. Thread-safe: it holds no mutable state
     besides per-container locks that serialise start/stop/destroy of the same task,
     and caches of what digests fix (image documents, resolved users)."""
@@ -260,6 +254,37 @@ class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
         backoff, as docker does; the supervisor passes ``by_policy=True`` to keep them.
         A group member's namespace is made whole first (:mod:`ctrexec.tasks.groupnet`).
         """
+        return self._start(task_id, by_policy=by_policy)
+
+    def start_watched(
+        self,
+        task: TaskConfig | str,
+        *,
+        owner_labels: Mapping[str, str] | None = None,
+        network: NetworkRequest | None = None,
+    ) -> tuple[TaskHandle, Future[ExitStatus]]:
+        """:meth:`start_task` (given a config) or :meth:`start` (a container's id), and
+        the future of this run's exit, armed between the task's create and its start.
+
+        A :meth:`wait` begun after a start may find no task: the supervisor deletes an
+        ``auto_remove`` task as it exits, and its exit goes with it (``run --rm`` of a
+        quick command). This one can't miss it. Cancel the future to stop waiting.
+        """
+        watch: list[Future[ExitStatus]] = []
+        try:
+            if isinstance(task, str):
+                handle = self._start(task, by_policy=False, watch=watch)
+            else:
+                handle = self._start_task(task, owner_labels, network, watch)
+        except BaseException:
+            for future in watch:  # armed, then the start failed
+                future.cancel()
+            raise
+        return handle, watch[0]
+
+    def _start(
+        self, task_id: str, *, by_policy: bool, watch: list[Future[ExitStatus]] | None = None
+    ) -> TaskHandle:
         # A member's start is an act on its group (grouplock): its lock, then the task's.
         with grouplock.of_task(self.client, task_id), self._lock(task_id):
             # Start-up: what only a start needs loads with the first start, not for ps.
@@ -276,7 +301,8 @@ class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
                 netns.ensure_loopback_up(netns_path)
             before, record = self._clear_previous_run(task_id, by_policy=by_policy)
             try:
-                return self._launch(record, records.rootfs_mounts(self.client, record, self.images))
+                mounts = records.rootfs_mounts(self.client, record, self.images)
+                return self._launch(record, mounts, watch=watch)
             except BaseException:
                 taskinfo.undo_next_run(self.client, before)
                 raise
@@ -287,10 +313,11 @@ class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
         mounts: Sequence[snapshots.RootfsMount],
         *,
         fresh: bool = False,
+        watch: list[Future[ExitStatus]] | None = None,
     ) -> TaskHandle:
         """Create and start the record's task, the run its labels number (see
         :mod:`ctrexec.tasks.runs`). ``fresh``: the record was just made, so no previous run
-        can be in the way unless Tasks.Create says so."""
+        can be in the way unless Tasks.Create says so. ``watch`` gets the exit's future."""
         task_id = record.id
         log_path = record.labels.get(lbl.LOG_PATH, "")
         cfg = config_of(record)
@@ -311,13 +338,13 @@ class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
         try:
             with taskio.task_stdio(record.labels, cfg, logged) as stdio:
                 try:
-                    pid = self._run_task(record, mounts, stdio, cfg)
+                    pid = self._run_task(record, mounts, stdio, cfg, watch)
                 except AlreadyExists:
                     if not fresh:
                         raise
                     # A shim left by an earlier container of this name (containerd#6860).
                     self._clear_previous_run(task_id, by_policy=True, next_run=False)
-                    pid = self._run_task(record, mounts, stdio, cfg)
+                    pid = self._run_task(record, mounts, stdio, cfg, watch)
         except BaseException:
             if log_token:  # the shim never opened the FIFOs: the daemon would wait for them
                 taskoutput.forget(self.state_dir, token=log_token[0])
@@ -372,11 +399,13 @@ class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
         mounts: Sequence[snapshots.RootfsMount],
         stdio: Stdio,
         cfg: TaskConfig | None,
+        watch: list[Future[ExitStatus]] | None,
     ) -> int:
         """Create and start the task; its pid. A failed start leaves no task behind; what
         a create cut short by a killed ctrexec left in the way is cleared (:mod:`stale`).
-        A config's v1 ``cpuset_cgroup`` is joined between the two. No Wait is armed: wait()
-        arms its own (containerd keeps a stopped task's exit until it is deleted)."""
+        A config's v1 ``cpuset_cgroup`` is joined between the two, and ``watch``'s Wait
+        armed; otherwise wait() arms its own (containerd keeps a stopped task's exit until
+        it is deleted)."""
         task_id, rootfs = record.id, [m.to_proto() for m in mounts]
         from ctrexec.tasks import stale  # start-up: only a start clears a killed create
 
@@ -393,6 +422,8 @@ class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
         try:
             if cfg is not None and cfg.cpuset_cgroup:
                 _linux.join_cpuset_cgroup(cfg.cpuset_cgroup, created, cpus=cfg.cpuset_cpus)
+            if watch is not None:
+                watch.append(waiting.exit_future(self.client, task_id))
             return tasks.start(self.client, task_id)
         except CtrexecError as exc:
             tasks.force_delete(self.client, task_id)
@@ -408,10 +439,19 @@ class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
         """Create and start; a start that fails removes what create made (``network``'s
         too). The new record and its mounts go straight to the task: no previous run to
         clear. ``owner_labels`` and ``network`` as for :meth:`create`."""
+        return self._start_task(config, owner_labels, network)
+
+    def _start_task(
+        self,
+        config: TaskConfig,
+        owner_labels: Mapping[str, str] | None,
+        network: NetworkRequest | None,
+        watch: list[Future[ExitStatus]] | None = None,
+    ) -> TaskHandle:
         with self._networked(config, owner_labels, network) as (joined, labels):
             record, mounts = self._create(joined, labels, first_run=True)
             with self._removed_on_failure(config.name), self._lock(config.name):
-                return self._launch(record, mounts, fresh=True)
+                return self._launch(record, mounts, fresh=True, watch=watch)
 
     @contextlib.contextmanager
     def _removed_on_failure(self, task_id: str) -> Iterator[None]:
@@ -583,45 +623,3 @@ class Executor(hostside.HostSide, taskctl.Removing, retiring.Retiring):
         with self._lock(task_id):
             self._destroy(task_id, force=force, volumes=volumes)
         self._forget(task_id)
-
-    def exec_stream(
-        self,
-        task_id: str,
-        args: Sequence[str],
-        *,
-        tty: bool = False,
-        stdin: bool = False,
-        size: tuple[int, int] | None = None,
-        **options: Unpack[ExecStreamOptions],
-    ) -> Process:
-        """Run a command in the task and stream its stdio (see :class:`ctrexec.Process`);
-        ``tty`` gives it a pseudo-terminal of ``size`` (columns, rows)."""
-        spec = process_spec(self.client, self.users, task_id, args, options, tty=tty)
-        out, err = options.get("on_stdout"), options.get("on_stderr")
-        with taskio.command_errors():
-            return start_exec(
-                self.client, task_id, spec, stdin=stdin, size=size, on_stdout=out, on_stderr=err
-            )
-
-    def exec(
-        self,
-        task_id: str,
-        args: Sequence[str],
-        *,
-        timeout: float | None = None,
-        **options: Unpack[ExecOptions],
-    ) -> ExecResult:
-        """Run a command in the task and return its exit code and output."""
-        spec = process_spec(self.client, self.users, task_id, args, options)
-        with taskio.command_errors():
-            return run_exec(self.client, task_id, spec, timeout=timeout)
-
-    def exec_detached(
-        self, task_id: str, args: Sequence[str], **options: Unpack[ExecOptions]
-    ) -> execs.DetachedExec:
-        """Start a command in the task and return once it runs, leaving it running with
-        its output discarded (docker's ``exec -d``); the task is its keeper (see
-        :func:`ctrexec.containerd.execs.start_detached`)."""
-        spec = process_spec(self.client, self.users, task_id, args, options)
-        with taskio.command_errors():
-            return execs.start_detached(self.client, task_id, spec)

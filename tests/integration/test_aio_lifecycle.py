@@ -175,3 +175,22 @@ def test_a_cancelled_stop_leaves_the_loop_free_and_still_stops(
     assert asyncio.run(main()) is Status.RUNNING
     until(lambda: ex.inspect(name).status is Status.STOPPED, "the cancelled stop's kill")
     assert ex.inspect(name).exit is not None
+
+
+def test_start_watched_awaits_an_exit_removed_before_anyone_waited(
+    ex: Executor, test_image: str
+) -> None:
+    """The asyncio face of Executor.start_watched: the exit of a task removed as it
+    exited (what the supervisor does to an ``--rm`` one) is awaited on the loop."""
+    name = "al-watched"
+    ax = AsyncExecutor(ex)
+    cfg = TaskConfig(name=name, image=test_image, command=("sh", "-c", "exit 4"))
+
+    async def main() -> None:
+        _handle, exited = await ax.start_watched(cfg)
+        until(lambda: ex.inspect(name).status is Status.STOPPED, "the exit")
+        await ax.destroy(name)
+        assert (await asyncio.wait_for(exited, 30)).exit_code == 4
+
+    asyncio.run(main())
+    assert gone(ex.client, name)

@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 from _cli import Cli
 from _support import gone, scratch_executor, supervising, until
 
+from ctrexec import CtrexecError, NotFound, TaskConfig
+from ctrexec.containerd import tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.groups.presence import is_supervised
@@ -91,3 +94,38 @@ def test_foreground_rm_with_supervisor_keeps_output_and_exit_code(
     assert out.stdout == "hello\n"
     assert out.stderr == ""
     until(lambda: gone(ex.client, "rm-fg"), "removal")
+
+
+def test_an_exit_removed_before_anyone_waited_is_seen_by_start_watched(
+    ex: Executor, test_image: str
+) -> None:
+    """What the supervisor does to a quick ``--rm`` task, done here by hand and without a
+    race: the task exits and is removed before the caller waits. A wait begun after the
+    start finds nothing; the future armed before the start has the exit."""
+    config = TaskConfig(name="rm-watched", image=test_image, command=["sh", "-c", "exit 3"])
+    handle, exit_future = ex.start_watched(config)
+    until(lambda: _stopped(ex, handle.id), "the exit")
+    ex.destroy(handle.id)
+    with pytest.raises(NotFound):
+        ex.wait(handle.id, timeout=30)
+    assert exit_future.result(timeout=30).exit_code == 3
+
+    ex.create(attrs.evolve(config, name="rm-watched-2"))
+    handle, exit_future = ex.start_watched("rm-watched-2")  # a created one: start's path
+    until(lambda: _stopped(ex, handle.id), "the exit")
+    ex.destroy(handle.id)
+    assert exit_future.result(timeout=30).exit_code == 3
+
+
+def _stopped(ex: Executor, task_id: str) -> bool:
+    state = tasks.find(ex.client, task_id)
+    return state is not None and state.status is Status.STOPPED
+
+
+def test_start_watched_of_a_failing_start_leaves_no_wait_behind(
+    ex: Executor, test_image: str
+) -> None:
+    config = TaskConfig(name="rm-watched-bad", image=test_image, command=["/no/such/file"])
+    with pytest.raises(CtrexecError):
+        ex.start_watched(config)
+    assert gone(ex.client, "rm-watched-bad")

@@ -273,6 +273,7 @@ ORDER: dict[str, tuple[str, ...]] = {
         "teardown",
         "control",
         "hostside",
+        "execing",
         "retiring",
         "rename",
         "executor",
