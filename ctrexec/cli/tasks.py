@@ -344,10 +344,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     rule), each word then reported in turn."""
     ex = executor(args)
     lookup = resolver(ex.client)
-    found: dict[str, str] = {}
-    for word in args.ids:
-        with contextlib.suppress(CtrexecError):  # reported in turn below
-            found[word] = lookup(word)
+    found = lookup.named(args.ids)  # the other words are reported in turn below
     outcome = dict(
         ex.stop_many(list(found.values()), timeout=args.time, signal=args.signal, remove=True)
     )
@@ -374,10 +371,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
     restart), each word then reported in turn."""
     ex = executor(args)
     lookup = resolver(ex.client)
-    found: dict[str, str] = {}
-    for word in args.ids:
-        with contextlib.suppress(CtrexecError):  # reported in turn below
-            found[word] = lookup(word)
+    found = lookup.named(args.ids)  # the other words are reported in turn below
     ids = list(dict.fromkeys(found.values()))
     outcome = dict(ex.remove_many(ids, force=args.force, volumes=args.volumes))
 

@@ -167,13 +167,13 @@ class Lookup:
             raise errors.NotFound(f"No such container: {given}")
         return found
 
-    def known(self, given: Iterable[str]) -> list[str]:
-        """The ids of the words that name one container; the others are left out (the
-        verb that then acts on each word reports them)."""
-        out = []
+    def named(self, given: Iterable[str]) -> dict[str, str]:
+        """Each word that names one container, with its id; the others are left out
+        (a verb of many acts on these at once, then reports each word in turn)."""
+        out = {}
         for word in given:
             try:
-                out.append(self(word))
+                out[word] = self(word)
             except (errors.NotFound, errors.AmbiguousPrefix):
                 continue
         return out

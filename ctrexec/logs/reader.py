@@ -445,16 +445,16 @@ def dropped_bytes(
 _MARKER_BYTES = f'"{DROPPED_KEY}":'.encode()
 
 
-def _since_ns(since: datetime | int | None) -> int | None:
+def _instant_ns(value: datetime | int | None, name: str) -> int | None:
     """Exact ns for an aware datetime (``timestamp()`` is a float and can round)."""
-    if since is None or isinstance(since, int):
-        return since
-    if since.tzinfo is None:
-        raise InvalidArgument("since must be timezone-aware (or nanoseconds since the epoch)")
-    u = since.utctimetuple()
+    if value is None or isinstance(value, int):
+        return value
+    if value.tzinfo is None:
+        raise InvalidArgument(f"{name} must be timezone-aware (or nanoseconds since the epoch)")
+    u = value.utctimetuple()
     days = _days_from_civil(u.tm_year, u.tm_mon, u.tm_mday)
     secs = days * 86400 + u.tm_hour * 3600 + u.tm_min * 60 + u.tm_sec
-    return secs * _NS + since.microsecond * 1000
+    return secs * _NS + value.microsecond * 1000
 
 
 def read_logs(
@@ -478,8 +478,7 @@ def read_logs(
     entry with time 0, and an unterminated line comes as it is, with no newline,
     whenever a read reaches the end (its rest follows as another entry); ``none`` has
     nothing to read and says so, in docker's words (FailedPrecondition), as does
-    ``since`` for a driver that keeps no timestamps (InvalidArgument). The checks come
-    at the call, before the first entry is asked for.
+    ``since`` for a driver with no timestamps (InvalidArgument): at the call, not later.
 
     ``since``/``until`` (aware datetimes or epoch ns, inclusive) and ``streams`` filter first;
     ``tail`` then keeps the last N of the entries present now. Either makes the read start from
@@ -501,7 +500,8 @@ def read_logs(
     if tail is not None and tail < 0:
         raise InvalidArgument(f"tail must be >= 0, got {tail}")
     cursor = _Cursor(os.fspath(path))  # opens nothing until it is read
-    since_ns, until_ns, wanted = _since_ns(since), _since_ns(until), frozenset(streams)
+    since_ns, until_ns = _instant_ns(since, "since"), _instant_ns(until, "until")
+    wanted = frozenset(streams)
 
     def select(lines: Iterator[bytes]) -> Iterator[LogEntry]:
         if driver == modes.FILE:

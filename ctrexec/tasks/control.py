@@ -19,7 +19,7 @@ import contextlib
 import signal as signals
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -211,6 +211,15 @@ class Removing:
         with self._locks_guard:
             return self._locks.setdefault(task_id, threading.Lock())
 
+    @contextlib.contextmanager
+    def _hold_all(self, ids: Iterable[str]) -> Iterator[None]:
+        """Every id's lock, taken in one order (sorted), so two acts on many that share
+        tasks never wait on each other's locks in a cycle."""
+        with contextlib.ExitStack() as held:
+            for task_id in sorted(set(ids)):
+                held.enter_context(self._lock(task_id))
+            yield
+
     def _forget(self, task_id: str) -> None:
         """Drop a removed task's lock: a long-lived Executor (supervisor, Nomad) sees many."""
         with self._locks_guard:
@@ -240,13 +249,10 @@ class Removing:
         stopped ``auto_remove`` task is then removed, as :meth:`stop` removes one.
 
         Each task's lock is held from its signal to its exit, so nothing else acts on a
-        task being stopped; the locks are taken in one order (sorted ids), so two stops
-        of many that share tasks never wait on each other's locks in a cycle.
+        task being stopped (:meth:`_hold_all`).
         """
         removed: set[str] = set()
-        with contextlib.ExitStack() as held:
-            for task_id in sorted(set(ids)):
-                held.enter_context(self._lock(task_id))
+        with self._hold_all(ids):
             results = self._stop_all(ids, timeout, signal)
             for i, (task_id, error) in enumerate(results):
                 if not remove or error is not None or task_id in removed:
@@ -327,9 +333,7 @@ class Removing:
             else:
                 results.append((task_id, None))
         try:
-            with contextlib.ExitStack() as held:
-                for task_id in sorted(set(ids)):
-                    held.enter_context(self._lock(task_id))
+            with self._hold_all(ids):
                 batch.finish(self.client)
         except CtrexecError as exc:
             last = max((i for i, (_, err) in enumerate(results) if err is None), default=None)

@@ -78,16 +78,19 @@ def clear(client: Client, record: containers.Container, path: Path) -> None:
     bundles.remove(path)
 
 
-def after_delete(client: Client, record: containers.Container) -> None:
+def after_delete(client: Client, record: containers.Container, batch: Batch | None = None) -> None:
     """What a create sent by a ctrexec that died mid-call can still do once ``record``
     is deleted: the Create can land after the task's first delete (containerd does not
     refuse it for a deleted container), and a Create that containerd cancelled can leave
     a shim serving nothing, with our log driver, that containerd no longer knows
     (containerd 1.6). With the log daemon's FIFOs such a shim has no child at all, as
     has the shim of a group whose other tasks have all stopped: that one is not looked
-    at."""
+    at. In a ``batch``, the look for such shims is left to its :meth:`Batch.finish`."""
     tasks.force_delete(client, record.id)
-    _stop_orphans(client, [record])
+    if batch is None:
+        _stop_orphans(client, [record])
+    else:
+        batch.deleted.append(record)
 
 
 def _stop_orphans(client: Client, records: Sequence[containers.Container]) -> None:
@@ -182,11 +185,7 @@ def destroy(
     if record.labels.get(lbl.IMPLICIT_GROUP):  # run --network: its namespace goes too
         implicitnet.release(files_dir, record.labels)
     containers.delete(client, task_id)
-    if batch is None:
-        after_delete(client, record)
-    else:
-        tasks.force_delete(client, record.id)
-        batch.deleted.append(record)
+    after_delete(client, record, batch)
     snapshots.remove_snapshot(client, record.snapshot_key, record.snapshotter)
     if volumes or record.labels.get(lbl.AUTO_REMOVE) == "true":
         volstore.remove_anonymous(client.namespace, record.labels)

@@ -11,7 +11,7 @@ reaps it, which under load may follow another task's delete).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +19,7 @@ import pytest
 from ctrexec import labels as lbl
 from ctrexec.cli import tasks as cli_tasks
 from ctrexec.cli.main import main
+from ctrexec.containerd import containers
 from ctrexec.containerd.tasks import Status
 from ctrexec.errors import CtrexecError, FailedPrecondition, NotFound
 from ctrexec.tasks import control
@@ -123,15 +124,18 @@ class _Executor:
         raise NotFound(f"No such container: {task_id}")
 
 
-def _resolver(_client: object) -> Callable[[str], str]:
-    """Every word names the container of that id, except ``gone``."""
+class _Lookup(containers.Lookup):
+    """Every word names the container of that id, except ``gone``; ``named`` is the
+    real one, on these answers."""
 
-    def resolve(word: str) -> str:
-        if word == "gone":
-            raise NotFound(f"No such container: {word}")
-        return word
+    def __call__(self, given: str) -> str:
+        if given == "gone":
+            raise NotFound(f"No such container: {given}")
+        return given
 
-    return resolve
+
+def _resolver(client: object) -> _Lookup:
+    return _Lookup(client)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("force", [True, False])

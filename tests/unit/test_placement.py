@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from typing import TYPE_CHECKING
 
 import pytest
+from _zombie import zombie
 
 from ctrexec import placement, procfs
 
@@ -93,14 +93,8 @@ def test_not_placed_when_the_helper_is_gone() -> None:
 
 
 def test_a_zombie_is_not_placed() -> None:
-    proc = subprocess.Popen(["true"])
-    # Not reaped: /proc/PID/stat says Z once it exited (poll /proc, bounded).
-    for _ in range(500):
-        if not procfs.process_alive(proc.pid):
-            break
-        time.sleep(0.01)
-    assert not placement.helper_placed(proc.pid, timeout=5.0)
-    proc.wait()
+    with zombie() as pid:
+        assert not placement.helper_placed(pid, timeout=5.0)
 
 
 def test_without_systemd_a_helper_in_our_cgroup_is_answered_at_once(

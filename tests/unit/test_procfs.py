@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import time
+
+from _zombie import zombie
 
 from ctrexec import procfs
 
@@ -31,17 +31,13 @@ def test_this_process() -> None:
 
 
 def test_a_zombie_and_a_reaped_child_are_not_alive() -> None:
-    proc = subprocess.Popen(["true"])
-    for _ in range(500):  # not reaped yet: it turns Z once it exited
-        stat = procfs.proc_stat(proc.pid)
-        if stat is not None and stat[1][0] == "Z":
-            break
-        time.sleep(0.01)
-    assert not procfs.process_alive(proc.pid)
-    proc.wait()
-    assert procfs.proc_stat(proc.pid) is None
-    assert procfs.proc_cgroups(proc.pid) is None
-    assert not procfs.process_alive(proc.pid)
+    with zombie() as pid:
+        stat = procfs.proc_stat(pid)
+        assert stat is not None and stat[1][0] == "Z"
+        assert not procfs.process_alive(pid)
+    assert procfs.proc_stat(pid) is None
+    assert procfs.proc_cgroups(pid) is None
+    assert not procfs.process_alive(pid)
 
 
 def test_cgroup_lines_of_v1_v2_and_hybrid_hosts() -> None:
