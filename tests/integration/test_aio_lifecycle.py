@@ -188,7 +188,11 @@ def test_start_watched_awaits_an_exit_removed_before_anyone_waited(
 
     async def main() -> None:
         _handle, exited = await ax.start_watched(cfg)
-        until(lambda: ex.inspect(name).status is Status.STOPPED, "the exit")
+        # Awaited, not the Executor's inspect: its address lookup (pyroute2) runs an
+        # event loop of its own, which it can't inside this one.
+        async with asyncio.timeout(60):
+            while (await ax.inspect(name, addresses=False)).status is not Status.STOPPED:
+                await asyncio.sleep(0.05)
         await ax.destroy(name)
         assert (await asyncio.wait_for(exited, 30)).exit_code == 4
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from _cli import TEST_NAMESPACE
+
 from ctrexec._linux import mounts_under
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.daemon import DaemonPaths, EmbeddedContainerd
@@ -27,6 +29,12 @@ def _shims_of(address: str) -> list[int]:
     return found
 
 
+#: The run's own namespace: it names the task's cgroup (``/ctrexec/<ns>/<id>``), which
+#: the matrix's sessions share; a fixed one let another session's removal of its
+#: ``t1`` kill this one's runc init between create and start.
+NAMESPACE = f"{TEST_NAMESPACE}-emb"
+
+
 def test_start_run_stop_leaves_nothing(test_image_archive: Path, tmp_path: Path) -> None:
     base = Path(tempfile.mkdtemp(prefix="cxe-", dir="/var/tmp"))
     daemon = EmbeddedContainerd(DaemonPaths.under(base))
@@ -35,8 +43,8 @@ def test_start_run_stop_leaves_nothing(test_image_archive: Path, tmp_path: Path)
         daemon.start()
         assert daemon.is_running()
         daemon.start()  # a second start finds the running daemon
-        import_image(daemon.address, "emb", test_image_archive)
-        with Client.connect(daemon.address, namespace="emb") as client:
+        import_image(daemon.address, NAMESPACE, test_image_archive)
+        with Client.connect(daemon.address, namespace=NAMESPACE) as client:
             ex = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
             ex.start_task(
                 TaskConfig(
@@ -53,7 +61,7 @@ def test_start_run_stop_leaves_nothing(test_image_archive: Path, tmp_path: Path)
         assert mounts_under(base) == []
         # Restart on the same directories: the container record survived, the task did not.
         daemon.start()
-        with Client.connect(daemon.address, namespace="emb") as client:
+        with Client.connect(daemon.address, namespace=NAMESPACE) as client:
             ex = Executor(client, log_dir=tmp_path / "logs", files_dir=tmp_path / "files")
             info = ex.inspect("t1")
             assert info.pid == 0
