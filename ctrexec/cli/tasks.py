@@ -261,11 +261,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             return attach.run_attached(
                 ex, config, keys, auto_remove=args.rm, remove=remove, created=created
             )
-        # its exit watched from before the start: a supervisor may remove an --rm one at once
-        handle, exit_future = ex.start_watched(config, network=network)
+        if args.detach:
+            handle = ex.start_task(config, network=network)
+        else:  # its exit watched from before the start: a supervisor may remove it at once
+            handle, exit_future = ex.start_watched(config, network=network)
     publish.warn_unsupervised(ex.client, [config])
     if args.detach:
-        exit_future.cancel()
         if args.rm:
             _warn_unsupervised_rm(ex, handle.id)
         print_json(handle.to_json()) if args.json else print(handle.id)
