@@ -16,7 +16,7 @@ from typing import Any
 from ctrexec import _rpc
 from ctrexec._api.containerd.services.namespaces.v1 import namespace_pb2
 from ctrexec._linux import mounts_under
-from ctrexec.containerd import containers
+from ctrexec.containerd import containers, tasks
 from ctrexec.containerd.client import Client
 from ctrexec.errors import AlreadyExists, NotFound
 from ctrexec.groups.supervisor import Supervisor
@@ -39,6 +39,13 @@ def create_namespace(client: Client) -> None:
 def until(predicate: Callable[[], object], what: str, timeout: float = 30.0) -> None:
     """Await state that containerd or the kernel reaches asynchronously, with a bound."""
     wait_for(predicate, timeout=timeout, what=what)
+
+
+def stopped(client: Client, task_id: str) -> bool:
+    """Whether its task has exited: containerd's state alone, so that no address lookup
+    (as a running task's inspect makes) runs in a test's wait."""
+    state = tasks.find(client, task_id)
+    return state is not None and state.status is tasks.Status.STOPPED
 
 
 @contextlib.contextmanager

@@ -13,10 +13,9 @@ from pathlib import Path
 import attrs
 import pytest
 from _cli import Cli
-from _support import gone, scratch_executor, supervising, until
+from _support import gone, scratch_executor, stopped, supervising, until
 
 from ctrexec import CtrexecError, NotFound, TaskConfig
-from ctrexec.containerd import tasks
 from ctrexec.containerd.client import Client
 from ctrexec.containerd.tasks import Status
 from ctrexec.groups.presence import is_supervised
@@ -68,7 +67,7 @@ def test_exit_without_supervisor_is_removed_when_one_starts(
 ) -> None:
     out = cli("run", "-d", "--rm", "--name", "rm-late", test_image, "true")
     assert out.returncode == 0, out.stderr
-    until(lambda: ex.inspect("rm-late").status is Status.STOPPED, "the exit")
+    until(lambda: stopped(ex.client, "rm-late"), "the exit")
     assert not gone(ex.client, "rm-late")  # nobody watches: it stays, as warned
     log_dir = Path(ex.inspect("rm-late").log_path).parent
     with supervising(ex):
@@ -104,7 +103,7 @@ def test_an_exit_removed_before_anyone_waited_is_seen_by_start_watched(
     start finds nothing; the future armed before the start has the exit."""
     config = TaskConfig(name="rm-watched", image=test_image, command=["sh", "-c", "exit 3"])
     handle, exit_future = ex.start_watched(config)
-    until(lambda: _stopped(ex, handle.id), "the exit")
+    until(lambda: stopped(ex.client, handle.id), "the exit")
     ex.destroy(handle.id)
     with pytest.raises(NotFound):
         ex.wait(handle.id, timeout=30)
@@ -112,14 +111,9 @@ def test_an_exit_removed_before_anyone_waited_is_seen_by_start_watched(
 
     ex.create(attrs.evolve(config, name="rm-watched-2"))
     handle, exit_future = ex.start_watched("rm-watched-2")  # a created one: start's path
-    until(lambda: _stopped(ex, handle.id), "the exit")
+    until(lambda: stopped(ex.client, handle.id), "the exit")
     ex.destroy(handle.id)
     assert exit_future.result(timeout=30).exit_code == 3
-
-
-def _stopped(ex: Executor, task_id: str) -> bool:
-    state = tasks.find(ex.client, task_id)
-    return state is not None and state.status is Status.STOPPED
 
 
 def test_start_watched_of_a_failing_start_leaves_no_wait_behind(

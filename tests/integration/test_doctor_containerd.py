@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from _cli import TEST_NAMESPACE, Cli
-from _support import create_namespace, until
+from _support import create_namespace, stopped, until
 
 from ctrexec import _rpc, owners
 from ctrexec._api.containerd.services.snapshots.v1 import snapshots_pb2
@@ -48,11 +48,6 @@ def _doctor(cli: Cli, logs: Path) -> list[dict[str, object]]:
     every = json.loads(out.stdout)
     assert out.returncode == (1 if every else 0), out.stderr
     return [f for f in every if f["Kind"] in KINDS]
-
-
-def _stopped(client: Client, name: str) -> bool:
-    state = tasks.find(client, name)
-    return state is not None and state.status is Status.STOPPED
 
 
 @contextlib.contextmanager
@@ -122,7 +117,7 @@ def test_doctor_finds_every_kind_dry_run_changes_nothing_gc_removes_it(
     for name, rm in (("dctr-rm", ["--rm"]), ("dctr-plain", [])):
         out = cli("run", "-d", *rm, "--name", name, test_image, "true")
         assert out.returncode == 0, out.stderr
-    until(lambda: _stopped(client, "dctr-rm") and _stopped(client, "dctr-plain"), "both exits")
+    until(lambda: stopped(client, "dctr-rm") and stopped(client, "dctr-plain"), "both exits")
     # A create killed between its record and its rootfs snapshot: the record alone.
     out = cli("create", "--name", "dctr-half", test_image, "true")
     assert out.returncode == 0, out.stderr
@@ -146,7 +141,7 @@ def test_doctor_finds_every_kind_dry_run_changes_nothing_gc_removes_it(
             _check_and_collect(cli, client, logs, loose.id, shim, paths)
             # gc left alone: the plain stopped container, the lease in flight, the
             # other namespace's lease and files.
-            assert _stopped(client, "dctr-plain")
+            assert stopped(client, "dctr-plain")
             assert {le.id for le in client.leases()} == {in_flight.id}
             assert len(other.leases()) == 1
             assert paths[2].exists() and paths[3].exists()  # OTHER_NS's log and files dirs
@@ -214,7 +209,7 @@ def test_gc_spares_the_young_and_prune_removes_stopped_containers_only(
             out = cli("run", "-d", *flags, "--name", name, test_image, *command.split())
             assert out.returncode == 0, out.stderr
         done = ("dctr-young", "dctr-label", "dctr-sys")
-        until(lambda: all(_stopped(client, n) for n in done), "three exits")
+        until(lambda: all(stopped(client, n) for n in done), "three exits")
         out = cli("gc", "--json", "--log-dir", str(logs))  # the default grace: 300 s
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["Removed"] == []
@@ -231,7 +226,7 @@ def test_gc_spares_the_young_and_prune_removes_stopped_containers_only(
         assert tasks.find(client, "dctr-up").status is Status.RUNNING  # type: ignore[union-attr]
         out = cli("run", "-d", "--name", "dctr-sys", test_image, "true")
         assert out.returncode == 0, out.stderr
-        until(lambda: _stopped(client, "dctr-sys"), "its exit")
+        until(lambda: stopped(client, "dctr-sys"), "its exit")
         out = cli("system prune", "-f", "--log-dir", str(logs))
         assert out.returncode == 0, out.stderr
         assert out.stdout.startswith("Deleted Containers:\ndctr-sys\n\n"), out.stdout

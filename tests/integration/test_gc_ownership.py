@@ -41,6 +41,7 @@ import attrs
 import pytest
 from _cli import TEST_NAMESPACE, Cli
 from _nethelpers import cli_bridge
+from _support import stopped as exited
 from _support import until
 
 from ctrexec import owners
@@ -196,11 +197,7 @@ def test_gc_leaves_a_second_containerd_with_the_same_namespace_name_alone(
         assert out.returncode == 0, out.stderr
         until(lambda: _in_its_pin(other.client, running), "the other's container running")
 
-        def exited() -> bool:
-            state = tasks.find(other.client, stopped)
-            return state is not None and state.status is Status.STOPPED
-
-        until(exited, "the other's second container stopped")
+        until(lambda: exited(other.client, stopped), "the other's second container stopped")
         for name in (running, stopped):  # past the default grace, as a day-old task's
             _age(other.logs / TEST_NAMESPACE / name)
             _age(hostfiles.task_dir(hostfiles.DEFAULT_DIR, TEST_NAMESPACE, name).directory)
