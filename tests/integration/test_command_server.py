@@ -126,21 +126,34 @@ class Server:
 
 
 @pytest.fixture
-def server(cli: Cli) -> Iterator[Server]:
-    """A server started the way a first command starts it; every one seen stopped after.
+def make_server(cli: Cli) -> Iterator[Callable[..., Server]]:
+    """Servers with a directory of their own, every one seen stopped after.
 
-    Its directory is made with mkdtemp, not under pytest's (0700) tree, so that one
-    test can open it to another uid.
+    The directory is made with mkdtemp, not under pytest's (0700) tree, so that one
+    test can open it to another uid. ``lib=`` runs client and server from a copy.
     """
-    srv = Server(Path(tempfile.mkdtemp(prefix="cxsrv-")), cli)
+    made: list[Server] = []
+
+    def make(lib: Path | None = None) -> Server:
+        made.append(Server(Path(tempfile.mkdtemp(prefix="cxsrv-")), cli, lib=lib))
+        return made[-1]
+
     try:
-        first = srv("version")  # no server yet: runs in-process and spawns one
-        assert first.returncode == 0, first.stderr
-        srv.pid()
-        yield srv
+        yield make
     finally:
-        srv.stop()
-        shutil.rmtree(srv.directory)
+        for srv in made:
+            srv.stop()
+            shutil.rmtree(srv.directory)
+
+
+@pytest.fixture
+def server(make_server: Callable[..., Server]) -> Server:
+    """A server started the way a first command starts it."""
+    srv = make_server()
+    first = srv("version")  # no server yet: runs in-process and spawns one
+    assert first.returncode == 0, first.stderr
+    srv.pid()
+    return srv
 
 
 @pytest.fixture
@@ -357,7 +370,9 @@ def test_other_uid_and_namespace_are_refused(server: Server) -> None:
     assert fell_back.returncode == 0 and fell_back.stdout.startswith("usage: ctrexec")
 
 
-def test_a_changed_module_makes_the_server_go_away(cli: Cli, tmp_path: Path) -> None:
+def test_a_changed_module_makes_the_server_go_away(
+    make_server: Callable[..., Server], tmp_path: Path
+) -> None:
     """On a private copy of the package, client and server alike: the matrix runs of
     scripts/test share this checkout, and a module changed in it made their servers
     go stale too, so a test of theirs that asked for a listening server waited in vain.
@@ -366,13 +381,9 @@ def test_a_changed_module_makes_the_server_go_away(cli: Cli, tmp_path: Path) -> 
     lib = (tmp_path / "lib").resolve()  # as the client's getcwd() names it
     package = Path(wire.__file__).parents[1]
     shutil.copytree(package, lib / "ctrexec", ignore=shutil.ignore_patterns("__pycache__"))
-    server = Server(Path(tempfile.mkdtemp(prefix="cxsrv-")), cli, lib=lib)
-    try:
-        assert server("version").returncode == 0  # no server yet: it starts one
-        _changed_module_replaces_the_server(server, lib / "ctrexec" / "cli" / "client.py")
-    finally:
-        server.stop()
-        shutil.rmtree(server.directory)
+    server = make_server(lib=lib)
+    assert server("version").returncode == 0  # no server yet: it starts one
+    _changed_module_replaces_the_server(server, lib / "ctrexec" / "cli" / "client.py")
 
 
 def _changed_module_replaces_the_server(server: Server, module: Path) -> None:
@@ -638,7 +649,7 @@ def _end_cat(proc: subprocess.Popen[bytes]) -> None:
 
 
 def test_the_first_command_runs_in_its_client_and_the_server_starts_after(
-    cli: Cli, test_image: str, names: list[str]
+    make_server: Callable[..., Server], test_image: str, names: list[str]
 ) -> None:
     """With no server, the first command is run by the process that was started (its
     client: multi-threaded with gRPC's threads, which a handed-over client never is),
@@ -646,30 +657,26 @@ def test_the_first_command_runs_in_its_client_and_the_server_starts_after(
     server's warm-up is not beside the command. After the command's exit a server
     listens, at normal priority (SCHED_OTHER), and so are the children that run the
     next commands."""
-    srv = Server(Path(tempfile.mkdtemp(prefix="cxsrv-")), cli)
+    srv = make_server()
     names += ["cs-first", "cs-second"]
+    first = _cat_running(srv, "cs-first", test_image)
     try:
-        first = _cat_running(srv, "cs-first", test_image)
-        try:
-            wait_for(
-                lambda: len(os.listdir(f"/proc/{first.pid}/task")) > 1,
-                timeout=60,
-                what="the first command's gRPC threads in its client",
-            )
-            assert _lock_holders(srv.lock) == set(), "a server started beside the command"
-            assert not srv.sock.exists()
-        finally:
-            _end_cat(first)
-        pid = srv.pid()  # bounded wait: started at the first command's exit
-        assert pid != first.pid
-        assert os.sched_getscheduler(pid) == os.SCHED_OTHER
-        second = _cat_running(srv, "cs-second", test_image)
-        try:
-            children = srv.children()
-            assert children, "the second command ran in its client, not in the server"
-            assert {os.sched_getscheduler(c) for c in children} == {os.SCHED_OTHER}
-        finally:
-            _end_cat(second)
+        wait_for(
+            lambda: len(os.listdir(f"/proc/{first.pid}/task")) > 1,
+            timeout=60,
+            what="the first command's gRPC threads in its client",
+        )
+        assert _lock_holders(srv.lock) == set(), "a server started beside the command"
+        assert not srv.sock.exists()
     finally:
-        srv.stop()
-        shutil.rmtree(srv.directory)
+        _end_cat(first)
+    pid = srv.pid()  # bounded wait: started at the first command's exit
+    assert pid != first.pid
+    assert os.sched_getscheduler(pid) == os.SCHED_OTHER
+    second = _cat_running(srv, "cs-second", test_image)
+    try:
+        children = srv.children()
+        assert children, "the second command ran in its client, not in the server"
+        assert {os.sched_getscheduler(c) for c in children} == {os.SCHED_OTHER}
+    finally:
+        _end_cat(second)
