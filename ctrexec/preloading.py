@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 
 from ctrexec import _rpc
+from ctrexec.net import netns
 from ctrexec.oci import seccomp
 
 #: The library's modules the verbs of a front end load: starting, reading and following
@@ -26,14 +27,16 @@ LIBRARY_MODULES = (
     "ctrexec.images.lookup", "ctrexec.images.usage", "ctrexec.net.netns",
     "ctrexec.net.networks", "ctrexec.groups.updown", "ctrexec.groups.spec",
     "ctrexec.containerd.daemon", "ctrexec.containerd.bundles", "ctrexec.tasks.stale",
-    "ctrexec.logs.orphaned_shims",
+    "ctrexec.logs.orphaned_shims", "ctrexec.net.nsinfo",
 )  # fmt: skip
 
 
 def preload() -> None:
     """Load, once in this process, the library's modules (and what gRPC loads at its
-    first channel) and the data files every start reads (the default seccomp profile),
-    so that each fork finds them loaded and read."""
+    first channel), netlink (a running task's ``inspect`` reads its addresses) and the
+    data files every start reads (the default seccomp profile), so that each fork finds
+    them loaded and read."""
     for name in (*LIBRARY_MODULES, *_rpc.FIRST_CHANNEL_MODULES):
         importlib.import_module(name)
+    netns.load_netlink()
     seccomp.load_default_profile()
