@@ -180,6 +180,7 @@ if TYPE_CHECKING:
     from ctrexec.net.settings import from_env as _networks_from_env
     from ctrexec.oci.caps import DEFAULT_CAPABILITIES as DEFAULT_CAPABILITIES
     from ctrexec.oci.caps import normalize_capability as normalize_capability
+    from ctrexec.oci.mounts import Mount as Mount
     from ctrexec.paths import StrPath as StrPath
     from ctrexec.placement import helper_argv as helper_argv
     from ctrexec.placement import helper_placed as helper_placed
@@ -371,6 +372,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "ctrexec.net.nsrefs": ("NetnsUsage", "NetnsUser", "netns_usage=usage"),
     "ctrexec.net.settings": ("networks_from_env=from_env",),
     "ctrexec.oci.caps": ("DEFAULT_CAPABILITIES", "normalize_capability"),
+    "ctrexec.oci.mounts": ("Mount",),
     "ctrexec.paths": ("StrPath",),
     "ctrexec.placement": ("helper_argv", "helper_placed"),
     "ctrexec.preloading": ("preload",),

@@ -25,8 +25,8 @@ from ctrexec.oci import mounts as ocimounts
 from ctrexec.oci import process
 from ctrexec.oci.mounts import Mount
 from ctrexec.tasks import health, logkeeper, runs, supervised
-from ctrexec.tasks.config import TaskConfig, config_of
-from ctrexec.tasks.reports import TaskHandle, TaskInfo
+from ctrexec.tasks.config import TaskConfig, config_of, listed_of
+from ctrexec.tasks.reports import Deferred, TaskHandle, TaskInfo
 
 if TYPE_CHECKING:
     from ctrexec.net.cni import PortMapping
@@ -116,7 +116,9 @@ def build(
     addresses: bool = False,
 ) -> TaskInfo:
     """The latest run's info from the record and its task (``last_exit``: the task's
-    exit with the OOM fact added)."""
+    exit with the OOM fact added). What only the config or the spec says is worked
+    out when first read (:class:`Deferred`): ``ps`` prints ids, states and three
+    fields of the config, and made every config and decoded every spec (issue 40)."""
     labels = record.labels
     now = runs.current(labels)
     exit_status = last_exit or (state.exit if state else None)
@@ -127,7 +129,8 @@ def build(
         exit_status = runs.kept_exit(labels)
         status = Status.STOPPED if exit_status is not None else Status.CREATED
     pid = state.pid if state else 0
-    config = config_of(record)
+    config = Deferred(lambda: config_of(record))
+    facts = Deferred(lambda: _process_facts(record.spec))
     return TaskInfo(
         exit_reason=runs.exit_reason(labels) if state is None else None,
         unknown_reason=state.reason if state is not None and state.unknown else None,
@@ -152,8 +155,12 @@ def build(
         restart_error=labels.get(lbl.RESTART_ERROR),
         ports=group_ports(labels),
         addresses=addresses_of(record, _live_pid(state)) if addresses else None,
-        **_process_facts(record.spec),
-        mounts=_user_mounts(record.spec, config),
+        args=Deferred(lambda: facts.get().args),
+        env=Deferred(lambda: facts.get().env),
+        workdir=Deferred(lambda: facts.get().workdir),
+        hostname=Deferred(lambda: facts.get().hostname),
+        mounts=Deferred(lambda: _user_mounts(record.spec, config.get())),
+        _listed=Deferred(lambda: listed_of(record)),
     )
 
 
@@ -179,16 +186,24 @@ def _user_mounts(spec: Mapping[str, Any], cfg: TaskConfig | None) -> tuple[Mount
     )
 
 
-def _process_facts(spec: Mapping[str, Any]) -> dict[str, Any]:
+@attrs.frozen
+class _Facts:
+    args: tuple[str, ...]
+    env: tuple[str, ...]
+    workdir: str
+    hostname: str
+
+
+def _process_facts(spec: Mapping[str, Any]) -> _Facts:
     """What the task runs with, as its spec says (a record made elsewhere may lack it)."""
     proc = spec.get("process")
     proc = proc if isinstance(proc, dict) else {}
-    return {
-        "args": tuple(str(a) for a in _without_init(spec, proc.get("args") or [])),
-        "env": tuple(str(e) for e in proc.get("env") or ()),
-        "workdir": str(proc.get("cwd") or ""),
-        "hostname": str(spec.get("hostname") or ""),
-    }
+    return _Facts(
+        args=tuple(str(a) for a in _without_init(spec, proc.get("args") or [])),
+        env=tuple(str(e) for e in proc.get("env") or ()),
+        workdir=str(proc.get("cwd") or ""),
+        hostname=str(spec.get("hostname") or ""),
+    )
 
 
 def _without_init(spec: Mapping[str, Any], args: list[Any]) -> list[Any]:

@@ -8,10 +8,10 @@ not by each front end.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 
@@ -20,13 +20,46 @@ from ctrexec.containerd.tasks import ExitStatus, Status
 from ctrexec.errors import FailedPrecondition, InvalidArgument
 from ctrexec.logs import modes as logmodes
 from ctrexec.oci.mounts import Mount
-from ctrexec.tasks.config import TaskConfig
+from ctrexec.tasks.config import Listed, TaskConfig
 from ctrexec.tasks.fields import Problem
 
 if TYPE_CHECKING:  # the network modules cost a CLI command that only reads infos
     from ctrexec.net.cni import PortMapping
     from ctrexec.net.nsinfo import Address
     from ctrexec.paths import StrPath
+
+
+T = TypeVar("T")
+
+
+class Deferred(Generic[T]):
+    """A value worked out at its first read, then kept: what a :class:`TaskInfo` knows
+    only by decoding its record (the config made and checked, the spec decoded) costs a
+    listing nothing until something reads it. ``ps`` of 300 containers made every
+    config and decoded every spec, about a millisecond each, to print an id or three
+    of their fields (issue 40). Two threads reading at once may each work it out:
+    it is the same value."""
+
+    __slots__ = ("_make", "_value")
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make: Callable[[], T] | None = make
+        self._value: T | None = None
+
+    def get(self) -> T:
+        make = self._make
+        if make is not None:
+            self._value = make()
+            self._make = None
+        return self._value  # type: ignore[return-value]  # made: T, None included
+
+
+def _got(value: T | Deferred[T]) -> T:
+    return value.get() if isinstance(value, Deferred) else value
+
+
+def _shown(value: object) -> str:
+    return repr(_got(value))
 
 
 @attrs.frozen(kw_only=True)
@@ -106,7 +139,9 @@ class TaskInfo:
     log_path: str
     labels: Mapping[str, str]
     created_at: datetime | None
-    config: TaskConfig | None
+    # Each field of a value or a Deferred one is given as its name without the "_",
+    # read through the property of that name, and compared and shown by its value.
+    _config: TaskConfig | Deferred[TaskConfig | None] | None = attrs.field(eq=_got, repr=_shown)
     run: int = 0
     started_at: datetime | None = None
     restart_count: int = 0
@@ -115,19 +150,82 @@ class TaskInfo:
     ports: tuple[PortMapping, ...] = ()
     addresses: tuple[Address, ...] | None = None
     newer_run: int | None = None
-    args: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()
-    workdir: str = ""
-    hostname: str = ""
+    _args: tuple[str, ...] | Deferred[tuple[str, ...]] = attrs.field(
+        default=(), eq=_got, repr=_shown
+    )
+    _env: tuple[str, ...] | Deferred[tuple[str, ...]] = attrs.field(
+        default=(), eq=_got, repr=_shown
+    )
+    _workdir: str | Deferred[str] = attrs.field(default="", eq=_got, repr=_shown)
+    _hostname: str | Deferred[str] = attrs.field(default="", eq=_got, repr=_shown)
     problems: tuple[Problem, ...] = ()
     exit_reason: str | None = None
     unknown_reason: str | None = None
     #: The image's ID (``sha256:...``) the container was made from; "" for a record
     #: made before ctrexec kept it.
     image_id: str = ""
-    #: The spec's mounts at the paths the config's ``-v`` and ``--mount`` name, in the
-    #: spec's order: docker's ``inspect`` ``.Mounts``, with their host sources.
-    mounts: tuple[Mount, ...] = ()
+    _mounts: tuple[Mount, ...] | Deferred[tuple[Mount, ...]] = attrs.field(
+        default=(), eq=_got, repr=_shown
+    )
+    #: The config's listed fields, read without making the config (a listing's rows);
+    #: None: read from ``config``.
+    _listed: Deferred[Listed | None] | None = attrs.field(
+        default=None, alias="_listed", eq=False, repr=False
+    )
+
+    @property
+    def config(self) -> TaskConfig | None:
+        """The TaskConfig the container was made from; None for a record ctrexec cannot
+        read (made by another ctrexec, or not by ctrexec)."""
+        return _got(self._config)
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return _got(self._args)
+
+    @property
+    def env(self) -> tuple[str, ...]:
+        return _got(self._env)
+
+    @property
+    def workdir(self) -> str:
+        return _got(self._workdir)
+
+    @property
+    def hostname(self) -> str:
+        return _got(self._hostname)
+
+    @property
+    def mounts(self) -> tuple[Mount, ...]:
+        """The spec's mounts at the paths the config's ``-v`` and ``--mount`` name, in the
+        spec's order: docker's ``inspect`` ``.Mounts``, with their host sources."""
+        return _got(self._mounts)
+
+    def _listed_config(self) -> Listed | None:
+        if self._listed is not None:
+            return self._listed.get()
+        cfg = self.config
+        return None if cfg is None else Listed(cfg.entrypoint, cfg.command, cfg.labels, cfg.volumes)
+
+    @property
+    def command_line(self) -> tuple[str, ...]:
+        """The config's entrypoint then its command, as given (the image's defaults not
+        in it): docker's ``ps`` COMMAND. Read without making the config, as are
+        :attr:`config_labels` and :attr:`config_volumes`: what a listing prints of it."""
+        listed = self._listed_config()
+        return (*(listed.entrypoint or ()), *(listed.command or ())) if listed else ()
+
+    @property
+    def config_labels(self) -> Mapping[str, str]:
+        """The labels the config set (ctrexec's own are in ``labels`` only)."""
+        listed = self._listed_config()
+        return listed.labels if listed else {}
+
+    @property
+    def config_volumes(self) -> tuple[str, ...]:
+        """The config's ``-v`` texts (``SRC:DST[:OPTS]``): docker's ``ps`` MOUNTS."""
+        listed = self._listed_config()
+        return listed.volumes if listed else ()
 
     @property
     def oom_killed(self) -> bool:
