@@ -83,7 +83,7 @@ def go_type(value: Any) -> str:
     if value is None or value is NO_VALUE:
         return "<nil>"
     names = [(bool, "bool"), (int, "int"), (float, "float64"), (str, "string"),
-             (GoMap, "map[string]interface {}"), (dict, "struct"), (list, "[]interface {}"),
+             (GoMap, "map[string]interface {}"), (Mapping, "struct"), (list, "[]interface {}"),
              (tuple, "[]interface {}")]  # fmt: skip
     return next((n for t, n in names if isinstance(value, t)), type(value).__name__)
 

@@ -9,7 +9,7 @@ typed literally) separates. A row has the fields of :data:`PS_FIELDS` and docker
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 
 from ctrexec import InvalidArgument, Status, TaskInfo
@@ -79,15 +79,12 @@ def state(info: TaskInfo) -> str:
 
 
 def _command(info: TaskInfo, *, trunc: bool = True) -> str:
-    cfg = info.config
-    argv = [*(cfg.entrypoint or ()), *(cfg.command or ())] if cfg else []
-    text = shlex.join(argv)
+    text = shlex.join(info.command_line)
     return f'"{text[:19]}…"' if trunc and len(text) > 20 else f'"{text}"'
 
 
 def _labels(info: TaskInfo) -> str:
-    labels = info.config.labels if info.config else {}
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    return ",".join(f"{k}={v}" for k, v in sorted(info.config_labels.items()))
 
 
 def _networks(info: TaskInfo) -> str:
@@ -99,7 +96,7 @@ def _networks(info: TaskInfo) -> str:
 def _mounts(info: TaskInfo, *, trunc: bool = True) -> str:
     """docker's MOUNTS: each volume's source (a name or a host path), cut to 15
     characters unless ``--no-trunc``."""
-    sources = [v.split(":", 1)[0] for v in (info.config.volumes if info.config else ())]
+    sources = [v.split(":", 1)[0] for v in info.config_volumes]
     return ",".join(f"{s[:14]}…" if trunc and len(s) > 15 else s for s in sources)
 
 
@@ -144,15 +141,32 @@ def _iso(value: datetime | None) -> str:
     return value.isoformat() if value else ""
 
 
-def _row(info: TaskInfo, now: datetime, *, trunc: bool = True) -> dict[str, object]:
-    """One ``ps`` row as a template sees it: every field, and docker's ``.Label "k"``."""
-    fields = {n: get for n, (_, get) in PS_FIELDS.items()}
-    if not trunc:
-        fields.update(PS_UNTRUNCATED)
-    row: dict[str, object] = {name: get(info, now) for name, get in fields.items()}
-    labels = info.config.labels if info.config else {}
-    row["Label"] = lambda key: labels.get(key, "")
-    return row
+class _Row(Mapping[str, object]):
+    """One ``ps`` row as a template sees it: every field, and docker's ``.Label "k"``.
+    A field is worked out when the template reads it, so ``ps -q`` (``{{.ID}}``)
+    reads nothing of a config and the default columns no label or volume."""
+
+    def __init__(self, info: TaskInfo, now: datetime, *, trunc: bool = True) -> None:
+        self._info, self._now = info, now
+        self._fields = {n: get for n, (_, get) in PS_FIELDS.items()}
+        if not trunc:
+            self._fields.update(PS_UNTRUNCATED)
+        self._fields["Label"] = lambda i, _: lambda key: i.config_labels.get(key, "")
+        self._made: dict[str, object] = {}
+
+    def __getitem__(self, name: str) -> object:
+        if name not in self._made:
+            self._made[name] = self._fields[name](self._info, self._now)
+        return self._made[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._fields
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
 
 
 def _header() -> dict[str, object]:
@@ -211,7 +225,7 @@ def ps_lines(
     """
     now = now or datetime.now(UTC)
     table, parsed = ps_template(template)
-    rows = [_row(i, now, trunc=trunc) for i in infos]
+    rows = [_Row(i, now, trunc=trunc) for i in infos]
     return render(parsed, rows, _header() if table else None)
 
 
