@@ -39,6 +39,9 @@ INSPECT_MANY = 20
 #: How many containers a population starts at once (processes or threads): enough to
 #: keep 2 cores busy, few enough not to time out dockerd.
 POPULATE_AT_ONCE = 4
+#: How many of a group's members docker and ctr start at once (bench/run's burst is
+#: 50): 300 CLI processes at once would time out dockerd on 2 cores, not measure it.
+GROUP_AT_ONCE = 50
 GROUP_PREFIX = "cxb-g"  # a group's namespace is cx-NAME (ctrexec.net.holders)
 SUPERVISOR_TIMEOUT = 30.0
 
@@ -120,9 +123,11 @@ class Scale:
             raise BenchError(f"after {what}, left in {CTR_NAMESPACE}: {left}")
 
 
-def in_batches(cmds: Sequence[Sequence[str]], env: dict[str, str] | None = None) -> None:
-    for i in range(0, len(cmds), POPULATE_AT_ONCE):
-        run_parallel(cmds[i : i + POPULATE_AT_ONCE], env)
+def in_batches(
+    cmds: Sequence[Sequence[str]], env: dict[str, str] | None = None, size: int = POPULATE_AT_ONCE
+) -> None:
+    for i in range(0, len(cmds), size):
+        run_parallel(cmds[i : i + size], env)
 
 
 def names_of(n: int, prefix: str = "sc") -> list[str]:
@@ -309,21 +314,21 @@ def groups(s: Scale, n: int, rounds: int, tmp: Path) -> Samples:
             def docker_up(pause: str = pause, members: list[str] = members) -> None:
                 run(s.docker(DOCKER_MAIN, "run", "-d", "--name", pause, "--network=none",
                              DOCKER_IMAGE, *QUICK_TERM), denv)  # fmt: skip
-                run_parallel([
+                in_batches([
                     s.docker(DOCKER_MAIN, "run", "-d", "--name", m,
                              f"--network=container:{pause}", DOCKER_IMAGE, *QUICK_TERM)
                     for m in members
-                ], denv)  # fmt: skip
+                ], denv, GROUP_AT_ONCE)  # fmt: skip
 
             def ctr_up(ns: str = ns, tasks: list[str] = tasks) -> None:
                 run(["ip", "netns", "add", ns])
                 s.b.ctr_netns.append(ns)
                 fifo = str(s.b.fifo_dir)
-                run_parallel([
+                in_batches([
                     s.ctr("run", "-d", "--fifo-dir", fifo, "--with-ns",
                           f"network:/run/netns/{ns}", sc.IMAGE, t, *QUICK_TERM)
                     for t in tasks
-                ])  # fmt: skip
+                ], None, GROUP_AT_ONCE)  # fmt: skip
 
             def docker_down(pause: str = pause, members: list[str] = members) -> None:
                 run(s.docker(DOCKER_MAIN, "stop", *members, pause), denv)
