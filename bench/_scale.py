@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -20,6 +21,7 @@ import _scenarios as sc
 from _common import BenchError, memory_of, run, run_parallel, timed_ms, wait_until
 from _docker import IMAGE as DOCKER_IMAGE
 
+from ctrexec.cli.client import SERVER_DIR_ENV
 from ctrexec.containerd.client import Client
 from ctrexec.tasks.config import TaskConfig
 from ctrexec.tasks.supervised import is_supervised
@@ -130,6 +132,14 @@ def in_batches(
         run_parallel(cmds[i : i + size], env)
 
 
+def check_server() -> None:
+    """The ctrexec rows time the script as installed: through a command server, which
+    the warm-up started. Without one they would time in-process starts; say so."""
+    directory = Path(os.environ[SERVER_DIR_ENV])
+    if not any(directory.glob("*.pid")):
+        raise BenchError(f"no command server in {directory} after the warm-up")
+
+
 def names_of(n: int, prefix: str = "sc") -> list[str]:
     return [f"{prefix}-{i}" for i in range(n)]
 
@@ -176,6 +186,7 @@ def reads(s: Scale, n: int, rounds: int) -> Samples:
         cmds = read_commands(s, n)
         for cmd, env, codes in cmds.values():
             run_ok(cmd, env, codes)  # warm: the page cache, the command server
+        check_server()
         out: Samples = {k: [] for k in cmds}
         for _ in range(rounds):
             for key, (cmd, env, codes) in cmds.items():
