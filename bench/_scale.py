@@ -48,6 +48,10 @@ GROUP_PREFIX = "cxb-g"  # a group's namespace is cx-NAME (ctrexec.net.holders)
 SUPERVISOR_TIMEOUT = 30.0
 
 Samples = dict[str, list[float]]
+#: The sides of the removal rows and the keys of the group rows' samples.
+RM_SIDES = ("ctrexec", "docker", "ctr")
+SUPERVISED_SIDES = ("ctrexec", "docker")
+GROUP_KEYS = tuple(f"{phase} {side}" for phase in ("up", "down") for side in RM_SIDES)
 
 
 @dataclass
@@ -225,7 +229,7 @@ def remove_n(s: Scale, n: int, rounds: int) -> Samples:
         s.ctr_up(names)
         return timed_ms(partial(s.ctr_remove, names))
 
-    methods = {"ctrexec": ctrexec, "docker": docker, "ctr": ctr}
+    methods = dict(zip(RM_SIDES, (ctrexec, docker, ctr), strict=True))
     out: Samples = {k: [] for k in methods}
     try:
         for i in range(rounds):
@@ -280,7 +284,7 @@ def remove_supervised(s: Scale, n: int, rounds: int, tmp: Path) -> Samples:
         s.docker_up(names, restart="always")
         return timed_ms(partial(run, s.docker(DOCKER_MAIN, "rm", "-f", *names), s.b.docker.env))
 
-    methods = {"ctrexec": ctrexec, "docker": docker}
+    methods = dict(zip(SUPERVISED_SIDES, (ctrexec, docker), strict=True))
     out: Samples = {k: [] for k in methods}
     try:
         with supervisor(s, tmp / f"supervise-{n}.log") as proc:
@@ -312,8 +316,7 @@ def group_file(path: Path, name: str, n: int) -> Path:
 
 def groups(s: Scale, n: int, rounds: int, tmp: Path) -> Samples:
     """``group up`` of N members, then ``group down``, against docker + pause and ctr."""
-    out: Samples = {k: [] for k in ("up ctrexec", "up docker", "up ctr")}
-    out |= {k: [] for k in ("down ctrexec", "down docker", "down ctr")}
+    out: Samples = {k: [] for k in GROUP_KEYS}
     denv = s.b.docker.env
     try:
         for r in range(rounds):
