@@ -258,7 +258,7 @@ def supervisor(s: Scale, log: Path, n: int) -> Iterator[subprocess.Popen[bytes]]
         yield proc
     finally:
         if proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-300:].replace("\n", " / ")
+            tail = log.read_text(errors="replace")[-300:].strip().replace("\n", " / ")
             s.notes.append(f"N={n}: `ctrexec supervise` exited {proc.returncode} during the "
                            f"row (figures after that were not supervised): ...{tail}")  # fmt: skip
         else:
