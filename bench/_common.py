@@ -68,6 +68,17 @@ def run_parallel(cmds: Sequence[Sequence[str]], env: dict[str, str] | None = Non
         raise BenchError(f"{len(failed)} of {len(cmds)} failed; first: {failed[0]}")
 
 
+def ctr_remove(ctr: Callable[..., list[str]], names: Sequence[str]) -> None:
+    """``ctr``'s removal of N (``ctr(*args)`` is its argv on the bench's daemon and
+    namespace): SIGKILL to every task, their deletes, the containers'."""
+    if not names:
+        return
+    with contextlib.suppress(BenchError):  # a task that already exited
+        run(ctr("tasks", "kill", "-s", "SIGKILL", *names))
+    run(ctr("tasks", "rm", "-f", *names))
+    run(ctr("containers", "rm", *names))
+
+
 def timed_ms(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()

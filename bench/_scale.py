@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 
 import _scenarios as sc
-from _common import BenchError, memory_of, run, run_parallel, timed_ms, wait_until
+from _common import BenchError, ctr_remove, memory_of, run, run_parallel, timed_ms, wait_until
 from _docker import IMAGE as DOCKER_IMAGE
 
 from ctrexec.cli.client import SERVER_DIR_ENV
@@ -108,13 +108,7 @@ class Scale:
         in_batches([self.ctr("run", "-d", "--fifo-dir", fifo, sc.IMAGE, n, *SLEEP) for n in names])
 
     def ctr_remove(self, names: Sequence[str]) -> None:
-        """``ctr``'s removal of N: SIGKILL to every task, their deletes, the containers'."""
-        if not names:
-            return
-        with contextlib.suppress(BenchError):  # a task that already exited
-            run(self.ctr("tasks", "kill", "-s", "SIGKILL", *names))
-        run(self.ctr("tasks", "rm", "-f", *names))
-        run(self.ctr("containers", "rm", *names))
+        ctr_remove(self.ctr, names)
 
     def ctr_names(self) -> list[str]:
         return run(self.ctr("containers", "ls", "-q")).stdout.split()

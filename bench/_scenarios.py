@@ -3,7 +3,6 @@ load hits them alike; set-up and removal stay outside the timed part."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 from _common import (
     BenchError,
     MemResult,
+    ctr_remove,
     log_daemon_pids,
     logdriver_pids,
     memory_of,
@@ -99,12 +99,7 @@ class Bench:
             run_parallel(cmds)
 
     def ctr_remove(self, names: Sequence[str]) -> None:
-        if not names:
-            return
-        with contextlib.suppress(BenchError):  # a task that already exited
-            run(self.ctr("tasks", "kill", "-s", "SIGKILL", *names))
-        run(self.ctr("tasks", "rm", "-f", *names))
-        run(self.ctr("containers", "rm", *names))
+        ctr_remove(self.ctr, names)
 
     def ctr_cleanup(self) -> None:
         """After lib_cleanup, every container left in the namespace is ctr's."""
