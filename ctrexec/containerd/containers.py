@@ -148,13 +148,29 @@ def get(client: Client, container_id: str) -> Container:
 
 
 def list_containers(client: Client, *filters: str) -> list[Container]:
-    """Containers matching any of containerd's filter expressions (``labels."k"==v``)."""
-    resp = client._call(
+    """Containers matching any of containerd's filter expressions (``labels."k"==v``).
+
+    Read with ListStream, one record a message: a record is ~10 KB, so List's one
+    answer passes gRPC's 16 MiB limit at ~1,600 containers and every listing verb
+    would fail (issue 40). A server without ListStream (Unimplemented) is asked with
+    List, as containerd's Go client does. The deadline is the client's default for
+    the whole listing, as it was for List.
+    """
+    request = containers_pb2.ListContainersRequest(filters=list(filters))
+    stream = client._connection.server_stream(
         _rpc.CONTAINERS,
-        "List",
-        containers_pb2.ListContainersRequest(filters=list(filters)),
-        containers_pb2.ListContainersResponse,
+        "ListStream",
+        request,
+        containers_pb2.ListContainerMessage,
+        namespace=client.namespace,
     )
+    try:
+        return [Container.from_proto(m.container) for m in stream]
+    except errors.Unimplemented:
+        pass
+    finally:
+        stream.cancel()
+    resp = client._call(_rpc.CONTAINERS, "List", request, containers_pb2.ListContainersResponse)
     return [Container.from_proto(c) for c in resp.containers]
 
 
