@@ -1,6 +1,7 @@
 """No cliff in the listing (issue 40): 2,000 container records of ~10 KB each are
 20 MB, more than gRPC's 16 MiB message, so a listing read as one List answer fails;
-read one record a message (ListStream), every listing verb sees them all.
+read one record a message (ListStream), every listing verb sees them all, and
+doctor's checks, which list them too, run.
 
 The records are made straight in containerd (created, never started: no snapshot, no
 task), in a namespace of this test's own so no other test's listing sees them, and
@@ -9,6 +10,7 @@ each is deleted at the end.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -103,3 +105,12 @@ def test_ps_lists_every_container(many: tuple[Client, list[str]], cli: Cli) -> N
     client, ids = many
     out = cli("ps", "-a", "-q", namespace=client.namespace, check=True)
     assert sorted(out.stdout.splitlines()) == ids
+
+
+def test_doctor_checks_every_container(many: tuple[Client, list[str]], cli: Cli) -> None:
+    """Each of doctor's checks that lists the containers ran: with List they all said
+    "could not check" (ResourceExhausted)."""
+    client, _ = many
+    out = cli("doctor", "--json", namespace=client.namespace, check=True)
+    unchecked = [f for f in json.loads(out.stdout) if f["What"].startswith("could not check")]
+    assert unchecked == []
