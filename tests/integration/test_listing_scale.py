@@ -1,7 +1,7 @@
 """No cliff in the listing (issue 40): 2,000 container records of ~10 KB each are
-20 MB, more than gRPC's 16 MiB message, so a listing read as one List answer fails;
-read one record a message (ListStream), every listing verb sees them all, and
-doctor's checks, which list them too, run.
+20 MB, more than gRPC's 16 MiB message, so containerd refuses to send them as one
+List answer; read again one record a message (ListStream), every listing verb sees
+them all, and doctor's checks, which list them too, run.
 
 The records are made straight in containerd (created, never started: no snapshot, no
 task), in a namespace of this test's own so no other test's listing sees them, and

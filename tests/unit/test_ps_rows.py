@@ -2,7 +2,7 @@
 no spec, which cost a listing about a millisecond a container; ``inspect`` still
 reads both, once, when it asks.
 
-The listing is containerd's answer to Containers.ListStream and Tasks.List, faked at the
+The listing is containerd's answer to Containers.List and Tasks.List, faked at the
 connection; the CLI's own ``ps`` runs on it. What proves the property is a count of
 the configs made (``TaskConfig.from_json``) and of the specs decoded, not a time.
 """
@@ -72,12 +72,12 @@ RUNNING = {"web-1", "web-2", "alien", "future"}
 class _Conn:
     """containerd's answers to the two listings, as the wire sends them."""
 
-    def server_stream(self, service: str, method: str, request: Any, rt: Any, **kw: Any) -> Any:
-        assert method == "ListStream", (service, method)
-        return _Stream([containers_pb2.ListContainerMessage(container=r) for r in RECORDS])
+    address = "/run/fake.sock"
 
     def unary(self, service: str, method: str, request: Any, rt: Any, **kw: Any) -> Any:
         assert method == "List", (service, method)
+        if rt is containers_pb2.ListContainersResponse:
+            return containers_pb2.ListContainersResponse(containers=RECORDS)
         procs = [
             task_pb2.Process(
                 id=r.id,
@@ -87,11 +87,6 @@ class _Conn:
             for i, r in enumerate(RECORDS)
         ]
         return tasks_pb2.ListTasksResponse(tasks=procs)
-
-
-class _Stream(list[Any]):
-    def cancel(self) -> None:
-        pass
 
 
 @attrs.define
