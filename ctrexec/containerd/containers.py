@@ -147,15 +147,42 @@ def get(client: Client, container_id: str) -> Container:
     return Container.from_proto(resp.container)
 
 
+#: The (address, namespace) pairs whose listing passed one message's limit: asked with
+#: ListStream from then on in this process (a supervisor, a driver), not List first.
+_streamed: set[tuple[str, str]] = set()
+
+
 def list_containers(client: Client, *filters: str) -> list[Container]:
-    """Containers matching any of containerd's filter expressions (``labels."k"==v``)."""
-    resp = client._call(
+    """Containers matching any of containerd's filter expressions (``labels."k"==v``).
+
+    List's one answer passes gRPC's 16 MiB limit at ~1,600 containers (a record is
+    ~10 KB), and containerd refuses it (ResourceExhausted): such a listing is read again
+    with ListStream, one record a message, and that namespace is streamed from then on
+    (issue 40). Not always streamed: a stream costs ~5 ms to set up and twice List's
+    time per record in Python's gRPC (87 ms against 45 ms at 300 records), which every
+    ``ps`` would pay for a namespace far below the limit.
+    """
+    request = containers_pb2.ListContainersRequest(filters=list(filters))
+    where = (client.address, client.namespace)
+    if where not in _streamed:
+        try:
+            resp = client._call(
+                _rpc.CONTAINERS, "List", request, containers_pb2.ListContainersResponse
+            )
+            return [Container.from_proto(c) for c in resp.containers]
+        except errors.ResourceExhausted:
+            _streamed.add(where)
+    stream = client._connection.server_stream(
         _rpc.CONTAINERS,
-        "List",
-        containers_pb2.ListContainersRequest(filters=list(filters)),
-        containers_pb2.ListContainersResponse,
+        "ListStream",
+        request,
+        containers_pb2.ListContainerMessage,
+        namespace=client.namespace,
     )
-    return [Container.from_proto(c) for c in resp.containers]
+    try:
+        return [Container.from_proto(m.container) for m in stream]
+    finally:
+        stream.cancel()
 
 
 class Lookup:

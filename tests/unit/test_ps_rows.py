@@ -72,6 +72,8 @@ RUNNING = {"web-1", "web-2", "alien", "future"}
 class _Conn:
     """containerd's answers to the two listings, as the wire sends them."""
 
+    address = "/run/fake.sock"
+
     def unary(self, service: str, method: str, request: Any, rt: Any, **kw: Any) -> Any:
         assert method == "List", (service, method)
         if rt is containers_pb2.ListContainersResponse:
