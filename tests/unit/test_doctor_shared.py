@@ -16,6 +16,7 @@ from ctrexec.doctor import integrity, restarts, shims
 from ctrexec.doctor.checks import doctor, gc
 from ctrexec.doctor.findings import Check, Finding, Scope, every_record
 from ctrexec.logs import orphaned_shims
+from ctrexec.tasks import logkeeper
 
 NOW = 1_000_000.0
 NS, OTHER = "ns-a", "ns-b"
@@ -176,3 +177,28 @@ def test_gc_without_removals_lists_once(daemon: _Daemon) -> None:
     report = gc(_scope(), checks=both)
     assert report.removed == [] and report.failed == []
     assert daemon.lists == [(NS, ()), (OTHER, (MANAGED,))]
+
+
+def test_the_log_daemons_recovery_takes_the_shared_records_as_its_filter_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """doctor's logdaemon check hands revive the run's records: the same ones as its own
+    List by ``managed=="true"`` (the value exactly), and no List of its own."""
+
+    def no_list(client: object, *filters: str) -> list[containers.Container]:
+        raise AssertionError(f"listed again: {filters}")
+
+    cfg = attrs.make_class("Cfg", {"log_max_size": attrs.field(default=7),
+                                   "log_max_files": attrs.field(default=3)})()  # fmt: skip
+    monkeypatch.setattr(containers, "list_containers", no_list)
+    monkeypatch.setattr(logkeeper, "config_of", lambda record: cfg)
+    monkeypatch.setattr(logkeeper, "uses_daemon", lambda config: True)
+
+    def record(cid: str, managed: str | None) -> containers.Container:
+        labels = {lbl.LOG_PATH: f"/logs/{cid}"} | (
+            {} if managed is None else {lbl.MANAGED: managed}
+        )
+        return attrs.evolve(_record(cid), labels=labels)
+
+    listed = [record("a", "true"), record("b", "false"), record("c", None)]
+    assert logkeeper._logs(object(), lambda: listed) == [("/logs/a", 7, 3)]  # type: ignore[arg-type]
