@@ -101,8 +101,14 @@ def _find(check: Check, scope: Scope) -> list[Finding]:
 
 def doctor(scope: Scope, checks: tuple[Check, ...] | None = None) -> list[Finding]:
     """Every finding of every check; changes nothing. A check that fails says so as a
-    finding of its own, so a clean report means every check ran."""
-    return [f for check in (CHECKS if checks is None else checks) for f in _find(check, scope)]
+    finding of its own, so a clean report means every check ran. The checks share one
+    listing of each namespace and one read of the host's processes, taken during this
+    run, not kept from an earlier one on the same scope."""
+    scope.forget()
+    try:
+        return [f for check in (CHECKS if checks is None else checks) for f in _find(check, scope)]
+    finally:
+        scope.forget()
 
 
 def gc(scope: Scope, *, dry_run: bool = False, checks: tuple[Check, ...] | None = None) -> GcReport:
@@ -110,11 +116,27 @@ def gc(scope: Scope, *, dry_run: bool = False, checks: tuple[Check, ...] | None 
 
     With ``dry_run`` nothing is removed: the report lists what one check at a time
     finds, so a leftover that only an earlier removal would free is not listed.
+
+    The scope's shared listings (:class:`~ctrexec.doctor.findings.Scope`) are dropped
+    before and after each removal. Before: a remover judges its object again, and that
+    second look must see what changed since its check's find, as it did when every
+    check listed for itself (a shim serving a task started meanwhile is kept). After:
+    the next check must see this removal, or what the removed object held (its
+    snapshot, its log directory, its namespace pin) would look owned for the rest of
+    the run, and the order above would free nothing.
     """
+    scope.forget()
+    try:
+        return _gc(scope, dry_run, CHECKS if checks is None else checks)
+    finally:
+        scope.forget()
+
+
+def _gc(scope: Scope, dry_run: bool, checks: tuple[Check, ...]) -> GcReport:
     removed: list[Finding] = []
     failed: list[Failure] = []
     kept: list[Finding] = []
-    for check in CHECKS if checks is None else checks:
+    for check in checks:
         for finding in _find(check, scope):
             if is_spared(finding):
                 kept.append(finding)
@@ -123,10 +145,13 @@ def gc(scope: Scope, *, dry_run: bool = False, checks: tuple[Check, ...] | None 
             if dry_run:
                 removed.append(finding)
                 continue
+            scope.forget()
             try:
                 check.remove(scope, finding)
             except CtrexecError as err:
                 failed.append(Failure(finding, str(err)))
             else:
                 removed.append(finding)
+            finally:
+                scope.forget()  # a failed removal may have removed part of it
     return GcReport(removed=removed, failed=failed, dry_run=dry_run, spared=kept)

@@ -103,7 +103,7 @@ def _judged(
 
 
 def find(scope: Scope) -> list[Finding]:
-    managed = containers.list_containers(scope.client, containers.label_filter(lbl.MANAGED))
+    managed = scope.managed()
     live = tasks.states_of(scope.client, [r.id for r in managed])
     found = []
     for record in managed:

@@ -28,8 +28,6 @@ from pathlib import Path
 import attrs
 
 from ctrexec import _linux, owners
-from ctrexec import labels as lbl
-from ctrexec.containerd import containers
 from ctrexec.doctor import containers as doctor_containers
 from ctrexec.doctor.findings import Check, Finding, Scope, stamp
 from ctrexec.errors import FailedPrecondition
@@ -59,7 +57,7 @@ def _newest_mtime(directory: Path) -> float | None:
 def owned(scope: Scope) -> tuple[set[str], set[tuple[str, str]]]:
     """The namespaces looked at (the scope's), and each (namespace, id) of a ctrexec
     record there."""
-    records = containers.list_containers(scope.client, containers.label_filter(lbl.MANAGED))
+    records = scope.managed()
     return {scope.namespace}, {(scope.namespace, r.id) for r in records}
 
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar, cast
 
 import attrs
 
@@ -20,6 +21,8 @@ from ctrexec.containerd.client import Client
 from ctrexec.defaults import DEFAULT_LOG_DIR, RUN_DIR
 from ctrexec.net import settings as net_settings
 from ctrexec.net.networks import Networks
+
+_T = TypeVar("_T")
 
 #: How old an unowned object must be before it is garbage: a create in flight (a
 #: container whose task is being made, a namespace being wired) looks unowned for a
@@ -55,12 +58,34 @@ class Finding:
         }
 
 
+@attrs.define
+class _Memo:
+    """What the checks of one run share, each made at its first use (see Scope)."""
+
+    records: list[containers.Container] | None = None
+    every: list[tuple[str, containers.Container]] | None = None
+    made: dict[Callable[[], object], object] = attrs.field(factory=dict)
+
+    def clear(self) -> None:
+        self.records = self.every = None
+        self.made.clear()
+
+
 @attrs.frozen
 class Scope:
     """Where doctor looks: one containerd namespace's objects, and the host's state
     that ctrexec keeps for every namespace (pins, CNI's cache and IPAM, host files).
 
-    ``now`` is fixed at the start, so one run judges every object's age alike.
+    ``now`` is fixed at the start, so one run judges every object's age alike. For the
+    same reason, and because a listing of N containers per check made a run of ~17
+    checks cost 17 listings (issue 40), the namespace's records, every namespace's
+    ctrexec records and the host's processes are read once, at their first use, and
+    shared by the run's checks. A listing shared this way can only be older than one a
+    check would have made: a record removed since still shows (an object looks owned,
+    and stays), and one created since is missing, as it would be for a record created
+    just after a check's own listing; the grace period covers that. Whatever removes
+    something calls :meth:`forget` (gc does, around each removal), so a remover judges
+    afresh and the next check sees the removal.
     """
 
     client: Client
@@ -69,10 +94,51 @@ class Scope:
     state_dir: Path = Path(RUN_DIR)
     grace: float = DEFAULT_GRACE
     now: float = attrs.field(factory=time.time)
+    _memo: _Memo = attrs.field(factory=_Memo, init=False, repr=False, eq=False)
 
     @property
     def namespace(self) -> str:
         return self.client.namespace
+
+    def records(self) -> list[containers.Container]:
+        """Every container record of the scope's namespace, ctrexec's or not."""
+        if self._memo.records is None:
+            self._memo.records = containers.list_containers(self.client)
+        return self._memo.records
+
+    def managed(self) -> list[containers.Container]:
+        """ctrexec's records of the namespace: those that carry the managed label, with
+        any value, as containerd's ``labels."io.ctrexec.managed"`` filter (a presence
+        test) would list them; taken from :meth:`records` rather than a second List."""
+        return [r for r in self.records() if lbl.MANAGED in r.labels]
+
+    def shared(self, make: Callable[[], _T]) -> _T:
+        """``make()``, called once per run and kept (the host's process table: a scan
+        of /proc that each shim check would otherwise repeat)."""
+        if make not in self._memo.made:
+            self._memo.made[make] = make()
+        return cast("_T", self._memo.made[make])
+
+    def forget(self) -> None:
+        """Drop what the run shares, so the next use reads the host and the daemon
+        again: called after a removal (see the class docstring)."""
+        self._memo.clear()
+
+    def every_record(self) -> list[tuple[str, containers.Container]]:
+        """:func:`every_record`, listed once per run (see the class docstring); the
+        scope's own namespace is not listed a second time."""
+        if self._memo.every is None:
+            managed = containers.label_filter(lbl.MANAGED)
+            self._memo.every = [
+                (ns, record)
+                for ns in self.client.namespaces()
+                for record in (
+                    self.managed()
+                    if ns == self.namespace
+                    else containers.list_containers(self.client.with_namespace(ns), managed)
+                )
+            ]
+        return self._memo.every
 
     def old_enough(self, since: datetime | float | None) -> bool:
         """Past the grace period; an object of unknown age is old enough only when the
@@ -89,14 +155,9 @@ def every_record(scope: Scope) -> list[tuple[str, containers.Container]]:
     The host's state (pins, addresses, CNI's cache, host files) is shared by all of
     them: a namespace pin is unowned only if no record in any namespace names it.
     Each comes with its containerd namespace. Records of the scope's namespace alone
-    are ``containers.list_containers(scope.client, ...)``.
+    are :meth:`Scope.managed`.
     """
-    managed = containers.label_filter(lbl.MANAGED)
-    return [
-        (ns, record)
-        for ns in scope.client.namespaces()
-        for record in containers.list_containers(scope.client.with_namespace(ns), managed)
-    ]
+    return scope.every_record()
 
 
 def stamp(seconds: float | None) -> datetime | None:

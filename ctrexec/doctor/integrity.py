@@ -83,7 +83,7 @@ def wiring_findings(
 
 
 def find_groups(scope: Scope) -> list[Finding]:
-    records = containers.list_containers(scope.client, containers.label_filter(lbl.MANAGED))
+    records = scope.managed()
     states = tasks.states_of(scope.client, [r.id for r in records])
     by_group: dict[str, list[containers.Container]] = {}
     for record in records:

@@ -22,7 +22,7 @@ KIND = "logdaemon"
 def find(scope: Scope) -> list[Finding]:
     # The default state dir means the daemon's default place (CTREXEC_LOGD_DIR too).
     state_dir = None if scope.state_dir == Path(RUN_DIR) else scope.state_dir
-    stopped = logkeeper.revive(scope.client, state_dir, thorough=True)
+    stopped = logkeeper.revive(scope.client, state_dir, thorough=True, records=scope.records)
     if stopped is None:
         return []
     return [

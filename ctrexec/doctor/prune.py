@@ -64,7 +64,7 @@ class ContainerPruneReport:
 
 def stopped(scope: Scope, where: ContainerFilter | None = None) -> list[containers.Container]:
     """The namespace's stopped ctrexec containers that ``where`` matches."""
-    found = containers.list_containers(scope.client, containers.label_filter(lbl.MANAGED))
+    found = scope.managed()
     # A task List leaves out (its shim silent, containerd 2.3) is live until it says not.
     states = tasks.states_of(scope.client, [r.id for r in found])
     live = {cid for cid, t in states.items() if t.status is not Status.STOPPED}
@@ -81,6 +81,7 @@ def prune_containers(scope: Scope, where: ContainerFilter | None = None) -> Cont
     """Remove the stopped containers (the module docstring's); one that a start took
     since is refused by destroy and reported in ``failed``, as is any other error."""
     executor = doctor_containers.executor(scope)
+    scope.forget()  # this call's listing, not one an earlier call on the scope kept
     deleted, failed, reclaimed = [], [], 0
     for record in stopped(scope, where):
         size = snapshots.snapshot_usage(scope.client, record.snapshot_key, record.snapshotter)
@@ -93,6 +94,9 @@ def prune_containers(scope: Scope, where: ContainerFilter | None = None) -> Cont
         else:
             deleted.append(record.id)
             reclaimed += size
+    # system prune runs gc on this scope next: what these records held must not look
+    # owned by the listing ``stopped`` shared.
+    scope.forget()
     return ContainerPruneReport(tuple(deleted), reclaimed, tuple(failed))
 
 

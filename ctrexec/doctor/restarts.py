@@ -63,9 +63,7 @@ def judge(
 
 
 def find(scope: Scope) -> list[Finding]:
-    pending = containers.list_containers(
-        scope.client, containers.label_filter(lbl.RESTART_PENDING, "true")
-    )
+    pending = [r for r in scope.records() if r.labels.get(lbl.RESTART_PENDING) == "true"]
     if not pending:
         return []
     states = tasks.states_of(scope.client, [r.id for r in pending])

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ctrexec import _linux
 from ctrexec import labels as lbl
-from ctrexec.containerd import bundles, containers, tasks
+from ctrexec.containerd import bundles, tasks
 from ctrexec.doctor.findings import Check, Finding, Scope, stamp
 from ctrexec.logs import orphaned_shims
 
@@ -71,7 +71,7 @@ def _started(pid: int) -> float | None:
 
 def _reachable(scope: Scope) -> tuple[set[Path], set[int]]:
     """The sockets of the listed tasks' shims, and the listed tasks' pids."""
-    records = {c.id: c for c in containers.list_containers(scope.client)}
+    records = {c.id: c for c in scope.records()}
     # With a Get of each record List left out: containerd 2.3 lists no task whose shim
     # is slow, and that shim is not garbage (an UNKNOWN state keeps it reachable).
     listed = list(tasks.states_of(scope.client, records).values())
@@ -87,19 +87,23 @@ def _reachable(scope: Scope) -> tuple[set[Path], set[int]]:
 
 def _unreachable(scope: Scope) -> list[tuple[int, str, set[Path]]]:
     """(pid, -id, its sockets) of every shim of the scope that the rule calls garbage."""
-    procs = orphaned_shims.processes()
+    procs = scope.shared(orphaned_shims.processes)
     reachable, pids = _reachable(scope)
     listening = listening_sockets()
     address = scope.client.address.encode()
+    # Parents of the listed tasks' processes, from the one scan: asking each shim for its
+    # children walked the host's process table once per shim.
+    serving = {procs[pid][0] for pid in pids if pid in procs}
     found = []
     for pid, (_, argv) in procs.items():
         if not orphaned_shims.is_shim(argv, scope.namespace):
             continue
         if orphaned_shims.arg(argv, b"-address") != address:
             continue
+        if pid in serving:
+            continue
         own = _sockets_of(pid, listening)
-        children = {child for child, (parent, _) in procs.items() if parent == pid}
-        if not own or own & reachable or children & pids:
+        if not own or own & reachable:
             continue
         if scope.old_enough(_started(pid)):
             found.append((pid, os.fsdecode(orphaned_shims.arg(argv, b"-id") or b"?"), own))
@@ -131,6 +135,8 @@ def _bundle(pid: int, task_id: str, scope: Scope) -> Path | None:
 
 def remove(scope: Scope, finding: Finding) -> None:
     """Kill the shim when it is still garbage (judged again), then what it left."""
+    # Judged again on what the daemon and /proc say now, not on the listing find shared.
+    scope.forget()
     pid = int(finding.ref)
     for shim, task_id, own in _unreachable(scope):
         if shim != pid:

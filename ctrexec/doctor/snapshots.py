@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ctrexec.containerd import containers
 from ctrexec.containerd import snapshots as csnap
 from ctrexec.containerd.client import LEASE_EXPIRE_LABEL, LEASE_ID_PREFIX, Lease
 from ctrexec.doctor.findings import Check, Finding, Scope
@@ -38,7 +37,7 @@ _LOOSE_KINDS = frozenset({"active", "view"})
 
 def _referenced(scope: Scope) -> tuple[set[str], set[tuple[str, str]]]:
     """The snapshotters in use, and every (snapshotter, key) a record or a lease holds."""
-    records = containers.list_containers(scope.client)
+    records = scope.records()
     held = {(r.snapshotter, r.snapshot_key) for r in records if r.snapshot_key}
     for lease in scope.client.leases():
         for kind, key in scope.client.lease_resources(lease.id):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import attrs
@@ -53,7 +53,13 @@ STOPPED = "logging stopped: the log daemon is down and could not be started agai
 REPAIR = "run `ctrexec doctor` once the cause is fixed (it starts the daemon)"
 
 
-def revive(client: Client, state_dir: Path | None = None, *, thorough: bool = False) -> str | None:
+def revive(
+    client: Client,
+    state_dir: Path | None = None,
+    *,
+    thorough: bool = False,
+    records: Callable[[], Iterable[containers.Container]] | None = None,
+) -> str | None:
     """Bring the log daemon back if runs need it; None when logging works (or nothing
     needs it), else why it could not (for :func:`annotate` and doctor).
 
@@ -62,6 +68,8 @@ def revive(client: Client, state_dir: Path | None = None, *, thorough: bool = Fa
     are some, and a stat; containerd is asked only after a restart or a wiped state,
     or when ``thorough`` (doctor; the supervisor now and then): that also finds the
     runs of a daemon that lost its state dir and was killed after a successor began.
+    ``records``: the namespace's container records when the caller has listed them
+    already (doctor's run shares one listing), called only when containerd is asked.
     """
     where = logmodes.daemon_dir(state_dir) or logclient.state_dir()
     try:
@@ -70,7 +78,7 @@ def revive(client: Client, state_dir: Path | None = None, *, thorough: bool = Fa
         if restarted:
             log.warning("the log daemon in %s did not answer; started a new one", where)
         if restarted or wiped or thorough:
-            if found := logclient.recover(_logs(client), where):
+            if found := logclient.recover(_logs(client, records), where):
                 log.warning("asked the log daemon to read %d runs again", found)
             # Marks this state as known, so the next check does not list again (a
             # place this caller cannot write is no failure while nothing needs it).
@@ -82,11 +90,16 @@ def revive(client: Client, state_dir: Path | None = None, *, thorough: bool = Fa
     return None
 
 
-def _logs(client: Client) -> list[tuple[str, int, int]]:
+def _logs(
+    client: Client, listed: Callable[[], Iterable[containers.Container]] | None
+) -> list[tuple[str, int, int]]:
     """``(log path, max size, max files)`` of every managed container whose output goes
     through the daemon, from containerd's records (no shim is asked)."""
     found = []
-    records = containers.list_containers(client, containers.label_filter(lbl.MANAGED, "true"))
+    if listed is None:
+        records = containers.list_containers(client, containers.label_filter(lbl.MANAGED, "true"))
+    else:  # the same records as that filter: the label's value, exactly "true"
+        records = [r for r in listed() if r.labels.get(lbl.MANAGED) == "true"]
     for record in records:
         config = config_of(record)
         path = record.labels.get(lbl.LOG_PATH, "")
