@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ctrexec import inflight, owners
 from ctrexec import labels as lbl
-from ctrexec.containerd import containers, tasks
+from ctrexec.containerd import containers
 from ctrexec.containerd.tasks import Status
 from ctrexec.errors import CtrexecError, FailedPrecondition, NotFound
 from ctrexec.groups import changes, missing, outage
@@ -149,18 +149,15 @@ class Groups:
             shared = self._wire(spec, configs, existing, wiring, prefer)
             self._relabel(existing, digest, shared)
             known = {c.id: c.labels for c in existing}
-            with groupnet.made_whole(spec.name):  # repaired and wired above, under its lock
-                for cfg in configs:
-                    if cfg.name not in known:
-                        self._make_member(cfg, spec, shared, known, recreated=cfg.name in gone)
-                        made.append(cfg.name)
-                        if cfg.name in gone and on_change is not None:
-                            on_change(f"recreated {cfg.name}")
-                    # containerd's state alone: an inspect checks the group's pin
-                    # (listing the group) for each member
-                    state = tasks.find(self.executor.client, cfg.name)
-                    if state is None or state.status not in (Status.RUNNING, Status.PAUSED):
-                        self.executor.start(cfg.name)
+            for cfg in configs:
+                if cfg.name not in known:
+                    self._make_member(cfg, spec, shared, known, recreated=cfg.name in gone)
+                    made.append(cfg.name)
+                    if cfg.name in gone and on_change is not None:
+                        on_change(f"recreated {cfg.name}")
+                state = self.executor.inspect(cfg.name, addresses=False)
+                if state.status not in (Status.RUNNING, Status.PAUSED):
+                    self.executor.start(cfg.name)
         except BaseException as exc:
             left = self._undo(made)
             if fresh and not left:  # a member left may run in it: it stays for the rerun

@@ -20,11 +20,8 @@ The group's running members are found by :func:`ctrexec.tasks.health.members`.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import logging
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 from ctrexec import labels as lbl
@@ -50,26 +47,6 @@ def _lock(group: str) -> threading.Lock:
         return _locks.setdefault(group, threading.Lock())
 
 
-#: The groups whose namespace the current act has made whole itself (:func:`made_whole`).
-_whole: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
-    "ctrexec_groupnet_whole", default=frozenset()
-)
-
-
-@contextlib.contextmanager
-def made_whole(group: str) -> Iterator[None]:
-    """Inside, the group's members are created and started with no repair of its
-    namespace: the caller holds the group's lock and has repaired, made and wired it
-    (``group up``). Each member's create and start would otherwise list the group and
-    its tasks again, N listings of N members for a group of N (issue 40). Only this
-    thread's act is spared: the supervisor's starts, on threads of their own, repair."""
-    token = _whole.set(_whole.get() | {group})
-    try:
-        yield
-    finally:
-        _whole.reset(token)
-
-
 def repair(client: Client, group: str, pin: str) -> grouppin.PinCheck:
     """Pin the group's namespace again from a running member if the pin was lost;
     FailedPrecondition for a split. The check as it was before the repair."""
@@ -88,7 +65,7 @@ def before_create(client: Client, group: str, path: str) -> None:
     """A new member joins the group's namespace: its pin is repaired first when it is
     the group's own (``cx-GROUP``; ``--group`` with a path of the user's shares the
     shim only)."""
-    if path == groupns.netns_path(group) and group not in _whole.get():
+    if path == groupns.netns_path(group):
         with grouplock.hold(client, group), _lock(group):
             repair(client, group, path)
 
@@ -97,7 +74,7 @@ def ensure(client: Client, record: containers.Container, files_dir: Path) -> con
     """The record, its group's namespace made whole first (see the module's text)."""
     pin = health.pin_of(record.labels)
     group = record.labels.get(lbl.GROUP)
-    if pin is None or group is None or group in _whole.get():
+    if pin is None or group is None:
         return record
     with _lock(group):
         found = repair(client, group, pin)
